@@ -1,0 +1,24 @@
+#include "rendezvous/store_util.h"
+
+#include <charconv>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+
+int64_t parse_counter(const std::string& key, std::span<const uint8_t> value) {
+  const char* begin = reinterpret_cast<const char*>(value.data());
+  const char* end = begin + value.size();
+  if (begin != end && *begin == '+') ++begin;
+  int64_t out = 0;
+  auto [ptr, ec] = std::from_chars(begin, end, out);
+  if (ec != std::errc() || ptr != end || begin == end) {
+    std::string shown(reinterpret_cast<const char*>(value.data()), std::min<size_t>(value.size(), 32));
+    throw StoreError(str_cat("add on key '", key, "': the stored value '", shown,
+                             value.size() > 32 ? "..." : "", "' is not an integer"));
+  }
+  return out;
+}
+
+}  // namespace collie

@@ -1,0 +1,74 @@
+// TcpStore: a Store over TCP that speaks PyTorch's TCPStore wire protocol
+// (docs/store-protocol.md), so collie processes and torch processes can
+// rendezvous through one another's servers.
+//
+//   auto server = TcpStoreServer::start({.host = "0.0.0.0", .port = 0});
+//   auto store = TcpStore::connect("127.0.0.1", server->port());
+//   store->set("key", "value");
+//
+// The server is one Asio event loop on its own thread serving any number of
+// clients; get/wait on a missing key park the request without blocking
+// anyone else.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rendezvous/store.h"
+
+namespace collie {
+
+// Which TCPStore dialect a client speaks.
+enum class StoreProtocol {
+  kDetect,  // probe the server safely, then speak what it speaks (default)
+  kV2,      // PyTorch 2.x: VALIDATE first, query types VALIDATE=0..PING=13
+  kV1_13,   // PyTorch 1.13: no VALIDATE, SET=0..DELETE_KEY=8
+};
+
+struct TcpStoreServerOptions {
+  std::string host = "0.0.0.0";   // address to bind
+  uint16_t port = 0;              // 0: an ephemeral port, see port()
+  size_t max_value_bytes = size_t{64} << 20;  // cap on any key or value
+  size_t max_connections = 4096;
+};
+
+class TcpStoreServer {
+ public:
+  // Binds and starts serving; throws NetworkError naming host:port when the
+  // address is in use or cannot be bound.
+  static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options = {});
+  virtual ~TcpStoreServer() = default;
+
+  virtual uint16_t port() const = 0;
+  virtual std::string host() const = 0;
+  // Closes every connection and joins the event loop (idempotent).
+  virtual void stop() = 0;
+};
+
+struct TcpStoreOptions {
+  Timeout timeout = kDefaultTimeout;  // connect deadline and get/wait default
+  StoreProtocol protocol = StoreProtocol::kDetect;
+  size_t max_value_bytes = size_t{64} << 20;
+};
+
+class TcpStore : public Store {
+ public:
+  // Connects with exponential backoff and jitter until options.timeout;
+  // throws StoreError/TimeoutError naming host:port, elapsed and limit.
+  static std::unique_ptr<TcpStore> connect(const std::string& host, uint16_t port,
+                                           const TcpStoreOptions& options = {});
+  // torch's TCPStore(host, port, is_master): when is_master, also hosts a
+  // server on host:port (port 0 allowed) owned by the returned store.
+  static std::unique_ptr<TcpStore> create(const std::string& host, uint16_t port, bool is_master,
+                                          const TcpStoreOptions& options = {});
+
+  virtual std::string host() const = 0;
+  virtual uint16_t port() const = 0;
+  virtual StoreProtocol protocol() const = 0;
+
+ protected:
+  explicit TcpStore(Timeout timeout) : Store(timeout) {}
+};
+
+}  // namespace collie

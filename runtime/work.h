@@ -1,0 +1,52 @@
+// Work: the handle a collective returns (c10d's shape). Every collective is
+// asynchronous; wait() blocks until it finishes and rethrows its error.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+
+#include "runtime/base/deadline.h"
+
+namespace collie {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+
+  virtual bool is_completed() const = 0;
+  // True when completed without error.
+  virtual bool is_success() const = 0;
+  // Waits until completion; kUnsetTimeout waits up to the collective's own
+  // deadline. Rethrows the collective's error; throws TimeoutError if this
+  // wait's own timeout passes first (the collective keeps running).
+  virtual void wait(Timeout timeout = kUnsetTimeout) = 0;
+  // The stored error, or nullptr.
+  virtual std::exception_ptr exception() const = 0;
+};
+
+// A Work completed by whoever runs the operation (a backend's worker thread)
+// through mark_completed(). Thread-safe.
+class CompletionWork : public Work {
+ public:
+  explicit CompletionWork(std::string description) : description_(std::move(description)) {}
+
+  bool is_completed() const override;
+  bool is_success() const override;
+  void wait(Timeout timeout = kUnsetTimeout) override;
+  std::exception_ptr exception() const override;
+
+  // Completes the work (error == nullptr for success) and wakes waiters.
+  void mark_completed(std::exception_ptr error = nullptr);
+  const std::string& description() const { return description_; }
+
+ private:
+  const std::string description_;  // "all_reduce #17 (float32, 1024)"
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool completed_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace collie

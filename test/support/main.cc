@@ -1,0 +1,16 @@
+// The main() of every test executable: either a registered child process
+// (test/support/child.h) or the Catch2 session.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <csignal>
+
+#include "test/support/child.h"
+
+int main(int argc, char** argv) {
+  // A peer dying must surface as an error on the socket, not kill us.
+  std::signal(SIGPIPE, SIG_IGN);
+  int rc = collie::test::run_child_if_requested(argc, argv);
+  if (rc >= 0) return rc;
+  return Catch::Session().run(argc, argv);
+}

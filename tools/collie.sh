@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The two commands of the README:
+#   bash tools/collie.sh main   install what is missing, build, run the main job
+#   bash tools/collie.sh test   install what is missing, build, run every test
+# Idempotent: packages already installed are not touched, and an existing
+# build directory is reused. Run as root on Debian 12 (apt-get is used only
+# when a package is missing). Environment:
+#   BUILD_DIR      build directory (default: build)
+#   BUILD_TYPE     CMake build type (default: RelWithDebInfo)
+#   CTEST_ARGS     extra arguments for ctest (e.g. "-R rendezvous")
+#   COLLIE_NPROC   ranks for the main job (default 4)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+
+# Debian packages collie needs to build, test and benchmark. The peers (Gloo,
+# Open MPI, PyTorch) are real dependencies of the tests and benches.
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev
+  dataset-fashion-mnist
+  python3 python3-torch
+  libgloo-dev openmpi-bin libopenmpi-dev
+  gnuplot-nox
+  clang libclang-rt-14-dev
+  iproute2 nftables procps psmisc
+)
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "collie: all ${#PACKAGES[@]} Debian packages present"
+    return
+  fi
+  echo "collie: installing ${missing[*]}"
+  local sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build() {
+  local jobs
+  jobs=$(nproc)
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-}
+  fi
+  cmake --build "$BUILD_DIR" -j "$jobs"
+}
+
+run_main() {
+  local nproc=${COLLIE_NPROC:-4}
+  if [[ -x "$BUILD_DIR/bin/collie-run" && -x "$BUILD_DIR/bin/blip_train" ]]; then
+    "$BUILD_DIR/bin/collie-run" --standalone --nproc-per-node "$nproc" \
+      "$BUILD_DIR/bin/blip_train" --backend socket --output-dir "$ROOT/output/blip_train"
+  else
+    # Until the training sample lands: a real rendezvous of $nproc processes
+    # through a TcpStore.
+    "$BUILD_DIR/bin/rendezvous_demo" --nproc "$nproc"
+  fi
+}
+
+run_tests() {
+  local jobs
+  jobs=$(nproc)
+  cd "$BUILD_DIR"
+  # shellcheck disable=SC2086
+  ctest --output-on-failure -j "$jobs" --timeout 600 ${CTEST_ARGS:-}
+}
+
+case "${1:-}" in
+  main) install_packages; build; run_main ;;
+  test) install_packages; build; run_tests ;;
+  install) install_packages ;;
+  build) install_packages; build ;;
+  *) echo "usage: bash tools/collie.sh main|test|install|build" >&2; exit 2 ;;
+esac
