@@ -12,9 +12,12 @@ foreach(_opt COLLIE_WITH_CUDA COLLIE_WITH_NCCL)
   endif()
 endforeach()
 
+# Where the toolkit lives when nvcc is not on PATH (the standard location).
+set(COLLIE_CUDA_ROOT /usr/local/cuda CACHE PATH "CUDA toolkit root searched when nvcc is not on PATH")
+
 if(NOT COLLIE_WITH_CUDA STREQUAL "OFF")
-  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
-    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS ${COLLIE_CUDA_ROOT}/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER ${COLLIE_CUDA_ROOT}/bin/nvcc)
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
@@ -33,7 +36,7 @@ if(NOT COLLIE_WITH_CUDA STREQUAL "OFF")
     message(STATUS "collie: CUDA ${CUDAToolkit_VERSION} found at ${CUDAToolkit_BIN_DIR}")
   elseif(COLLIE_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "COLLIE_WITH_CUDA=ON but no CUDA toolkit was found "
-      "(looked for nvcc on PATH and in /usr/local/cuda/bin). Install the CUDA "
+      "(looked for nvcc on PATH and in ${COLLIE_CUDA_ROOT}/bin). Install the CUDA "
       "toolkit, set CMAKE_CUDA_COMPILER, or configure with -DCOLLIE_WITH_CUDA=OFF.")
   else()
     message(STATUS "collie: no CUDA toolkit found; building the CPU parts only")

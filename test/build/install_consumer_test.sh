@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the current build into a temporary prefix, builds a tiny
+# out-of-tree project against it with find_package(collie), and runs it.
+set -euo pipefail
+cmake=$1 build_dir=$2 consumer=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$cmake" --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+"$cmake" -S "$consumer" -B "$tmp/build" "${gen[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure.log" 2>&1 ||
+  { cat "$tmp/configure.log"; exit 1; }
+"$cmake" --build "$tmp/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
+out=$("$tmp/build/collie_consumer")
+echo "$out"
+grep -q "^collie " <<<"$out"
+grep -q "^store ok: value=world counter=5$" <<<"$out"
