@@ -7,18 +7,18 @@
 #include <memory>
 #include <string>
 
+#include "collectives/algorithm.h"
 #include "runtime/base/deadline.h"
 #include "runtime/base/types.h"
 #include "runtime/work.h"
 
 namespace collie {
 
-// How the socket backend runs all_reduce; kAuto picks by message size.
-enum class AllReduceAlgorithm { kAuto, kRing, kSmall };
-
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   Timeout timeout = kUnsetTimeout;  // kUnsetTimeout: the group's timeout
+  // How the socket backend runs it (collectives/algorithm.h); kAuto picks by
+  // message size. Other backends ignore it.
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
 };
 
@@ -64,6 +64,12 @@ class ProcessGroup {
   // rank's slot r.
   virtual std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
                                                const ReduceScatterOptions& options = {}) = 0;
+
+  // Stops the group: waits up to `timeout` (kUnsetTimeout: the group's
+  // timeout) for the collectives already issued, then aborts what is still
+  // running. Every later call fails with BackendError. Idempotent;
+  // destroy_process_group calls it.
+  virtual void shutdown(Timeout timeout = kUnsetTimeout) = 0;
 
  protected:
   const int rank_;

@@ -1,0 +1,16 @@
+// AllReduceAlgorithm: which all_reduce a Communicator runs. kAuto picks the
+// small-message algorithm below CommunicatorOptions::small_message_bytes and
+// the pipelined ring above it; the explicit values exist for benchmarking
+// and tests.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace collie {
+
+enum class AllReduceAlgorithm : uint8_t { kAuto, kRing, kSmall };
+
+std::string_view to_string(AllReduceAlgorithm algorithm);  // "auto", "ring", "small"
+
+}  // namespace collie

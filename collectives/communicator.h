@@ -1,0 +1,104 @@
+// Communicator: a connected group of ranks running collie's CPU collectives
+// over TCP. It is the synchronous layer under the socket ProcessGroup (which
+// adds the worker thread and Work objects): every call blocks until the
+// collective is finished on this rank, fails, or its deadline passes.
+//
+//   auto comm = Communicator::connect(store, rank, size, {.store_prefix = "default_pg"});
+//   comm->all_reduce(view(grads), view(grads), ReduceOp::kSum, Deadline(std::chrono::seconds(60)));
+//
+// A Communicator is NOT thread-safe: one collective at a time, and every rank
+// must call the same collectives in the same order (as in torch). Each message
+// carries a header naming the call that sent it, so a rank that receives data
+// from a different call (another collective, dtype, count, root or op) fails,
+// tells every peer, and every rank throws an error naming both calls instead
+// of mixing data or hanging. See docs/algorithms.md for the algorithms, the
+// wire format and the failure behaviour.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "collectives/algorithm.h"
+#include "rendezvous/store.h"
+#include "runtime/base/deadline.h"
+#include "runtime/base/types.h"
+
+namespace collie {
+
+struct CommunicatorOptions {
+  // Address to listen on and publish. "": COLLIE_SOCKET_IFNAME's IPv4
+  // address, else the local address that routes to MASTER_ADDR, else
+  // 127.0.0.1.
+  std::string bind_host;
+  // Key namespace of this group in the store ("default_pg", "group_3"); also
+  // hashed into every message header so that groups never cross-talk.
+  std::string store_prefix = "collie";
+  // Deadline for wiring up the connections.
+  Timeout timeout = kDefaultTimeout;
+
+  // Tuning knobs; the defaults are measured (docs/algorithms.md).
+  // Bytes per pipelined ring message.
+  size_t segment_bytes = size_t{256} << 10;
+  // kAuto all_reduce uses the small-message algorithm up to this many bytes.
+  size_t small_message_bytes = size_t{16} << 10;
+  // How long a waiting call busy-polls its sockets before sleeping in poll().
+  std::chrono::microseconds spin = std::chrono::microseconds(50);
+  // SO_SNDBUF/SO_RCVBUF for the data connections; 0 keeps the kernel's.
+  int socket_buffer_bytes = 4 << 20;
+};
+
+class Communicator {
+ public:
+  // Listens, publishes "host:port" under the store prefix, connects to every
+  // peer and checks each peer's identity, all within options.timeout. Throws
+  // TimeoutError naming the ranks that never published or connected, or
+  // NetworkError naming the rank and address that failed. size == 1 opens no
+  // socket.
+  static std::unique_ptr<Communicator> connect(Store& store, int rank, int size,
+                                               const CommunicatorOptions& options = {});
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // This rank's published "host:port" (empty when size == 1).
+  virtual std::string address() const = 0;
+
+  // Every collective below: `deadline` bounds the whole call; CPU buffers only
+  // (InvalidArgument for device buffers); counts may be 0. Errors: an
+  // InvalidArgument for bad arguments leaves the communicator usable; any
+  // other error (NetworkError, TimeoutError, BackendError for a mismatch or a
+  // peer's failure) breaks it.
+
+  // out = reduction of every rank's in. In place when in.data == out.data.
+  // float16/bfloat16 are reduced in float32 and rounded once. AVG is for
+  // floating-point types only.
+  virtual void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
+                          AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto) = 0;
+  // tensor on every rank becomes root's.
+  virtual void broadcast(TensorView tensor, int root, const Deadline& deadline) = 0;
+  // Returns once every rank has entered the barrier.
+  virtual void barrier(const Deadline& deadline) = 0;
+  // out.count == size() * in.count; rank r's in lands at out[r * in.count].
+  // in may be exactly that slot of out (in place).
+  virtual void all_gather(TensorView in, TensorView out, const Deadline& deadline) = 0;
+  // in.count == size() * out.count; out = reduction of every rank's slot
+  // in[rank() * out.count]. out may be exactly that slot of in (in place).
+  virtual void reduce_scatter(TensorView in, TensorView out, ReduceOp op,
+                              const Deadline& deadline) = 0;
+
+  // True after a network error, timeout, mismatch or abort(): every later
+  // call throws BackendError at once, naming the original error.
+  virtual bool broken() const = 0;
+  // Thread-safe: shuts every socket down so that a call blocked in another
+  // thread returns promptly with an error; the communicator is broken after.
+  virtual void abort() = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+}  // namespace collie
