@@ -1,0 +1,151 @@
+// nccl_overhead: what collie's NCCL wrapper costs on top of NCCL.
+//
+// For each size, one process drives one rank per visible GPU (threads). Two
+// loops run back to back on the same stream and buffer:
+//   direct: ncclAllReduce(buf, buf, ..., comm, stream)       (NCCL alone)
+//   collie: pg.all_reduce(view)->wait()  with current stream = that stream
+// Device time per call comes from CUDA events around `iters` calls; host time
+// per call from the wall clock of issuing them (what a small-message caller
+// feels). The table's last columns are collie/direct - 1 (device time) and
+// the extra host microseconds per call.
+//
+//   nccl_overhead [-b 4] [-e 268435456] [-f 4] [-n 50] [-w 10]
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/hash_store.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/nccl/nccl_process_group.h"
+
+using namespace collie;
+
+namespace {
+
+#define CK(x)                                                                     \
+  do {                                                                            \
+    auto e_ = (x);                                                                \
+    if (e_ != 0) {                                                                \
+      std::fprintf(stderr, "%s failed (%d) at %s:%d\n", #x, (int)e_, __FILE__, __LINE__); \
+      std::exit(1);                                                               \
+    }                                                                             \
+  } while (0)
+
+struct Result {
+  double direct_us = 0, collie_us = 0;        // device time per call
+  double direct_host_us = 0, collie_host_us = 0;  // host issue time per call
+};
+
+struct Args {
+  size_t min_bytes = 4, max_bytes = size_t{256} << 20, factor = 4;
+  int iters = 50, warmup = 10;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string f = argv[i];
+    size_t v = std::strtoull(argv[i + 1], nullptr, 10);
+    if (f == "-b") a.min_bytes = v;
+    else if (f == "-e") a.max_bytes = v;
+    else if (f == "-f") a.factor = v;
+    else if (f == "-n") a.iters = static_cast<int>(v);
+    else if (f == "-w") a.warmup = static_cast<int>(v);
+    else {
+      std::fprintf(stderr, "usage: nccl_overhead [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n");
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+// One rank: its own device, a raw communicator and a collie group.
+void rank_main(int rank, int world, const Args& args, std::shared_ptr<Store> store,
+               std::vector<Result>* results) {
+  CK(cudaSetDevice(rank));
+  auto pg = NcclProcessGroup::create(store, rank, world, {.device = rank, .group_name = "bench"});
+  ncclUniqueId id;
+  if (rank == 0) {
+    CK(ncclGetUniqueId(&id));
+    store->set("raw_id", std::span<const uint8_t>(reinterpret_cast<uint8_t*>(&id), sizeof id));
+  } else {
+    Bytes b = store->get("raw_id");
+    std::memcpy(&id, b.data(), sizeof id);
+  }
+  ncclComm_t comm;
+  CK(ncclCommInitRank(&comm, world, id, rank));
+  cudaStream_t stream;
+  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda::set_current_stream(stream);
+  void* buf = nullptr;
+  CK(cudaMalloc(&buf, args.max_bytes));
+  CK(cudaMemset(buf, 0, args.max_bytes));
+  cudaEvent_t start, stop;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&stop));
+
+  for (size_t bytes = args.min_bytes, k = 0; bytes <= args.max_bytes; bytes *= args.factor, ++k) {
+    const size_t count = bytes / sizeof(float);
+    TensorView view{buf, count, DataType::kFloat32, Device::cuda(rank)};
+    auto time_loop = [&](auto&& call, double* device_us, double* host_us) {
+      for (int i = 0; i < args.warmup; ++i) call();
+      CK(cudaStreamSynchronize(stream));
+      auto h0 = std::chrono::steady_clock::now();
+      CK(cudaEventRecord(start, stream));
+      for (int i = 0; i < args.iters; ++i) call();
+      CK(cudaEventRecord(stop, stream));
+      auto h1 = std::chrono::steady_clock::now();
+      CK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, start, stop));
+      *device_us = ms * 1000.0 / args.iters;
+      *host_us = std::chrono::duration<double, std::micro>(h1 - h0).count() / args.iters;
+    };
+    Result r;
+    time_loop([&] { CK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream)); },
+              &r.direct_us, &r.direct_host_us);
+    time_loop([&] { pg->all_reduce(view)->wait(); }, &r.collie_us, &r.collie_host_us);
+    if (rank == 0) results->push_back(r);
+  }
+  CK(cudaStreamSynchronize(stream));
+  cuda::set_current_stream(nullptr);
+  ncclCommDestroy(comm);
+  cudaFree(buf);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  const int world = cuda::device_count();
+  if (world == 0) {
+    std::printf("SKIP: no CUDA device (%s)\n", cuda::no_device_reason().c_str());
+    return 77;
+  }
+  auto store = std::make_shared<HashStore>(std::chrono::seconds(120));
+  std::vector<Result> results;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back(rank_main, r, world, std::cref(args), store, &results);
+  for (auto& t : threads) t.join();
+
+  std::printf("# nccl_overhead: NCCL %s, %d GPU(s), float32 sum, %d iters (+%d warm-up)\n",
+              NcclProcessGroup::nccl_version().c_str(), world, args.iters, args.warmup);
+  std::printf("%12s %12s %12s %10s %14s %14s %12s\n", "bytes", "nccl_us", "collie_us", "overhead",
+              "nccl_host_us", "collie_host_us", "extra_host");
+  size_t bytes = args.min_bytes;
+  for (const auto& r : results) {
+    std::printf("%12zu %12.2f %12.2f %9.2f%% %14.2f %14.2f %12.2f\n", bytes, r.direct_us, r.collie_us,
+                100.0 * (r.collie_us / r.direct_us - 1.0), r.direct_host_us, r.collie_host_us,
+                r.collie_host_us - r.direct_host_us);
+    bytes *= args.factor;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+// NcclProcessGroup: ProcessGroup over raw NCCL, the way ProcessGroupNCCL is
+// in PyTorch. NCCL moves the data; this class does the rendezvous (rank 0
+// publishes the ncclUniqueId through the store), the streams, the errors and
+// the timeouts.
+//
+// Streams: each collective runs on the group's own CUDA stream, ordered after
+// the caller's current stream (collie::cuda::current_stream()) with an event,
+// so no copy is needed. Work::wait() makes the caller's current stream wait
+// for the collective and returns at once (the host is not blocked); with
+// NcclOptions::blocking_wait (or COLLIE_NCCL_BLOCKING_WAIT=1) it also blocks
+// the host until completion or the deadline.
+//
+// Errors: a watchdog thread polls ncclCommGetAsyncError and every pending
+// collective's deadline. On an error or timeout it calls ncclCommAbort (never
+// ncclCommDestroy, which can block forever on a dead peer), marks the group
+// broken, fails every pending Work, and every later call throws at once.
+//
+// No CUDA or NCCL header is included here: CPU code may include this file.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "rendezvous/store.h"
+#include "runtime/process_group.h"
+
+namespace collie {
+
+struct NcclOptions {
+  // CUDA device for this rank; -1: LOCAL_RANK, else rank % device_count.
+  int device = -1;
+  // Per-collective deadline and init deadline; kUnsetTimeout: COLLIE_NCCL_TIMEOUT
+  // (seconds) when set, else kDefaultTimeout.
+  Timeout timeout = kUnsetTimeout;
+  // Block the host in Work::wait() until the collective finished.
+  bool blocking_wait = false;
+  // Key namespace in the store (one communicator per group).
+  std::string group_name = "default_pg";
+};
+
+// Synchronous options for simple callers: wait for completion before returning.
+struct NcclCallOptions {
+  bool synchronize = false;
+};
+
+class NcclProcessGroup : public ProcessGroup {
+ public:
+  // Collective over `size` ranks; every rank calls it with the same store and
+  // group_name. Throws BackendError when no CUDA device exists, naming why.
+  static std::shared_ptr<NcclProcessGroup> create(std::shared_ptr<Store> store, int rank, int size,
+                                                  const NcclOptions& options = {});
+  ~NcclProcessGroup() override;
+
+  std::string backend_name() const override { return "nccl"; }
+  int device() const;
+
+  std::shared_ptr<Work> all_reduce(TensorView tensor, const AllReduceOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) override;
+  std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(TensorView output, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
+                                       const ReduceScatterOptions& options = {}) override;
+
+  // Several all_reduces in one ncclGroupStart/End launch (DDP's buckets).
+  std::shared_ptr<Work> all_reduce_coalesced(std::span<const TensorView> tensors,
+                                             const AllReduceOptions& options = {});
+
+  // Waits up to `timeout` for issued work, then finalizes the communicator
+  // (ncclCommFinalize + ncclCommDestroy) or, when work cannot finish in time,
+  // aborts it. Later calls throw. Idempotent.
+  void shutdown(Timeout timeout = kUnsetTimeout) override;
+
+  // Aborts the communicator: pending and later calls fail with `reason`.
+  void abort(const std::string& reason);
+  bool broken() const;
+
+  // The NCCL library version, e.g. "2.28.3".
+  static std::string nccl_version();
+
+ private:
+  struct Impl;
+  explicit NcclProcessGroup(int rank, int size, std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace collie
