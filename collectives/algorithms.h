@@ -1,0 +1,52 @@
+// The collective algorithms, one file each (docs/algorithms.md has the steps
+// and the bytes each rank puts on the wire). They run over a Transport whose
+// current call has been begun, take validated arguments (the Communicator
+// checks them) and world size >= 2.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/transport.h"
+#include "runtime/base/types.h"
+
+namespace collie {
+
+// Grow-only scratch buffers, kept by the communicator between calls so that
+// a training loop allocates once.
+class Workspace {
+ public:
+  void* get(int slot, size_t bytes) {
+    if (buffers_.size() <= static_cast<size_t>(slot)) buffers_.resize(slot + 1);
+    auto& b = buffers_[slot];
+    // Round up so that float32 views of the buffer are aligned.
+    if (b.size() < bytes) b.resize((bytes + 63) / 64 * 64);
+    return b.data();
+  }
+
+ private:
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+// Elements [begin(c), begin(c + 1)) of `count` cut into `parts` near-equal
+// contiguous pieces (the first count % parts one element longer).
+inline size_t part_begin(size_t count, size_t parts, size_t c) {
+  return count / parts * c + std::min(c, count % parts);
+}
+
+struct AlgorithmConfig {
+  size_t segment_bytes;
+  size_t small_message_bytes;
+};
+
+void ring_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
+                     TensorView out, ReduceOp op);
+void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void broadcast(Transport& t, const AlgorithmConfig& cfg, TensorView tensor, int root);
+void dissemination_barrier(Transport& t);
+void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorView out);
+void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
+                    TensorView out, ReduceOp op);
+
+}  // namespace collie

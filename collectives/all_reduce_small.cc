@@ -1,0 +1,46 @@
+// Small-message all_reduce: a direct exchange. Every rank sends its whole
+// input to every other rank at once and reduces the P inputs locally, in rank
+// order (0, 1, ..., P-1) so that every rank computes bitwise the same result.
+// One network hop instead of the ring's 2 (P-1), at the price of (P-1) times
+// the buffer on the wire per rank: the right trade below a few KiB, where a
+// message costs its latency, not its bytes (the crossover is
+// CommunicatorOptions::small_message_bytes, measured in docs/algorithms.md).
+// Any world size works; there is no power-of-two special case.
+#include <cstring>
+
+#include "collectives/algorithms.h"
+#include "collectives/reduce_kernels.h"
+
+namespace collie {
+
+void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op) {
+  const int P = t.size();
+  const int r = t.rank();
+  const size_t n = out.count;
+  const DataType dtype = out.dtype;
+  const size_t bytes = out.nbytes();
+  auto* slots = static_cast<uint8_t*>(ws.get(0, P * bytes));
+  auto slot = [&](int p) { return slots + static_cast<size_t>(p) * bytes; };
+
+  for (int p = 0; p < P; ++p) {
+    if (p == r) continue;
+    t.recv(p, slot(p), bytes);
+    t.send(p, in.data, bytes);
+  }
+  if (bytes > 0) std::memcpy(slot(r), in.data, bytes);
+  t.wait_all();  // also means every send is done: out may now overwrite in
+
+  if (is_half(dtype)) {
+    auto* acc = static_cast<float*>(ws.get(1, n * sizeof(float)));
+    widen(acc, slot(0), n, dtype);
+    for (int p = 1; p < P - 1; ++p) reduce_widen(acc, slot(p), acc, n, dtype, op);
+    reduce_narrow(out.data, slot(P - 1), acc, n, dtype, op,
+                  op == ReduceOp::kAvg ? static_cast<float>(P) : 1.0f);
+    return;
+  }
+  reduce(out.data, slot(0), slot(1), n, dtype, op);
+  for (int p = 2; p < P; ++p) reduce(out.data, out.data, slot(p), n, dtype, op);
+  if (op == ReduceOp::kAvg) divide(out.data, n, dtype, P);
+}
+
+}  // namespace collie

@@ -1,0 +1,298 @@
+#include "collectives/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "collectives/wire.h"
+#include "runtime/base/check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+struct Hello {
+  uint32_t magic;
+  uint32_t group;
+  int32_t rank;
+  int32_t size;
+  uint32_t address_bytes;
+};
+
+// Owns an fd until released into a Connection.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string addr_key(const std::string& prefix, int rank) {
+  return str_cat(prefix, "/collectives/addr/", rank);
+}
+
+void set_buffers(int fd, int bytes) {
+  if (bytes <= 0) return;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+void set_data_options(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// Waits for `events` on fd, up to the deadline; false on timeout.
+bool wait_fd(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    const auto left = deadline.remaining();
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 60'000)));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // let the following call report it
+    if (deadline.expired()) return false;
+  }
+}
+
+void write_all(int fd, const void* data, size_t n, const Deadline& deadline, const std::string& who) {
+  auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLOUT, deadline)) {
+        throw TimeoutError(str_cat("sending the hello to ", who, " timed out ", deadline.describe()));
+      }
+    } else {
+      throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(errno)));
+    }
+  }
+}
+
+void read_all(int fd, void* data, size_t n, const Deadline& deadline, const std::string& who) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLIN, deadline)) {
+        throw TimeoutError(str_cat("reading the hello from ", who, " timed out ", deadline.describe()));
+      }
+    } else {
+      throw NetworkError(str_cat("reading the hello from ", who, " failed: ",
+                                 r == 0 ? "connection closed" : std::strerror(errno)));
+    }
+  }
+}
+
+std::pair<std::string, uint16_t> split_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) throw StoreError(str_cat("malformed address '", address, "'"));
+  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
+}
+
+// Connects to a peer's listener, retrying refusals (a listener that is being
+// torn down and re-created) until the deadline.
+Fd connect_to(const std::string& address, int peer, int buffer_bytes, const Deadline& deadline) {
+  const auto [host, port] = split_address(address);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+    throw NetworkError(str_cat("rank ", peer, " published the address '", address,
+                               "', which is not an IPv4 address"));
+  }
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    set_buffers(fd.get(), buffer_bytes);
+    int err = 0;
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        if (!wait_fd(fd.get(), POLLOUT, deadline)) {
+          throw TimeoutError(str_cat("connecting to rank ", peer, " at ", address, " timed out ",
+                                     deadline.describe()));
+        }
+        socklen_t len = sizeof err;
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) return fd;
+    if (deadline.expired() || (err != ECONNREFUSED && err != ETIMEDOUT && err != EAGAIN)) {
+      throw NetworkError(str_cat("connecting to rank ", peer, " at ", address, " failed: ",
+                                 std::strerror(err), " ", deadline.describe()));
+    }
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, deadline.remaining()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+std::string ipv4_of_interface(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) throw NetworkError(str_cat("getifaddrs: ", std::strerror(errno)));
+  std::string found;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && ifname == i->ifa_name) {
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      found = buf;
+      break;
+    }
+  }
+  ::freeifaddrs(list);
+  if (found.empty()) {
+    throw InvalidArgument(str_cat("COLLIE_SOCKET_IFNAME=", ifname, ": no such interface with an IPv4 address"));
+  }
+  return found;
+}
+
+// The local address the kernel would use to reach `host` (a UDP connect
+// sends nothing).
+std::string route_to(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+      out = buf;
+    }
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
+std::string resolve_bind_host(const std::string& bind_host) {
+  if (!bind_host.empty()) return bind_host;
+  if (const char* ifname = std::getenv("COLLIE_SOCKET_IFNAME"); ifname && *ifname) {
+    return ipv4_of_interface(ifname);
+  }
+  if (const char* master = std::getenv("MASTER_ADDR"); master && *master) {
+    const std::string routed = route_to(master);
+    if (!routed.empty()) return routed;
+  }
+  return "127.0.0.1";
+}
+
+Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& options) {
+  const Deadline deadline(options.timeout);
+  const uint32_t group = group_hash(options.store_prefix);
+  const std::string host = resolve_bind_host(options.bind_host);
+
+  // Listen first, publish second: a peer that reads our address can connect
+  // at once (the kernel queues it until we accept).
+  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  set_buffers(listener.get(), options.socket_buffer_bytes);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+    throw InvalidArgument(str_cat("bind host '", host, "' is not an IPv4 address"));
+  }
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listener.get(), std::max(size, 16)) != 0) {
+    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: ", std::strerror(errno)));
+  }
+  socklen_t len = sizeof sa;
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  Mesh mesh;
+  mesh.address = str_cat(host, ":", ntohs(sa.sin_port));
+  mesh.connections.resize(size);
+  store.set(addr_key(options.store_prefix, rank), mesh.address);
+
+  // Connect to every lower rank.
+  for (int peer = 0; peer < rank; ++peer) {
+    const std::string key = addr_key(options.store_prefix, peer);
+    try {
+      store.wait({key}, deadline.remaining());
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(str_cat("rank ", rank, " waited ", deadline.describe(), " for rank ", peer,
+                                 " to publish its address under '", key, "': ", e.what()));
+    }
+    const std::string address = to_string(store.get(key));
+    Fd fd = connect_to(address, peer, options.socket_buffer_bytes, deadline);
+    const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
+    const std::string who = str_cat("rank ", peer, " (", address, ")");
+    write_all(fd.get(), &hello, sizeof hello, deadline, who);
+    write_all(fd.get(), mesh.address.data(), mesh.address.size(), deadline, who);
+    set_data_options(fd.get());
+    mesh.connections[peer] = std::make_unique<Connection>(fd.release(), peer, address);
+  }
+
+  // Accept every higher rank; each says who it is.
+  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
+    Fd fd;
+    for (;;) {
+      fd = Fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() >= 0) break;
+      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+        throw NetworkError(str_cat("rank ", rank, " accept on ", mesh.address, ": ", std::strerror(errno)));
+      }
+      if (!wait_fd(listener.get(), POLLIN, deadline)) {
+        std::vector<int> missing;
+        for (int p = rank + 1; p < size; ++p) {
+          if (!mesh.connections[p]) missing.push_back(p);
+        }
+        throw TimeoutError(str_cat("rank ", rank, " (", mesh.address, ") waited ", deadline.describe(),
+                                   " for rank(s) ", join(missing, ", "), " to connect"));
+      }
+    }
+    Hello hello{};
+    read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting peer");
+    if (hello.magic != kWireMagic || hello.group != group || hello.size != size ||
+        hello.rank <= rank || hello.rank >= size || mesh.connections[hello.rank] ||
+        hello.address_bytes > 256) {
+      throw NetworkError(str_cat("rank ", rank, " (", mesh.address, ", group '", options.store_prefix,
+                                 "', size ", size, ") got an unexpected hello: rank ", hello.rank,
+                                 ", size ", hello.size, ", group hash ", hello.group, " (expected ",
+                                 group, ")"));
+    }
+    std::string address(hello.address_bytes, '\0');
+    read_all(fd.get(), address.data(), address.size(), deadline, str_cat("rank ", hello.rank));
+    set_data_options(fd.get());
+    mesh.connections[hello.rank] = std::make_unique<Connection>(fd.release(), hello.rank, address);
+  }
+  COLLIE_LOG(kDebug) << "rank " << rank << " connected to " << size - 1 << " peers from " << mesh.address;
+  return mesh;
+}
+
+}  // namespace collie

@@ -1,0 +1,223 @@
+#include "collectives/connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+
+Connection::Connection(int fd, int peer, std::string address)
+    : fd_(fd), peer_(peer), address_(std::move(address)) {}
+
+Connection::~Connection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string Connection::name() const { return str_cat("rank ", peer_, " (", address_, ")"); }
+
+void Connection::post_send(const WireHeader& header, const void* payload) {
+  sends_.push_back(SendOp{header, static_cast<const uint8_t*>(payload)});
+}
+
+void Connection::post_recv(const WireHeader& expected, void* data) {
+  recvs_.push_back(RecvOp{expected, static_cast<uint8_t*>(data)});
+}
+
+long Connection::progress_send(int* err) {
+  long moved = 0;
+  while (!sends_.empty()) {
+    SendOp& op = sends_.front();
+    const size_t total = kHeaderBytes + op.header.payload_bytes;
+    iovec iov[2];
+    int n = 0;
+    if (op.sent < kHeaderBytes) {
+      iov[n++] = {reinterpret_cast<uint8_t*>(&op.header) + op.sent, kHeaderBytes - op.sent};
+    }
+    const size_t payload_done = op.sent > kHeaderBytes ? op.sent - kHeaderBytes : 0;
+    if (payload_done < op.header.payload_bytes) {
+      iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done, op.header.payload_bytes - payload_done};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    const ssize_t r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      *err = errno;
+      return -1;
+    }
+    op.sent += static_cast<size_t>(r);
+    moved += r;
+    if (op.sent < total) break;  // the socket buffer is full
+    sends_.pop_front();
+    ++sends_completed_;
+  }
+  return moved;
+}
+
+size_t Connection::take_from_stash(RecvOp& op) {
+  const size_t total = kHeaderBytes + op.expected.payload_bytes;
+  const size_t n = std::min(total - op.got, stash_.size() - stash_pos_);
+  const uint8_t* src = stash_.data() + stash_pos_;
+  size_t done = 0;
+  if (op.got < kHeaderBytes) {
+    const size_t h = std::min(n, kHeaderBytes - op.got);
+    std::memcpy(reinterpret_cast<uint8_t*>(&op.header) + op.got, src, h);
+    done = h;
+  }
+  if (n > done) std::memcpy(op.data + (op.got + done - kHeaderBytes), src + done, n - done);
+  op.got += n;
+  stash_pos_ += n;
+  if (stash_pos_ == stash_.size()) {
+    stash_.clear();
+    stash_pos_ = 0;
+  }
+  return n;
+}
+
+long Connection::progress_recv(RecvProblem* problem, int* err) {
+  long moved = 0;
+  while (!recvs_.empty()) {
+    RecvOp& op = recvs_.front();
+    const size_t total = kHeaderBytes + op.expected.payload_bytes;
+    const bool had_header = op.got >= kHeaderBytes;
+    if (stash_pos_ < stash_.size()) {
+      moved += static_cast<long>(take_from_stash(op));
+    } else if (op.got < total) {
+      if (eof_) {
+        *problem = RecvProblem::kEof;
+        return -1;
+      }
+      iovec iov[2];
+      int n = 0;
+      if (op.got < kHeaderBytes) {
+        iov[n++] = {reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got};
+      }
+      const size_t payload_done = op.got > kHeaderBytes ? op.got - kHeaderBytes : 0;
+      if (payload_done < op.expected.payload_bytes) {
+        iov[n++] = {op.data + payload_done, op.expected.payload_bytes - payload_done};
+      }
+      const ssize_t r = ::readv(fd_, iov, n);
+      if (r == 0) {
+        eof_ = true;
+        *problem = RecvProblem::kEof;
+        return -1;
+      }
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        *err = errno;
+        *problem = RecvProblem::kError;
+        return -1;
+      }
+      op.got += static_cast<size_t>(r);
+      moved += r;
+    }
+    // Check the header before reporting any payload: a frame from another
+    // call must never be taken for data.
+    if (!had_header && op.got >= kHeaderBytes &&
+        std::memcmp(&op.header, &op.expected, kHeaderBytes) != 0) {
+      problem_header_ = op.header;
+      const auto frame = static_cast<FrameType>(op.header.frame);
+      if (op.header.magic == kWireMagic && frame == FrameType::kAbort) {
+        // A readv may already have put the start of the text into data.
+        const size_t in_data = std::min<size_t>(op.got - kHeaderBytes, op.header.payload_bytes);
+        problem_text_.assign(reinterpret_cast<const char*>(op.data), in_data);
+        *problem = RecvProblem::kAbort;
+      } else if (op.header.magic == kWireMagic && frame == FrameType::kGoodbye) {
+        *problem = RecvProblem::kGoodbye;
+      } else {
+        *problem = RecvProblem::kMismatch;
+      }
+      return -1;
+    }
+    if (op.got < total) break;
+    recvs_.pop_front();
+    ++recvs_completed_;
+  }
+  return moved;
+}
+
+std::string Connection::read_abort_text() {
+  std::string text = problem_text_;
+  const size_t want = problem_header_.payload_bytes;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (text.size() < want && std::chrono::steady_clock::now() < until) {
+    if (stash_pos_ < stash_.size()) {
+      const size_t n = std::min(want - text.size(), stash_.size() - stash_pos_);
+      text.append(reinterpret_cast<const char*>(stash_.data() + stash_pos_), n);
+      stash_pos_ += n;
+      continue;
+    }
+    char buf[4096];
+    const ssize_t r = ::recv(fd_, buf, std::min(sizeof buf, want - text.size()), MSG_DONTWAIT);
+    if (r > 0) {
+      text.append(buf, static_cast<size_t>(r));
+    } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      break;
+    } else {
+      pollfd p{fd_, POLLIN, 0};
+      ::poll(&p, 1, 50);
+    }
+  }
+  return text;
+}
+
+RecvProblem Connection::absorb(std::string* abort_text) {
+  uint8_t buf[64 << 10];
+  while (!eof_) {
+    const ssize_t r = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (r > 0) {
+      stash_.insert(stash_.end(), buf, buf + r);
+    } else if (r == 0) {
+      eof_ = true;
+    } else if (errno == EINTR) {
+      continue;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      break;
+    } else {
+      eof_ = true;  // reset: nothing more will come
+    }
+  }
+  // Walk the frames the peer sent before hanging up, looking for the one that
+  // says why it did.
+  size_t pos = stash_pos_;
+  while (stash_.size() - pos >= kHeaderBytes) {
+    WireHeader h;
+    std::memcpy(&h, stash_.data() + pos, kHeaderBytes);
+    if (h.magic != kWireMagic) break;
+    const size_t end = pos + kHeaderBytes + h.payload_bytes;
+    const auto frame = static_cast<FrameType>(h.frame);
+    if (frame == FrameType::kGoodbye) return RecvProblem::kGoodbye;
+    if (frame == FrameType::kAbort) {
+      problem_header_ = h;
+      const size_t n = std::min(end, stash_.size()) - (pos + kHeaderBytes);
+      abort_text->assign(reinterpret_cast<const char*>(stash_.data() + pos + kHeaderBytes), n);
+      return RecvProblem::kAbort;
+    }
+    pos = end;
+  }
+  return eof_ ? RecvProblem::kEof : RecvProblem::kNone;
+}
+
+size_t Connection::partial_send_remaining() const {
+  if (sends_.empty()) return 0;
+  const SendOp& op = sends_.front();
+  if (op.sent == 0) return 0;
+  return kHeaderBytes + op.header.payload_bytes - op.sent;
+}
+
+void Connection::clear() {
+  sends_.clear();
+  recvs_.clear();
+}
+
+}  // namespace collie

@@ -1,0 +1,104 @@
+// Connection: one non-blocking TCP connection to one peer, with a FIFO of
+// posted sends and a FIFO of posted receives that the Transport advances
+// without ever blocking. A send writes header and payload with one sendmsg;
+// a receive reads the header and the payload with one readv, straight into
+// the caller's buffer, and checks the header against the call it expected
+// before it reports the payload as received.
+//
+// Bytes that arrive while nothing is posted stay in the kernel, except after
+// the peer hung up: then absorb() reads them into a stash (so that an abort
+// frame behind them can be found), and later receives take from the stash
+// first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "collectives/wire.h"
+
+namespace collie {
+
+// What a receive found instead of the data it expected.
+enum class RecvProblem { kNone, kMismatch, kAbort, kGoodbye, kEof, kError };
+
+class Connection {
+ public:
+  Connection(int fd, int peer, std::string address);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  int fd() const { return fd_; }
+  int peer() const { return peer_; }
+  const std::string& address() const { return address_; }
+  // "rank 3 (10.0.0.7:41234)"
+  std::string name() const;
+
+  void post_send(const WireHeader& header, const void* payload);
+  // Expects a data frame equal to `expected` (payload_bytes included).
+  void post_recv(const WireHeader& expected, void* data);
+  bool send_pending() const { return !sends_.empty(); }
+  bool recv_pending() const { return !recvs_.empty(); }
+  uint64_t sends_completed() const { return sends_completed_; }
+  uint64_t recvs_completed() const { return recvs_completed_; }
+  size_t sends_queued() const { return sends_.size(); }
+  size_t recvs_queued() const { return recvs_.size(); }
+
+  // Write as much as the socket takes. Returns bytes moved; on a socket
+  // error returns -1 with the errno in *err.
+  long progress_send(int* err);
+  // Read as much as is there into the posted receives. Returns bytes moved,
+  // or -1 with *problem set (and *err for kError). After kMismatch, kAbort or
+  // kGoodbye, received_header() is what arrived.
+  long progress_recv(RecvProblem* problem, int* err);
+  const WireHeader& received_header() const { return problem_header_; }
+
+  // The text of the abort frame progress_recv() reported, read to its end
+  // with a short deadline; empty if it cannot be read.
+  std::string read_abort_text();
+
+  // After a hang-up with nothing posted: read everything left into the stash
+  // and look for a control frame. Returns kAbort (text in *abort_text),
+  // kGoodbye, kEof (closed without either: the peer died) or kNone (the
+  // peer has not finished sending yet).
+  RecvProblem absorb(std::string* abort_text);
+  bool finished() const { return eof_; }
+
+  // For an abort notice: the bytes still owed on a half-written message
+  // (the receiver is mid-frame and needs them to find the next header).
+  size_t partial_send_remaining() const;
+  // Drops every posted operation (after an error).
+  void clear();
+
+ private:
+  struct SendOp {
+    WireHeader header;
+    const uint8_t* data;
+    size_t sent = 0;  // header bytes included
+  };
+  struct RecvOp {
+    WireHeader expected;
+    uint8_t* data;
+    WireHeader header;  // what arrived
+    size_t got = 0;     // header bytes included
+  };
+  size_t take_from_stash(RecvOp& op);
+
+  int fd_;
+  int peer_;
+  std::string address_;
+  std::deque<SendOp> sends_;
+  std::deque<RecvOp> recvs_;
+  uint64_t sends_completed_ = 0;
+  uint64_t recvs_completed_ = 0;
+  std::vector<uint8_t> stash_;
+  size_t stash_pos_ = 0;
+  bool eof_ = false;
+  WireHeader problem_header_;
+  std::string problem_text_;  // abort text bytes already read
+};
+
+}  // namespace collie

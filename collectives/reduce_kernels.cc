@@ -1,0 +1,166 @@
+#include "collectives/reduce_kernels.h"
+
+#include <cstdint>
+
+#include "runtime/base/check.h"
+#include "runtime/base/half.h"
+
+namespace collie {
+namespace {
+
+#define COLLIE_CLONES __attribute__((target_clones("avx2", "default")))
+
+struct Sum {
+  template <typename T>
+  static T apply(T a, T b) { return a + b; }
+};
+struct Product {
+  template <typename T>
+  static T apply(T a, T b) { return a * b; }
+};
+struct Min {
+  template <typename T>
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
+struct Max {
+  template <typename T>
+  static T apply(T a, T b) { return a < b ? b : a; }
+};
+
+template <typename Op, typename T>
+[[gnu::always_inline]] inline void loop(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void dispatch(T* dst, const T* a, const T* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return loop<Sum>(dst, a, b, n);
+    case ReduceOp::kProduct: return loop<Product>(dst, a, b, n);
+    case ReduceOp::kMin: return loop<Min>(dst, a, b, n);
+    case ReduceOp::kMax: return loop<Max>(dst, a, b, n);
+  }
+}
+
+// One cloned entry point per element type: the template loops inline into
+// it and get vectorised once per target.
+COLLIE_CLONES void reduce_f32(float* d, const float* a, const float* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+COLLIE_CLONES void reduce_f64(double* d, const double* a, const double* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+COLLIE_CLONES void reduce_i32(int32_t* d, const int32_t* a, const int32_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+COLLIE_CLONES void reduce_i64(int64_t* d, const int64_t* a, const int64_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+COLLIE_CLONES void reduce_u8(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+
+// Half types go through float; bfloat16's conversions are shifts and
+// vectorise, float16's handle subnormals and mostly do not.
+template <typename H>
+[[gnu::always_inline]] inline float load(const H* p, size_t i) { return to_float(p[i]); }
+template <typename H>
+[[gnu::always_inline]] inline H store(float f);
+template <> [[gnu::always_inline]] inline Half store<Half>(float f) { return to_half(f); }
+template <> [[gnu::always_inline]] inline BFloat16 store<BFloat16>(float f) { return to_bfloat16(f); }
+
+template <typename Op, typename H>
+void widen_loop(float* d, const H* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) d[i] = Op::apply(load(a, i), b[i]);
+}
+template <typename Op, typename H>
+void narrow_loop(H* d, const H* a, const float* b, size_t n, float divisor) {
+  if (divisor == 1.0f) {
+    for (size_t i = 0; i < n; ++i) d[i] = store<H>(Op::apply(load(a, i), b[i]));
+  } else {
+    for (size_t i = 0; i < n; ++i) d[i] = store<H>(Op::apply(load(a, i), b[i]) / divisor);
+  }
+}
+
+template <typename H>
+void reduce_widen_t(float* d, const H* a, const float* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return widen_loop<Sum>(d, a, b, n);
+    case ReduceOp::kProduct: return widen_loop<Product>(d, a, b, n);
+    case ReduceOp::kMin: return widen_loop<Min>(d, a, b, n);
+    case ReduceOp::kMax: return widen_loop<Max>(d, a, b, n);
+  }
+}
+
+template <typename H>
+void reduce_narrow_t(H* d, const H* a, const float* b, size_t n, ReduceOp op, float divisor) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return narrow_loop<Sum>(d, a, b, n, divisor);
+    case ReduceOp::kProduct: return narrow_loop<Product>(d, a, b, n, divisor);
+    case ReduceOp::kMin: return narrow_loop<Min>(d, a, b, n, divisor);
+    case ReduceOp::kMax: return narrow_loop<Max>(d, a, b, n, divisor);
+  }
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* a, const void* b, size_t n, DataType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return reduce_f32(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), n, op);
+    case DataType::kFloat64:
+      return reduce_f64(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), n, op);
+    case DataType::kInt32:
+      return reduce_i32(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n, op);
+    case DataType::kInt64:
+      return reduce_i64(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n, op);
+    case DataType::kUInt8:
+      return reduce_u8(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n, op);
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+      break;
+  }
+  COLLIE_CHECK(false, "reduce() on ", dtype, ": half types go through reduce_widen/reduce_narrow");
+}
+
+void reduce_widen(float* dst, const void* a, const float* b, size_t n, DataType dtype, ReduceOp op) {
+  if (dtype == DataType::kFloat16) return reduce_widen_t(dst, static_cast<const Half*>(a), b, n, op);
+  COLLIE_CHECK(dtype == DataType::kBFloat16, dtype);
+  reduce_widen_t(dst, static_cast<const BFloat16*>(a), b, n, op);
+}
+
+void reduce_narrow(void* dst, const void* a, const float* b, size_t n, DataType dtype, ReduceOp op,
+                   float divisor) {
+  if (dtype == DataType::kFloat16) {
+    return reduce_narrow_t(static_cast<Half*>(dst), static_cast<const Half*>(a), b, n, op, divisor);
+  }
+  COLLIE_CHECK(dtype == DataType::kBFloat16, dtype);
+  reduce_narrow_t(static_cast<BFloat16*>(dst), static_cast<const BFloat16*>(a), b, n, op, divisor);
+}
+
+void widen(float* dst, const void* src, size_t n, DataType dtype) {
+  if (dtype == DataType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = to_float(static_cast<const Half*>(src)[i]);
+    return;
+  }
+  COLLIE_CHECK(dtype == DataType::kBFloat16, dtype);
+  for (size_t i = 0; i < n; ++i) dst[i] = to_float(static_cast<const BFloat16*>(src)[i]);
+}
+
+void narrow(void* dst, const float* src, size_t n, DataType dtype, float divisor) {
+  if (dtype == DataType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) static_cast<Half*>(dst)[i] = to_half(src[i] / divisor);
+    return;
+  }
+  COLLIE_CHECK(dtype == DataType::kBFloat16, dtype);
+  for (size_t i = 0; i < n; ++i) static_cast<BFloat16*>(dst)[i] = to_bfloat16(src[i] / divisor);
+}
+
+void divide(void* data, size_t n, DataType dtype, int divisor) {
+  if (dtype == DataType::kFloat32) {
+    auto* p = static_cast<float*>(data);
+    const auto d = static_cast<float>(divisor);
+    for (size_t i = 0; i < n; ++i) p[i] /= d;
+  } else if (dtype == DataType::kFloat64) {
+    auto* p = static_cast<double*>(data);
+    const auto d = static_cast<double>(divisor);
+    for (size_t i = 0; i < n; ++i) p[i] /= d;
+  } else {
+    COLLIE_CHECK(false, "divide() on ", dtype);
+  }
+}
+
+}  // namespace collie

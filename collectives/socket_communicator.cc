@@ -1,0 +1,148 @@
+#include "collectives/socket_communicator.h"
+
+#include <cstring>
+
+#include "collectives/bootstrap.h"
+#include "collectives/reduce_kernels.h"
+#include "runtime/base/check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+void check_tensor(const char* what, const char* name, const TensorView& t) {
+  COLLIE_ARG_CHECK(t.device.is_cpu(), what, ": ", name, " is on ", t.device,
+                   "; the socket communicator takes CPU buffers only");
+  COLLIE_ARG_CHECK(is_valid(t.dtype), what, ": ", name, " has an invalid dtype (",
+                   static_cast<int>(t.dtype), ")");
+  COLLIE_ARG_CHECK(t.count == 0 || t.data != nullptr, what, ": ", name, " has ", t.count,
+                   " elements but a null data pointer");
+}
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int size,
+                                                    const CommunicatorOptions& options) {
+  COLLIE_ARG_CHECK_GE(size, 1, "communicator size");
+  COLLIE_ARG_CHECK(rank >= 0 && rank < size, "rank ", rank, " is not in [0, ", size, ")");
+  COLLIE_ARG_CHECK_GT(options.segment_bytes, size_t{0}, "CommunicatorOptions::segment_bytes");
+  COLLIE_ARG_CHECK_LE(options.segment_bytes, size_t{1} << 30, "CommunicatorOptions::segment_bytes");
+  if (size == 1) return std::make_unique<SocketCommunicator>(rank, size, "", nullptr, options);
+  Mesh mesh = build_mesh(store, rank, size, options);
+  auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),
+                                               std::move(mesh.connections), options.spin);
+  return std::make_unique<SocketCommunicator>(rank, size, mesh.address, std::move(transport), options);
+}
+
+SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
+                                       std::unique_ptr<Transport> transport,
+                                       const CommunicatorOptions& options)
+    : rank_(rank),
+      size_(size),
+      address_(std::move(address)),
+      transport_(std::move(transport)),
+      config_{options.segment_bytes, options.small_message_bytes} {}
+
+CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
+  call.seq = ++seq_;
+  if (transport_) transport_->begin(call, deadline);
+  return call;
+}
+
+void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
+  COLLIE_ARG_CHECK(is_valid(op), what, ": invalid reduce op ", static_cast<int>(op));
+  COLLIE_ARG_CHECK(op != ReduceOp::kAvg || is_floating_point(dtype), what,
+                   ": AVG needs a floating-point dtype, got ", dtype,
+                   " (use SUM and divide by the world size)");
+}
+
+void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
+                                    const Deadline& deadline, AllReduceAlgorithm algorithm) {
+  constexpr const char* kWhat = "all_reduce";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_tensor(kWhat, "out", out);
+  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count, kWhat, ": in is (", in.dtype,
+                   ", ", in.count, ") but out is (", out.dtype, ", ", out.count, ")");
+  COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
+                   kWhat, ": in and out overlap without being the same buffer");
+  check_reduce_op(kWhat, out.dtype, op);
+  if (algorithm == AllReduceAlgorithm::kAuto) {
+    algorithm = out.nbytes() <= config_.small_message_bytes ? AllReduceAlgorithm::kSmall
+                                                            : AllReduceAlgorithm::kRing;
+  }
+  CallInfo call{CollectiveKind::kAllReduce, out.dtype, op, 0, out.count};
+  call.algorithm = static_cast<uint8_t>(algorithm);
+  begin(call, deadline);
+  if (size_ == 1) {
+    if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
+    return;  // AVG over one rank is the value itself
+  }
+  if (algorithm == AllReduceAlgorithm::kSmall) {
+    small_all_reduce(*transport_, workspace_, in, out, op);
+  } else {
+    ring_all_reduce(*transport_, workspace_, config_, in, out, op);
+  }
+}
+
+void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& deadline) {
+  if (transport_) transport_->check_usable("broadcast");
+  check_tensor("broadcast", "tensor", tensor);
+  COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
+                   size_, "-rank group");
+  begin(CallInfo{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count}, deadline);
+  if (size_ > 1) collie::broadcast(*transport_, config_, tensor, root);
+}
+
+void SocketCommunicator::barrier(const Deadline& deadline) {
+  begin(CallInfo{CollectiveKind::kBarrier}, deadline);
+  if (size_ > 1) dissemination_barrier(*transport_);
+}
+
+void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadline& deadline) {
+  constexpr const char* kWhat = "all_gather";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_tensor(kWhat, "out", out);
+  COLLIE_ARG_CHECK(in.dtype == out.dtype && out.count == in.count * size_, kWhat,
+                   ": out must be (", in.dtype, ", ", in.count * size_, ") = size x in, got (",
+                   out.dtype, ", ", out.count, ")");
+  auto* slot = static_cast<uint8_t*>(out.data) + rank_ * in.nbytes();
+  COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()), kWhat,
+                   ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
+  begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
+  if (size_ == 1) {
+    if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
+    return;
+  }
+  collie::all_gather(*transport_, config_, in, out);
+}
+
+void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
+                                        const Deadline& deadline) {
+  constexpr const char* kWhat = "reduce_scatter";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_tensor(kWhat, "out", out);
+  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count * size_, kWhat,
+                   ": in must be (", out.dtype, ", ", out.count * size_, ") = size x out, got (",
+                   in.dtype, ", ", in.count, ")");
+  auto* slot = static_cast<uint8_t*>(in.data) + rank_ * out.nbytes();
+  COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()), kWhat,
+                   ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
+  check_reduce_op(kWhat, out.dtype, op);
+  begin(CallInfo{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count}, deadline);
+  if (size_ == 1) {
+    if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
+    return;
+  }
+  collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+}
+
+}  // namespace collie

@@ -1,0 +1,52 @@
+// SocketCommunicator: the Communicator over a Transport (a full TCP mesh).
+// It checks arguments, numbers the calls, picks the algorithm and keeps the
+// workspace; the algorithms themselves are in one file each.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "collectives/algorithms.h"
+#include "collectives/communicator.h"
+#include "collectives/transport.h"
+
+namespace collie {
+
+class SocketCommunicator final : public Communicator {
+ public:
+  // transport is null when size == 1.
+  SocketCommunicator(int rank, int size, std::string address, std::unique_ptr<Transport> transport,
+                     const CommunicatorOptions& options);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string address() const override { return address_; }
+
+  void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
+                  AllReduceAlgorithm algorithm) override;
+  void broadcast(TensorView tensor, int root, const Deadline& deadline) override;
+  void barrier(const Deadline& deadline) override;
+  void all_gather(TensorView in, TensorView out, const Deadline& deadline) override;
+  void reduce_scatter(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline) override;
+
+  bool broken() const override { return transport_ && transport_->broken(); }
+  void abort() override {
+    if (transport_) transport_->abort();
+  }
+
+ private:
+  // Numbers the call and starts it on the transport (throws at once when
+  // broken). Returns the call for size-1 groups too.
+  CallInfo begin(CallInfo call, const Deadline& deadline);
+  void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
+
+  const int rank_;
+  const int size_;
+  const std::string address_;
+  std::unique_ptr<Transport> transport_;
+  const AlgorithmConfig config_;
+  Workspace workspace_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace collie

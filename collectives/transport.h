@@ -1,0 +1,97 @@
+// Transport: the full mesh of Connections of one communicator, driven from
+// the calling thread. An algorithm posts sends and receives for its current
+// call and calls progress(), which advances every connection at once (so a
+// rank sends to its right while it receives from its left: full duplex
+// without a second thread) and returns as soon as any operation completes.
+//
+// Waiting: progress() first busy-polls its sockets for `spin` (a blocking
+// wake-up costs tens of microseconds, more than a small message's whole
+// round trip), yielding the CPU between polls so that oversubscribed ranks
+// still run, then sleeps in poll() until data, the deadline or abort().
+//
+// Failure: every error goes through fail(), which marks the transport broken,
+// sends an abort frame carrying the error text to every peer (finishing a
+// half-written message first so that the peer can find the frame), shuts the
+// sockets for writing and throws. Peers learn of the failure from the abort
+// frame or, if the process died, from the socket's EOF; either way within
+// one poll of it happening, whichever connection they were waiting on.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/connection.h"
+#include "collectives/wire.h"
+#include "runtime/base/deadline.h"
+
+namespace collie {
+
+class Transport {
+ public:
+  // connections[rank] is null for this rank.
+  Transport(int rank, int size, uint32_t group, std::vector<std::unique_ptr<Connection>> connections,
+            std::chrono::microseconds spin);
+  ~Transport();  // says goodbye to every peer unless broken
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Starts a call: throws BackendError at once if broken. The deadline must
+  // outlive the call.
+  void begin(const CallInfo& call, const Deadline& deadline);
+  const CallInfo& call() const { return call_; }
+  // Throws BackendError naming the original error when broken; `what` is
+  // the collective being refused ("all_reduce").
+  void check_usable(std::string_view what) const;
+
+  // Posts a message of `bytes` to / from `peer` for the current call; the
+  // buffer must stay valid until the operation completes.
+  void send(int peer, const void* data, size_t bytes);
+  void recv(int peer, void* data, size_t bytes);
+  // Operations completed on the connection to `peer` since begin().
+  uint64_t sends_done(int peer) const;
+  uint64_t recvs_done(int peer) const;
+
+  // Blocks until at least one posted operation completes (returns at once
+  // when none is posted). Throws on error, timeout or abort().
+  void progress();
+  // progress() until every posted operation has completed.
+  void wait_all();
+
+  // Breaks the transport, tells the peers, throws the matching collie error.
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+
+  bool broken() const { return broken_.load(); }
+  void abort();  // thread-safe
+
+ private:
+  Connection& conn(int peer) const;
+  bool progress_all();               // one non-blocking pass; true if bytes moved
+  void wait_for_io();                // poll() until something happens or the deadline
+  void on_recv_problem(Connection& c, RecvProblem problem, int err);
+  void on_hangup(Connection& c);     // an idle connection's peer hung up
+  void notify_peers(ErrorKind kind, const std::string& text);
+  [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message, const std::string& forward);
+  [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
+  [[noreturn]] void fail_timeout();
+  [[noreturn]] void fail_aborted();
+  std::string context() const;       // "all_reduce(...) as op #3 on rank 1"
+
+  const int rank_;
+  const int size_;
+  const uint32_t group_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  const std::chrono::microseconds spin_;
+  std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
+  CallInfo call_;
+  const Deadline* deadline_ = nullptr;
+  uint64_t completed_ = 0;  // operations completed, all connections
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> aborted_{false};
+  std::string broken_reason_;
+};
+
+}  // namespace collie

@@ -1,0 +1,86 @@
+// The data connections' wire format. Every message is a fixed 40-byte header
+// followed by `payload_bytes` of payload. The header names the call that sent
+// it (group, sequence number, collective, dtype, count, root, op), so that a
+// receiver compares it with its own call before it touches the payload: that
+// comparison is what turns a mismatched program into an error on every rank
+// instead of mixed data or a hang. Besides data there are two control frames:
+// kAbort carries the text of an error that broke the sender (the payload), and
+// kGoodbye says the sender closed its communicator in an orderly way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "collectives/algorithm.h"
+#include "runtime/base/types.h"
+
+namespace collie {
+
+enum class CollectiveKind : uint8_t {
+  kAllReduce = 0,
+  kBroadcast = 1,
+  kBarrier = 2,
+  kAllGather = 3,
+  kReduceScatter = 4,
+};
+std::string_view to_string(CollectiveKind kind);
+
+enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2 };
+
+// Which collie exception an abort frame re-raises on the peers.
+enum class ErrorKind : uint8_t { kNetwork = 0, kTimeout = 1, kBackend = 2 };
+
+// One collective call as every rank must agree on it. `seq` numbers the
+// communicator's calls from 1.
+struct CallInfo {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+  int32_t root = 0;
+  uint64_t count = 0;
+  uint64_t seq = 0;
+  // all_reduce only: the algorithm actually run (AllReduceAlgorithm, never
+  // kAuto), since ranks that disagree on it would exchange different messages.
+  uint8_t algorithm = 0;
+
+  // "all_reduce(float32, 1024, sum)", "broadcast(float32, 1000, root 0)".
+  std::string describe() const;
+  // describe() + " as op #17".
+  std::string describe_with_seq() const;
+  friend bool operator==(const CallInfo&, const CallInfo&) = default;
+};
+
+inline constexpr uint32_t kWireMagic = 0x434c4931;  // "CLI1"
+inline constexpr size_t kHeaderBytes = 40;
+
+// Little-endian on the wire; collie runs on little-endian hosts only, so the
+// struct is memcpy'd (static_asserts in wire.cc pin the layout).
+struct WireHeader {
+  uint32_t magic = kWireMagic;
+  uint32_t group = 0;       // hash of the store prefix
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  int32_t root = 0;
+  uint8_t kind = 0;         // CollectiveKind
+  uint8_t dtype = 0;        // DataType
+  uint8_t op = 0;           // ReduceOp
+  uint8_t frame = 0;        // FrameType
+  uint32_t payload_bytes = 0;
+  uint8_t error_kind = 0;   // ErrorKind, abort frames only
+  uint8_t algorithm = 0;    // CallInfo::algorithm
+  uint8_t reserved[2] = {};
+
+  static WireHeader data(uint32_t group, const CallInfo& call, uint32_t payload_bytes);
+  static WireHeader control(uint32_t group, FrameType frame, uint32_t payload_bytes,
+                            ErrorKind error_kind = ErrorKind::kNetwork);
+  CallInfo call() const;
+  // Whether this data header announces exactly `call` in `group`.
+  bool matches(uint32_t group, const CallInfo& call) const;
+};
+static_assert(sizeof(WireHeader) == kHeaderBytes);
+
+// FNV-1a of the store prefix: the group id in every header.
+uint32_t group_hash(std::string_view prefix);
+
+}  // namespace collie
