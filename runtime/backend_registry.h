@@ -1,0 +1,55 @@
+// The backend registry: process-group backends by name ("socket", "nccl"),
+// each with a factory and an availability probe. init_process_group and
+// new_group look the backend up here, so a new backend (the NCCL one) plugs in
+// by registering itself; nothing above this file names a concrete backend.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "runtime/base/deadline.h"
+#include "runtime/process_group.h"
+
+namespace collie {
+
+// What a backend needs to build one group.
+struct BackendContext {
+  // The group's own store (already prefixed for this group); the backend may
+  // keep it for the group's lifetime.
+  std::shared_ptr<Store> store;
+  int rank = -1;
+  int size = -1;
+  // The group's collective timeout (never kUnsetTimeout here).
+  Timeout timeout = kDefaultTimeout;
+  // "0" for the default group, "1", "2"... for new_group's, as in torch.
+  std::string group_name;
+};
+
+struct BackendEntry {
+  // Builds the group; the call is collective (every member calls it).
+  std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)> create;
+  // Empty when the backend can run on this machine, else why not ("no CUDA
+  // device: ..."); called for is_available(name) and "auto".
+  std::function<std::string()> unavailable_reason;
+};
+
+// Adds or replaces a backend. Thread-safe.
+void register_backend(const std::string& name, BackendEntry entry);
+// The registered names, sorted.
+std::vector<std::string> registered_backends();
+// True when `name` is registered and can run here.
+bool is_backend_available(const std::string& name);
+// Why `name` cannot run here ("" when it can).
+std::string backend_unavailable_reason(const std::string& name);
+// "auto": "nccl" when it is available, else "socket"; any other name is
+// returned unchanged (lower-cased). Throws InvalidArgument for an empty name.
+std::string resolve_backend_name(const std::string& name);
+// Builds a group of backend `name` (already resolved); throws BackendError
+// naming the backend and the reason when it cannot run here, InvalidArgument
+// when the name is unknown (listing the known ones).
+std::shared_ptr<ProcessGroup> create_backend(const std::string& name, const BackendContext& context);
+
+}  // namespace collie

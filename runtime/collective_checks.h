@@ -1,0 +1,38 @@
+// Argument checks every backend runs on the caller's thread before it queues
+// a collective, so that a wrong call throws InvalidArgument where it was made
+// (with a message naming the call, the rank and the values), instead of
+// failing later inside a worker and breaking the group.
+#pragma once
+
+#include <string_view>
+
+#include "runtime/base/deadline.h"
+#include "runtime/base/types.h"
+
+namespace collie {
+
+// Where the check runs, for messages: "all_reduce on rank 2 of group \"0\"".
+struct CallSite {
+  std::string_view op;
+  int rank;
+  std::string_view group;
+  std::string_view backend;
+};
+
+// A buffer the collective reads or writes: a known dtype, data when count > 0,
+// and on a device type this backend serves (`device_type`).
+void check_tensor(const CallSite& site, std::string_view name, const TensorView& t,
+                  DeviceType device_type);
+// A known op; AVG only on floating-point types (an integer average would
+// silently truncate).
+void check_reduce_op(const CallSite& site, ReduceOp op, DataType dtype);
+void check_root(const CallSite& site, int root, int size);
+// kUnsetTimeout or a non-negative duration.
+void check_timeout(const CallSite& site, Timeout timeout);
+// all_gather: output.count == size * input.count, same dtype and device.
+// reduce_scatter: input.count == size * output.count. `big` is the buffer
+// holding all ranks' slots, `small` the one holding this rank's.
+void check_gather_shapes(const CallSite& site, const TensorView& big, std::string_view big_name,
+                         const TensorView& small, std::string_view small_name, int size);
+
+}  // namespace collie

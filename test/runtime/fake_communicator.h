@@ -1,0 +1,102 @@
+// FakeCommunicator: a Communicator of one rank, for testing what the process
+// group layer adds on top (queueing, ordering, Work, broken groups, shutdown)
+// without sockets. It records every call, and a test can make a call block
+// until released (or aborted) or fail with a chosen error.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::test {
+
+// Shared with the test, which keeps it after the group owns the communicator.
+struct FakeControl {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> calls;  // "all_reduce", "broadcast 0", ... in run order
+  bool hold = false;               // calls block while true (until released or aborted)
+  int blocked = 0;                 // calls blocked right now
+  bool aborted = false;
+  // Thrown by the next call when set (then cleared).
+  std::function<void()> fail_next;
+
+  void release() {
+    std::lock_guard lock(mu);
+    hold = false;
+    cv.notify_all();
+  }
+  // Waits until `n` calls have been recorded.
+  bool wait_calls(size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return calls.size() >= n; });
+  }
+  bool wait_blocked(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return blocked > 0; });
+  }
+};
+
+class FakeCommunicator : public Communicator {
+ public:
+  explicit FakeCommunicator(std::shared_ptr<FakeControl> control) : control_(std::move(control)) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string address() const override { return ""; }
+
+  void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
+                  AllReduceAlgorithm) override {
+    run(str_cat("all_reduce ", op), deadline);
+  }
+  void broadcast(TensorView, int root, const Deadline& deadline) override {
+    run(str_cat("broadcast ", root), deadline);
+  }
+  void barrier(const Deadline& deadline) override { run("barrier", deadline); }
+  void all_gather(TensorView in, TensorView out, const Deadline& deadline) override {
+    run("all_gather", deadline);
+  }
+  void reduce_scatter(TensorView, TensorView, ReduceOp op, const Deadline& deadline) override {
+    run(str_cat("reduce_scatter ", op), deadline);
+  }
+  bool broken() const override {
+    std::lock_guard lock(control_->mu);
+    return control_->aborted;
+  }
+  void abort() override {
+    std::lock_guard lock(control_->mu);
+    control_->aborted = true;
+    control_->cv.notify_all();
+  }
+
+ private:
+  void run(const std::string& what, const Deadline& deadline) {
+    std::unique_lock lock(control_->mu);
+    if (control_->aborted) throw BackendError("fake communicator: aborted");
+    control_->calls.push_back(what);
+    control_->cv.notify_all();
+    if (control_->fail_next) {
+      auto fail = std::move(control_->fail_next);
+      control_->fail_next = nullptr;
+      fail();
+    }
+    ++control_->blocked;
+    control_->cv.notify_all();
+    bool done = control_->cv.wait_until(lock, deadline.when(),
+                                        [&] { return !control_->hold || control_->aborted; });
+    --control_->blocked;
+    if (control_->aborted) throw NetworkError(str_cat("fake communicator: ", what, " aborted"));
+    if (!done) throw TimeoutError(str_cat("fake communicator: ", what, " timed out ", deadline.describe()));
+  }
+
+  std::shared_ptr<FakeControl> control_;
+};
+
+}  // namespace collie::test
