@@ -1,0 +1,111 @@
+#include "nn/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::nn {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path) {
+  throw Error(str_cat(what, " '", path, "': ", std::strerror(errno)));
+}
+
+// Closes a descriptor on every path out of a function.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+std::string directory_of(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes) {
+  // A unique name so that two writers of the same checkpoint never share a
+  // temporary file; the pid tells whom a leftover belongs to.
+  const std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", std::random_device{}());
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail("cannot create temporary file", tmp);
+    size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int saved = errno;
+        ::unlink(tmp.c_str());
+        errno = saved;
+        fail(str_cat("cannot write ", bytes.size(), " bytes to"), tmp);
+      }
+      done += static_cast<size_t>(n);
+    }
+    if (::fsync(fd.get()) != 0) {
+      const int saved = errno;
+      ::unlink(tmp.c_str());
+      errno = saved;
+      fail("fsync failed on", tmp);
+    }
+    if (::close(fd.release()) != 0) {
+      ::unlink(tmp.c_str());
+      fail("close failed on", tmp);
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    ::unlink(tmp.c_str());
+    errno = saved;
+    fail(str_cat("cannot rename '", tmp, "' to"), path);
+  }
+  // The rename is durable only once the directory entry is on disk.
+  const std::string dir = directory_of(path);
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0) fail("cannot open directory", dir);
+  if (::fsync(dir_fd.get()) != 0) fail("fsync failed on directory", dir);
+}
+
+std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) fail("cannot stat", path);
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size > max_bytes)
+    throw Error(str_cat("file '", path, "' is ", size, " bytes, more than the limit of ", max_bytes));
+  std::vector<uint8_t> out(size);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::read(fd.get(), out.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read", path);
+    if (n == 0) break;  // shrank while we read
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace collie::nn
