@@ -66,8 +66,10 @@ class Store {
   // Default: set() each pair in turn.
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
 
-  Timeout timeout() const { return timeout_; }
-  void set_timeout(Timeout timeout) { timeout_ = resolve_timeout(timeout); }
+  // Virtual so that a wrapper (PrefixStore) can report and change the
+  // timeout of the store it wraps, which is the one its calls actually use.
+  virtual Timeout timeout() const { return timeout_; }
+  virtual void set_timeout(Timeout timeout) { timeout_ = resolve_timeout(timeout); }
 
  protected:
   Timeout timeout_;
