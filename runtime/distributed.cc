@@ -75,6 +75,10 @@ void init_process_group(const InitOptions& options) {
           "destroy_process_group() first");
   }
   std::string backend = resolve_backend_name(options.backend);
+  auto known = registered_backends();
+  if (std::find(known.begin(), known.end(), backend) == known.end())
+    throw InvalidArgument(str_cat("init_process_group: unknown backend \"", options.backend,
+                                  "\" (known: ", join(known, ", "), ", auto)"));
   // Fail before the rendezvous, not after a 30-minute wait for peers.
   if (std::string reason = backend_unavailable_reason(backend); !reason.empty())
     throw BackendError(str_cat("init_process_group: backend \"", backend, "\" cannot run here: ", reason));
