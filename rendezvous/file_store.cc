@@ -31,6 +31,8 @@ const std::string kCleanupKey = "cleanup/";
 // waiter notices a set quickly without spinning on the lock.
 constexpr auto kFirstPoll = std::chrono::milliseconds(1);
 constexpr auto kMaxPoll = std::chrono::milliseconds(50);
+// The lock is held for microseconds at a time, so a contender retries fast.
+constexpr auto kMaxLockPause = std::chrono::milliseconds(2);
 // The destructor must not hang a process exit on a wedged peer.
 constexpr Timeout kCloseLockLimit = std::chrono::seconds(60);
 
@@ -66,7 +68,7 @@ class FileStore::Lock {
         throw TimeoutError(str_cat("FileStore ", store_.path_,
                                    ": another process held the file lock ", deadline.describe()));
       std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, deadline.remaining()));
-      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxPoll);
+      pause = std::min<std::chrono::microseconds>(pause * 2, kMaxLockPause);
     }
   }
   ~Lock() { ::flock(store_.fd_, LOCK_UN); }
