@@ -1,0 +1,188 @@
+#include "rendezvous/tcp_store_client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+
+using store_protocol::Dialect;
+using store_protocol::Writer;
+
+namespace {
+
+Timeout jittered(Timeout base) {
+  // Full jitter in [base/2, base]: ranks that start together do not retry in
+  // lock-step against a server that is still coming up.
+  thread_local std::minstd_rand rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  std::uniform_int_distribution<int64_t> dist(base.count() / 2, base.count());
+  return Timeout(dist(rng));
+}
+
+}  // namespace
+
+TcpStoreClient::TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
+                               std::unique_ptr<TcpStoreServer> server)
+    : TcpStore(options.timeout),
+      host_(std::move(host)),
+      port_(port),
+      options_(options),
+      server_(std::move(server)) {
+  std::lock_guard lock(mu_);
+  open(Deadline(timeout_));
+}
+
+TcpStoreClient::~TcpStoreClient() {
+  // Close our socket before the server (if we host it) stops.
+  socket_.close();
+}
+
+StoreProtocol TcpStoreClient::protocol() const {
+  std::lock_guard lock(mu_);
+  return dialect_ == Dialect::kV1_13 ? StoreProtocol::kV1_13 : StoreProtocol::kV2;
+}
+
+std::string TcpStoreClient::describe(const std::string& what) const {
+  return str_cat("TcpStore ", host_, ":", port_, ": ", what);
+}
+
+void TcpStoreClient::open(const Deadline& deadline) {
+  Timeout backoff = std::chrono::milliseconds(10);
+  int attempts = 0;
+  IoResult last;
+  for (;;) {
+    ++attempts;
+    StoreSocket socket;
+    last = StoreSocket::connect(host_, port_, deadline.when(), &socket);
+    if (last.ok()) {
+      if (handshake(socket, deadline)) {
+        socket_ = std::move(socket);
+        return;
+      }
+      continue;  // a 2.x torch server refused the probe: reconnect in 2.x
+    }
+    if (deadline.expired()) break;
+    // The server may not be up yet: back off exponentially (capped at 1s).
+    std::this_thread::sleep_for(std::min<Timeout>(jittered(backoff), deadline.remaining()));
+    backoff = std::min<Timeout>(backoff * 2, std::chrono::seconds(1));
+  }
+  throw TimeoutError(describe(str_cat("could not connect ", deadline.describe(), " (", attempts,
+                                      " attempts; last error: ", last.describe(), ")")));
+}
+
+bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
+  auto check_io = [&](const IoResult& r, const char* step) {
+    if (r.ok()) return;
+    if (r.kind == IoResult::Kind::kTimeout)
+      throw TimeoutError(describe(str_cat(step, " got no answer ", deadline.describe())));
+    throw StoreError(describe(str_cat(step, " failed: ", r.describe())));
+  };
+  if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kV1_13)
+    dialect_ = Dialect::kV1_13;
+  if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kDetect) {
+    // The probe (store_protocol.h): a 1.13 CHECK of a reserved key, harmless
+    // to every server that could be listening.
+    Bytes probe;
+    Writer(probe).u8(static_cast<uint8_t>(store_protocol::V1Query::kCheck))
+        .keys({store_protocol::kProbeKey});
+    check_io(socket.send_all(probe.data(), probe.size(), deadline.when()), "dialect probe");
+    uint8_t answer = 0;
+    IoResult r = socket.recv_exact(&answer, 1, deadline.when());
+    if (r.kind == IoResult::Kind::kClosed) {
+      COLLIE_LOG(kDebug) << describe("a PyTorch 2.x server; speaking 2.x");
+      dialect_ = Dialect::kV2;
+      return false;
+    }
+    check_io(r, "dialect probe");
+    if (answer == store_protocol::kCheckReady || answer == store_protocol::kCheckNotReady) {
+      COLLIE_LOG(kDebug) << describe("a PyTorch 1.13 server; speaking 1.13");
+      dialect_ = Dialect::kV1_13;
+      return true;
+    }
+    if (answer != store_protocol::kProbeBothDialects) {
+      throw StoreError(describe(str_cat("unexpected answer ", int{answer},
+                                        " to the dialect probe: is this a TCPStore server?")));
+    }
+    // collie's server: it serves both, and 2.x has every operation.
+  }
+  if (dialect_ == Dialect::kV1_13) return true;
+  dialect_ = Dialect::kV2;
+  // 2.x: VALIDATE then PING, whose nonce must come back.
+  const uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5a5a0000u;
+  Bytes hello;
+  Writer(hello).u8(static_cast<uint8_t>(store_protocol::V2Query::kValidate))
+      .u32(store_protocol::kValidationMagic)
+      .u8(static_cast<uint8_t>(store_protocol::V2Query::kPing))
+      .u32(nonce);
+  check_io(socket.send_all(hello.data(), hello.size(), deadline.when()), "2.x handshake");
+  uint8_t echoed[4];
+  IoResult r = socket.recv_exact(echoed, 4, deadline.when());
+  if (r.kind == IoResult::Kind::kClosed) {
+    throw StoreError(describe(
+        "the server closed the connection during the 2.x handshake (VALIDATE, PING); "
+        "if it is a PyTorch 1.13 server, use StoreProtocol::kV1_13 or kDetect"));
+  }
+  check_io(r, "2.x handshake");
+  if (store_protocol::load_u32(echoed) != nonce)
+    throw StoreError(describe("PING answered with the wrong nonce: is this a TCPStore server?"));
+  return true;
+}
+
+void TcpStoreClient::ensure_open() {
+  if (!socket_.is_open()) open(Deadline(timeout_));
+}
+
+Bytes TcpStoreClient::begin(Op op) {
+  Bytes request;
+  request.push_back(store_protocol::query_byte(op, dialect_));
+  return request;
+}
+
+void TcpStoreClient::fail(const IoResult& r, const char* what, const Deadline& deadline) {
+  socket_.close();  // whatever was in flight, the stream is out of step now
+  if (r.kind == IoResult::Kind::kTimeout)
+    throw TimeoutError(describe(str_cat(what, " got no answer ", deadline.describe())));
+  throw NetworkError(describe(str_cat(what, " failed: ", r.describe(), " (after ",
+                                      format_duration(deadline.elapsed()), ")")));
+}
+
+void TcpStoreClient::send(const Bytes& request, const char* what, const Deadline& deadline) {
+  if (IoResult r = socket_.send_all(request.data(), request.size(), deadline.when()); !r.ok())
+    fail(r, what, deadline);
+}
+
+void TcpStoreClient::recv(void* data, size_t n, const char* what, const Deadline& deadline) {
+  if (IoResult r = socket_.recv_exact(data, n, deadline.when()); !r.ok()) fail(r, what, deadline);
+}
+
+uint8_t TcpStoreClient::recv_u8(const char* what, const Deadline& deadline) {
+  uint8_t v = 0;
+  recv(&v, 1, what, deadline);
+  return v;
+}
+
+int64_t TcpStoreClient::recv_i64(const char* what, const Deadline& deadline) {
+  uint8_t b[8];
+  recv(b, 8, what, deadline);
+  return static_cast<int64_t>(store_protocol::load_u64(b));
+}
+
+Bytes TcpStoreClient::recv_bytes(const char* what, const Deadline& deadline) {
+  uint64_t len = static_cast<uint64_t>(recv_i64(what, deadline));
+  if (len > options_.max_value_bytes) {
+    socket_.close();
+    throw StoreError(describe(str_cat(what, ": the server sent a value of ", len,
+                                      " bytes, over the cap of ", options_.max_value_bytes)));
+  }
+  Bytes value(static_cast<size_t>(len));
+  recv(value.data(), value.size(), what, deadline);
+  return value;
+}
+
+}  // namespace collie

@@ -1,0 +1,81 @@
+// TcpStoreClient: the TcpStore a process talks through. One socket to the
+// server, requests serialized by a mutex so that several threads may share
+// one client. Keys go on the wire verbatim (torch's own TCPStore prefixes
+// "/" to every key; see docs/store-protocol.md).
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_socket.h"
+
+namespace collie {
+
+class TcpStoreClient final : public TcpStore {
+ public:
+  // Connects (with backoff, until options.timeout) and shakes hands.
+  TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
+                 std::unique_ptr<TcpStoreServer> server = nullptr);
+  ~TcpStoreClient() override;
+
+  void set(const std::string& key, std::span<const uint8_t> value) override;
+  using Store::set;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, std::span<const uint8_t> expected,
+                    std::span<const uint8_t> desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Timeout timeout = kUnsetTimeout) override;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  void append(const std::string& key, std::span<const uint8_t> value) override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+
+  std::string host() const override { return host_; }
+  uint16_t port() const override { return port_; }
+  StoreProtocol protocol() const override;
+
+ private:
+  using Op = store_protocol::Op;
+  // How long a server gets to answer CANCEL_WAIT, or a reconnect, after a
+  // timed-out wait: the wait's own limit has already passed.
+  static constexpr Timeout kCleanupTimeout = std::chrono::seconds(10);
+
+  // Opens a connection (backoff + jitter until `deadline`) and shakes hands
+  // in the configured dialect, detecting it first for kDetect.
+  void open(const Deadline& deadline);
+  // One handshake on a fresh socket; returns false when a kDetect probe
+  // found a 2.x torch server (which drops the probe's connection).
+  bool handshake(StoreSocket& socket, const Deadline& deadline);
+  void ensure_open();
+
+  // The request header: the query byte of `op` in this connection's dialect.
+  Bytes begin(Op op);
+  void send(const Bytes& request, const char* what, const Deadline& deadline);
+  void recv(void* data, size_t n, const char* what, const Deadline& deadline);
+  uint8_t recv_u8(const char* what, const Deadline& deadline);
+  int64_t recv_i64(const char* what, const Deadline& deadline);
+  Bytes recv_bytes(const char* what, const Deadline& deadline);
+  // Closes the (now unusable) connection and throws NetworkError or
+  // TimeoutError naming the server, the request and the time spent.
+  [[noreturn]] void fail(const IoResult& r, const char* what, const Deadline& deadline);
+
+  // Sends WAIT and waits for STOP_WAITING; false on timeout (the wait is
+  // then cancelled, or the connection dropped in 1.13).
+  bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);
+  std::vector<std::string> missing_locked(const std::vector<std::string>& keys);
+  std::string describe(const std::string& what) const;
+
+  const std::string host_;
+  const uint16_t port_;
+  const TcpStoreOptions options_;
+  std::unique_ptr<TcpStoreServer> server_;  // when this store hosts it
+  mutable std::mutex mu_;
+  StoreSocket socket_;
+  store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
+};
+
+}  // namespace collie

@@ -1,0 +1,182 @@
+#include "rendezvous/tcp_store_connection.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+// Reads start small (most requests are tens of bytes, and a server may hold
+// thousands of idle connections) and grow towards the size a partly received
+// request has declared, up to this step.
+constexpr size_t kMinReadBytes = 4096;
+constexpr size_t kMaxReadBytes = size_t{1} << 20;
+
+}  // namespace
+
+using store_protocol::Op;
+using store_protocol::ParseResult;
+
+StoreConnection::StoreConnection(ConnectionId id, asio::ip::tcp::socket socket,
+                                 StoreConnectionOwner& owner)
+    : id_(id), socket_(std::move(socket)), owner_(owner) {
+  std::error_code ec;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  auto peer = socket_.remote_endpoint(ec);
+  peer_ = ec ? std::string("?") : str_cat(peer.address().to_string(), ":", peer.port());
+}
+
+void StoreConnection::start() { read(); }
+
+void StoreConnection::read() {
+  if (closed_ || read_in_flight_) return;
+  const size_t buffered = end_ - begin_;
+  const size_t cap = owner_.limits().request_cap();
+  // Back-pressure: a client that does not read its replies, or that piles
+  // requests behind a parked GET, stops being read until that drains.
+  if (pending_output() > cap || (blocked_ && buffered > cap)) return;
+
+  if (buffered == 0) {
+    begin_ = end_ = 0;
+    if (in_.size() > kMaxReadBytes) Bytes().swap(in_);  // a big value has gone
+  } else if (begin_ > 0) {
+    std::memmove(in_.data(), in_.data() + begin_, buffered);
+    begin_ = 0;
+    end_ = buffered;
+  }
+  const size_t missing = need_ > buffered ? need_ - buffered : 0;
+  const size_t want = std::clamp(missing, kMinReadBytes, kMaxReadBytes);
+  if (in_.size() < end_ + want) in_.resize(end_ + want);
+
+  read_in_flight_ = true;
+  socket_.async_read_some(asio::buffer(in_.data() + end_, in_.size() - end_),
+                          [self = shared_from_this()](std::error_code ec, size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void StoreConnection::on_read(std::error_code ec, size_t n) {
+  read_in_flight_ = false;
+  if (closed_) return;
+  if (ec) {
+    if (end_ > begin_) {
+      COLLIE_LOG(kInfo) << "TcpStoreServer " << owner_.address() << ": client " << peer_
+                        << " went away mid-message (" << (end_ - begin_)
+                        << " bytes unparsed): " << ec.message();
+    } else {
+      COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": client " << peer_
+                         << " closed: " << ec.message();
+    }
+    close();
+    return;
+  }
+  end_ += n;
+  process();
+  flush();
+  read();
+}
+
+void StoreConnection::process() {
+  while (!closed_ && !blocked_) {
+    const size_t buffered = end_ - begin_;
+    if (buffered == 0 || buffered < need_) return;
+    ParseResult r = store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_,
+                                                  owner_.limits());
+    switch (r.status) {
+      case ParseResult::Status::kNeedMore:
+        need_ = r.need_bytes;
+        return;
+      case ParseResult::Status::kError:
+        drop(r.error);
+        return;
+      case ParseResult::Status::kRequest:
+        begin_ += r.consumed;
+        need_ = 0;
+        apply(std::move(r.request));
+        break;
+    }
+  }
+}
+
+void StoreConnection::apply(store_protocol::Request&& request) {
+  if (request.op == Op::kProbe) {
+    // kDetect's probe (store_protocol.h): say "both dialects" and keep
+    // waiting for the connection's real first message.
+    out_.push_back(store_protocol::kProbeBothDialects);
+    return;
+  }
+  if (dialect_ == store_protocol::Dialect::kUnknown) {
+    dialect_ = request.dialect;
+    COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": client " << peer_
+                       << " speaks the " << store_protocol::dialect_name(dialect_) << " dialect";
+  }
+  if (request.op == Op::kValidate) return;
+  if (request.op == Op::kWatchKey) {
+    drop("WATCH_KEY (torch 1.13's watch_key callbacks) is not supported");
+    return;
+  }
+  try {
+    if (owner_.state().handle(id_, std::move(request), out_) == TcpStoreState::Outcome::kBlocked)
+      blocked_ = true;
+  } catch (const Error& e) {
+    drop(e.what());
+  }
+}
+
+void StoreConnection::send(Bytes bytes) {
+  if (closed_) return;
+  out_.insert(out_.end(), bytes.begin(), bytes.end());
+  flush();
+}
+
+void StoreConnection::resume() {
+  if (closed_) return;
+  blocked_ = false;
+  process();
+  flush();
+  read();
+}
+
+void StoreConnection::flush() {
+  if (closed_ || write_in_flight_ || out_.empty()) return;
+  writing_.swap(out_);
+  out_.clear();
+  write_in_flight_ = true;
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [self = shared_from_this()](std::error_code ec, size_t) {
+                      self->write_in_flight_ = false;
+                      if (self->writing_.capacity() > kMaxReadBytes) Bytes().swap(self->writing_);
+                      self->writing_.clear();
+                      if (self->closed_) return;
+                      if (ec) {
+                        COLLIE_LOG(kDebug) << "TcpStoreServer " << self->owner_.address()
+                                           << ": write to " << self->peer_
+                                           << " failed: " << ec.message();
+                        self->close();
+                        return;
+                      }
+                      self->flush();
+                      self->read();
+                    });
+}
+
+void StoreConnection::drop(const std::string& why) {
+  COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": dropping connection from "
+                    << peer_ << ": " << why;
+  close();
+}
+
+void StoreConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  owner_.closed(id_);
+}
+
+}  // namespace collie

@@ -1,0 +1,168 @@
+// The TcpStore server: one Asio event loop on its own thread. Each accepted
+// socket becomes a StoreConnection, which reads bytes, cuts them into
+// requests with store_protocol::parse_request and hands them to the one
+// TcpStoreState. Nothing in the loop ever blocks: a request that must wait
+// parks in the state and its reply is delivered when a write completes it.
+#include <asio.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_connection.h"
+#include "rendezvous/tcp_store_state.h"
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+using asio::ip::tcp;
+
+class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOwner {
+ public:
+  explicit TcpStoreServerImpl(const TcpStoreServerOptions& options)
+      : options_(options),
+        acceptor_(io_),
+        retry_timer_(io_),
+        state_([this](ConnectionId id, Bytes reply, bool resumed) {
+          deliver(id, std::move(reply), resumed);
+        }) {
+    limits_.max_value_bytes = options.max_value_bytes;
+    bind();
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~TcpStoreServerImpl() override { stop(); }
+
+  uint16_t port() const override { return port_; }
+  std::string host() const override { return options_.host; }
+
+  void stop() override {
+    std::lock_guard lock(stop_mu_);
+    if (!thread_.joinable()) return;
+    asio::post(io_, [this] {
+      std::error_code ec;
+      acceptor_.close(ec);
+      retry_timer_.cancel();
+      auto connections = std::move(connections_);
+      for (auto& [id, c] : connections) c->close();
+      io_.stop();
+    });
+    thread_.join();
+  }
+
+  // StoreConnectionOwner: called on the loop thread.
+  TcpStoreState& state() override { return state_; }
+  const store_protocol::Limits& limits() const override { return limits_; }
+  std::string address() const override { return str_cat(options_.host, ":", port_); }
+  void closed(ConnectionId id) override {
+    state_.drop(id);
+    connections_.erase(id);
+  }
+
+ private:
+  void bind() {
+    const std::string where = str_cat(options_.host, ":", options_.port);
+    std::error_code ec;
+    tcp::resolver resolver(io_);
+    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+                                      tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+    if (ec || endpoints.empty()) {
+      throw NetworkError(str_cat("TcpStoreServer: cannot resolve ", where, ": ", ec.message()));
+    }
+    tcp::endpoint endpoint = endpoints.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    // A deep backlog: a whole job's ranks connect at once.
+    if (!ec) acceptor_.listen(4096, ec);
+    if (ec) {
+      throw NetworkError(str_cat("TcpStoreServer: cannot listen on ", where, ": ", ec.message(),
+                                 ec == asio::error::address_in_use
+                                     ? " (another process holds the port; pick another or 0)"
+                                     : ""));
+    }
+    port_ = acceptor_.local_endpoint().port();
+    COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_;
+  }
+
+  void run() {
+    accept();
+    // Handlers never throw (each connection catches its own errors); a throw
+    // here would be a bug, logged rather than silently ending the loop.
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        COLLIE_LOG(kError) << "TcpStoreServer " << address() << ": event loop error: "
+                           << e.what();
+      }
+    }
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec) {
+        // Out of file descriptors (EMFILE) and the like: say so and try
+        // again shortly instead of spinning on the same error.
+        COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": accept failed: "
+                          << ec.message() << "; retrying in 50ms";
+        retry_timer_.expires_after(std::chrono::milliseconds(50));
+        retry_timer_.async_wait([this](std::error_code e) {
+          if (!e) accept();
+        });
+        return;
+      }
+      if (connections_.size() >= options_.max_connections) {
+        std::error_code ignored;
+        COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": refusing a connection from "
+                          << socket.remote_endpoint(ignored) << ": already "
+                          << connections_.size() << " connections (max_connections)";
+        socket.close(ignored);
+      } else {
+        const ConnectionId id = next_id_++;
+        auto connection = std::make_shared<StoreConnection>(id, std::move(socket), *this);
+        connections_.emplace(id, connection);
+        connection->start();
+      }
+      accept();
+    });
+  }
+
+  // A parked request completed: send its reply on its own connection.
+  void deliver(ConnectionId id, Bytes reply, bool resumed) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) return;
+    it->second->send(std::move(reply));
+    // Resume on a fresh handler: we are inside another connection's request,
+    // and the resumed one's next requests must not run inside it.
+    if (resumed) asio::post(io_, [c = it->second] { c->resume(); });
+  }
+
+  TcpStoreServerOptions options_;
+  store_protocol::Limits limits_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  TcpStoreState state_;
+  std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections_;
+  ConnectionId next_id_ = 1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+  std::mutex stop_mu_;
+};
+
+}  // namespace
+
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOptions& options) {
+  return std::make_unique<TcpStoreServerImpl>(options);
+}
+
+}  // namespace collie
