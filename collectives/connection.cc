@@ -208,6 +208,28 @@ RecvProblem Connection::absorb(std::string* abort_text) {
   return eof_ ? RecvProblem::kEof : RecvProblem::kNone;
 }
 
+bool Connection::peek_header(WireHeader* header) {
+  if (stash_pos_ < stash_.size()) {
+    if (stash_.size() - stash_pos_ < kHeaderBytes) return false;
+    std::memcpy(header, stash_.data() + stash_pos_, kHeaderBytes);
+    return true;
+  }
+  const ssize_t r = ::recv(fd_, header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+  return r == static_cast<ssize_t>(kHeaderBytes);
+}
+
+std::string Connection::take_abort_frame() {
+  if (!peek_header(&problem_header_)) return "";
+  if (stash_pos_ < stash_.size()) {
+    stash_pos_ += kHeaderBytes;
+  } else {
+    WireHeader discard;
+    if (::recv(fd_, &discard, kHeaderBytes, MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes)) return "";
+  }
+  problem_text_.clear();
+  return read_abort_text();
+}
+
 size_t Connection::partial_send_remaining() const {
   if (sends_.empty()) return 0;
   const SendOp& op = sends_.front();

@@ -67,6 +67,15 @@ class Connection {
   RecvProblem absorb(std::string* abort_text);
   bool finished() const { return eof_; }
 
+  // Whether the stream is between frames (nothing of the next one read).
+  bool at_frame_boundary() const { return recvs_.empty() || recvs_.front().got == 0; }
+  // At a frame boundary: the header of the next frame, without consuming
+  // it. False when fewer than kHeaderBytes have arrived.
+  bool peek_header(WireHeader* header);
+  // With nothing posted and an abort frame next: consumes it and returns
+  // its text.
+  std::string take_abort_frame();
+
   // For an abort notice: the bytes still owed on a half-written message
   // (the receiver is mid-frame and needs them to find the next header).
   size_t partial_send_remaining() const;

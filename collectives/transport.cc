@@ -41,7 +41,8 @@ Transport::Transport(int rank, int size, uint32_t group,
       connections_(std::move(connections)),
       spin_(spin),
       send_base_(size, 0),
-      recv_base_(size, 0) {}
+      recv_base_(size, 0),
+      peeked_seq_(size, 0) {}
 
 Transport::~Transport() {
   if (broken_.load()) return;
@@ -178,7 +179,12 @@ void Transport::wait_for_io() {
     if (!c) continue;
     short events = 0;
     if (c->send_pending()) events |= POLLOUT;
-    if (c->recv_pending()) events |= POLLIN;
+    // Data on a connection where nothing is posted is looked at once per
+    // call: a frame of a different call with our sequence number (or an
+    // older one) is a mismatch we can report before anyone hangs.
+    if (c->recv_pending() || (!c->finished() && peeked_seq_[c->peer()] != call_.seq)) {
+      events |= POLLIN;
+    }
     // Idle connections are watched for a hang-up: that is how a failure
     // anywhere in the group reaches a rank waiting on someone else.
     if (!c->finished()) events |= POLLRDHUP;
@@ -192,10 +198,9 @@ void Transport::wait_for_io() {
   const int r = ::poll(pf, n, timeout_ms);
   if (r <= 0) return;  // timeout or EINTR: the caller checks the deadline
   for (int i = 0; i < n; ++i) {
-    if ((pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && !po[i]->recv_pending() &&
-        !po[i]->finished()) {
-      on_hangup(*po[i]);
-    }
+    if (po[i]->recv_pending() || po[i]->finished()) continue;
+    if (pf[i].revents & POLLIN) on_unexpected_input(*po[i]);
+    if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(*po[i]);
   }
 }
 
@@ -213,27 +218,60 @@ void Transport::on_hangup(Connection& c) {
   }
 }
 
+void Transport::on_unexpected_input(Connection& c) {
+  WireHeader h;
+  if (!c.peek_header(&h)) return;  // the rest of the header is on its way
+  if (h.magic != kWireMagic || h.group != group_) fail_mismatch(c, h);
+  switch (static_cast<FrameType>(h.frame)) {
+    case FrameType::kAbort:
+      fail_from_peer(c, c.take_abort_frame());
+    case FrameType::kGoodbye:
+      break;
+    case FrameType::kData:
+      if (h.seq < call_.seq || (h.seq == call_.seq && !(h.call() == call_))) fail_mismatch(c, h);
+      break;
+  }
+  peeked_seq_[c.peer()] = call_.seq;
+}
+
+void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
+  if (h.magic != kWireMagic || h.group != group_) {
+    fail(ErrorKind::kBackend,
+         str_cat(context(), ": received a message from ", c.name(),
+                 " that does not belong to this group (magic ", h.magic, ", group ", h.group,
+                 ", expected ", kWireMagic, ", ", group_, ")"));
+  }
+  // A peer that is already past our call is one symptom; another peer's
+  // frame of this very call, waiting unread, usually names the real culprit.
+  if (h.seq != call_.seq) {
+    for (auto& other : connections_) {
+      WireHeader o;
+      if (other && other.get() != &c && other->at_frame_boundary() && other->peek_header(&o) &&
+          o.magic == kWireMagic && o.group == group_ &&
+          o.frame == static_cast<uint8_t>(FrameType::kData) && o.seq == call_.seq &&
+          !(o.call() == call_)) {
+        fail_mismatch(*other, o);
+      }
+    }
+  }
+  fail(ErrorKind::kBackend,
+       str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
+               ", rank ", rank_, " called ", call_.describe_with_seq(),
+               " (every rank must call the same collectives in the same order)"));
+}
+
 void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
   const WireHeader& h = c.received_header();
   switch (problem) {
     case RecvProblem::kMismatch:
-      if (h.magic != kWireMagic || h.group != group_) {
-        fail(ErrorKind::kBackend,
-             str_cat(context(), ": received a message from ", c.name(),
-                     " that does not belong to this group (magic ", h.magic, ", group ", h.group,
-                     ", expected ", kWireMagic, ", ", group_, ")"));
-      }
-      if (h.call() == call_) {
+      if (h.magic == kWireMagic && h.group == group_ && h.call() == call_) {
         fail(ErrorKind::kBackend,
              str_cat(context(), ": ", c.name(), " sent a ", h.payload_bytes,
                      "-byte message where a different size was expected: are the "
                      "CommunicatorOptions (segment_bytes, small_message_bytes) the same on "
                      "every rank?"));
       }
-      fail(ErrorKind::kBackend,
-           str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
-                   ", rank ", rank_, " called ", call_.describe_with_seq(),
-                   " (every rank must call the same collectives in the same order)"));
+      fail_mismatch(c, h);
     case RecvProblem::kAbort:
       fail_from_peer(c, c.read_abort_text());
     case RecvProblem::kGoodbye:
@@ -280,7 +318,20 @@ void Transport::fail_aborted() {
   fail(ErrorKind::kBackend, str_cat(context(), ": the communicator was aborted (abort() called)"));
 }
 
-void Transport::fail(ErrorKind kind, const std::string& message) { fail_impl(kind, message, message); }
+void Transport::fail(ErrorKind kind, const std::string& message) {
+  // A socket error is often the echo of a peer's failure (it broke, told
+  // us, and exited before we read the news): prefer its explanation.
+  if (kind == ErrorKind::kNetwork && !broken_.load()) {
+    for (auto& c : connections_) {
+      WireHeader h;
+      if (c && c->at_frame_boundary() && c->peek_header(&h) && h.magic == kWireMagic &&
+          h.group == group_ && h.frame == static_cast<uint8_t>(FrameType::kAbort)) {
+        fail_from_peer(*c, c->take_abort_frame());
+      }
+    }
+  }
+  fail_impl(kind, message, message);
+}
 
 void Transport::fail_impl(ErrorKind kind, const std::string& message, const std::string& forward) {
   if (!broken_.exchange(true) || broken_reason_.empty()) {

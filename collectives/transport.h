@@ -73,6 +73,8 @@ class Transport {
   void wait_for_io();                // poll() until something happens or the deadline
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
   void on_hangup(Connection& c);     // an idle connection's peer hung up
+  void on_unexpected_input(Connection& c);  // data where nothing is posted
+  [[noreturn]] void fail_mismatch(const Connection& c, const WireHeader& h);
   void notify_peers(ErrorKind kind, const std::string& text);
   [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message, const std::string& forward);
   [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
@@ -86,6 +88,9 @@ class Transport {
   std::vector<std::unique_ptr<Connection>> connections_;
   const std::chrono::microseconds spin_;
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
+  // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
+  // this call and is legitimately early (a later round, or the next call).
+  std::vector<uint64_t> peeked_seq_;
   CallInfo call_;
   const Deadline* deadline_ = nullptr;
   uint64_t completed_ = 0;  // operations completed, all connections

@@ -1,0 +1,145 @@
+#include "test/collectives/harness.h"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "rendezvous/hash_store.h"
+#include "runtime/base/half.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::test {
+
+std::vector<std::string> run_ranks(int size, const CommunicatorOptions& options,
+                                   const std::function<void(Communicator&)>& fn) {
+  static std::atomic<int> next_group{0};
+  HashStore store(std::chrono::seconds(60));
+  CommunicatorOptions opts = options;
+  opts.store_prefix = str_cat(options.store_prefix, "_t", next_group++);
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = Communicator::connect(store, r, size, opts);
+        fn(*comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "(empty error message)";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::string join_errors(const std::vector<std::string>& errors) {
+  std::string out;
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) out += str_cat("rank ", r, ": ", errors[r], "\n");
+  }
+  return out;
+}
+
+double value_of(int rank, size_t i, ReduceOp op, DataType dtype) {
+  const size_t k = (i * 7 + static_cast<size_t>(rank) * 3 + 1) % 5;
+  if (op == ReduceOp::kProduct) {
+    static const double kFactors[] = {1, 2, -1, 1, -2};
+    static const double kUnsigned[] = {1, 2, 1, 3, 1};
+    return dtype == DataType::kUInt8 ? kUnsigned[k] : kFactors[k];
+  }
+  if (dtype == DataType::kUInt8) return static_cast<double>(k + (i % 3) * 10);
+  return static_cast<double>(k) - 2.0 + static_cast<double>(i % 3) * 10;
+}
+
+namespace {
+
+template <typename T>
+void put(std::vector<uint8_t>& out, size_t i, T v) {
+  std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+}
+
+template <typename T>
+T apply(ReduceOp op, T a, T b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return static_cast<T>(a + b);
+    case ReduceOp::kProduct: return static_cast<T>(a * b);
+    case ReduceOp::kMin: return b < a ? b : a;
+    case ReduceOp::kMax: return a < b ? b : a;
+  }
+  return a;
+}
+
+template <typename T>
+void reduce_native(std::vector<uint8_t>& out, DataType dtype, ReduceOp op, int size, size_t count,
+                   size_t offset) {
+  for (size_t i = 0; i < count; ++i) {
+    T acc = static_cast<T>(value_of(0, offset + i, op, dtype));
+    for (int p = 1; p < size; ++p) acc = apply(op, acc, static_cast<T>(value_of(p, offset + i, op, dtype)));
+    if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(size));
+    put(out, i, acc);
+  }
+}
+
+}  // namespace
+
+std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp op, size_t offset) {
+  std::vector<uint8_t> out(count * element_size(dtype));
+  for (size_t i = 0; i < count; ++i) {
+    const double v = value_of(rank, offset + i, op, dtype);
+    switch (dtype) {
+      case DataType::kFloat32: put(out, i, static_cast<float>(v)); break;
+      case DataType::kFloat64: put(out, i, v); break;
+      case DataType::kFloat16: put(out, i, to_half(static_cast<float>(v))); break;
+      case DataType::kBFloat16: put(out, i, to_bfloat16(static_cast<float>(v))); break;
+      case DataType::kInt32: put(out, i, static_cast<int32_t>(v)); break;
+      case DataType::kInt64: put(out, i, static_cast<int64_t>(v)); break;
+      case DataType::kUInt8: put(out, i, static_cast<uint8_t>(v)); break;
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count, size_t offset) {
+  std::vector<uint8_t> out(count * element_size(dtype));
+  switch (dtype) {
+    case DataType::kFloat32: reduce_native<float>(out, dtype, op, size, count, offset); break;
+    case DataType::kFloat64: reduce_native<double>(out, dtype, op, size, count, offset); break;
+    case DataType::kInt32: reduce_native<int32_t>(out, dtype, op, size, count, offset); break;
+    case DataType::kInt64: reduce_native<int64_t>(out, dtype, op, size, count, offset); break;
+    case DataType::kUInt8: reduce_native<uint8_t>(out, dtype, op, size, count, offset); break;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: {
+      std::vector<uint8_t> wide(count * sizeof(float));
+      reduce_native<float>(wide, DataType::kFloat32, op, size, count, offset);
+      for (size_t i = 0; i < count; ++i) {
+        float f;
+        std::memcpy(&f, wide.data() + i * 4, 4);
+        if (dtype == DataType::kFloat16) {
+          put(out, i, to_half(f));
+        } else {
+          put(out, i, to_bfloat16(f));
+        }
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DataType dtype) {
+  if (got.size() != want.size()) return str_cat("size ", got.size(), " vs. ", want.size());
+  const size_t es = element_size(dtype);
+  for (size_t i = 0; i < got.size(); i += es) {
+    if (std::memcmp(got.data() + i, want.data() + i, es) != 0) {
+      uint64_t g = 0, w = 0;
+      std::memcpy(&g, got.data() + i, es);
+      std::memcpy(&w, want.data() + i, es);
+      return str_cat("element ", i / es, " of ", got.size() / es, ": bits 0x", std::hex, g, " vs. expected 0x", w);
+    }
+  }
+  return "";
+}
+
+}  // namespace collie::test
