@@ -273,3 +273,28 @@ TEST_CASE("FileStore: torch's FileStore and collie's share one file", "[file_sto
   CHECK(store.get("from_torch") == to_bytes(std::string("hello\0torch", 11)));
   CHECK(store.add("counter", 1) == 16);
 }
+
+TEST_CASE("FileStore: threads sharing one object are serialised too", "[file_store]") {
+  // flock does not exclude threads that share one open file description;
+  // the store's mutex must.
+  test::TempDir dir;
+  FileStore store(dir.file("threads"), 0);
+  constexpr int kThreads = 4, kAdds = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAdds; ++i) store.add("counter", 1);
+    });
+  for (auto& t : threads) t.join();
+  CHECK(store.add("counter", 0) == kThreads * kAdds);
+  FileStore other(dir.file("threads"), 0);
+  CHECK(to_string(other.get("counter")) == std::to_string(kThreads * kAdds));
+}
+
+TEST_CASE("FileStore: a path that cannot be opened names it", "[file_store]") {
+  test::TempDir dir;
+  const std::string path = dir.file("no/such/dir/store");
+  CHECK_THROWS_AS(FileStore(path, 1), StoreError);
+  CHECK_THROWS_WITH(FileStore(path, 1), Contains(path) && Contains("No such file"));
+  CHECK_THROWS_AS(FileStore("", 1), InvalidArgument);
+}
