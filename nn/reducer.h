@@ -1,0 +1,100 @@
+// Reducer: the gradient-averaging engine under DistributedDataParallel, in
+// the shape of c10d's Reducer.
+//
+// Buckets. Parameters are assigned in reverse registration order (the order
+// backward produces their gradients, which is what c10d's rebuilt buckets
+// use from the second iteration on): a bucket takes parameters until its size
+// reaches its cap; the first bucket's cap is small (1 MiB) so that the first
+// all_reduce starts early, the others' is bucket_cap_mb (25 MiB). Each bucket
+// is one flat float32 buffer and every parameter's gradient *lives* in it
+// (Parameter::use_grad_storage): the all_reduce runs on the bucket with no
+// copy in or out.
+//
+// Overlap. Every parameter's grad-ready hook counts down its bucket; when a
+// bucket is complete, and every bucket before it has been launched (so that
+// all ranks issue the all_reduces in the same order), its all_reduce starts
+// asynchronously while backward carries on with earlier layers.
+// finalize_backward() waits for all of them. Gradients are divided by the
+// world size before the sum, so the result is the average (c10d does the
+// same division).
+//
+// no_sync. With sync off, hooks launch nothing and gradients simply keep
+// accumulating in the buckets; the next synchronised backward reduces the
+// accumulated sum.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/parameter.h"
+#include "runtime/base/deadline.h"
+#include "runtime/process_group.h"
+
+namespace collie::nn {
+
+inline constexpr size_t kDefaultFirstBucketBytes = size_t(1) << 20;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
+
+// c10d's compute_bucket_assignment_by_size for one dtype: walks `order` (the
+// parameter indices in the order to bucket them), closing a bucket once its
+// size reaches the current limit; limits[0] applies to the first bucket,
+// limits[1] to the next, and so on, the last limit to all the rest.
+std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<size_t>& param_bytes,
+                                                           const std::vector<size_t>& order,
+                                                           const std::vector<size_t>& limits);
+
+struct ReducerOptions {
+  size_t first_bucket_bytes = kDefaultFirstBucketBytes;
+  size_t bucket_bytes = 25u << 20;
+  Timeout timeout = kUnsetTimeout;  // for each bucket's all_reduce
+};
+
+class Reducer {
+ public:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into the parameter list, ready order
+    std::vector<size_t> offsets;  // each one's offset in `data`, in elements
+    std::vector<float> data;      // the gradients, contiguous
+    size_t pending = 0;           // gradients not yet ready this backward
+    std::shared_ptr<Work> work;
+    Clock::time_point launched_at{};
+  };
+
+  // `params`: (name, parameter) in registration order; names are for errors.
+  Reducer(std::vector<std::pair<std::string, Parameter*>> params, ProcessGroup& group, ReducerOptions options = {});
+  // Waits for in-flight all_reduces and gives every parameter its own
+  // gradient storage back (with the current gradient). Never throws.
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Arms the buckets for the backward that follows (DDP's forward calls it).
+  void prepare_for_backward();
+  // Waits for every bucket's all_reduce; throws Error naming the parameters
+  // whose gradients never arrived, or the collective's error.
+  void finalize_backward();
+
+  void set_require_sync(bool on) { require_sync_ = on; }
+  bool require_sync() const { return require_sync_; }
+
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+
+ private:
+  void mark_ready(size_t param);
+  void launch_ready_buckets();
+
+  std::vector<Parameter*> params_;
+  std::vector<std::string> names_;
+  ProcessGroup& group_;
+  ReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter index -> bucket index
+  std::vector<bool> ready_;         // this backward, per parameter
+  size_t next_to_launch_ = 0;
+  bool armed_ = false;
+  bool require_sync_ = true;
+};
+
+}  // namespace collie::nn
