@@ -1,0 +1,71 @@
+#include "bench/collie_bench/bench_report.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/build_info.h"
+
+namespace collie::bench {
+
+double bus_factor(const std::string& collective, int world) {
+  const double n = world;
+  if (collective == "all_reduce") return 2 * (n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter") return (n - 1) / n;
+  if (collective == "broadcast") return 1;
+  return 0;  // barrier moves no payload
+}
+
+void print_header(const RunInfo& info) {
+  std::printf("# collie-bench: %s, %d ranks, backend %s, algorithm %s, %d iterations after %d warm-up\n",
+              info.collective.c_str(), info.world, info.backend.c_str(), info.algorithm.c_str(),
+              info.iters, info.warmup);
+  std::printf("# %s\n#\n", build_info().c_str());
+  std::printf("#%12s %13s %9s %7s %7s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root",
+              "time", "algbw", "busbw", "#wrong");
+  std::printf("#%12s %13s %9s %7s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
+              "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r) {
+  std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
+  std::printf(" %12llu %13llu %9s %7s %7d %10.2f %8.2f %8.2f %7s\n",
+              static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
+              r.dtype.c_str(), r.op.c_str(), r.root, r.time_us, r.algbw_gbps, r.busbw_gbps,
+              wrong.c_str());
+  std::fflush(stdout);
+}
+
+void print_footer(const std::vector<Row>& rows) {
+  double sum = 0;
+  int64_t wrong = 0;
+  for (const auto& r : rows) {
+    sum += r.busbw_gbps;
+    if (r.wrong > 0) wrong += r.wrong;
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g\n#\n", rows.empty() ? 0.0 : sum / rows.size());
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows) {
+  std::ofstream out(path);
+  if (!out) throw Error(str_cat("collie-bench: cannot write --json file ", path));
+  out << "{\n  \"collective\": \"" << info.collective << "\", \"backend\": \"" << info.backend
+      << "\", \"algorithm\": \"" << info.algorithm << "\", \"world_size\": " << info.world
+      << ", \"iters\": " << info.iters << ", \"warmup\": " << info.warmup << ",\n  \"build\": \""
+      << build_info() << "\",\n  \"results\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \"" << r.dtype
+        << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root << ", \"time_us\": " << r.time_us
+        << ", \"algbw_gbps\": " << r.algbw_gbps << ", \"busbw_gbps\": " << r.busbw_gbps
+        << ", \"wrong\": " << r.wrong << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+  if (!out) throw Error(str_cat("collie-bench: writing ", path, " failed"));
+}
+
+}  // namespace collie::bench

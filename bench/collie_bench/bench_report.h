@@ -1,0 +1,42 @@
+// collie-bench's output: nccl-tests' table (size, count, type, redop, root,
+// time, algbw, busbw, #wrong) on rank 0's stdout, and the same rows as JSON.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace collie::bench {
+
+struct Row {
+  uint64_t bytes = 0;   // the collective's full buffer (all_gather: output; reduce_scatter: input)
+  uint64_t count = 0;   // elements in that buffer
+  std::string dtype;
+  std::string op;       // "sum", "-" where the collective takes none
+  int root = -1;        // broadcast's root, -1 otherwise
+  double time_us = 0;   // per iteration, averaged over the ranks
+  double algbw_gbps = 0;
+  double busbw_gbps = 0;
+  int64_t wrong = -1;   // -1: not checked
+};
+
+// nccl-tests' bus bandwidth factor: what each rank must move over its
+// slowest link, relative to the buffer size, for an optimal algorithm.
+double bus_factor(const std::string& collective, int world);
+
+struct RunInfo {
+  std::string collective;
+  std::string backend;
+  std::string algorithm;
+  int world = 0;
+  int iters = 0;
+  int warmup = 0;
+};
+
+void print_header(const RunInfo& info);
+void print_row(const Row& row);
+void print_footer(const std::vector<Row>& rows);
+// Throws Error naming the path when it cannot be written.
+void write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows);
+
+}  // namespace collie::bench

@@ -1,0 +1,247 @@
+// collie-bench: nccl-tests' all_reduce_perf for collie. One process per rank:
+//
+//   collie-run --nproc-per-node 4 collie-bench -b 8 -e 256M -f 2   # under the launcher
+//   collie-bench --nproc 4 -b 8 -e 256M -f 2 --json out.json       # its own ranks
+//
+// For each size it checks one result against a locally computed reference
+// (-c 1), then times -n back-to-back asynchronous collectives after -w
+// warm-up ones, averages the time over the ranks and prints nccl-tests'
+// columns: algbw = size / time, busbw = algbw x nccl-tests' bus factor.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/collie_bench/bench_data.h"
+#include "bench/collie_bench/bench_report.h"
+#include "bench/collie_bench/local_launch.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/distributed.h"
+
+namespace collie::bench {
+namespace {
+
+struct Options {
+  std::string min_bytes = "32M", max_bytes = "32M";
+  double factor = 2;
+  int iters = 20, warmup = 5;
+  std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
+  std::string backend = "socket", init_method, json;
+  int check = 1, root = 0, nproc = 0, timeout_s = 300;
+};
+
+// "8", "64K", "4M", "1G" (powers of 1024, as nccl-tests reads them).
+uint64_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    throw InvalidArgument(str_cat("collie-bench: '", text, "' is not a size (e.g. 8, 64K, 4M, 1G)"));
+  }
+  std::string suffix = text.substr(used);
+  if (suffix == "K" || suffix == "k") v <<= 10;
+  else if (suffix == "M" || suffix == "m") v <<= 20;
+  else if (suffix == "G" || suffix == "g") v <<= 30;
+  else if (!suffix.empty())
+    throw InvalidArgument(str_cat("collie-bench: '", text, "' has an unknown suffix '", suffix, "'"));
+  return v;
+}
+
+AllReduceAlgorithm parse_algo(const std::string& name) {
+  if (name == "ring") return AllReduceAlgorithm::kRing;
+  if (name == "small") return AllReduceAlgorithm::kSmall;
+  if (name == "auto") return AllReduceAlgorithm::kAuto;
+  throw InvalidArgument(str_cat("collie-bench: --algo '", name, "': expected ring, small or auto"));
+}
+
+class Runner {
+ public:
+  Runner(const Options& o, DataType dtype, ReduceOp op)
+      : o_(o), dtype_(dtype), op_(op), pg_(get_default_group()), rank_(get_rank()),
+        world_(get_world_size()), timeout_(std::chrono::seconds(o.timeout_s)),
+        algo_(parse_algo(o.algo)) {}
+
+  // One size: check once, then time. Returns the row (rank 0's view), or
+  // nothing when the size holds no whole element per rank.
+  std::optional<Row> run(uint64_t bytes) {
+    const size_t es = element_size(dtype_);
+    size_t per_rank = bytes / es;  // elements each rank contributes or receives
+    const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter";
+    if (gathers) per_rank /= static_cast<size_t>(world_);
+    const size_t total = gathers ? per_rank * world_ : per_rank;
+    if (total == 0 && o_.collective != "barrier") return std::nullopt;  // nccl-tests skips these too
+    HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : 0);
+
+    Row row;
+    row.count = o_.collective == "barrier" ? 0 : total;
+    row.bytes = row.count * es;
+    row.dtype = std::string(to_string(dtype_));
+    row.op = (o_.collective == "all_reduce" || o_.collective == "reduce_scatter")
+                 ? std::string(to_string(op_)) : "-";
+    row.root = o_.collective == "broadcast" ? o_.root : -1;
+    if (o_.check) row.wrong = check(big, small, per_rank);
+    big.zero();
+    small.zero();
+
+    for (int i = 0; i < o_.warmup; ++i) issue(big, small)->wait();
+    pg_->barrier({.timeout = timeout_})->wait();
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::shared_ptr<Work>> works;
+    works.reserve(o_.iters);
+    for (int i = 0; i < o_.iters; ++i) works.push_back(issue(big, small));
+    for (auto& w : works) w->wait();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+                std::max(1, o_.iters);
+    // Average over the ranks, like nccl-tests' default.
+    double avg = us;
+    pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64}, {.op = ReduceOp::kAvg, .timeout = timeout_})->wait();
+    row.time_us = avg;
+    row.algbw_gbps = avg > 0 ? static_cast<double>(row.bytes) / (avg * 1e3) : 0;
+    row.busbw_gbps = row.algbw_gbps * bus_factor(o_.collective, world_);
+    return row;
+  }
+
+ private:
+  std::shared_ptr<Work> issue(HostBuffer& big, HostBuffer& small) {
+    const std::string& c = o_.collective;
+    if (c == "all_reduce") return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_});
+    if (c == "broadcast") return pg_->broadcast(big.view(), {.root = o_.root, .timeout = timeout_});
+    if (c == "all_gather") return pg_->all_gather(big.view(), small.view(), {.timeout = timeout_});
+    if (c == "reduce_scatter")
+      return pg_->reduce_scatter(small.view(), big.view(), {.op = op_, .timeout = timeout_});
+    return pg_->barrier({.timeout = timeout_});
+  }
+
+  // Runs the collective once on known inputs and counts wrong elements over
+  // all ranks.
+  int64_t check(HostBuffer& big, HostBuffer& small, size_t per_rank) {
+    const std::string& c = o_.collective;
+    int64_t wrong = 0;
+    if (c == "all_reduce") {
+      big.fill_input(op_, rank_, 0, big.count());
+      issue(big, small)->wait();
+      wrong = count_wrong(big, 0, big.count(), dtype_, [&](size_t i) { return reduced_value(op_, world_, i); });
+    } else if (c == "broadcast") {
+      big.fill_input(ReduceOp::kSum, rank_, 0, big.count());
+      issue(big, small)->wait();
+      wrong = count_wrong(big, 0, big.count(), dtype_,
+                          [&](size_t i) { return input_value(ReduceOp::kSum, o_.root, i); });
+    } else if (c == "all_gather") {
+      small.fill_input(ReduceOp::kSum, rank_, 0, per_rank);
+      issue(big, small)->wait();
+      wrong = count_wrong(big, 0, big.count(), dtype_, [&](size_t i) {
+        return input_value(ReduceOp::kSum, static_cast<int>(i / per_rank), i % per_rank);
+      });
+    } else if (c == "reduce_scatter") {
+      big.fill_input(op_, rank_, 0, big.count());
+      issue(big, small)->wait();
+      wrong = count_wrong(small, 0, per_rank, dtype_,
+                          [&](size_t i) { return reduced_value(op_, world_, rank_ * per_rank + i); });
+    } else {
+      issue(big, small)->wait();
+    }
+    pg_->all_reduce(TensorView{&wrong, 1, DataType::kInt64}, {.timeout = timeout_})->wait();
+    return wrong;
+  }
+
+  const Options& o_;
+  DataType dtype_;
+  ReduceOp op_;
+  std::shared_ptr<ProcessGroup> pg_;
+  int rank_, world_;
+  Timeout timeout_;
+  AllReduceAlgorithm algo_;
+};
+
+int run_rank(const Options& o) {
+  auto dtype = parse_data_type(o.dtype);
+  if (!dtype) throw InvalidArgument(str_cat("collie-bench: unknown dtype '", o.dtype, "'"));
+  auto op = parse_reduce_op(o.op);
+  if (!op) throw InvalidArgument(str_cat("collie-bench: unknown op '", o.op, "'"));
+  const uint64_t min_bytes = parse_bytes(o.min_bytes), max_bytes = parse_bytes(o.max_bytes);
+
+  init_process_group({.backend = o.backend, .init_method = o.init_method,
+                      .timeout = std::chrono::seconds(o.timeout_s)});
+  const bool main_rank = get_rank() == 0;
+  RunInfo info{o.collective, get_backend(), o.algo, get_world_size(), o.iters, o.warmup};
+  if (main_rank) print_header(info);
+  Runner runner(o, *dtype, *op);
+  std::vector<Row> rows;
+  int64_t wrong = 0;
+  for (uint64_t bytes = min_bytes; bytes <= max_bytes;) {
+    if (auto row = runner.run(bytes)) {
+      if (row->wrong > 0) wrong += row->wrong;
+      if (main_rank) print_row(*row);
+      rows.push_back(*row);
+    }
+    if (o.collective == "barrier") break;
+    uint64_t next = static_cast<uint64_t>(static_cast<double>(bytes) * o.factor);
+    bytes = next > bytes ? next : bytes + 1;
+  }
+  if (main_rank) {
+    print_footer(rows);
+    if (!o.json.empty()) write_json(o.json, info, rows);
+  }
+  destroy_process_group();
+  return wrong > 0 ? kWrongResultsExit : 0;
+}
+
+}  // namespace
+}  // namespace collie::bench
+
+int main(int argc, char** argv) {
+  using collie::bench::Options;
+  Options o;
+  CLI::App app{"collie-bench: nccl-tests-style collective benchmark for collie.\n"
+               "Example: collie-bench --nproc 4 -b 8 -e 256M -f 2 -C all_reduce --json out.json"};
+  app.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K, M, G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
+  app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step")->capture_default_str()
+      ->check(CLI::Range(1.0001, 1e6));
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("-o,--op", o.op, "sum, prod, min, max, avg")->capture_default_str();
+  app.add_option("-d,--datatype", o.dtype, "float, double, half, bfloat16, int32, int64, uint8")->capture_default_str();
+  app.add_option("-c,--check", o.check, "check results (0/1)")->capture_default_str();
+  app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
+  app.add_option("-C,--collective", o.collective, "collective to time")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
+  app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")->capture_default_str()
+      ->check(CLI::IsMember({"ring", "small", "auto"}));
+  app.add_option("--backend", o.backend, "socket, nccl or auto")->capture_default_str();
+  app.add_option("--init-method", o.init_method, "init_method URL (default env://, or the launcher's store)");
+  app.add_option("--json", o.json, "also write the results as JSON to this file");
+  app.add_option("--nproc", o.nproc, "start this many local ranks itself (no launcher needed)")
+      ->check(CLI::Range(1, 256));
+  app.add_option("--timeout", o.timeout_s, "per-collective timeout in seconds")->capture_default_str()
+      ->check(CLI::Range(1, 24 * 3600));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const bool launched = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr ||
+                          std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
+    if (o.nproc > 0 || (!launched && o.init_method.empty())) {
+      // Re-run ourselves once per rank, with the same arguments minus --nproc.
+      std::vector<std::string> child{"/proc/self/exe"};
+      for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--nproc") { ++i; continue; }
+        if (a.rfind("--nproc=", 0) == 0) continue;
+        child.push_back(a);
+      }
+      return collie::bench::run_local_ranks(std::max(1, o.nproc), child);
+    }
+    return collie::bench::run_rank(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collie-bench: %s\n", e.what());
+    return 1;
+  }
+}
