@@ -33,7 +33,7 @@ StoreConnection::StoreConnection(ConnectionId id, asio::ip::tcp::socket socket,
 void StoreConnection::start() { read(); }
 
 void StoreConnection::read() {
-  if (closed_ || read_in_flight_) return;
+  if (closed_ || closing_ || read_in_flight_) return;
   const size_t buffered = end_ - begin_;
   const size_t cap = owner_.limits().request_cap();
   // Back-pressure: a client that does not read its replies, or that piles
@@ -48,8 +48,12 @@ void StoreConnection::read() {
     begin_ = 0;
     end_ = buffered;
   }
+  // Grow towards a declared length no faster than data actually arrives
+  // (at most doubling what is buffered), so that a thousand clients that
+  // each announce a large value and stall cost kilobytes, not their claims.
   const size_t missing = need_ > buffered ? need_ - buffered : 0;
-  const size_t want = std::clamp(missing, kMinReadBytes, kMaxReadBytes);
+  const size_t want =
+      std::clamp(std::min(missing, std::max(buffered, kMinReadBytes)), kMinReadBytes, kMaxReadBytes);
   if (in_.size() < end_ + want) in_.resize(end_ + want);
 
   read_in_flight_ = true;
@@ -81,7 +85,7 @@ void StoreConnection::on_read(std::error_code ec, size_t n) {
 }
 
 void StoreConnection::process() {
-  while (!closed_ && !blocked_) {
+  while (!closed_ && !closing_ && !blocked_) {
     const size_t buffered = end_ - begin_;
     if (buffered == 0 || buffered < need_) return;
     ParseResult r = store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_,
@@ -134,7 +138,7 @@ void StoreConnection::send(Bytes bytes) {
 }
 
 void StoreConnection::resume() {
-  if (closed_) return;
+  if (closed_ || closing_) return;
   blocked_ = false;
   process();
   flush();
@@ -160,6 +164,7 @@ void StoreConnection::flush() {
                         return;
                       }
                       self->flush();
+                      if (self->closing_ && self->pending_output() == 0) self->close();
                       self->read();
                     });
 }
@@ -167,7 +172,11 @@ void StoreConnection::flush() {
 void StoreConnection::drop(const std::string& why) {
   COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": dropping connection from "
                     << peer_ << ": " << why;
-  close();
+  // Replies to the requests before the bad one still go out (torch's server
+  // answers each request as it reads it); then the connection closes.
+  closing_ = true;
+  if (pending_output() == 0) close();
+  else flush();
 }
 
 void StoreConnection::close() {

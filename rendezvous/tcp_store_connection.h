@@ -66,6 +66,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
   bool blocked_ = false;   // a GET is parked: later requests wait behind it
+  bool closing_ = false;   // dropped: send what is queued, then close
   bool closed_ = false;
   store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
 };

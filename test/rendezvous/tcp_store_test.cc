@@ -1,0 +1,227 @@
+// TcpStore over real sockets: every operation in each dialect the client can
+// speak to collie's server, parked requests, timeouts that name what was
+// missing, connect backoff, address in use, threads sharing a client and
+// processes rendezvousing through one server.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "test/support/child.h"
+#include "test/support/subprocess.h"
+
+namespace collie {
+namespace {
+
+using namespace std::chrono_literals;
+
+TcpStoreOptions options_for(StoreProtocol protocol, Timeout timeout = 60s) {
+  TcpStoreOptions o;
+  o.protocol = protocol;
+  o.timeout = timeout;
+  return o;
+}
+
+std::string str(const Bytes& b) { return to_string(b); }
+
+TEST_CASE("TcpStore: every operation, in every dialect", "[tcp_store]") {
+  auto protocol = GENERATE(StoreProtocol::kV2, StoreProtocol::kV1_13, StoreProtocol::kDetect);
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  REQUIRE(server->port() != 0);
+  auto store = TcpStore::connect("127.0.0.1", server->port(), options_for(protocol));
+  CHECK(store->protocol() ==
+        (protocol == StoreProtocol::kV1_13 ? StoreProtocol::kV1_13 : StoreProtocol::kV2));
+
+  store->set("a", "alpha");
+  CHECK(str(store->get("a")) == "alpha");
+  store->set("a", "");
+  CHECK(store->get("a").empty());
+
+  CHECK(store->add("n", 5) == 5);
+  CHECK(store->add("n", -7) == -2);
+  CHECK(str(store->get("n")) == "-2");  // stored as ASCII decimal, like torch
+
+  // compare_set: torch's four cases.
+  CHECK(str(store->compare_set("cs", as_span(""), as_span("first"))) == "first");
+  CHECK(str(store->compare_set("missing", as_span("x"), as_span("y"))) == "x");
+  CHECK(!store->check({"missing"}));
+  CHECK(str(store->compare_set("cs", as_span("first"), as_span("second"))) == "second");
+  CHECK(str(store->compare_set("cs", as_span("wrong"), as_span("third"))) == "second");
+
+  CHECK(store->check({"a", "n"}));
+  CHECK(!store->check({"a", "nope"}));
+  store->wait({"a", "n", "cs"}, 5s);
+
+  const int64_t before = store->num_keys();
+  CHECK(before == 3);
+  CHECK(store->delete_key("a"));
+  CHECK(!store->delete_key("a"));
+  CHECK(store->num_keys() == before - 1);
+
+  store->append("log", as_span("x"));
+  store->append("log", as_span("yz"));
+  CHECK(str(store->get("log")) == "xyz");
+
+  store->multi_set({"m1", "m2"}, {to_bytes("one"), to_bytes("two")});
+  auto values = store->multi_get({"m2", "m1"});
+  REQUIRE(values.size() == 2);
+  CHECK(str(values[0]) == "two");
+  CHECK(str(values[1]) == "one");
+
+  // A value of some megabytes crosses many reads and writes intact.
+  Bytes big(5 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 131 + 7);
+  store->set("big", big);
+  CHECK(store->get("big") == big);
+}
+
+TEST_CASE("TcpStore: a parked get never blocks other clients", "[tcp_store]") {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto waiter = TcpStore::connect("127.0.0.1", server->port());
+  auto other = TcpStore::connect("127.0.0.1", server->port());
+  auto pending = std::async(std::launch::async, [&] { return str(waiter->get("late")); });
+  // While the get is parked the server keeps serving the other client.
+  for (int i = 0; i < 200; ++i) {
+    other->set("k" + std::to_string(i), std::to_string(i));
+    CHECK(other->add("count", 1) == i + 1);
+  }
+  CHECK(pending.wait_for(0s) != std::future_status::ready);
+  other->set("late", "finally");
+  CHECK(pending.get() == "finally");
+}
+
+TEST_CASE("TcpStore: a wait that times out names the keys that never came", "[tcp_store]") {
+  auto protocol = GENERATE(StoreProtocol::kV2, StoreProtocol::kV1_13);
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto store = TcpStore::connect("127.0.0.1", server->port(), options_for(protocol));
+  store->set("here", "1");
+  try {
+    store->wait({"here", "never1", "never2"}, 300ms);
+    FAIL("wait did not time out");
+  } catch (const TimeoutError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains("[never1, never2]"));
+    CHECK_THAT(msg, Catch::Contains(std::to_string(server->port())));
+    CHECK_THAT(msg, Catch::Contains("(limit 300"));
+  }
+  // The client is usable afterwards: the wait was cancelled (2.x) or the
+  // connection replaced (1.13), so no stale STOP_WAITING is read as a reply.
+  store->set("never1", "late");
+  store->set("never2", "late");
+  CHECK(store->add("after", 2) == 2);
+  CHECK(str(store->get("never1")) == "late");
+
+  store->set_timeout(200ms);
+  CHECK_THROWS_WITH(store->get("absent"), Catch::Contains("'absent'"));
+}
+
+TEST_CASE("TcpStore: clients retry until a late server comes up", "[tcp_store]") {
+  // Find a free port, release it, and start the server only after the
+  // client has begun retrying against it.
+  uint16_t port;
+  {
+    auto probe = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+    port = probe->port();
+  }
+  auto client = std::async(std::launch::async, [&] {
+    return TcpStore::connect("127.0.0.1", port, options_for(StoreProtocol::kDetect, 30s));
+  });
+  std::this_thread::sleep_for(300ms);  // not synchronization: the test passes either way
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = port});
+  auto store = client.get();
+  store->set("k", "v");
+  CHECK(str(store->get("k")) == "v");
+}
+
+TEST_CASE("TcpStore: connect errors name host:port, elapsed and limit", "[tcp_store]") {
+  uint16_t port;
+  {
+    auto probe = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+    port = probe->port();
+  }
+  try {
+    TcpStore::connect("127.0.0.1", port, options_for(StoreProtocol::kV2, 400ms));
+    FAIL("connected to a closed port");
+  } catch (const TimeoutError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+    CHECK_THAT(e.what(), Catch::Contains("(limit 400"));
+    CHECK_THAT(e.what(), Catch::Contains("refused"));
+  }
+}
+
+TEST_CASE("TcpStore: a port in use is an error naming it", "[tcp_store]") {
+  auto first = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  try {
+    TcpStoreServer::start({.host = "127.0.0.1", .port = first->port()});
+    FAIL("bound a port in use");
+  } catch (const NetworkError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("127.0.0.1:" + std::to_string(first->port())));
+    CHECK_THAT(e.what(), Catch::Contains("in use"));
+  }
+}
+
+TEST_CASE("TcpStore: create(is_master) hosts the server on port 0", "[tcp_store]") {
+  auto master = TcpStore::create("127.0.0.1", 0, /*is_master=*/true);
+  REQUIRE(master->port() != 0);
+  auto worker = TcpStore::create("127.0.0.1", master->port(), /*is_master=*/false);
+  worker->set("from_worker", "w");
+  CHECK(str(master->get("from_worker")) == "w");
+}
+
+TEST_CASE("TcpStore: threads share one client", "[tcp_store]") {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto store = TcpStore::connect("127.0.0.1", server->port());
+  constexpr int kThreads = 8, kAdds = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kAdds; ++i) {
+        store->add("shared", 1);
+        store->set("t" + std::to_string(t), std::to_string(i));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(store->add("shared", 0) == kThreads * kAdds);
+  CHECK(str(store->get("t3")) == std::to_string(kAdds - 1));
+}
+
+COLLIE_TEST_CHILD(tcp_store_rank) {
+  // args: port, rank, world
+  const auto port = static_cast<uint16_t>(std::stoi(args.at(0)));
+  const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
+  auto store = TcpStore::connect("127.0.0.1", port, options_for(StoreProtocol::kDetect, 60s));
+  store->set("rank/" + std::to_string(rank), std::to_string(::getpid()));
+  store->add("joined", 1);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back("rank/" + std::to_string(r));
+  store->wait(keys);
+  // Everyone sees everyone.
+  for (const auto& k : keys)
+    if (store->get(k).empty()) return 2;
+  return 0;
+}
+
+TEST_CASE("TcpStore: processes rendezvous through one server", "[tcp_store]") {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  constexpr int kWorld = 6;
+  std::vector<test::Subprocess> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.push_back(test::Subprocess::spawn(test::child_argv(
+        "tcp_store_rank", {std::to_string(server->port()), std::to_string(r),
+                           std::to_string(kWorld)})));
+  }
+  for (auto& p : ranks) {
+    auto status = p.wait(120s);
+    INFO(p.err());
+    CHECK(status.ok());
+  }
+  auto store = TcpStore::connect("127.0.0.1", server->port());
+  CHECK(store->add("joined", 0) == kWorld);
+}
+
+}  // namespace
+}  // namespace collie
