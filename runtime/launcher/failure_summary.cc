@@ -1,0 +1,101 @@
+#include "runtime/launcher/failure_summary.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include "runtime/base/str_cat.h"
+
+namespace collie::launcher {
+namespace {
+
+constexpr const char* kRule =
+    "==============================================================================\n";
+
+std::string pad(std::string s, size_t width, bool right = false) {
+  if (s.size() >= width) return s;
+  std::string fill(width - s.size(), ' ');
+  return right ? fill + s : s + fill;
+}
+
+std::string seconds_since(std::chrono::system_clock::time_point from,
+                          std::chrono::system_clock::time_point to) {
+  double s = std::chrono::duration<double>(to - from).count();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fs", s);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_utc(std::chrono::system_clock::time_point t) {
+  std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d.%03d UTC", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+std::string format_failure_summary(const AttemptResult& r, const SummaryContext& c) {
+  std::string out = kRule;
+  out += str_cat("collie-run: workers failed on node ", c.node_rank, " (", c.hostname, "), attempt ",
+                 c.attempt, " of run '", c.run_id, "' (max restarts ", c.max_restarts, ")\n");
+  switch (r.outcome) {
+    case AttemptOutcome::kFailed: {
+      const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
+      out += str_cat("root cause: rank ", w.place.global_rank, " (local rank ", w.place.local_rank,
+                     ", pid ", w.pid, ") ended with ", w.exit.describe(), " at ",
+                     format_utc(w.exit_time), ", ", seconds_since(r.start_time, w.exit_time),
+                     " after the start\n");
+      break;
+    }
+    case AttemptOutcome::kRemoteFailed:
+      out += str_cat("cause: another node failed: ", r.remote_reason, "\n");
+      break;
+    case AttemptOutcome::kInterrupted:
+      out += str_cat("cause: collie-run received ", signal_name(r.signal),
+                     " and stopped the workers\n");
+      break;
+    case AttemptOutcome::kSucceeded:
+      break;
+  }
+  out += "------------------------------------------------------------------------------\n";
+  out += " rank  local  node  pid       result                     time\n";
+  int ok = 0;
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    const WorkerResult& w = r.workers[i];
+    if (w.exit.ok()) {
+      ++ok;
+      continue;
+    }
+    std::string note;
+    if (static_cast<int>(i) == r.first_failure) note = "  <- root cause";
+    else if (w.stopped_by_launcher) note = "  (stopped by collie-run)";
+    std::string time = format_utc(w.exit_time).substr(11, 12);  // HH:MM:SS.mmm
+    out += str_cat(" ", pad(std::to_string(w.place.global_rank), 4, true), "  ",
+                   pad(std::to_string(w.place.local_rank), 5, true), "  ",
+                   pad(std::to_string(w.place.group_rank), 4, true), "  ",
+                   pad(std::to_string(w.pid), 8), "  ", pad(w.exit.describe(), 25), "  ", time,
+                   note, "\n");
+  }
+  if (ok > 0) out += str_cat(" (", ok, " other worker", ok == 1 ? "" : "s", " exited 0)\n");
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    const WorkerResult& w = r.workers[i];
+    bool own_failure = !w.exit.ok() && (static_cast<int>(i) == r.first_failure || !w.stopped_by_launcher);
+    if (!own_failure) continue;
+    out += "------------------------------------------------------------------------------\n";
+    if (w.stderr_tail.empty()) {
+      out += str_cat("rank ", w.place.global_rank, " wrote nothing to stderr\n");
+      continue;
+    }
+    out += str_cat("last ", w.stderr_tail.size(), " line", w.stderr_tail.size() == 1 ? "" : "s",
+                   " of rank ", w.place.global_rank, "'s stderr:\n");
+    for (const auto& line : w.stderr_tail) out += str_cat("  ", line, "\n");
+  }
+  out += kRule;
+  return out;
+}
+
+}  // namespace collie::launcher

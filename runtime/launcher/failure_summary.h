@@ -1,0 +1,26 @@
+// The failure summary collie-run prints when an attempt fails: one table row
+// per worker that did not exit 0 (global and local rank, node, pid, exit code
+// or signal, time), the root cause marked, and the last lines of stderr of
+// every worker that failed on its own (not the ones the launcher stopped).
+#pragma once
+
+#include <string>
+
+#include "runtime/launcher/worker_group.h"
+
+namespace collie::launcher {
+
+struct SummaryContext {
+  int node_rank = 0;
+  std::string hostname;
+  int attempt = 0;
+  int max_restarts = 0;
+  std::string run_id;
+};
+
+std::string format_failure_summary(const AttemptResult& result, const SummaryContext& context);
+
+// "2026-12-02 12:50:01.234 UTC"
+std::string format_utc(std::chrono::system_clock::time_point t);
+
+}  // namespace collie::launcher

@@ -1,0 +1,305 @@
+#include "runtime/launcher/launch_options.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::launcher {
+namespace {
+
+constexpr const char* kFooter = R"(Examples:
+  collie-run --nproc-per-node 4 ./train --epochs 3
+      one node, 4 workers, the agent store on 127.0.0.1:29500
+  collie-run --standalone --nproc-per-node 2 --local-ranks-filter 0 ./train
+      a free port is chosen; only local rank 0's lines reach the console
+  collie-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc-per-node 8 ./train
+  collie-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --nproc-per-node 8 ./train
+      two nodes; node 0 hosts the store, global rank = node_rank * 8 + local rank
+  collie-run --max-restarts 3 --log-dir /tmp/logs --tee 3 ./train
+      restart the whole group up to 3 times; logs in /tmp/logs/none/attempt_N/RANK/
+
+Every flag also reads torchrun's PET_<FLAG> environment variable (PET_NNODES, ...).
+Exit status: 0 success, 1 the job failed, 2 a usage error, 128+N when stopped by signal N.
+See docs/launcher.md.)";
+
+// A usage error: the message is for the user, so it carries no source location.
+template <typename... Args>
+void require(bool ok, const Args&... args) {
+  if (!ok) throw InvalidArgument(str_cat(args...));
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+int parse_int(const std::string& text, const std::string& what) {
+  std::string t = trim(text);
+  char* end = nullptr;
+  long v = std::strtol(t.c_str(), &end, 10);
+  require(!t.empty() && end != nullptr && *end == '\0' && v >= -(1L << 30) && v < (1L << 30),
+                   what, ": '", text, "' is not an integer");
+  return static_cast<int>(v);
+}
+
+// NVIDIA's device nodes (/dev/nvidia0, ...): a GPU count without linking CUDA.
+int count_nvidia_devices() {
+  int n = 0;
+  if (DIR* d = ::opendir("/dev")) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
+          std::all_of(name.begin() + 6, name.end(), [](unsigned char c) { return std::isdigit(c); }))
+        ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
+// torchrun's --tee takes a value, but "--tee" alone is the natural way to ask
+// for both streams; insert "3" when the next token is not a stream mask. Only
+// the launcher's own flags (before the program path) are looked at.
+std::vector<std::string> normalize_tee(const CLI::App& app, std::vector<std::string> args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--" || a.empty() || a[0] != '-') break;  // the program starts here
+    if (a.find('=') != std::string::npos) continue;
+    if (a == "--tee") {
+      bool has_mask = i + 1 < args.size() && args[i + 1].size() == 1 && args[i + 1][0] >= '0' &&
+                      args[i + 1][0] <= '3';
+      if (!has_mask) args.insert(args.begin() + i + 1, "3");
+      ++i;
+      continue;
+    }
+    const CLI::Option* opt = app.get_option_no_throw(a);
+    if (opt != nullptr && opt->get_expected_min() > 0) ++i;  // skip its value
+  }
+  return args;
+}
+
+}  // namespace
+
+std::set<int> parse_rank_list(const std::string& text) {
+  std::set<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (!item.empty()) {
+      int r = parse_int(item, "--local-ranks-filter");
+      require(r >= 0, "--local-ranks-filter: local ranks are >= 0, got ", r);
+      ranks.insert(r);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ranks;
+}
+
+int parse_nnodes(const std::string& text) {
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) return parse_int(text, "--nnodes");
+  int lo = parse_int(text.substr(0, colon), "--nnodes");
+  int hi = parse_int(text.substr(colon + 1), "--nnodes");
+  require(lo == hi, "--nnodes ", text,
+                   ": elastic node ranges are not supported; collie-run runs a fixed number of "
+                   "nodes (give one number, e.g. --nnodes ", hi, ")");
+  return lo;
+}
+
+int parse_nproc_per_node(const std::string& text) {
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (text == "cpu") return static_cast<int>(cpus > 0 ? cpus : 1);
+  if (text == "gpu" || text == "auto") {
+    int gpus = count_nvidia_devices();
+    require(gpus > 0 || text == "auto", "--nproc-per-node gpu: no NVIDIA device found");
+    return gpus > 0 ? gpus : static_cast<int>(cpus > 0 ? cpus : 1);
+  }
+  return parse_int(text, "--nproc-per-node");
+}
+
+std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag) {
+  std::string t = trim(text);
+  size_t digits = 0;
+  while (digits < t.size() && (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
+    ++digits;
+  require(digits > 0, flag, ": '", text, "' is not a duration (e.g. 30, 30s, 500ms, 2m)");
+  double value = std::strtod(t.substr(0, digits).c_str(), nullptr);
+  std::string unit = t.substr(digits);
+  double scale = 0;
+  if (unit.empty() || unit == "s") scale = 1000;
+  else if (unit == "ms") scale = 1;
+  else if (unit == "m" || unit == "min") scale = 60000;
+  else if (unit == "h") scale = 3600000;
+  require(scale > 0, flag, ": unknown unit '", unit, "' in '", text, "' (use ms, s, m or h)");
+  return std::chrono::milliseconds(static_cast<int64_t>(value * scale));
+}
+
+ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
+  LaunchOptions o;
+  CLI::App app(
+      "Usage: collie-run [FLAGS] PROGRAM [PROGRAM ARGS...]\n\n"
+      "Launches PROGRAM as --nproc-per-node workers on this node with torchrun's environment "
+      "(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), hosts the agent store on node 0, "
+      "forwards every output line prefixed with its rank, and stops the whole group when a "
+      "worker fails.",
+      "collie-run");
+  app.prefix_command();  // everything from the program path on is the program's
+  app.footer(kFooter);
+  app.set_version_flag("--version", "collie-run 0.1.0");
+
+  std::string nnodes = "1", nproc = "1", rdzv_timeout = "600", grace = "5", filter, tee_text;
+  std::string rdzv_endpoint, rdzv_conf, rdzv_backend = "static", ignored;
+  bool no_use_env = false, module = false;
+  int port = o.master_port;
+  auto env = [](const char* name) { return std::string("PET_") + name; };
+
+  app.add_option("--nnodes", nnodes,
+                 "Number of nodes, each running one collie-run (e.g. --nnodes 2; 'N:N' accepted)")
+      ->envname(env("NNODES"));
+  app.add_option("--node-rank,--node_rank", o.node_rank,
+                 "This node's rank in [0, nnodes); node 0 hosts the store (e.g. --node-rank 1)")
+      ->envname(env("NODE_RANK"));
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
+                 "Workers on this node: a number, 'cpu', 'gpu' or 'auto' (e.g. --nproc-per-node 4)")
+      ->envname(env("NPROC_PER_NODE"));
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "Address of node 0, where the agent store listens (e.g. --master-addr 10.0.0.1)")
+      ->envname(env("MASTER_ADDR"));
+  app.add_option("--master-port,--master_port", port,
+                 "Port of the agent store on node 0; 0 picks a free one (e.g. --master-port 29500)")
+      ->envname(env("MASTER_PORT"));
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
+                 "HOST:PORT of node 0's store; overrides --master-addr/--master-port "
+                 "(e.g. --rdzv-endpoint 10.0.0.1:29400)")
+      ->envname(env("RDZV_ENDPOINT"));
+  app.add_flag("--standalone", o.standalone,
+               "One node on 127.0.0.1 with a free port chosen for you (e.g. --standalone)")
+      ->envname(env("STANDALONE"));
+  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                 "Restart the whole group up to K times after a failure (e.g. --max-restarts 3)")
+      ->envname(env("MAX_RESTARTS"));
+  app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", o.run_id,
+                 "Job id: TORCHELASTIC_RUN_ID, the store's key namespace and the log folder "
+                 "(e.g. --run-id job42)")
+      ->envname(env("RDZV_ID"));
+  app.add_option("--role", o.role, "ROLE_NAME of the workers (e.g. --role trainer)")->envname(env("ROLE"));
+  app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout,
+                 "How long launchers wait to reach node 0 and for one another "
+                 "(e.g. --rdzv-timeout 120 or 90s, 500ms, 5m; default 600s)")
+      ->envname(env("RDZV_TIMEOUT"));
+  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
+                 "torchrun's key=value list; 'timeout' is honoured (e.g. --rdzv-conf timeout=120)")
+      ->envname(env("RDZV_CONF"));
+  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
+                 "Accepted for torchrun compatibility: collie-run always uses its static "
+                 "rendezvous through node 0's store (e.g. --rdzv-backend static)")
+      ->envname(env("RDZV_BACKEND"));
+  app.add_option("--grace-period,--grace_period", grace,
+                 "Time between SIGTERM and SIGKILL when stopping workers (e.g. --grace-period 10; "
+                 "default 5s)")
+      ->envname(env("GRACE_PERIOD"));
+  app.add_option("--log-dir,--log_dir", o.log_dir,
+                 "Write LOG_DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log; without --tee the "
+                 "console shows nothing of the workers (e.g. --log-dir /tmp/logs)")
+      ->envname(env("LOG_DIR"));
+  app.add_option("--tee", tee_text,
+                 "Streams that go to the console as well as --log-dir: 1 stdout, 2 stderr, 3 both; "
+                 "'--tee' alone means 3 (e.g. --tee 3)")
+      ->envname(env("TEE"));
+  app.add_option("--redirects", ignored,
+                 "Accepted for torchrun compatibility; with --log-dir, streams not in --tee are "
+                 "already redirected to the files (e.g. --redirects 3)");
+  app.add_option("--local-ranks-filter,--local_ranks_filter", filter,
+                 "Only these local ranks' lines reach the console; log files keep all "
+                 "(e.g. --local-ranks-filter 0 or 0,3)")
+      ->envname(env("LOCAL_RANKS_FILTER"));
+  app.add_option("--log-line-prefix-template,--log_line_prefix_template", o.line_prefix_template,
+                 "Prefix of every forwarded line, with ${rank}, ${local_rank}, ${role_name} "
+                 "(e.g. --log-line-prefix-template '[${role_name}${local_rank}]:')");
+  app.add_flag("--no-python,--no_python", ignored,
+               "Accepted for torchrun compatibility: collie-run always runs PROGRAM directly");
+  app.add_flag("-m,--module", module, "Not supported: collie-run runs programs, not Python modules");
+  app.add_flag("--use-env,--use_env", o.use_env,
+               "Workers read LOCAL_RANK from the environment (the default, as in torchrun)");
+  app.add_flag("--no-use-env,--no_use_env,--legacy", no_use_env,
+               "torch.distributed.launch's legacy mode: pass --local_rank=N to the program "
+               "(e.g. --legacy)");
+  app.add_option("--monitor-interval,--monitor_interval,--start-method,--start_method", ignored,
+                 "Accepted for torchrun compatibility and ignored (collie-run reacts to worker "
+                 "exits at once)");
+
+  std::vector<std::string> args = normalize_tee(app, argv_in);
+  std::vector<const char*> cargs;
+  for (const auto& a : args) cargs.push_back(a.c_str());
+  ParseResult result;
+  try {
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, app.help(), 0};
+  } catch (const CLI::CallForVersion& e) {
+    return {std::nullopt, std::string(e.what()) + "\n", 0};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
+  }
+  try {
+    std::vector<std::string> rest = app.remaining();
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+    require(!module, "--module is not supported: collie-run runs programs; give the "
+                     "program's path");
+    require(!rest.empty(), "no program given: collie-run [FLAGS] PROGRAM [ARGS...]");
+    require(rest.front().empty() || rest.front()[0] != '-', "unknown flag '",
+                     rest.front(), "' (the program path must come after the launcher's flags)");
+    o.program = std::move(rest);
+    o.nnodes = parse_nnodes(nnodes);
+    o.nproc_per_node = parse_nproc_per_node(nproc);
+    require(o.nnodes >= 1, "--nnodes must be >= 1, got ", o.nnodes);
+    require(o.nproc_per_node >= 1, "--nproc-per-node must be >= 1, got ", o.nproc_per_node);
+    require(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
+                     " is outside [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
+    require(o.max_restarts >= 0, "--max-restarts must be >= 0, got ", o.max_restarts);
+    require(port >= 0 && port <= 65535, "--master-port ", port, " is not a TCP port");
+    o.master_port = static_cast<uint16_t>(port);
+    if (!rdzv_endpoint.empty()) {
+      size_t colon = rdzv_endpoint.rfind(':');
+      require(colon != std::string::npos, "--rdzv-endpoint '", rdzv_endpoint,
+                       "' needs HOST:PORT");
+      o.master_addr = rdzv_endpoint.substr(0, colon);
+      int p = parse_int(rdzv_endpoint.substr(colon + 1), "--rdzv-endpoint port");
+      require(p >= 0 && p <= 65535, "--rdzv-endpoint port ", p, " is not a TCP port");
+      o.master_port = static_cast<uint16_t>(p);
+    }
+    o.rdzv_timeout = parse_duration(rdzv_timeout, "--rdzv-timeout");
+    for (const auto& item : CLI::detail::split(rdzv_conf, ',')) {
+      if (item.rfind("timeout=", 0) == 0) o.rdzv_timeout = parse_duration(item.substr(8), "--rdzv-conf timeout");
+    }
+    o.grace_period = parse_duration(grace, "--grace-period");
+    if (!tee_text.empty()) {
+      o.tee = parse_int(tee_text, "--tee");
+      require(o.tee >= 0 && o.tee <= 3, "--tee ", o.tee, ": expected 0..3 (1 stdout, 2 stderr, 3 both)");
+    }
+    if (!filter.empty()) o.local_ranks_filter = parse_rank_list(filter);
+    if (no_use_env) o.use_env = false;
+    if (o.standalone) {
+      require(o.nnodes == 1, "--standalone runs exactly one node, but --nnodes is ", o.nnodes);
+      o.master_addr = "127.0.0.1";
+      o.master_port = 0;
+    }
+    require(!o.run_id.empty() && o.run_id.find('/') == std::string::npos, "--run-id '",
+                     o.run_id, "' must be non-empty and contain no '/' (it names a log folder)");
+  } catch (const InvalidArgument& e) {
+    return {std::nullopt, str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
+  }
+  result.options = std::move(o);
+  return result;
+}
+
+}  // namespace collie::launcher

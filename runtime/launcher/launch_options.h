@@ -1,0 +1,77 @@
+// LaunchOptions: what collie-run was asked to do, parsed from torchrun's flags.
+//
+// Every flag is accepted in torchrun's underscore spelling (--nproc_per_node)
+// and the dash spelling of recent torch versions (--nproc-per-node), and reads
+// torchrun's PET_* environment variable when it is not given on the command
+// line (PET_NPROC_PER_NODE=4 collie-run ./train). Everything after the program
+// path is the program's own arguments and is passed through untouched.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace collie::launcher {
+
+struct LaunchOptions {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc_per_node = 1;
+  std::string master_addr = "127.0.0.1";
+  // 0 (or --standalone): node 0 binds a free port and hands it to its workers.
+  uint16_t master_port = 29500;
+  bool standalone = false;
+  int max_restarts = 0;
+  std::string run_id = "none";  // torchrun's --rdzv_id default
+  std::string role = "default";
+  // How long launchers wait for one another (joining, attempt barriers) and
+  // how long a node > 0 keeps trying to reach node 0's store.
+  std::chrono::milliseconds rdzv_timeout = std::chrono::seconds(600);
+  // SIGTERM -> SIGKILL when stopping workers.
+  std::chrono::milliseconds grace_period = std::chrono::seconds(5);
+
+  std::string log_dir;  // empty: no log files
+  // torchrun's std-stream mask: bit 0 stdout, bit 1 stderr. A stream in the
+  // mask goes to the console and the log file; one outside it, when a log
+  // directory is set, goes to the file only.
+  int tee = 0;
+  // Local ranks whose lines reach the console; empty means all.
+  std::set<int> local_ranks_filter;
+  // Prefix of every forwarded line; ${rank}, ${local_rank}, ${role_name}.
+  std::string line_prefix_template = "[rank${rank}]: ";
+
+  // false: torch.distributed.launch's legacy mode, --local_rank=N is passed
+  // to the program (right after its path) instead of relying on LOCAL_RANK.
+  bool use_env = true;
+
+  std::vector<std::string> program;  // path, then its arguments
+};
+
+// The outcome of parsing: either options to run, or a text to print and an
+// exit code (--help, --version, a usage error).
+struct ParseResult {
+  std::optional<LaunchOptions> options;
+  std::string message;  // help text or the usage error
+  int exit_code = 0;
+};
+
+// Parses argv (argv[0] is the launcher's own name). Never throws for a user
+// error: a bad flag comes back as message + exit code 2.
+ParseResult parse_launch_options(const std::vector<std::string>& argv);
+
+// "0,2,5" -> {0, 2, 5}; throws InvalidArgument naming the bad item.
+std::set<int> parse_rank_list(const std::string& text);
+
+// "4", "4:4" -> 4; "1:4" (an elastic range) throws InvalidArgument.
+int parse_nnodes(const std::string& text);
+
+// "8", "cpu", "gpu", "auto" -> a count.
+int parse_nproc_per_node(const std::string& text);
+
+// "90", "90s", "1500ms", "2m" -> a duration; throws InvalidArgument.
+std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag);
+
+}  // namespace collie::launcher

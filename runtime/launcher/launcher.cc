@@ -1,0 +1,167 @@
+#include "runtime/launcher/launcher.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/launcher/failure_summary.h"
+#include "runtime/launcher/node_rendezvous.h"
+#include "runtime/launcher/signal_relay.h"
+#include "runtime/launcher/worker_group.h"
+#include "runtime/launcher/worker_stream.h"
+
+namespace collie::launcher {
+namespace {
+
+void say(const std::string& text) { write_all(STDERR_FILENO, text); }
+
+std::string hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// "rank 3 (local rank 1 on node 1, host h, pid 42) ended with exit code 3"
+std::string describe_failure(const AttemptResult& r, int node_rank, const std::string& host) {
+  if (r.outcome == AttemptOutcome::kInterrupted)
+    return str_cat("the launcher of node ", node_rank, " (", host, ") received ", signal_name(r.signal));
+  const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
+  return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
+                 node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
+}
+
+}  // namespace
+
+int Launcher::run() {
+  const LaunchOptions& o = options_;
+  const std::string host = hostname();
+  std::string program_path;
+  try {
+    program_path = resolve_program(o.program.front());
+  } catch (const InvalidArgument& e) {
+    say(str_cat(e.what(), "\n"));
+    return 2;
+  }
+
+  bool default_omp = std::getenv("OMP_NUM_THREADS") == nullptr && o.nproc_per_node > 1;
+  if (default_omp) say(kOmpNotice);
+
+  std::string log_dir = o.log_dir;
+  if (log_dir.empty() && o.tee != 0) {
+    // torchrun logs to a temporary folder when --tee comes without --log-dir.
+    char tmpl[] = "/tmp/collie-run-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      say("collie-run: cannot create a temporary log folder for --tee\n");
+      return 1;
+    }
+    log_dir = tmpl;
+    say(str_cat("collie-run: --tee without --log-dir: logging to ", log_dir, "\n"));
+  }
+
+  std::unique_ptr<NodeRendezvous> rdzv;
+  try {
+    rdzv = NodeRendezvous::start({.nnodes = o.nnodes,
+                                  .node_rank = o.node_rank,
+                                  .nproc = o.nproc_per_node,
+                                  .master_addr = o.master_addr,
+                                  .master_port = o.master_port,
+                                  .run_id = o.run_id,
+                                  .max_restarts = o.max_restarts,
+                                  .hostname = host,
+                                  .timeout = o.rdzv_timeout});
+    if (o.node_rank == 0)
+      say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
+                  " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
+    rdzv->join();
+  } catch (const Error& e) {
+    say(str_cat(e.what(), "\n"));
+    return 1;
+  }
+
+  SignalRelay relay;
+  SummaryContext summary{.node_rank = o.node_rank, .hostname = host, .max_restarts = o.max_restarts,
+                         .run_id = o.run_id};
+  for (int attempt = 0;; ++attempt) {
+    GroupSpec spec;
+    spec.program_path = program_path;
+    spec.program_argv = o.program;
+    spec.use_env = o.use_env;
+    spec.node_rank = o.node_rank;
+    spec.nnodes = o.nnodes;
+    spec.nproc = o.nproc_per_node;
+    spec.rank_base = rdzv->rank_base();
+    spec.world_size = rdzv->world_size();
+    spec.env = {.master_addr = o.master_addr,
+                .master_port = rdzv->port(),
+                .restart_count = attempt,
+                .max_restarts = o.max_restarts,
+                .run_id = o.run_id,
+                .role = o.role,
+                .default_omp_threads = default_omp};
+    if (!log_dir.empty()) spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
+    spec.tee = o.tee;
+    spec.local_ranks_filter = o.local_ranks_filter;
+    spec.line_prefix_template = o.line_prefix_template;
+    spec.grace_period = o.grace_period;
+
+    AttemptResult result;
+    std::optional<std::string> failure;
+    try {
+      rdzv->begin_attempt(attempt);
+      RemoteCheck remote;
+      if (o.nnodes > 1) remote = [&] { return rdzv->remote_failure(attempt); };
+      result = WorkerGroup(spec).run(relay, remote);
+      summary.attempt = attempt;
+      if (result.outcome == AttemptOutcome::kInterrupted) {
+        say(format_failure_summary(result, summary));
+        try {
+          rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
+        } catch (const Error&) {
+        }
+        return 128 + result.signal;
+      }
+      if (result.outcome == AttemptOutcome::kFailed)
+        rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
+      failure = rdzv->finish_attempt(attempt);
+    } catch (const Error& e) {
+      // The store (node 0) went away or a barrier timed out: the job cannot
+      // go on, and this node's workers are already stopped.
+      if (!result.workers.empty() && result.outcome != AttemptOutcome::kSucceeded)
+        say(format_failure_summary(result, summary));
+      say(str_cat(e.what(), "\n"));
+      return 1;
+    }
+    if (!failure && result.outcome == AttemptOutcome::kSucceeded) {
+      try {
+        rdzv->close();
+      } catch (const Error&) {
+      }
+      return 0;
+    }
+    if (result.outcome != AttemptOutcome::kSucceeded) {
+      if (result.outcome == AttemptOutcome::kRemoteFailed && failure) result.remote_reason = *failure;
+      say(format_failure_summary(result, summary));
+    } else {
+      say(str_cat("collie-run: node ", o.node_rank, "'s workers succeeded, but another node failed: ",
+                  *failure, "\n"));
+    }
+    if (attempt >= o.max_restarts) {
+      say(str_cat("collie-run: job failed after ", attempt + 1, " attempt", attempt == 0 ? "" : "s",
+                  " (--max-restarts ", o.max_restarts, "): ", failure.value_or("see above"), "\n"));
+      try {
+        rdzv->close();
+      } catch (const Error&) {
+      }
+      return 1;
+    }
+    say(str_cat("collie-run: attempt ", attempt, " failed (", failure.value_or("see above"),
+                "); restarting the group, restart ", attempt + 1, " of ", o.max_restarts, "\n"));
+  }
+}
+
+}  // namespace collie::launcher

@@ -1,0 +1,150 @@
+#include "runtime/launcher/node_rendezvous.h"
+
+#include <sstream>
+
+#include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::launcher {
+namespace {
+
+// How long node 0 waits for the others to leave before it stops the store.
+constexpr std::chrono::seconds kExitWait{30};
+
+std::string bind_host_for(const std::string& master_addr) {
+  return master_addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
+}
+
+}  // namespace
+
+std::string NodeRendezvous::key(const std::string& k) const {
+  return str_cat("/collie-run/", options_.run_id, "/", k);
+}
+
+std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOptions& o) {
+  std::unique_ptr<NodeRendezvous> r(new NodeRendezvous());
+  r->options_ = o;
+  std::string connect_host = o.master_addr;
+  r->port_ = o.master_port;
+  if (o.node_rank == 0) {
+    std::string host = bind_host_for(o.master_addr);
+    try {
+      r->server_ = TcpStoreServer::start({.host = host, .port = o.master_port});
+    } catch (const Error& e) {
+      throw NetworkError(str_cat("collie-run: node 0 cannot host the agent store on ", host, ":",
+                                 o.master_port, " (", e.what(),
+                                 "); is another job using the port? Pick another --master-port, "
+                                 "or --standalone for a free one"));
+    }
+    r->port_ = r->server_->port();
+    // Our own server is always reachable over loopback, whatever name
+    // master-addr has on the network.
+    connect_host = host == "::" ? "::1" : "127.0.0.1";
+  }
+  TcpStoreOptions store_options;
+  store_options.timeout = o.timeout;
+  try {
+    r->store_ = std::shared_ptr<Store>(TcpStore::connect(connect_host, r->port_, store_options));
+  } catch (const Error& e) {
+    throw NetworkError(str_cat("collie-run: node ", o.node_rank,
+                               " could not reach the agent store of node 0 at ", o.master_addr, ":",
+                               r->port_, " within ", format_duration(o.timeout), ": ", e.what()));
+  }
+  return r;
+}
+
+NodeRendezvous::~NodeRendezvous() {
+  if (server_) server_->stop();
+}
+
+void NodeRendezvous::join() {
+  const auto& o = options_;
+  int64_t claims = store_->add(key(str_cat("node/", o.node_rank, "/claims")), 1);
+  if (claims != 1)
+    throw InvalidArgument(str_cat("collie-run: another launcher already joined run '", o.run_id,
+                                  "' as --node-rank ", o.node_rank,
+                                  "; give every node its own rank in [0, ", o.nnodes, ")"));
+  std::string mine = str_cat("nnodes=", o.nnodes, " max_restarts=", o.max_restarts);
+  Bytes first = store_->compare_set(key("config"), {}, as_span(mine));
+  if (to_string(first) != mine)
+    throw InvalidArgument(str_cat("collie-run: node ", o.node_rank, " was started with ", mine,
+                                  " but another node with ", to_string(first),
+                                  "; every launcher of a job needs the same --nnodes and "
+                                  "--max-restarts"));
+  store_->set(key(str_cat("node/", o.node_rank)), str_cat(o.nproc, " ", o.hostname));
+  barrier("join", "join the job");
+
+  // Ranks as torchrun assigns them: node i's workers follow every worker of
+  // nodes 0..i-1, so equal --nproc-per-node gives node_rank * nproc + local.
+  std::vector<std::string> keys;
+  for (int i = 0; i < o.nnodes; ++i) keys.push_back(key(str_cat("node/", i)));
+  std::vector<Bytes> values = store_->multi_get(keys);
+  rank_base_ = 0;
+  world_size_ = 0;
+  for (int i = 0; i < o.nnodes; ++i) {
+    std::istringstream in(to_string(values[i]));
+    int nproc = 0;
+    in >> nproc;
+    if (nproc <= 0)
+      throw StoreError(str_cat("collie-run: node ", i, " registered a bad worker count '",
+                               to_string(values[i]), "' under ", keys[i]));
+    if (i < o.node_rank) rank_base_ += nproc;
+    world_size_ += nproc;
+  }
+}
+
+void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
+  const int n = options_.nnodes;
+  int64_t count = store_->add(key(name + "/count"), 1);
+  if (count == n) store_->set(key(name + "/done"), "1");
+  try {
+    store_->wait({key(name + "/done")}, options_.timeout);
+  } catch (const TimeoutError&) {
+    int64_t arrived = store_->add(key(name + "/count"), 0);
+    std::string missing;
+    if (name == "join") {
+      for (int i = 0; i < n; ++i)
+        if (!store_->check({key(str_cat("node/", i))})) missing += str_cat(missing.empty() ? "" : ", ", i);
+      missing = str_cat("; missing node ranks: ", missing);
+    }
+    throw TimeoutError(str_cat("collie-run: node ", options_.node_rank, " waited ",
+                               format_duration(options_.timeout), " (--rdzv-timeout) for all ", n,
+                               " nodes to ", what, ", but only ", arrived, " did", missing));
+  }
+}
+
+void NodeRendezvous::begin_attempt(int attempt) {
+  barrier(str_cat("attempt/", attempt, "/start"), str_cat("start attempt ", attempt));
+}
+
+std::optional<std::string> NodeRendezvous::remote_failure(int attempt) {
+  std::string k = key(str_cat("attempt/", attempt, "/failed"));
+  if (!store_->check({k})) return std::nullopt;
+  return to_string(store_->get(k));
+}
+
+void NodeRendezvous::report_failure(int attempt, const std::string& reason) {
+  store_->compare_set(key(str_cat("attempt/", attempt, "/failed")), {}, as_span(reason));
+}
+
+std::optional<std::string> NodeRendezvous::finish_attempt(int attempt) {
+  barrier(str_cat("attempt/", attempt, "/end"), str_cat("finish attempt ", attempt));
+  return remote_failure(attempt);
+}
+
+void NodeRendezvous::close() {
+  if (closed_) return;
+  closed_ = true;
+  int64_t count = store_->add(key("exit/count"), 1);
+  if (count == options_.nnodes) store_->set(key("exit/done"), "1");
+  if (!server_) return;
+  try {
+    store_->wait({key("exit/done")}, std::chrono::duration_cast<Timeout>(kExitWait));
+  } catch (const TimeoutError&) {
+    // The job is over either way; a node that vanished must not hold us.
+  }
+  server_->stop();
+}
+
+}  // namespace collie::launcher

@@ -1,0 +1,33 @@
+// SignalRelay: turns SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGCHLD into bytes
+// on a pipe (the self-pipe trick), so that the supervision loop sees them in
+// the same poll() as the workers' output and handles them outside of signal
+// context. Only one SignalRelay may exist at a time; it restores the previous
+// handlers when destroyed.
+#pragma once
+
+#include <signal.h>
+
+#include <vector>
+
+namespace collie::launcher {
+
+class SignalRelay {
+ public:
+  SignalRelay();
+  ~SignalRelay();
+  SignalRelay(const SignalRelay&) = delete;
+  SignalRelay& operator=(const SignalRelay&) = delete;
+
+  // The read end to poll for POLLIN.
+  int fd() const { return read_fd_; }
+  // Drains the pipe; returns the termination signals received (SIGCHLD is
+  // only a wake-up and is left out).
+  std::vector<int> drain();
+
+ private:
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+  struct sigaction previous_[5];
+};
+
+}  // namespace collie::launcher

@@ -1,0 +1,248 @@
+#include "runtime/launcher/worker_group.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <memory>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/launcher/signal_relay.h"
+#include "runtime/launcher/worker_stream.h"
+
+namespace collie::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kTick{100};               // wake-up for reaping and deadlines
+constexpr milliseconds kRemoteCheckInterval{200};
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kStderrTailLines = 12;
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+}
+
+// One worker with its two output streams.
+struct Slot {
+  WorkerPlace place;
+  std::unique_ptr<WorkerStream> out, err;
+  std::unique_ptr<WorkerProcess> proc;
+  bool signalled = false;
+  bool recorded = false;
+};
+
+// Reads what one pipe has (at most one chunk, so no worker can starve the
+// others); returns false at EOF or on an error.
+bool pump(int fd, WorkerStream& stream) {
+  char buf[kReadChunk];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      stream.feed(std::string_view(buf, static_cast<size_t>(n)));
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    return false;
+  }
+}
+
+// Everything left in a pipe right now, without waiting for EOF: a grandchild
+// may hold the write end open long after the worker itself exited.
+void drain(int fd, WorkerStream& stream) {
+  char buf[kReadChunk];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      stream.feed(std::string_view(buf, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return;
+  }
+}
+
+}  // namespace
+
+std::string WorkerGroup::expand_prefix(const std::string& tmpl, const WorkerPlace& place,
+                                       const std::string& role) {
+  std::string s = tmpl;
+  replace_all(s, "${rank}", std::to_string(place.global_rank));
+  replace_all(s, "${local_rank}", std::to_string(place.local_rank));
+  replace_all(s, "${role_name}", role);
+  return s;
+}
+
+AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_check) {
+  AttemptResult result;
+  result.start_time = std::chrono::system_clock::now();
+  const GroupSpec& s = spec_;
+
+  // Set up every worker's streams and start them, rank by rank.
+  std::vector<Slot> slots(static_cast<size_t>(s.nproc));
+  for (int lr = 0; lr < s.nproc; ++lr) {
+    Slot& slot = slots[lr];
+    slot.place = {.local_rank = lr,
+                  .global_rank = s.rank_base + lr,
+                  .world_size = s.world_size,
+                  .local_world_size = s.nproc,
+                  .group_rank = s.node_rank,
+                  .group_world_size = s.nnodes};
+    bool shown = s.local_ranks_filter.empty() || s.local_ranks_filter.count(lr) > 0;
+    bool files = !s.attempt_log_dir.empty();
+    std::string dir;
+    if (files) {
+      dir = str_cat(s.attempt_log_dir, "/", slot.place.global_rank);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw Error(str_cat("collie-run: cannot create log folder ", dir, ": ", ec.message()));
+    }
+    std::string prefix = expand_prefix(s.line_prefix_template, slot.place, s.env.role);
+    slot.out = std::make_unique<WorkerStream>(WorkerStreamOptions{
+        .console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
+        .prefix = prefix,
+        .log_path = files ? dir + "/stdout.log" : "",
+        .tail_lines = 0});
+    slot.err = std::make_unique<WorkerStream>(WorkerStreamOptions{
+        .console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
+        .prefix = prefix,
+        .log_path = files ? dir + "/stderr.log" : "",
+        .tail_lines = kStderrTailLines});
+  }
+  for (Slot& slot : slots) {
+    std::vector<std::string> argv = s.program_argv;
+    if (!s.use_env) argv.insert(argv.begin() + 1, str_cat("--local_rank=", slot.place.local_rank));
+    auto env = merged_environment(worker_variables(slot.place, s.env));
+    slot.proc = WorkerProcess::spawn(s.program_path, argv, env);
+  }
+
+  // Supervise until every worker is reaped.
+  bool stopping = false, killed = false;
+  Clock::time_point kill_at{};
+  auto last_remote = Clock::now();
+  auto stop_all = [&](int sig) {
+    stopping = true;
+    kill_at = Clock::now() + s.grace_period;
+    for (Slot& slot : slots) {
+      if (slot.proc->exited()) continue;
+      slot.signalled = true;
+      slot.proc->signal_group(sig);
+    }
+  };
+
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Slot*, bool>> owners;  // which slot and stream (true: stderr)
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    fds.push_back({relay.fd(), POLLIN, 0});
+    owners.emplace_back(nullptr, false);
+    for (Slot& slot : slots) {
+      if (slot.proc->stdout_fd() >= 0) {
+        fds.push_back({slot.proc->stdout_fd(), POLLIN, 0});
+        owners.emplace_back(&slot, false);
+      }
+      if (slot.proc->stderr_fd() >= 0) {
+        fds.push_back({slot.proc->stderr_fd(), POLLIN, 0});
+        owners.emplace_back(&slot, true);
+      }
+    }
+    milliseconds wait = kTick;
+    if (stopping && !killed) {
+      auto left = std::chrono::duration_cast<milliseconds>(kill_at - Clock::now());
+      wait = std::max(milliseconds(0), std::min(wait, left));
+    }
+    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+    if (ready < 0 && errno != EINTR) throw Error(str_cat("collie-run: poll: ", strerror(errno)));
+
+    for (size_t i = 1; ready > 0 && i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      auto [slot, is_err] = owners[i];
+      WorkerStream& stream = is_err ? *slot->err : *slot->out;
+      if (!pump(fds[i].fd, stream)) {
+        stream.finish();
+        is_err ? slot->proc->close_stderr() : slot->proc->close_stdout();
+      }
+    }
+
+    for (int sig : relay.drain()) {
+      if (result.outcome != AttemptOutcome::kInterrupted) {
+        result.outcome = AttemptOutcome::kInterrupted;
+        result.signal = sig;
+        // Forward the launcher's own signal, as torchrun does.
+        stop_all(sig);
+      } else if (!killed) {
+        // A second Ctrl-C: the user does not want to wait for the grace period.
+        kill_at = Clock::now();
+      }
+    }
+
+    bool all_exited = true;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Slot& slot = slots[i];
+      if (!slot.proc->poll_exit()) {
+        all_exited = false;
+        continue;
+      }
+      if (slot.recorded) continue;
+      slot.recorded = true;
+      if (!slot.proc->exit_info().ok() && !slot.signalled && !stopping) {
+        result.outcome = AttemptOutcome::kFailed;
+        result.first_failure = static_cast<int>(i);
+        stop_all(SIGTERM);
+      }
+    }
+
+    if (!stopping && remote_check && Clock::now() - last_remote >= kRemoteCheckInterval) {
+      last_remote = Clock::now();
+      std::optional<std::string> reason;
+      try {
+        reason = remote_check();
+      } catch (const std::exception& e) {
+        reason = str_cat("lost contact with the agent store: ", e.what());
+      }
+      if (reason) {
+        result.outcome = AttemptOutcome::kRemoteFailed;
+        result.remote_reason = *reason;
+        stop_all(SIGTERM);
+      }
+    }
+
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      killed = true;
+      for (Slot& slot : slots)
+        if (!slot.proc->exited()) slot.proc->signal_group(SIGKILL);
+    }
+    if (all_exited) break;
+  }
+
+  // Flush what is left, including a last line without a newline, and make
+  // sure nothing a worker started outlives the attempt.
+  for (Slot& slot : slots) {
+    if (slot.proc->stdout_fd() >= 0) drain(slot.proc->stdout_fd(), *slot.out);
+    if (slot.proc->stderr_fd() >= 0) drain(slot.proc->stderr_fd(), *slot.err);
+    slot.out->finish();
+    slot.err->finish();
+    slot.proc->signal_group(SIGKILL);
+    slot.proc->close_stdout();
+    slot.proc->close_stderr();
+    result.workers.push_back({.place = slot.place,
+                              .pid = slot.proc->pid(),
+                              .exit = slot.proc->exit_info(),
+                              .exit_time = slot.proc->exit_time(),
+                              .stopped_by_launcher = slot.signalled,
+                              .stderr_tail = slot.err->tail()});
+  }
+  return result;
+}
+
+}  // namespace collie::launcher

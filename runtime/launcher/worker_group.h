@@ -1,0 +1,85 @@
+// WorkerGroup: one attempt of this node's workers, from spawn to the last
+// exit. It forwards their output line by line, and supervises them: when a
+// worker fails (non-zero exit or a signal), when another node reports a
+// failure, or when the launcher itself gets SIGINT/SIGTERM, every remaining
+// worker is signalled (SIGTERM, or the launcher's own signal), given the grace
+// period, then SIGKILLed. run() returns only once every worker is reaped.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/launcher/worker_env.h"
+#include "runtime/launcher/worker_process.h"
+
+namespace collie::launcher {
+
+class SignalRelay;
+
+struct GroupSpec {
+  std::string program_path;              // resolved executable
+  std::vector<std::string> program_argv;  // argv[0] as the user wrote it, then the arguments
+  bool use_env = true;                    // false: pass --local_rank=N (legacy launch)
+
+  int node_rank = 0;
+  int nnodes = 1;
+  int nproc = 1;
+  int rank_base = 0;   // global rank of local rank 0
+  int world_size = 1;
+  AttemptEnv env;
+
+  std::string attempt_log_dir;  // LOG_DIR/RUN_ID/attempt_N, or empty
+  int tee = 0;                  // console mask when logging to files
+  std::set<int> local_ranks_filter;
+  std::string line_prefix_template = "[rank${rank}]: ";
+  std::chrono::milliseconds grace_period{5000};
+};
+
+struct WorkerResult {
+  WorkerPlace place;
+  int pid = -1;
+  ExitInfo exit;
+  std::chrono::system_clock::time_point exit_time;
+  bool stopped_by_launcher = false;  // signalled by us before it exited
+  std::deque<std::string> stderr_tail;
+};
+
+enum class AttemptOutcome {
+  kSucceeded,     // every worker exited 0
+  kFailed,        // a worker of this node failed
+  kRemoteFailed,  // another node reported a failure (or its store went away)
+  kInterrupted,   // the launcher got a termination signal
+};
+
+struct AttemptResult {
+  AttemptOutcome outcome = AttemptOutcome::kSucceeded;
+  int first_failure = -1;     // index into workers of the root cause
+  int signal = 0;             // kInterrupted: the signal
+  std::string remote_reason;  // kRemoteFailed: what the other node said
+  std::chrono::system_clock::time_point start_time;
+  std::vector<WorkerResult> workers;
+};
+
+// Polled every ~200 ms while workers run; returns a reason when another node
+// has failed. May throw (the store is gone), which counts as a failure too.
+using RemoteCheck = std::function<std::optional<std::string>()>;
+
+class WorkerGroup {
+ public:
+  explicit WorkerGroup(GroupSpec spec) : spec_(std::move(spec)) {}
+  AttemptResult run(SignalRelay& relay, const RemoteCheck& remote_check);
+
+  // "[rank${rank}]: " with the worker's values substituted.
+  static std::string expand_prefix(const std::string& tmpl, const WorkerPlace& place,
+                                   const std::string& role);
+
+ private:
+  GroupSpec spec_;
+};
+
+}  // namespace collie::launcher

@@ -1,0 +1,162 @@
+#include "runtime/launcher/worker_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::launcher {
+namespace {
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// Only async-signal-safe calls from here on: the launcher has other threads
+// (the store server), and after fork only this one exists in the child.
+[[noreturn]] void exec_child(pid_t parent, int out_w, int err_w, int null_fd, const char* path,
+                             char* const* argv, char* const* envp) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl
+  // Dispositions set to "ignore" survive exec; the launcher ignores SIGPIPE
+  // and blocks nothing, but restore both for the worker regardless.
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::dup2(null_fd, STDIN_FILENO);
+  ::dup2(out_w, STDOUT_FILENO);
+  ::dup2(err_w, STDERR_FILENO);
+  ::execve(path, argv, envp);
+  const char msg[] = "collie-run: execve of the worker program failed\n";
+  ssize_t unused = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)unused;
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? str_cat("SIG", abbrev) : str_cat("signal ", sig);
+}
+
+std::string ExitInfo::describe() const {
+  if (signal != 0) return str_cat("signal ", signal, " (", signal_name(signal), ")");
+  return str_cat("exit code ", exit_code);
+}
+
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    if (!is_executable_file(program))
+      throw InvalidArgument(str_cat("collie-run: program '", program, "' is not an executable file"));
+    return program;
+  }
+  const char* path_env = std::getenv("PATH");
+  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t colon = path.find(':', start);
+    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  throw InvalidArgument(str_cat("collie-run: program '", program, "' not found on PATH (", path, ")"));
+}
+
+std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
+                                                    const std::vector<std::string>& argv,
+                                                    const std::vector<std::string>& env) {
+  // Everything the child touches is built before fork.
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error(str_cat("collie-run: pipe: ", strerror(errno)));
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    throw Error(str_cat("collie-run: pipe: ", strerror(errno)));
+  }
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) exec_child(parent, out_pipe[1], err_pipe[1], null_fd, path.c_str(), args.data(), envp.data());
+  int fork_errno = errno;
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    throw Error(str_cat("collie-run: fork for '", path, "' failed: ", strerror(fork_errno)));
+  }
+  // Also from the parent, so that the group exists before we might signal it.
+  ::setpgid(pid, pid);
+  ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  std::unique_ptr<WorkerProcess> w(new WorkerProcess());
+  w->pid_ = pid;
+  w->out_fd_ = out_pipe[0];
+  w->err_fd_ = err_pipe[0];
+  return w;
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (!exited_ && pid_ > 0) {
+    // Never leave a worker behind, whatever path led here.
+    signal_group(SIGKILL);
+    int st = 0;
+    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  close_stdout();
+  close_stderr();
+}
+
+void WorkerProcess::close_stdout() {
+  if (out_fd_ >= 0) ::close(out_fd_);
+  out_fd_ = -1;
+}
+
+void WorkerProcess::close_stderr() {
+  if (err_fd_ >= 0) ::close(err_fd_);
+  err_fd_ = -1;
+}
+
+bool WorkerProcess::poll_exit() {
+  if (exited_) return true;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r != pid_) return false;
+  exited_ = true;
+  exit_time_ = std::chrono::system_clock::now();
+  if (WIFSIGNALED(st)) exit_.signal = WTERMSIG(st);
+  else exit_.exit_code = WEXITSTATUS(st);
+  return true;
+}
+
+void WorkerProcess::signal_group(int sig) {
+  if (pid_ <= 0) return;
+  // The group outlives its leader while the leader's children run, so it is
+  // signalled even after the worker itself was reaped.
+  if (::kill(-pid_, sig) != 0 && errno == ESRCH && !exited_) ::kill(pid_, sig);
+}
+
+}  // namespace collie::launcher

@@ -1,0 +1,50 @@
+// WorkerStream: where one stream (stdout or stderr) of one worker goes. Each
+// whole line is written, with the rank prefix, to the launcher's own stream
+// of the same kind (when the console wants it), and without the prefix to the
+// worker's log file (when there is a log directory). The last lines of stderr
+// are kept for the failure summary.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <string_view>
+
+#include "runtime/launcher/line_splitter.h"
+
+namespace collie::launcher {
+
+struct WorkerStreamOptions {
+  int console_fd = -1;      // 1 or 2; -1: not shown on the console
+  std::string prefix;       // e.g. "[rank3]: "
+  std::string log_path;     // empty: no file
+  size_t tail_lines = 0;    // how many last lines to keep
+};
+
+class WorkerStream {
+ public:
+  // Opens (truncating) the log file; throws Error naming the path.
+  explicit WorkerStream(WorkerStreamOptions options);
+  ~WorkerStream();
+  WorkerStream(const WorkerStream&) = delete;
+  WorkerStream& operator=(const WorkerStream&) = delete;
+
+  void feed(std::string_view bytes) { splitter_.feed(bytes); }
+  // Flushes a last partial line (the worker exited without a newline).
+  void finish() { splitter_.finish(); }
+  const std::deque<std::string>& tail() const { return tail_; }
+
+ private:
+  void on_line(std::string_view line);
+
+  WorkerStreamOptions options_;
+  int log_fd_ = -1;
+  std::deque<std::string> tail_;
+  std::string scratch_;
+  LineSplitter splitter_;
+};
+
+// Writes all of `data` (retrying short writes and EINTR); errors such as a
+// closed console are ignored, the job must not die because nobody reads.
+void write_all(int fd, std::string_view data);
+
+}  // namespace collie::launcher

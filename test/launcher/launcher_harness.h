@@ -1,0 +1,58 @@
+// Helpers for the launcher tests: run the real collie-run with this test
+// executable as the worker program, wait for text on its stderr, and check
+// that processes are gone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "test/support/subprocess.h"
+
+namespace collie::test {
+
+inline constexpr std::chrono::seconds kLaunchTimeout{60};
+
+std::string collie_run_path();
+
+// {collie-run, flags..., <this exe>, --collie-child, child, child_args...}
+std::vector<std::string> launcher_argv(const std::vector<std::string>& flags, const std::string& child,
+                                       const std::vector<std::string>& child_args = {});
+
+// Starts collie-run in its own process group, with the launch variables of
+// any enclosing launcher removed from its environment.
+Subprocess start_launcher(const std::vector<std::string>& flags, const std::string& child,
+                          const std::vector<std::string>& child_args = {},
+                          std::map<std::string, std::optional<std::string>> env = {});
+
+// Polls the child's stderr until it contains needle; returns stderr.
+std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout = kLaunchTimeout);
+
+// The port in "agent store listening on HOST:PORT".
+uint16_t agent_store_port(const std::string& launcher_stderr);
+
+// A process that exists and is not a zombie.
+bool process_alive(pid_t pid);
+
+// Writes this process's pid to dir/<rank> (atomically), for tests that
+// check that no worker survives.
+void write_pid_file(const std::string& dir, int rank);
+// Waits until dir holds `count` pid files; returns the pids.
+std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout timeout = kLaunchTimeout);
+// Waits (with a deadline) until none of the pids is alive; returns the live ones.
+std::vector<pid_t> wait_until_dead(const std::vector<pid_t>& pids, Timeout timeout);
+
+// Lines of `text` that start with prefix.
+std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
+std::string read_text_file(const std::string& path);
+// A TCP port that was free a moment ago (for peers like torchrun that need
+// the port before anyone binds it).
+uint16_t probe_free_port();
+// An environment without the launch variables of whatever runs the tests.
+std::map<std::string, std::optional<std::string>> clean_launch_env();
+
+}  // namespace collie::test

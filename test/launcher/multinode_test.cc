@@ -1,0 +1,196 @@
+// The agent store and multi-node jobs: workers rendezvous through node 0's
+// store under torchrun's per-attempt prefix (and a restart starts on fresh
+// keys), two launchers on loopback form one job, a failure on one node stops
+// the other, a launcher that cannot reach node 0 says where it looked, and
+// two network namespaces joined by a veth pair run one job over addresses that
+// exist only inside them.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "runtime/base/str_cat.h"
+#include "test/launcher/launcher_harness.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace collie::test;
+using Catch::Matchers::Contains;
+
+TEST_CASE("workers rendezvous and all_reduce through the agent store", "[launcher][store]") {
+  auto p = start_launcher({"--standalone", "--nproc-per-node", "3"}, "store_rdv", {"-1", "allreduce"});
+  auto st = p.wait(kLaunchTimeout);
+  INFO(p.err());
+  REQUIRE(st.ok());
+  for (int r = 0; r < 3; ++r) {
+    CHECK(lines_with_prefix(p.out(), str_cat("[rank", r, "]: rdv ok rank ", r, " of 3 local ", r,
+                                             " attempt 0 via agent store"))
+              .size() == 1);
+    CHECK(lines_with_prefix(p.out(), str_cat("[rank", r, "]: allreduce ok rank ", r, " sum 6")).size() == 1);
+  }
+}
+
+TEST_CASE("a restarted attempt rendezvous on fresh keys under /worker/attempt_1", "[launcher][store][restart]") {
+  // Rank 1 fails after attempt 0's rendezvous; attempt 1 must not see
+  // attempt 0's 'joined' counter or addresses (store_rdv checks the counter
+  // stays within the world size and that the raw key carries the prefix).
+  auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"}, "store_rdv",
+                          {"1"});
+  auto st = p.wait(kLaunchTimeout);
+  INFO(p.err());
+  REQUIRE(st.ok());
+  CHECK(lines_with_prefix(p.out(), "[rank0]: rdv ok rank 0 of 2 local 0 attempt 0").size() == 1);
+  CHECK(lines_with_prefix(p.out(), "[rank0]: rdv ok rank 0 of 2 local 0 attempt 1").size() == 1);
+  CHECK(lines_with_prefix(p.out(), "[rank1]: rdv ok rank 1 of 2 local 1 attempt 1").size() == 1);
+}
+
+TEST_CASE("two launchers on loopback form one job with global ranks", "[launcher][multinode]") {
+  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                               "--master-port", "0", "--nproc-per-node", "2", "--run-id", "mn"},
+                              "store_rdv", {"-1", "allreduce"});
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                               "--master-port", std::to_string(port), "--nproc-per-node", "2",
+                               "--run-id", "mn"},
+                              "store_rdv", {"-1", "allreduce"});
+  auto s1 = node1.wait(kLaunchTimeout);
+  auto s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
+  REQUIRE(s0.ok());
+  REQUIRE(s1.ok());
+  // global rank = node_rank * nproc + local rank
+  CHECK(lines_with_prefix(node0.out(), "[rank1]: rdv ok rank 1 of 4 local 1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank2]: rdv ok rank 2 of 4 local 0").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank3]: rdv ok rank 3 of 4 local 1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank3]: allreduce ok rank 3 sum 10").size() == 1);
+}
+
+TEST_CASE("a failure on node 1 stops node 0's workers too", "[launcher][multinode][failure]") {
+  TempDir pids;
+  // Rank 3 (node 1) exits 3 once all four workers are up.
+  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
+                               "--nproc-per-node", "2"},
+                              "fail", {pids.path(), "3", "exit3", "wait"});
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port",
+                               std::to_string(port), "--nproc-per-node", "2"},
+                              "fail", {pids.path(), "3", "exit3", "wait"});
+  auto s1 = node1.wait(kLaunchTimeout);
+  auto s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
+  CHECK(s0.exit_code == 1);
+  CHECK(s1.exit_code == 1);
+  CHECK_THAT(node1.err(), Contains("root cause: rank 3 (local rank 1"));
+  CHECK_THAT(node0.err(), Contains("cause: another node failed: rank 3 (local rank 1 on node 1"));
+  for (pid_t pid : wait_for_pid_files(pids.path(), 4)) CHECK_FALSE(process_alive(pid));
+}
+
+TEST_CASE("a launcher that cannot reach node 0 fails naming the address", "[launcher][multinode][failure]") {
+  uint16_t port = probe_free_port();  // nothing listens there
+  auto p = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                           "--master-port", std::to_string(port), "--rdzv-timeout", "1s"},
+                          "env_dump");
+  auto st = p.wait(kLaunchTimeout);
+  CHECK(st.exit_code == 1);
+  CHECK_THAT(p.err(), Contains(str_cat("could not reach the agent store of node 0 at 127.0.0.1:", port)));
+  CHECK(lines_with_prefix(p.out(), "[rank").empty());
+}
+
+TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout", "[launcher][multinode][failure]") {
+  auto p = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
+                           "--rdzv-timeout", "500ms"},
+                          "env_dump");
+  auto st = p.wait(kLaunchTimeout);
+  CHECK(st.exit_code == 1);
+  CHECK_THAT(p.err(), Contains("for all 2 nodes to join the job, but only 1 did; missing node ranks: 1"));
+}
+
+namespace {
+
+// Runs a command line through the shell; returns its exit status and output.
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// Two network namespaces joined by a veth pair; removed on destruction.
+struct NetnsPair {
+  std::string a, b;
+  bool ok = false;
+  std::string why;
+  NetnsPair() {
+    std::string tag = std::to_string(::getpid() % 100000);
+    a = "collie-a" + tag;
+    b = "collie-b" + tag;
+    auto [rc, out] = shell("ip netns add " + a);
+    if (rc != 0) {
+      why = "ip netns add is not permitted here: " + out;
+      return;
+    }
+    for (const std::string& step :
+         {"ip netns add " + b, "ip link add cva" + tag + " type veth peer name cvb" + tag,
+          "ip link set cva" + tag + " netns " + a, "ip link set cvb" + tag + " netns " + b,
+          "ip -n " + a + " addr add 10.231.7.1/24 dev cva" + tag,
+          "ip -n " + b + " addr add 10.231.7.2/24 dev cvb" + tag, "ip -n " + a + " link set lo up",
+          "ip -n " + b + " link set lo up", "ip -n " + a + " link set cva" + tag + " up",
+          "ip -n " + b + " link set cvb" + tag + " up"}) {
+      auto [src, sout] = shell(step);
+      if (src != 0) {
+        why = "`" + step + "` failed: " + sout;
+        return;
+      }
+    }
+    ok = true;
+  }
+  ~NetnsPair() {
+    shell("ip netns del " + a);  // takes the veth pair with it
+    shell("ip netns del " + b);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("two network namespaces joined by a veth pair run one job", "[launcher][multinode][netns]") {
+  if (::geteuid() != 0) {
+    WARN("skipped: network namespaces need root");
+    return;
+  }
+  NetnsPair ns;
+  if (!ns.ok) {
+    WARN("skipped: " << ns.why);
+    return;
+  }
+  // 10.231.7.1 exists only inside namespace a: node 1 reaches node 0 over the veth.
+  const std::string ip = ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/bin/ip";
+  std::vector<std::string> in_a{ip, "netns", "exec", ns.a}, in_b{ip, "netns", "exec", ns.b};
+  auto node0_argv = in_a;
+  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", "10.231.7.1",
+                                "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
+                               "store_rdv", {"-1", "allreduce"}))
+    node0_argv.push_back(s);
+  auto node0 = Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1_argv = in_b;
+  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.231.7.1",
+                                "--master-port", std::to_string(port), "--nproc-per-node", "2",
+                                "--rdzv-timeout", "30s"},
+                               "store_rdv", {"-1", "allreduce"}))
+    node1_argv.push_back(s);
+  auto node1 = Subprocess::spawn(node1_argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto s1 = node1.wait(kLaunchTimeout);
+  auto s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.err() << "\n--- node 1 ---\n" << node1.err() << node1.out());
+  REQUIRE(s0.ok());
+  REQUIRE(s1.ok());
+  CHECK(lines_with_prefix(node1.out(), "[rank3]: rdv ok rank 3 of 4 local 1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank2]: allreduce ok rank 2 sum 10").size() == 1);
+  // The address really is private to namespace a.
+  CHECK(shell("ip -o addr show").second.find("10.231.7.1") == std::string::npos);
+}
