@@ -2,9 +2,10 @@
 // c10d::FileStore. Useful where processes share a file system but not a
 // network they can listen on (init_method file:///path).
 //
-// The file is an append-only log of records, each a key and a value written
-// as a uint32 little-endian length followed by the bytes, which is the layout
-// torch's FileStore writes: collie and torch processes can share one file.
+// The file is an append-only log of records (FileStoreLog), each a key and a
+// value written as a uint32 little-endian length followed by the bytes, which
+// is the layout torch's FileStore writes: collie and torch processes can share
+// one file.
 // User keys are stored as "/key"; a deletion is a record "-/key" with an empty
 // value (a tombstone); "refcount/" and "cleanup/" are the bookkeeping counters.
 //
@@ -26,11 +27,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "rendezvous/file_store_log.h"
 #include "rendezvous/store.h"
 
 namespace collie {
@@ -64,32 +64,18 @@ class FileStore : public Store {
   // All records in one write under one lock: other processes see all or none.
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return log_.path(); }
   int world_size() const { return world_size_; }
 
  private:
-  class Lock;
-
-  // Reads the records appended since offset_ into cache_. Needs the lock.
-  void refresh_locked();
-  // Appends records (raw key, value) in one write; updates cache_ and offset_.
-  void append_records_locked(const std::vector<std::pair<std::string, Bytes>>& records);
   int64_t add_locked(const std::string& raw_key, const std::string& shown_key, int64_t delta);
   // Polls until every key exists (then runs on_ready under the lock) or the
   // deadline passes (TimeoutError naming the missing keys).
   void poll_until_present(const std::vector<std::string>& keys, const Deadline& deadline,
                           const std::function<void()>& on_ready);
-  bool file_grew();
-  void check_size(const std::string& what, size_t size) const;
-  [[noreturn]] void corrupt(uint64_t offset, const std::string& what) const;
 
-  std::string path_;
   int world_size_;
-  size_t max_value_bytes_;
-  int fd_ = -1;
-  std::mutex mu_;       // threads of this process; flock serialises processes
-  uint64_t offset_ = 0;  // how far into the file cache_ reflects
-  std::unordered_map<std::string, Bytes> cache_;  // raw key -> value
+  FileStoreLog log_;
 };
 
 }  // namespace collie
