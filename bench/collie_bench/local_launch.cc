@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <thread>
 
+#include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -54,20 +54,19 @@ int exit_code_of(int status) {
 }  // namespace
 
 int run_local_ranks(int nproc, std::vector<std::string> argv) {
-  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : "/tmp") +
-                     "/collie-bench-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr)
-    throw Error(str_cat("collie-bench: mkdtemp ", tmpl, ": ", std::strerror(errno)));
-  const std::string dir = tmpl;
-  argv.push_back("--init-method");
-  argv.push_back("file://" + dir + "/rdzv");
-
+  // The store the ranks meet in, hosted here on an ephemeral port: this
+  // process plays collie-run's (and torchrun's) agent.
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   std::map<pid_t, int> running;  // pid -> rank
   for (int rank = 0; rank < nproc; ++rank) {
     auto env = child_environment({{"RANK", std::to_string(rank)},
                                   {"WORLD_SIZE", std::to_string(nproc)},
                                   {"LOCAL_RANK", std::to_string(rank)},
-                                  {"LOCAL_WORLD_SIZE", std::to_string(nproc)}});
+                                  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+                                  {"MASTER_ADDR", "127.0.0.1"},
+                                  {"MASTER_PORT", std::to_string(server->port())},
+                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                  {"TORCHELASTIC_RESTART_COUNT", "0"}});
     running[spawn(argv, env)] = rank;
   }
   // Every rank's collectives run under --timeout, so this wait ends.
@@ -93,8 +92,6 @@ int run_local_ranks(int nproc, std::vector<std::string> argv) {
     }
     running.erase(it);
   }
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
   return result;
 }
 
