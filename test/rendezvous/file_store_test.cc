@@ -214,7 +214,7 @@ TEST_CASE("FileStore: writing over the cap is refused and leaves the file intact
   CHECK_FALSE(other.check({"big"}));
 }
 
-TEST_CASE("FileStore: a lock held elsewhere times out naming the file; waits do not hold it",
+TEST_CASE("FileStore: a lock held elsewhere times out naming the file, and waits do not hold it",
           "[file_store]") {
   test::TempDir dir;
   const std::string path = dir.file("locked");

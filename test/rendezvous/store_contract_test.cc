@@ -123,7 +123,7 @@ const std::vector<Implementation>& implementations() {
   static void body([[maybe_unused]] const Implementation& impl,                          \
                    [[maybe_unused]] StoreUnderTest& sut, Store& store)
 
-STORE_CONTRACT_CASE("set then get returns the value; set overwrites") {
+STORE_CONTRACT_CASE("set then get returns the value, and set overwrites") {
   store.set("alpha", "one");
   CHECK(to_string(store.get("alpha")) == "one");
   store.set("alpha", "two");
