@@ -1,11 +1,14 @@
 #include "collectives/socket_communicator.h"
 
+#include <sched.h>
+
 #include <cstring>
 
 #include "collectives/bootstrap.h"
 #include "collectives/reduce_kernels.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
+#include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie {
@@ -18,6 +21,23 @@ void check_tensor(const char* what, const char* name, const TensorView& t) {
                    static_cast<int>(t.dtype), ")");
   COLLIE_ARG_CHECK(t.count == 0 || t.data != nullptr, what, ": ", name, " has ", t.count,
                    " elements but a null data pointer");
+}
+
+std::string host_of(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
+// Ranks (this one included) whose published address is on this host.
+int local_ranks(const Mesh& mesh) {
+  int local = 1;
+  for (const auto& c : mesh.connections) {
+    if (c && host_of(c->address()) == host_of(mesh.address)) ++local;
+  }
+  return local;
+}
+
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
@@ -35,8 +55,16 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   COLLIE_ARG_CHECK_LE(options.segment_bytes, size_t{1} << 30, "CommunicatorOptions::segment_bytes");
   if (size == 1) return std::make_unique<SocketCommunicator>(rank, size, "", nullptr, options);
   Mesh mesh = build_mesh(store, rank, size, options);
+  // Spinning only pays when every rank on this host has a core to spin on:
+  // oversubscribed (4 ranks on 2 cores) a spinning rank takes the core from
+  // the peer it waits for, which measured slower than sleeping at once.
+  const int local = local_ranks(mesh);
+  const int cores = available_cores();
+  const auto spin = local > cores ? std::chrono::microseconds(0) : options.spin;
+  COLLIE_LOG(kDebug) << local << " ranks of " << size << " on this host with " << cores
+                     << " cores: spinning " << spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),
-                                               std::move(mesh.connections), options.spin);
+                                               std::move(mesh.connections), spin);
   return std::make_unique<SocketCommunicator>(rank, size, mesh.address, std::move(transport), options);
 }
 

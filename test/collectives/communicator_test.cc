@@ -1,0 +1,191 @@
+// Communicator behaviour that needs no second process: argument checks, the
+// broken state, abort() from another thread, deadlines, world size 1, and the
+// wire header. Ranks are threads over a HashStore.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "collectives/wire.h"
+#include "rendezvous/hash_store.h"
+#include "runtime/base/error.h"
+#include "test/collectives/harness.h"
+
+using namespace collie;
+using namespace collie::test;
+using Catch::Matchers::Contains;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Connects `size` communicators on threads and returns them.
+std::vector<std::unique_ptr<Communicator>> connect_all(HashStore& store, int size, const std::string& prefix) {
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  CommunicatorOptions o;
+  o.store_prefix = prefix;
+  o.timeout = 30s;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
+struct Failure {
+  std::string type, message;
+};
+
+// Runs barriers (at most two) until one fails; what failed and how.
+Failure first_failure(Communicator& c) {
+  for (int i = 0; i < 2; ++i) {
+    try {
+      c.barrier(Deadline(30s));
+    } catch (const TimeoutError& e) {
+      return {"TimeoutError", e.what()};
+    } catch (const NetworkError& e) {
+      return {"NetworkError", e.what()};
+    } catch (const BackendError& e) {
+      return {"BackendError", e.what()};
+    }
+  }
+  return {"none", ""};
+}
+
+}  // namespace
+
+TEST_CASE("bad arguments throw InvalidArgument and leave the communicator usable") {
+  HashStore store;
+  auto comms = connect_all(store, 2, "args");
+  Communicator& c = *comms[0];
+  const Deadline d(30s);
+  std::vector<int32_t> ints(8);
+  std::vector<float> floats(8), small(3);
+  CHECK_THROWS_AS(c.all_reduce(view(ints.data(), 8), view(ints.data(), 8), ReduceOp::kAvg, d), InvalidArgument);
+  CHECK_THROWS_WITH(c.all_reduce(view(ints.data(), 8), view(ints.data(), 8), ReduceOp::kAvg, d),
+                    Contains("AVG needs a floating-point dtype, got int32"));
+  TensorView gpu = view(floats.data(), 8);
+  gpu.device = Device::cuda(0);
+  CHECK_THROWS_WITH(c.broadcast(gpu, 0, d), Contains("cuda:0") && Contains("CPU buffers only"));
+  CHECK_THROWS_AS(c.all_reduce(view(floats.data(), 8), view(small.data(), 3), ReduceOp::kSum, d), InvalidArgument);
+  CHECK_THROWS_WITH(c.broadcast(view(floats.data(), 8), 2, d), Contains("root 2"));
+  CHECK_THROWS_WITH(c.all_gather(view(floats.data(), 4), view(floats.data(), 7), d), Contains("size x in"));
+  CHECK_THROWS_WITH(c.reduce_scatter(view(floats.data(), 8), view(floats.data() + 1, 4), ReduceOp::kSum, d),
+                    Contains("overlaps"));
+  CHECK_THROWS_WITH(c.all_reduce(view(floats.data(), 4), view(floats.data() + 2, 4), ReduceOp::kSum, d),
+                    Contains("overlap"));
+  CHECK_FALSE(c.broken());
+  // Still works: both ranks run one all_reduce.
+  auto other = std::async(std::launch::async, [&] {
+    std::vector<float> v(8, 2.0f);
+    comms[1]->all_reduce(view(v.data(), 8), view(v.data(), 8), ReduceOp::kSum, d);
+    return v[7];
+  });
+  std::fill(floats.begin(), floats.end(), 1.0f);
+  c.all_reduce(view(floats.data(), 8), view(floats.data(), 8), ReduceOp::kSum, d);
+  CHECK(floats[0] == 3.0f);
+  CHECK(other.get() == 3.0f);
+}
+
+TEST_CASE("world size 1 copies locally and opens no socket") {
+  HashStore store;
+  auto c = Communicator::connect(store, 0, 1, {});
+  CHECK(c->address().empty());
+  std::vector<double> in{1, 2, 3}, out(3);
+  c->all_reduce(view(in.data(), 3), view(out.data(), 3), ReduceOp::kAvg, Deadline(1s));
+  CHECK(out == in);
+  std::vector<double> gathered(3);
+  c->all_gather(view(in.data(), 3), view(gathered.data(), 3), Deadline(1s));
+  CHECK(gathered == in);
+  c->barrier(Deadline(1s));
+  CHECK(store.num_keys() == 0);
+}
+
+TEST_CASE("a peer that never comes trips the deadline naming the call and the peer") {
+  HashStore store;
+  auto comms = connect_all(store, 2, "deadline");
+  const auto start = Clock::now();
+  try {
+    comms[0]->barrier(Deadline(300ms));
+    FAIL("no timeout");
+  } catch (const TimeoutError& e) {
+    CHECK_THAT(e.what(), Contains("barrier() as op #1 on rank 0 timed out") && Contains("limit 300.0ms") &&
+                             Contains("receive from rank 1 (127.0.0.1:"));
+  }
+  CHECK(Clock::now() - start < 2s);
+  CHECK(comms[0]->broken());
+  // Broken: refused at once, naming the original error.
+  std::vector<float> v(4);
+  try {
+    comms[0]->all_reduce(view(v.data(), 4), view(v.data(), 4), ReduceOp::kSum, Deadline(30s));
+    FAIL("a broken communicator ran a collective");
+  } catch (const BackendError& e) {
+    CHECK_THAT(e.what(), Contains("broken") && Contains("timed out"));
+  }
+  // Rank 0 had sent its barrier message before it gave up, so rank 1's
+  // barrier may complete; its next call at the latest learns of the failure
+  // from rank 0's abort frame, with rank 0's reason.
+  const auto failure = first_failure(*comms[1]);
+  CHECK(failure.type == "TimeoutError");
+  CHECK_THAT(failure.message, Contains("rank 0 (127.0.0.1:") && Contains("timed out"));
+}
+
+TEST_CASE("abort() from another thread ends a blocked call promptly; the peer gets a NetworkError") {
+  HashStore store;
+  auto comms = connect_all(store, 2, "abort");
+  std::atomic<bool> entered{false};
+  auto blocked = std::async(std::launch::async, [&] {
+    entered = true;
+    comms[0]->barrier(Deadline(60s));  // rank 1 never joins
+  });
+  while (!entered) std::this_thread::yield();
+  const auto start = Clock::now();
+  comms[0]->abort();
+  CHECK_THROWS_AS(blocked.get(), BackendError);
+  CHECK(Clock::now() - start < 2s);
+  CHECK(comms[0]->broken());
+  std::vector<float> v(4);
+  CHECK_THROWS_WITH(comms[0]->all_reduce(view(v.data(), 4), view(v.data(), 4), ReduceOp::kSum, Deadline(1s)),
+                    Contains("broken"));
+  const auto failure = first_failure(*comms[1]);
+  CHECK(failure.type == "NetworkError");
+  CHECK_THAT(failure.message, Contains("rank 0 (127.0.0.1:"));
+}
+
+TEST_CASE("a rank that leaves in order does not break a peer still finishing its call") {
+  HashStore store;
+  auto comms = connect_all(store, 3, "goodbye");
+  auto run = [&](int r) {
+    std::vector<float> v(100000, 1.0f);
+    for (int i = 0; i < 3; ++i) comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(60s));
+    comms[r].reset();  // says goodbye while the others may still be running
+    return v[0];
+  };
+  auto a = std::async(std::launch::async, run, 0), b = std::async(std::launch::async, run, 1),
+       c = std::async(std::launch::async, run, 2);
+  CHECK(a.get() == 27.0f);
+  CHECK(b.get() == 27.0f);
+  CHECK(c.get() == 27.0f);
+}
+
+TEST_CASE("the wire header is 40 bytes, names the call and matches only the same call") {
+  CallInfo call{CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 0, 1024, 17};
+  call.algorithm = static_cast<uint8_t>(AllReduceAlgorithm::kRing);
+  CHECK(call.describe_with_seq() == "all_reduce(float32, 1024, sum, ring) as op #17");
+  CHECK(CallInfo{CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum, 3, 1000, 2}.describe() ==
+        "broadcast(float32, 1000, root 3)");
+  const uint32_t group = group_hash("default_pg");
+  CHECK(group != group_hash("group_1"));
+  WireHeader h = WireHeader::data(group, call, 4096);
+  CHECK(sizeof h == 40);
+  CHECK(h.matches(group, call));
+  CHECK(h.call() == call);
+  CHECK_FALSE(h.matches(group_hash("other"), call));
+  CallInfo other = call;
+  other.count = 1023;
+  CHECK_FALSE(h.matches(group, other));
+  other = call;
+  other.seq = 18;
+  CHECK_FALSE(h.matches(group, other));
+}
