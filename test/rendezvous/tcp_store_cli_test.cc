@@ -1,0 +1,64 @@
+// collie-store, the standalone server program: prints where it listens,
+// serves collie clients, stops cleanly on SIGTERM, names a port in use.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <regex>
+
+#include "rendezvous/tcp_store.h"
+#include "test/support/subprocess.h"
+
+namespace collie {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Subprocess;
+
+const std::string kCollieStore = std::string(COLLIE_BIN_DIR) + "/collie-store";
+
+uint16_t listening_port(Subprocess& p) {
+  const std::string out = p.wait_for_output("\n", 30s);
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex("collie-store listening on 127\\.0\\.0\\.1:(\\d+)")));
+  return static_cast<uint16_t>(std::stoi(m[1]));
+}
+
+TEST_CASE("collie-store: serves, then stops cleanly on SIGTERM or SIGINT", "[tcp_store][cli]") {
+  const int sig = GENERATE(SIGTERM, SIGINT);
+  auto p = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", "0"});
+  const uint16_t port = listening_port(p);
+  auto a = TcpStore::connect("127.0.0.1", port);
+  auto b = TcpStore::connect("127.0.0.1", port);
+  a->set("k", "v");
+  CHECK(to_string(b->get("k")) == "v");
+  CHECK(b->add("n", 2) == 2);
+  p.kill(sig);
+  auto status = p.wait(30s);
+  INFO(p.err());
+  CHECK(status.ok());
+  CHECK_THAT(p.err(), Catch::Contains("stopped by signal"));
+}
+
+TEST_CASE("collie-store: a port in use fails naming it", "[tcp_store][cli]") {
+  auto first = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", "0"});
+  const uint16_t port = listening_port(first);
+  auto second =
+      Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", std::to_string(port)});
+  auto status = second.wait(30s);
+  CHECK(status.exit_code == 1);
+  CHECK_THAT(second.err(), Catch::Contains("127.0.0.1:" + std::to_string(port)));
+  CHECK_THAT(second.err(), Catch::Contains("in use"));
+  first.kill(SIGTERM);
+  CHECK(first.wait(30s).ok());
+}
+
+TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
+  auto p = Subprocess::spawn(
+      {kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});
+  listening_port(p);
+  CHECK(p.wait(30s).ok());
+}
+
+}  // namespace
+}  // namespace collie
