@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <regex>
 
@@ -58,6 +59,26 @@ TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
       {kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});
   listening_port(p);
   CHECK(p.wait(30s).ok());
+}
+
+}  // namespace
+}  // namespace collie
+
+namespace collie {
+namespace {
+
+TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store][cli]") {
+  const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
+  if (::access(demo.c_str(), X_OK) != 0) {
+    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
+    return;
+  }
+  auto p = test::Subprocess::spawn({demo, "--nproc", "5", "--timeout", "60"});
+  auto status = p.wait(std::chrono::seconds(90));
+  INFO(p.out() << p.err());
+  CHECK(status.ok());
+  CHECK_THAT(p.out(), Catch::Contains("all 5 ranks met"));
+  CHECK_THAT(p.out(), Catch::Contains("all 5 workers exited cleanly"));
 }
 
 }  // namespace

@@ -1,0 +1,200 @@
+// rendezvous_demo: the smallest real multi-process collie job. The parent
+// hosts a TcpStore server on a free port and starts --nproc workers (this
+// same program, with torch's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in
+// their environment). Each worker connects, registers itself under
+// "rank/<r>", counts itself in with add("joined", 1) and waits for every
+// rank's key: a store barrier. Then each reports its timings and rank 0
+// prints who joined. The parent waits with a deadline, kills the workers if
+// any fails or time runs out, and exits non-zero on failure.
+//
+//   rendezvous_demo --nproc 4
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace {
+
+using namespace std::chrono;
+
+double now_ms() {
+  return duration<double, std::milli>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string env_or_die(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) throw collie::InvalidArgument(collie::str_cat("worker: ", name, " is not set"));
+  return v;
+}
+
+int run_worker(int timeout_s) {
+  const int rank = std::stoi(env_or_die("RANK"));
+  const int world = std::stoi(env_or_die("WORLD_SIZE"));
+  const std::string addr = env_or_die("MASTER_ADDR");
+  const auto port = static_cast<uint16_t>(std::stoi(env_or_die("MASTER_PORT")));
+  const double t0 = std::stod(env_or_die("COLLIE_DEMO_T0_MS"));
+
+  collie::TcpStoreOptions options;
+  options.timeout = seconds(timeout_s);
+  auto store = collie::TcpStore::connect(addr, port, options);
+  const double connected = now_ms() - t0;
+
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  store->set(collie::str_cat("rank/", rank), collie::str_cat(::getpid(), " ", host));
+  const int64_t arrival = store->add("joined", 1);
+
+  std::vector<std::string> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(collie::str_cat("rank/", r));
+  const double barrier_start = now_ms();
+  store->wait(ranks);  // the barrier: every rank has registered
+  const double barrier_ms = now_ms() - barrier_start;
+  store->set(collie::str_cat("report/", rank),
+             collie::str_cat(arrival, " ", connected, " ", barrier_ms));
+
+  if (rank == 0) {
+    std::vector<std::string> reports;
+    for (int r = 0; r < world; ++r) reports.push_back(collie::str_cat("report/", r));
+    auto registered = store->multi_get(ranks);
+    auto timings = store->multi_get(reports);
+    std::printf("%-5s %-8s %-20s %-8s %-14s %-12s\n", "rank", "pid", "host", "arrived",
+                "connected(ms)", "barrier(ms)");
+    for (int r = 0; r < world; ++r) {
+      std::istringstream who(collie::to_string(registered[r]));
+      std::istringstream how(collie::to_string(timings[r]));
+      std::string pid, h;
+      double conn = 0, bar = 0;
+      int64_t order = 0;
+      who >> pid >> h;
+      how >> order >> conn >> bar;
+      std::printf("%-5d %-8s %-20s %-8lld %-14.1f %-12.1f\n", r, pid.c_str(), h.c_str(),
+                  static_cast<long long>(order), conn, bar);
+    }
+    std::printf("rendezvous_demo: all %d ranks met through the store in %.1f ms\n", world,
+                now_ms() - t0);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+struct Worker {
+  pid_t pid;
+  int rank;
+};
+
+int run_parent(int nproc, int timeout_s) {
+  auto server = collie::TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  std::printf("rendezvous_demo: %d workers rendezvous through a TcpStore at 127.0.0.1:%u\n",
+              nproc, server->port());
+  std::fflush(stdout);
+
+  // SIGCHLD is blocked and taken with sigtimedwait: the parent sleeps until a
+  // worker exits or the deadline passes, never polling.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &chld, nullptr);
+
+  const std::string t0 = collie::str_cat(static_cast<int64_t>(now_ms()));
+  std::vector<Worker> workers;
+  for (int r = 0; r < nproc; ++r) {
+    // Everything the child needs is built before fork.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+    env_strings.push_back(collie::str_cat("RANK=", r));
+    env_strings.push_back(collie::str_cat("LOCAL_RANK=", r));
+    env_strings.push_back(collie::str_cat("WORLD_SIZE=", nproc));
+    env_strings.push_back("MASTER_ADDR=127.0.0.1");
+    env_strings.push_back(collie::str_cat("MASTER_PORT=", server->port()));
+    env_strings.push_back("COLLIE_DEMO_T0_MS=" + t0);
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string timeout_arg = std::to_string(timeout_s);
+    char* argv[] = {const_cast<char*>("rendezvous_demo"), const_cast<char*>("--worker"),
+                    const_cast<char*>("--timeout"), timeout_arg.data(), nullptr};
+    pid_t pid = ::fork();
+    if (pid < 0) throw collie::Error(collie::str_cat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      sigset_t none;
+      sigemptyset(&none);
+      pthread_sigmask(SIG_SETMASK, &none, nullptr);
+      ::execve("/proc/self/exe", argv, envp.data());
+      _exit(127);
+    }
+    workers.push_back({pid, r});
+  }
+
+  const auto deadline = steady_clock::now() + seconds(timeout_s);
+  std::string failure;
+  std::map<pid_t, int> running;
+  for (const auto& w : workers) running[w.pid] = w.rank;
+  while (!running.empty() && failure.empty()) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      const int rank = running[pid];
+      running.erase(pid);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failure = WIFSIGNALED(status)
+                      ? collie::str_cat("rank ", rank, " (pid ", pid, ") killed by signal ",
+                                        WTERMSIG(status))
+                      : collie::str_cat("rank ", rank, " (pid ", pid, ") exited with ",
+                                        WEXITSTATUS(status));
+      }
+      continue;
+    }
+    const auto left = deadline - steady_clock::now();
+    if (left <= nanoseconds(0)) {
+      failure = collie::str_cat(running.size(), " worker(s) still running after the ", timeout_s,
+                                "s deadline");
+      break;
+    }
+    const auto ns = duration_cast<nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    siginfo_t info;
+    sigtimedwait(&chld, &info, &ts);
+  }
+  if (!failure.empty()) {
+    for (const auto& [pid, rank] : running) ::kill(pid, SIGKILL);
+    for (const auto& [pid, rank] : running) ::waitpid(pid, nullptr, 0);
+    std::fprintf(stderr, "rendezvous_demo: FAILED: %s\n", failure.c_str());
+    return 1;
+  }
+  std::printf("rendezvous_demo: all %d workers exited cleanly\n", nproc);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("rendezvous_demo: N processes meet through a collie TcpStore");
+  int nproc = 4;
+  int timeout_s = 60;
+  bool worker = false;
+  app.add_option("--nproc", nproc, "Number of worker processes")->check(CLI::Range(1, 1024));
+  app.add_option("--timeout", timeout_s, "Seconds before the job is declared failed")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--worker", worker, "Run as a worker (set by the parent)")->group("");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return worker ? run_worker(timeout_s) : run_parent(nproc, timeout_s);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous_demo%s: %s\n", worker ? " worker" : "", e.what());
+    return 1;
+  }
+}
