@@ -32,7 +32,8 @@ std::optional<Shape> shape_in(const std::vector<int64_t>& sig, size_t index) {
   return std::nullopt;
 }
 
-size_t mb_to_bytes(double mb) { return static_cast<size_t>(mb * 1024.0 * 1024.0); }
+// At least one byte: a tiny cap means "one parameter per bucket".
+size_t mb_to_bytes(double mb) { return std::max<size_t>(1, static_cast<size_t>(mb * 1024.0 * 1024.0)); }
 
 }  // namespace
 
