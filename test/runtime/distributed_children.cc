@@ -210,6 +210,32 @@ void scenario_peer_dies() {
   }
 }
 
+// Rank 1 never calls the collective (it waits on a side store until rank 0
+// is done): rank 0's all_reduce must time out at its own short deadline with
+// a message naming the collective, and break the group.
+void scenario_peer_hangs(const std::string& side_path) {
+  const int rank = get_rank();
+  FileStore side(side_path, 2, {.timeout = std::chrono::seconds(60)});
+  if (rank == 1) {
+    side.wait({"rank0_done"});
+    return;
+  }
+  auto start = Clock::now();
+  std::vector<float> v(1000, 1.0f);
+  try {
+    get_default_group()->all_reduce(view(v.data(), v.size()), {.timeout = 500ms})->wait();
+    throw Error("all_reduce with a hung peer succeeded");
+  } catch (const TimeoutError& e) {
+    COLLIE_CHECK(Clock::now() - start < 15s, "the 500 ms timeout fired late");
+    std::printf("timeout error after %lld ms: %s\n",
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()),
+                e.what());
+  }
+  auto later = all_reduce(view(v.data(), v.size()), ReduceOp::kSum, {}, true);
+  COLLIE_CHECK(later->is_completed() && !later->is_success(), "a broken group accepted a collective");
+  side.set("rank0_done", "1");
+}
+
 void scenario_print() {
   const int rank = get_rank();
   setup_for_distributed(is_main_process());
@@ -235,7 +261,7 @@ COLLIE_TEST_CHILD(dist_rank) {
   const std::string& scenario = args.at(1);
   InitOptions options;
   options.backend = "socket";
-  options.timeout = std::chrono::seconds(scenario == "peer_dies" ? 20 : 120);
+  options.timeout = std::chrono::seconds(scenario == "peer_dies" || scenario == "peer_hangs" ? 20 : 120);
   if (how != "env") {
     options.rank = std::stoi(args.at(2));
     options.world_size = std::stoi(args.at(3));
@@ -245,8 +271,12 @@ COLLIE_TEST_CHILD(dist_rank) {
   init_process_group(options);
   COLLIE_CHECK(is_dist_avail_and_initialized());
   const int rank = get_rank();
-  scenarios().at(scenario)();
-  if (scenario != "peer_dies") barrier();
+  if (scenario == "peer_hangs") {
+    scenario_peer_hangs(args.at(4) + ".side");
+  } else {
+    scenarios().at(scenario)();
+  }
+  if (scenario != "peer_dies" && scenario != "peer_hangs") barrier();
   destroy_process_group();
   COLLIE_CHECK(!is_initialized());
   std::printf("ok rank %d\n", rank);

@@ -63,6 +63,16 @@ TEST_CASE("a peer that dies breaks the group quickly, later calls are refused", 
   }
 }
 
+TEST_CASE("a hung peer trips the collective's own timeout, naming the collective", "[dist]") {
+  TempDir dir;
+  auto outputs = run_ranks(2, [&](int rank) {
+    return RankLaunch{child_argv("dist_rank", {"file", "peer_hangs", std::to_string(rank), "2",
+                                               dir.file("rdzv")})};
+  });
+  CHECK_THAT(outputs[0], Contains("timeout error after") && Contains("all_reduce") &&
+                             Contains("limit 500") && Contains("rank 1"));
+}
+
 TEST_CASE("setup_for_distributed: print is silent on non-master ranks unless forced", "[dist]") {
   TempDir dir;
   auto outputs = run_ranks(2, [&](int rank) {
