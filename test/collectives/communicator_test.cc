@@ -189,3 +189,33 @@ TEST_CASE("the wire header is 40 bytes, names the call and matches only the same
   other.seq = 18;
   CHECK_FALSE(h.matches(group, other));
 }
+
+TEST_CASE("two communicators over the same ranks run concurrently without cross-talk") {
+  HashStore store;
+  auto group_a = connect_all(store, 3, "concurrent_a");
+  auto group_b = connect_all(store, 3, "concurrent_b");
+  std::vector<std::future<std::pair<float, double>>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(std::async(std::launch::async, [&, r] {
+      auto a = std::async(std::launch::async, [&] {
+        std::vector<float> v(50000);
+        for (int i = 0; i < 20; ++i) {
+          std::fill(v.begin(), v.end(), static_cast<float>(r + i));
+          group_a[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(60s));
+        }
+        return v.back();
+      });
+      std::vector<double> w(777);
+      for (int i = 0; i < 50; ++i) {
+        std::fill(w.begin(), w.end(), 1.0 + r);
+        group_b[r]->all_reduce(view(w.data(), w.size()), view(w.data(), w.size()), ReduceOp::kMax, Deadline(60s));
+      }
+      return std::make_pair(a.get(), w.front());
+    }));
+  }
+  for (auto& f : ranks) {
+    auto [a, b] = f.get();
+    CHECK(a == 0.0f + 1 + 2 + 3 * 19);  // sum over ranks of (r + 19)
+    CHECK(b == 3.0);
+  }
+}
