@@ -233,6 +233,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     slot.out->finish();
     slot.err->finish();
     slot.proc->signal_group(SIGKILL);
+    slot.proc->reap();
     slot.proc->close_stdout();
     slot.proc->close_stderr();
     result.workers.push_back({.place = slot.place,

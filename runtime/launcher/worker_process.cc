@@ -1,6 +1,7 @@
 #include "runtime/launcher/worker_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -26,12 +27,15 @@ bool is_executable_file(const std::string& path) {
 // (the store server), and after fork only this one exists in the child.
 [[noreturn]] void exec_child(pid_t parent, int out_w, int err_w, int null_fd, const char* path,
                              char* const* argv, char* const* envp) {
+  // Every signal is blocked across fork (see spawn). The launcher's handlers
+  // write to its self-pipe, which this child still shares until exec: put
+  // them back to the default first, so that a SIGTERM meant for this worker
+  // kills it rather than posing as a signal to the launcher. SIGPIPE is
+  // ignored by the launcher, and "ignore" would survive exec.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl
-  // Dispositions set to "ignore" survive exec; the launcher ignores SIGPIPE
-  // and blocks nothing, but restore both for the worker regardless.
-  ::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
   ::sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -96,9 +100,13 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
   }
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   pid_t parent = ::getpid();
+  sigset_t all, previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   pid_t pid = ::fork();
   if (pid == 0) exec_child(parent, out_pipe[1], err_pipe[1], null_fd, path.c_str(), args.data(), envp.data());
   int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   if (null_fd >= 0) ::close(null_fd);
@@ -119,12 +127,10 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
 }
 
 WorkerProcess::~WorkerProcess() {
-  if (!exited_ && pid_ > 0) {
+  if (pid_ > 0 && !reaped_) {
     // Never leave a worker behind, whatever path led here.
     signal_group(SIGKILL);
-    int st = 0;
-    while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
-    }
+    reap();
   }
   close_stdout();
   close_stderr();
@@ -142,21 +148,36 @@ void WorkerProcess::close_stderr() {
 
 bool WorkerProcess::poll_exit() {
   if (exited_) return true;
-  int st = 0;
-  pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r != pid_) return false;
+  siginfo_t info{};
+  // WNOWAIT: learn the status but keep the zombie (see the header).
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+  if (info.si_pid != pid_) return false;
   exited_ = true;
   exit_time_ = std::chrono::system_clock::now();
-  if (WIFSIGNALED(st)) exit_.signal = WTERMSIG(st);
-  else exit_.exit_code = WEXITSTATUS(st);
+  if (info.si_code == CLD_EXITED) exit_.exit_code = info.si_status;
+  else exit_.signal = info.si_status;
   return true;
 }
 
+void WorkerProcess::reap() {
+  if (reaped_ || pid_ <= 0) return;
+  int st = 0;
+  while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+  }
+  reaped_ = true;
+  if (!exited_) {
+    exited_ = true;
+    exit_time_ = std::chrono::system_clock::now();
+    if (WIFSIGNALED(st)) exit_.signal = WTERMSIG(st);
+    else exit_.exit_code = WEXITSTATUS(st);
+  }
+}
+
 void WorkerProcess::signal_group(int sig) {
-  if (pid_ <= 0) return;
+  if (pid_ <= 0 || reaped_) return;
   // The group outlives its leader while the leader's children run, so it is
-  // signalled even after the worker itself was reaped.
-  if (::kill(-pid_, sig) != 0 && errno == ESRCH && !exited_) ::kill(pid_, sig);
+  // signalled even after the worker itself exited (it is still a zombie).
+  if (::kill(-pid_, sig) != 0 && errno == ESRCH) ::kill(pid_, sig);
 }
 
 }  // namespace collie::launcher

@@ -42,8 +42,12 @@ class WorkerProcess {
   void close_stdout();
   void close_stderr();
 
-  // Reaps the worker if it has exited (never blocks); true once it has.
+  // True once the worker has exited (never blocks). The worker is left a
+  // zombie until reap(): while it is one its pid, and so its process group
+  // id, cannot be reused, and signal_group() can never hit a stranger.
   bool poll_exit();
+  // Collects the exited worker (after the last signal_group()).
+  void reap();
   bool exited() const { return exited_; }
   const ExitInfo& exit_info() const { return exit_; }
   std::chrono::system_clock::time_point exit_time() const { return exit_time_; }
@@ -59,6 +63,7 @@ class WorkerProcess {
   int out_fd_ = -1;
   int err_fd_ = -1;
   bool exited_ = false;
+  bool reaped_ = false;
   ExitInfo exit_;
   std::chrono::system_clock::time_point exit_time_;
 };

@@ -7,9 +7,12 @@
 
 #include <unistd.h>
 
+#include <fstream>
+
 #include "runtime/base/str_cat.h"
 #include "test/launcher/launcher_harness.h"
 #include "test/support/child.h"
+#include "test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -91,4 +94,33 @@ TEST_CASE("workers started by mpirun rendezvous on rank 0's store", "[launcher][
                                          " attempt 0 via store hosted by rank 0 (openmpi)")));
     CHECK_THAT(p.out(), Contains(str_cat("allreduce ok rank ", r, " sum 3")));
   }
+}
+
+TEST_CASE("torch workers under collie-run find its agent store", "[launcher][interop][torchrun]") {
+  if (!executable("/usr/bin/python3")) {
+    WARN("skipped: /usr/bin/python3 (with python3-torch) is not installed");
+    return;
+  }
+  // torch 1.13's env:// rendezvous with TORCHELASTIC_USE_AGENT_STORE=True:
+  // a 1.13-protocol TCPStore client of collie's server, under
+  // /worker/attempt_0, then a gloo all_reduce.
+  TempDir dir;
+  std::string script = dir.file("worker.py");
+  {
+    std::ofstream s(script);
+    s << "import os, torch, torch.distributed as dist\n"
+         "dist.init_process_group('gloo')\n"
+         "t = torch.ones(4) * (dist.get_rank() + 1)\n"
+         "dist.all_reduce(t)\n"
+         "print(f'torch rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t[0])}', flush=True)\n"
+         "dist.destroy_process_group()\n";
+  }
+  std::vector<std::string> argv{collie_run_path(), "--standalone", "--nproc-per-node", "2",
+                                "/usr/bin/python3", script};
+  auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto st = p.wait(std::chrono::seconds(120));
+  INFO(p.out() << "\n--- stderr ---\n" << p.err());
+  REQUIRE(st.ok());
+  CHECK(lines_with_prefix(p.out(), "[rank0]: torch rank 0 of 2 sum 3").size() == 1);
+  CHECK(lines_with_prefix(p.out(), "[rank1]: torch rank 1 of 2 sum 3").size() == 1);
 }

@@ -62,7 +62,11 @@ COLLIE_TEST_CHILD(store_rdv) {
               le.local_rank, attempt, source.c_str(), protocol);
   std::fflush(stdout);
 
+  // Everyone has reported before the failure comes, so the test sees each
+  // rank's rendezvous of attempt 0.
+  if (store->add("reported", 1) == world) store->set("all_reported", "1");
   if (rank == fail_rank && attempt == 0) {
+    store->wait({"all_reported"});
     std::fprintf(stderr, "rank %d fails attempt 0 after the rendezvous\n", rank);
     return 4;
   }
@@ -87,9 +91,14 @@ COLLIE_TEST_CHILD(store_rdv) {
     destroy_process_group();
   }
 
-  // Nobody leaves before everyone is done with the store: rank 0 may be
-  // hosting it.
+  // Nobody leaves before everyone is done with the store, and rank 0 (which
+  // may host it) leaves last: the others announce that they are leaving.
   if (store->add("done", 1) == world) store->set("all_done", "1");
   store->wait({"all_done"});
+  if (rank != 0) {
+    if (store->add("left", 1) == world - 1) store->set("all_left", "1");
+  } else if (world > 1) {
+    store->wait({"all_left"});
+  }
   return 0;
 }
