@@ -1,0 +1,219 @@
+// store_bench: operations per second of a TcpStore server for set, get and
+// add with 1, 8 and 64 concurrent clients (threads, each with its own
+// connection), collie's server against torch 1.13's, side by side.
+//
+// Both servers run in their own process: collie's in a child forked before
+// any thread exists, torch's in /usr/bin/python3. Both are driven by the
+// same client, collie's TcpStore, speaking the 1.13 dialect to both by
+// default so that every byte on the wire is identical (--collie-dialect v2
+// measures collie's server in its native dialect instead).
+//
+//   store_bench                       # the table
+//   store_bench --repeat 5 --json     # one JSON object per row
+//
+// set is fire-and-forget in the protocol, so each client ends its timed run
+// with a round trip: the time includes the server draining every set.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace {
+
+using namespace std::chrono;
+using collie::StoreProtocol;
+
+// A server in another process: its port, and how to stop it.
+struct ServerProcess {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  int control_fd = -1;  // collie's child exits when this closes
+  ~ServerProcess() {
+    if (control_fd >= 0) ::close(control_fd);
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Forks collie's server. Must run before any thread is started.
+void start_collie_server(ServerProcess& out) {
+  int port_pipe[2], control_pipe[2];
+  if (::pipe(port_pipe) != 0 || ::pipe(control_pipe) != 0) throw collie::Error("pipe failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(port_pipe[0]);
+    ::close(control_pipe[1]);
+    auto server = collie::TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+    uint16_t port = server->port();
+    if (::write(port_pipe[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
+    char byte;
+    while (::read(control_pipe[0], &byte, 1) > 0) {
+    }
+    server->stop();
+    _exit(0);
+  }
+  ::close(port_pipe[1]);
+  ::close(control_pipe[0]);
+  out.pid = pid;
+  out.control_fd = control_pipe[1];
+  if (::read(port_pipe[0], &out.port, sizeof(out.port)) != sizeof(out.port))
+    throw collie::Error("collie server child did not report its port");
+  ::close(port_pipe[0]);
+}
+
+// Starts torch 1.13's TCPStore server in /usr/bin/python3; false if torch
+// is not importable there.
+bool start_torch_server(ServerProcess& out) {
+  int port_pipe[2];
+  if (::pipe(port_pipe) != 0) throw collie::Error("pipe failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(port_pipe[1], 1);
+    ::close(port_pipe[0]);
+    const char* script =
+        "import signal, sys, datetime\n"
+        "import torch.distributed as d\n"
+        "s = d.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=600),"
+        " wait_for_workers=False)\n"
+        "print(s.port, flush=True)\n"
+        "signal.sigwait([signal.SIGTERM])\n";
+    ::execl("/usr/bin/python3", "python3", "-c", script, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ::close(port_pipe[1]);
+  out.pid = pid;
+  std::string line;
+  char c;
+  while (::read(port_pipe[0], &c, 1) == 1 && c != '\n') line += c;
+  ::close(port_pipe[0]);
+  if (line.empty()) return false;
+  out.port = static_cast<uint16_t>(std::stoi(line));
+  return true;
+}
+
+// Runs `op` on `clients` threads for `seconds`; returns operations per second.
+double measure(uint16_t port, StoreProtocol protocol, const std::string& op, int clients,
+               double seconds, size_t value_bytes) {
+  collie::TcpStoreOptions options;
+  options.protocol = protocol;
+  options.timeout = std::chrono::seconds(60);
+  std::vector<std::unique_ptr<collie::TcpStore>> stores;
+  for (int i = 0; i < clients; ++i) stores.push_back(collie::TcpStore::connect("127.0.0.1", port, options));
+  const collie::Bytes value(value_bytes, 'v');
+  for (int i = 0; i < clients; ++i) stores[i]->set(collie::str_cat("bench/", i), value);
+
+  std::atomic<bool> stop{false};
+  std::vector<int64_t> counts(clients, 0);
+  std::barrier start(clients + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      auto& store = *stores[i];
+      const std::string key = collie::str_cat("bench/", i);
+      int64_t n = 0;
+      start.arrive_and_wait();
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int j = 0; j < 16; ++j) {
+          if (op == "set") store.set(key, value);
+          else if (op == "get") store.get(key);
+          else store.add("bench/counter", 1);
+        }
+        n += 16;
+      }
+      store.check({key});  // drain: every set has been applied
+      counts[i] = n;
+    });
+  }
+  start.arrive_and_wait();
+  const auto t0 = steady_clock::now();
+  std::this_thread::sleep_for(duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  const double elapsed = duration<double>(steady_clock::now() - t0).count();
+  int64_t total = 0;
+  for (auto c : counts) total += c;
+  return static_cast<double>(total) / elapsed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("store_bench: TcpStore server throughput, collie vs torch 1.13");
+  double seconds = 0.5;
+  int repeat = 3;
+  size_t value_bytes = 16;
+  std::vector<int> client_counts = {1, 8, 64};
+  bool json = false;
+  std::string collie_dialect = "v1_13";
+  app.add_option("--seconds", seconds, "Timed run per cell")->capture_default_str();
+  app.add_option("--repeat", repeat,
+                 "Alternating runs per cell; the best of each server is reported (the "
+                 "machine's other load only ever slows a run down)")
+      ->capture_default_str();
+  app.add_option("--value-bytes", value_bytes, "Value size for set")->capture_default_str();
+  app.add_option("--clients", client_counts, "Concurrent clients")->capture_default_str();
+  app.add_option("--collie-dialect", collie_dialect, "Dialect to collie's server: v1_13 or v2")
+      ->check(CLI::IsMember({"v1_13", "v2"}))
+      ->capture_default_str();
+  app.add_flag("--json", json, "One JSON object per row instead of the table");
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+
+  try {
+    ServerProcess collie_server, torch_server;
+    start_collie_server(collie_server);  // before any thread exists
+    const bool have_torch = start_torch_server(torch_server);
+    if (!have_torch) std::fprintf(stderr, "store_bench: torch's server did not start; collie only\n");
+    const StoreProtocol collie_protocol =
+        collie_dialect == "v2" ? StoreProtocol::kV2 : StoreProtocol::kV1_13;
+
+    if (!json) {
+      std::printf("# TcpStore server ops/s, best of %d alternating %.1fs runs, %zu-byte values, "
+                  "collie client (%s to collie, 1.13 to torch)\n",
+                  repeat, seconds, value_bytes, collie_dialect.c_str());
+      std::printf("%-4s %8s %14s %14s %12s\n", "op", "clients", "collie ops/s", "torch ops/s",
+                  "collie/torch");
+    }
+    for (const std::string op : {"set", "get", "add"}) {
+      for (int clients : client_counts) {
+        double c = 0, t = 0;
+        for (int r = 0; r < repeat; ++r) {
+          c = std::max(c, measure(collie_server.port, collie_protocol, op, clients, seconds,
+                                  value_bytes));
+          if (have_torch) {
+            t = std::max(t, measure(torch_server.port, StoreProtocol::kV1_13, op, clients,
+                                    seconds, value_bytes));
+          }
+        }
+        if (json) {
+          std::printf("{\"op\": \"%s\", \"clients\": %d, \"collie_ops_per_s\": %.0f, "
+                      "\"torch_ops_per_s\": %.0f, \"ratio\": %.3f}\n",
+                      op.c_str(), clients, c, t, t > 0 ? c / t : 0.0);
+        } else {
+          std::printf("%-4s %8d %14.0f %14.0f %12.2f\n", op.c_str(), clients, c, t,
+                      t > 0 ? c / t : 0.0);
+        }
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "store_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
