@@ -133,12 +133,14 @@ void Transport::progress() {
   for (;;) {
     if (aborted_.load()) fail_aborted();
     const bool moved = progress_all();
-    if (completed_ != start) return;
     bool pending = false;
     for (auto& c : connections_) pending |= c && (c->send_pending() || c->recv_pending());
     if (!pending) return;
+    // Checked even while data moves: a call that is slow, not stuck, still
+    // ends at its deadline.
     const auto now = Clock::now();
     if (now >= deadline_->when()) fail_timeout();
+    if (completed_ != start) return;
     if (moved) {
       spin_until = now + spin_;
     } else if (now < spin_until) {
