@@ -1,6 +1,8 @@
 #include "nn/ddp.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -104,7 +106,9 @@ void DistributedDataParallel::broadcast_parameters() {
 }
 
 const Tensor& DistributedDataParallel::forward(const Tensor& input) {
-  if (module_.is_training()) reducer_->prepare_for_backward();
+  // Armed in eval mode too: torch prepares whenever grad is enabled, and an
+  // evaluation forward that is never followed by backward costs nothing.
+  reducer_->prepare_for_backward();
   input_ = &input;
   module_.forward(input, output_);
   return output_;
@@ -112,9 +116,16 @@ const Tensor& DistributedDataParallel::forward(const Tensor& input) {
 
 void DistributedDataParallel::backward(const Tensor& grad_output) {
   COLLIE_ARG_CHECK(input_ != nullptr, "DistributedDataParallel::backward before forward");
-  module_.backward(*input_, output_, grad_output, nullptr);
+  const Tensor* input = std::exchange(input_, nullptr);
+  try {
+    module_.backward(*input, output_, grad_output, nullptr);
+  } catch (...) {
+    // A failed all_reduce launch (broken group) or a bad gradient: leave
+    // the reducer ready for the next forward rather than wedged.
+    reducer_->abandon_backward();
+    throw;
+  }
   backward_compute_end_ = Clock::now();
-  input_ = nullptr;
   reducer_->finalize_backward();
 }
 

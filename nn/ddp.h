@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "nn/module.h"
 #include "nn/reducer.h"

@@ -118,6 +118,19 @@ void Reducer::launch_ready_buckets() {
   }
 }
 
+void Reducer::abandon_backward() noexcept {
+  for (auto& bucket : buckets_) {
+    if (!bucket.work) continue;
+    try {
+      bucket.work->wait();
+    } catch (...) {
+    }
+    bucket.work.reset();
+  }
+  next_to_launch_ = 0;
+  armed_ = false;
+}
+
 void Reducer::finalize_backward() {
   if (!armed_ || !require_sync_) {
     armed_ = false;

@@ -75,6 +75,10 @@ class Reducer {
   // Waits for every bucket's all_reduce; throws Error naming the parameters
   // whose gradients never arrived, or the collective's error.
   void finalize_backward();
+  // After a backward that threw: waits for whatever was launched (ignoring
+  // its errors, the first one is already on its way to the caller) and
+  // disarms, so that the next forward can start. Never throws.
+  void abandon_backward() noexcept;
 
   void set_require_sync(bool on) { require_sync_ = on; }
   bool require_sync() const { return require_sync_; }

@@ -265,3 +265,42 @@ TEST_CASE("DDP refuses replicas whose parameter shapes differ, naming both ranks
   for (const auto& out : outs)
     CHECK_THAT(out, Contains("parameter 0 ('0.weight') has shape [32, 20] on rank 0 but [33, 20] on rank 1"));
 }
+
+namespace {
+
+// A Linear whose bias never gets a gradient: what an unused parameter looks
+// like to the reducer.
+class ForgetfulLinear : public Module {
+ public:
+  ForgetfulLinear() : inner_(3, 2, generator_) {}
+  std::string describe() const override { return "ForgetfulLinear"; }
+  void forward(const Tensor& in, Tensor& out) override { inner_.forward(in, out); }
+  void backward(const Tensor&, const Tensor&, const Tensor&, Tensor*) override { inner_.weight().mark_grad_ready(); }
+  std::vector<std::pair<std::string, Parameter*>> named_parameters() override { return inner_.named_parameters(); }
+
+ private:
+  Generator generator_;
+  Linear inner_;
+};
+
+}  // namespace
+
+TEST_CASE("DDP names a parameter that got no gradient, and recovers for the next step", "[ddp]") {
+  test::TempDir dir;
+  init_process_group({.backend = "socket", .init_method = "file://" + dir.file("rdzv"), .world_size = 1, .rank = 0});
+  {
+    ForgetfulLinear model;
+    DistributedDataParallel ddp(model, *get_default_group(), {.first_bucket_cap_mb = 1e-6});
+    REQUIRE(ddp.reducer().buckets().size() == 2);  // bias, then weight
+    Tensor x({4, 3}), g({4, 2});
+    ddp.forward(x);
+    CHECK_THROWS_WITH(ddp.backward(g), Contains("without gradients for 1 parameter(s): bias (index 1)"));
+    // An evaluation forward without backward does not wedge the next step.
+    model.eval();
+    ddp.forward(x);
+    model.train();
+    ddp.forward(x);
+    CHECK_THROWS_AS(ddp.backward(g), Error);
+  }
+  destroy_process_group();
+}
