@@ -1,0 +1,309 @@
+// blip_train: BLIP's distributed training loop (train_*.py) in C++ on
+// Fashion-MNIST. Every step of the tutorial is here, in its order:
+//
+//   args -> init_distributed_mode (RANK/WORLD_SIZE/LOCAL_RANK, SLURM_PROCID,
+//   or "Not using distributed mode") -> init_process_group -> barrier ->
+//   setup_for_distributed(rank == 0) -> seed + rank -> DistributedSampler
+//   (shuffle for train, not for test) -> model, DDP, model_without_ddp ->
+//   per epoch: sampler.set_epoch, cosine_lr_schedule, train_one_epoch;
+//   evaluate and save on the main process; barrier.
+//
+//   collie-run --standalone --nproc-per-node 4 build/bin/blip_train --epochs 10
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "nn/adamw.h"
+#include "nn/data_loader.h"
+#include "nn/ddp.h"
+#include "nn/distributed_sampler.h"
+#include "nn/loss.h"
+#include "nn/sequential.h"
+#include "rendezvous/launch_env.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/distributed.h"
+#include "samples/blip_train/checkpoint.h"
+#include "samples/blip_train/fashion_mnist.h"
+#include "samples/blip_train/metric_logger.h"
+
+namespace fs = std::filesystem;
+using namespace collie;
+using namespace collie::samples;
+
+namespace {
+
+struct Args {
+  int epochs = 10;
+  int batch_size = 64;  // per rank
+  double lr = 1e-3;
+  double min_lr = 0.0;
+  double weight_decay = 0.05;
+  uint64_t seed = 42;
+  std::string output_dir = "output/blip_train";
+  std::string resume;
+  bool evaluate = false;
+  std::string dist_url = "env://";
+  std::string backend = "socket";
+  std::string device = "cpu";
+  std::string data_dir = kFashionMnistDir;
+  bool synthetic = false;
+  size_t synthetic_size = 4096;
+  bool dist_eval = false;
+  int print_freq = 50;
+  int64_t max_steps = -1;  // per epoch, for quick runs
+  std::vector<int64_t> hidden = {256, 128};
+  // Filled by init_distributed_mode.
+  bool distributed = false;
+  int rank = 0, world_size = 1, gpu = 0;
+};
+
+// The tutorial's init_distributed_mode, with collie's launch detection
+// (which also reads SLURM_NTASKS for the world size, unlike BLIP).
+void init_distributed_mode(Args& args) {
+  LaunchEnv env = detect_launch_env();
+  if (env.source == LaunchSource::kNone) {
+    std::printf("Not using distributed mode\n");
+    args.distributed = false;
+    return;
+  }
+  args.rank = env.rank;
+  args.world_size = env.world_size;
+  args.gpu = env.local_rank >= 0 ? env.local_rank : env.rank;
+  args.distributed = true;
+  std::printf("| distributed init (rank %d): %s (%s)\n", args.rank, args.dist_url.c_str(),
+              to_string(env.source));
+  std::fflush(stdout);
+  init_process_group({.backend = args.backend,
+                      .init_method = args.dist_url,
+                      .world_size = args.world_size,
+                      .rank = args.rank});
+  barrier();
+  setup_for_distributed(args.rank == 0);
+}
+
+std::string config_json(const Args& a) {
+  return str_cat("{\"epochs\": ", a.epochs, ", \"batch_size\": ", a.batch_size, ", \"lr\": ", a.lr,
+                 ", \"min_lr\": ", a.min_lr, ", \"weight_decay\": ", a.weight_decay, ", \"seed\": ", a.seed,
+                 ", \"backend\": \"", a.backend, "\", \"device\": \"", a.device, "\", \"world_size\": ",
+                 a.world_size, ", \"synthetic\": ", a.synthetic ? "true" : "false",
+                 ", \"hidden\": [", join(a.hidden, ", "), "]}");
+}
+
+nn::InMemoryDataset to_dataset(const ImageDataset& d) {
+  nn::Tensor inputs({static_cast<int64_t>(d.size()), kImagePixels}, d.images);
+  std::vector<int64_t> labels(d.labels.begin(), d.labels.end());
+  return nn::InMemoryDataset(std::move(inputs), std::move(labels));
+}
+
+struct EvalStats {
+  double acc = 0, loss = 0;
+  int64_t count = 0;
+};
+
+// Evaluates `indices` of `data` with the plain model. With dist_eval each
+// rank passes its sampler shard; `valid` tells how many of them are real
+// examples (the sampler pads by repeating the first ones, and a padded
+// example must not be counted twice).
+EvalStats evaluate(nn::Sequential& model, const nn::Dataset& data, std::vector<int64_t> indices,
+                   size_t valid, int batch_size, ProcessGroup* reduce_over) {
+  model.eval();
+  indices.resize(std::min(indices.size(), valid));
+  nn::DataLoader loader(data, std::move(indices), {.batch_size = static_cast<size_t>(batch_size)});
+  double sums[3] = {0, 0, 0};  // correct, loss * n, n
+  while (auto batch = loader.next()) {
+    const nn::Tensor& logits = model.forward(batch->inputs);
+    const double n = static_cast<double>(batch->labels.size());
+    sums[0] += static_cast<double>(nn::count_correct(logits, batch->labels));
+    sums[1] += static_cast<double>(nn::cross_entropy(logits, batch->labels)) * n;
+    sums[2] += n;
+  }
+  if (reduce_over != nullptr) reduce_over->all_reduce(view(sums, 3))->wait();
+  model.train();
+  return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+}
+
+struct TrainStats {
+  double loss = 0, lr = 0, samples_per_s = 0;
+};
+
+TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, nn::Sequential& model, nn::Optimizer& optimizer,
+                           const nn::Dataset& data, const nn::DistributedSampler& sampler, int epoch,
+                           const Args& args) {
+  MetricLogger logger;
+  logger.meter("lr", 1, "{value:.6f}");
+  logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
+  nn::DataLoader loader(data, sampler.indices(), {.batch_size = static_cast<size_t>(args.batch_size)});
+  int64_t steps = static_cast<int64_t>(loader.num_batches());
+  if (args.max_steps >= 0) steps = std::min(steps, args.max_steps);
+  nn::Tensor grad;
+  int64_t samples = 0;
+  const auto start = std::chrono::steady_clock::now();
+  logger.log_every(
+      {.header = str_cat("Train Epoch: [", epoch, "]"), .total = steps, .print_freq = args.print_freq},
+      [&](int64_t) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto batch = loader.next();
+        double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!batch) throw Error("the data loader ran out of batches early");
+        const nn::Tensor& logits = ddp ? ddp->forward(batch->inputs) : model.forward(batch->inputs);
+        float loss = nn::cross_entropy(logits, batch->labels, &grad);
+        optimizer.zero_grad();
+        if (ddp) ddp->backward(grad);
+        else model.backward(grad);
+        optimizer.step();
+        samples += static_cast<int64_t>(batch->labels.size());
+        logger.update("loss", loss);
+        logger.update("lr", optimizer.lr());
+        return data_time;
+      },
+      [](const std::string& line) { print(line); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double throughput[1] = {static_cast<double>(samples) / seconds};
+  if (ddp) {
+    // Everyone's samples per second: the job's throughput.
+    ddp->group().all_reduce(view(throughput, 1))->wait();
+    logger.synchronize_between_processes(ddp->group());
+  }
+  print(logger.global_avg_str());
+  return {logger.at("loss").global_avg(), logger.at("lr").global_avg(), throughput[0]};
+}
+
+int run(Args& args) {
+  init_distributed_mode(args);
+  if (args.device != "cpu")
+    throw InvalidArgument(str_cat("--device ", args.device,
+                                  ": this build trains on the CPU only (the CUDA model is not built)"));
+  const int rank = args.distributed ? get_rank() : 0;
+  const int world = args.distributed ? get_world_size() : 1;
+  args.world_size = world;
+
+  // Per-rank randomness (dropout, if any): seed + rank, as BLIP does.
+  const uint64_t rank_seed = args.seed + static_cast<uint64_t>(rank);
+
+  print("Creating dataset");
+  ImageDataset train_raw, test_raw;
+  if (args.synthetic) {
+    train_raw = make_synthetic(args.synthetic_size, args.seed);
+    test_raw = make_synthetic(args.synthetic_size / 4, args.seed + 1000003);
+  } else {
+    train_raw = load_fashion_mnist(args.data_dir, true);
+    test_raw = load_fashion_mnist(args.data_dir, false);
+  }
+  nn::InMemoryDataset train_data = to_dataset(train_raw), test_data = to_dataset(test_raw);
+  nn::DistributedSampler train_sampler(train_data.size(), world, rank, /*shuffle=*/true, args.seed);
+  nn::DistributedSampler test_sampler(test_data.size(), world, rank, /*shuffle=*/false, args.seed);
+  print("train examples", train_data.size(), "test examples", test_data.size(), "world size", world,
+        "global batch", args.batch_size * world);
+
+  print("Creating model");
+  std::vector<int64_t> sizes{kImagePixels};
+  sizes.insert(sizes.end(), args.hidden.begin(), args.hidden.end());
+  sizes.push_back(kNumClasses);
+  nn::Sequential model = nn::make_mlp<float>({.sizes = sizes, .seed = args.seed, .dropout_seed = rank_seed});
+  nn::AdamW optimizer(model.parameters(), {.lr = args.lr, .weight_decay = args.weight_decay});
+
+  int start_epoch = 0;
+  double best_acc = 0.0;
+  if (!args.resume.empty()) {
+    CheckpointInfo info = load_checkpoint(args.resume, model, optimizer);
+    start_epoch = static_cast<int>(info.epoch) + 1;
+    best_acc = info.best_acc;
+    print("resume checkpoint from", args.resume, "(epoch", info.epoch, ")");
+  }
+
+  std::unique_ptr<nn::DistributedDataParallel> ddp;
+  if (args.distributed) ddp = std::make_unique<nn::DistributedDataParallel>(model, *get_default_group());
+  nn::Sequential& model_without_ddp = model;
+  print("model parameters:", model_without_ddp.num_parameters());
+
+  const bool main_process = rank == 0;
+  if (main_process) {
+    fs::create_directories(args.output_dir);
+    std::ofstream(fs::path(args.output_dir) / "config.json") << config_json(args) << "\n";
+  }
+
+  EvalStats test{};
+  const auto job_start = std::chrono::steady_clock::now();
+  for (int epoch = start_epoch; epoch < args.epochs; ++epoch) {
+    TrainStats train{};
+    if (!args.evaluate) {
+      train_sampler.set_epoch(static_cast<uint64_t>(epoch));
+      nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
+      train = train_one_epoch(ddp.get(), model, optimizer, train_data, train_sampler, epoch, args);
+    }
+    if (args.dist_eval && args.distributed) {
+      // Rank r holds sampler positions r, r + R, ...: the real ones are < N.
+      const size_t n = test_data.size();
+      const size_t valid = n > static_cast<size_t>(rank) ? (n - rank + world - 1) / world : 0;
+      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256, ddp ? &ddp->group() : nullptr);
+    } else if (main_process) {
+      std::vector<int64_t> all(test_data.size());
+      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr);
+    }
+    if (main_process) {
+      const bool best = test.acc > best_acc;
+      best_acc = std::max(best_acc, test.acc);
+      std::string log = str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss, ", \"train_lr\": ",
+                                train.lr, ", \"test_acc\": ", test.acc, ", \"test_loss\": ", test.loss,
+                                ", \"test_count\": ", test.count, ", \"world_size\": ", world,
+                                ", \"samples_per_s\": ", train.samples_per_s, "}");
+      std::ofstream(fs::path(args.output_dir) / "log.txt", std::ios::app) << log << "\n";
+      print(log);
+      if (!args.evaluate) {
+        CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
+        char name[64];
+        std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
+        save_checkpoint((fs::path(args.output_dir) / name).string(), model_without_ddp, optimizer, info);
+        if (best) save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(), model_without_ddp, optimizer, info);
+      }
+    }
+    if (args.evaluate) break;
+    if (args.distributed) barrier();
+  }
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count() / 60;
+  print(str_cat("Training time ", format_eta(minutes * 60)));
+  print(str_cat("final test accuracy ", test.acc, " (best ", best_acc, ") on ", test.count,
+                " test examples; logs and checkpoints in ", fs::absolute(args.output_dir).string()));
+  if (args.distributed) destroy_process_group();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"blip_train: BLIP's distributed training loop on Fashion-MNIST (collie + DDP)"};
+  app.add_option("--epochs", args.epochs, "epochs to train")->capture_default_str();
+  app.add_option("--batch-size,--batch_size", args.batch_size, "batch size per rank")->capture_default_str();
+  app.add_option("--lr", args.lr, "initial learning rate (cosine schedule)")->capture_default_str();
+  app.add_option("--min-lr,--min_lr", args.min_lr, "final learning rate")->capture_default_str();
+  app.add_option("--weight-decay,--weight_decay", args.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--seed", args.seed, "seed (each rank adds its rank)")->capture_default_str();
+  app.add_option("--output-dir,--output_dir", args.output_dir, "log.txt, config.json, checkpoints")->capture_default_str();
+  app.add_option("--resume", args.resume, "checkpoint to resume from");
+  app.add_flag("--evaluate", args.evaluate, "only evaluate");
+  app.add_option("--dist-url,--dist_url", args.dist_url, "init_method: env://, tcp://host:port, file:///path")->capture_default_str();
+  app.add_option("--backend", args.backend, "socket | nccl | auto")->check(CLI::IsMember({"socket", "nccl", "auto"}))->capture_default_str();
+  app.add_option("--device", args.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--data-dir,--data_dir", args.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  app.add_flag("--synthetic", args.synthetic, "synthetic data instead of Fashion-MNIST");
+  app.add_option("--synthetic-size", args.synthetic_size, "synthetic training examples")->capture_default_str();
+  app.add_flag("--dist-eval,--dist_eval", args.dist_eval, "every rank evaluates its shard");
+  app.add_option("--print-freq,--print_freq", args.print_freq, "progress line every N steps")->capture_default_str();
+  app.add_option("--max-steps", args.max_steps, "at most N steps per epoch (quick runs)");
+  app.add_option("--hidden", args.hidden, "hidden layer sizes")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "blip_train: error: %s\n", e.what());
+    return 1;
+  }
+}
