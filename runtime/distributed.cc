@@ -207,7 +207,7 @@ void destroy_process_group(const Group& group) {
 std::shared_ptr<Work> all_reduce(TensorView tensor, ReduceOp op, const Group& group, bool async_op) {
   auto pg = resolve(group, "all_reduce");
   if (!pg) return non_member_work("all_reduce");
-  return finish(pg->all_reduce(tensor, {.op = op}), async_op);
+  return finish(pg->all_reduce(tensor, {.op = op, .async_op = async_op}), async_op);
 }
 
 std::shared_ptr<Work> broadcast(TensorView tensor, int src, const Group& group, bool async_op) {
@@ -222,26 +222,26 @@ std::shared_ptr<Work> broadcast(TensorView tensor, int src, const Group& group, 
                                     join(ranks, ", "), "]"));
     root = static_cast<int>(it - ranks.begin());
   }
-  return finish(pg->broadcast(tensor, {.root = root}), async_op);
+  return finish(pg->broadcast(tensor, {.root = root, .async_op = async_op}), async_op);
 }
 
 std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
   auto pg = resolve(group, "barrier");
   if (!pg) return non_member_work("barrier");
-  return finish(pg->barrier(), async_op);
+  return finish(pg->barrier({.async_op = async_op}), async_op);
 }
 
 std::shared_ptr<Work> all_gather(TensorView output, TensorView input, const Group& group, bool async_op) {
   auto pg = resolve(group, "all_gather");
   if (!pg) return non_member_work("all_gather");
-  return finish(pg->all_gather(output, input), async_op);
+  return finish(pg->all_gather(output, input, {.async_op = async_op}), async_op);
 }
 
 std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input, ReduceOp op,
                                      const Group& group, bool async_op) {
   auto pg = resolve(group, "reduce_scatter");
   if (!pg) return non_member_work("reduce_scatter");
-  return finish(pg->reduce_scatter(output, input, {.op = op}), async_op);
+  return finish(pg->reduce_scatter(output, input, {.op = op, .async_op = async_op}), async_op);
 }
 
 }  // namespace collie

@@ -63,10 +63,50 @@ std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string
   return work;
 }
 
+std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std::string& details,
+                                             Timeout timeout, std::function<void(const Deadline&)> op) {
+  std::shared_ptr<CompletionWork> work;
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_error_ && !stopping_ && queue_.empty() && !running_op_) {
+      ++submitted_;
+      work = std::make_shared<CompletionWork>(str_cat(kind, " #", submitted_, " (", details, ")"));
+      running_op_ = true;  // the worker starts nothing until this op is done
+    }
+  }
+  // Busy or refusing: the ordinary path keeps the order and the errors.
+  if (!work) return submit(kind, details, timeout, std::move(op));
+  Op inline_op{work, timeout, std::move(op)};
+  work->mark_completed(run_op(inline_op));
+  return work;
+}
+
+std::exception_ptr OpQueue::run_op(Op& op) {
+  std::exception_ptr error;
+  try {
+    op.run(Deadline(op.timeout));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard lock(mu_);
+  running_op_ = false;
+  if (error && !is_invalid_argument(error) && !broken_error_) {
+    broken_error_ = error;
+    broken_by_ = op.work->description();
+    COLLIE_LOG(kError) << what_ << ": " << broken_by_ << " failed, the group is broken: "
+                       << what_of(error);
+  }
+  // Wakes the worker (ops may have queued behind an inline one) and shutdown.
+  cv_.notify_all();
+  if (queue_.empty()) idle_cv_.notify_all();
+  return error;
+}
+
 void OpQueue::run_worker() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    // running_op_ here means a caller is running an op inline.
+    cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !running_op_; });
     if (queue_.empty()) break;  // stopping and drained
     Op op = std::move(queue_.front());
     queue_.pop_front();
@@ -76,25 +116,10 @@ void OpQueue::run_worker() {
     }
     running_op_ = true;
     lock.unlock();
-    std::exception_ptr error;
-    try {
-      op.run(Deadline(op.timeout));
-    } catch (...) {
-      error = std::current_exception();
-    }
-    lock.lock();
-    running_op_ = false;
-    if (error && !is_invalid_argument(error) && !broken_error_) {
-      broken_error_ = error;
-      broken_by_ = op.work->description();
-      COLLIE_LOG(kError) << what_ << ": " << broken_by_ << " failed, the group is broken: "
-                         << what_of(error);
-    }
+    std::exception_ptr error = run_op(op);
     // Complete outside the lock: a waiter woken here may submit at once.
-    lock.unlock();
     op.work->mark_completed(error);
     lock.lock();
-    if (queue_.empty()) idle_cv_.notify_all();
   }
   idle_cv_.notify_all();
 }

@@ -40,6 +40,13 @@ class OpQueue {
   // shut down, the returned Work has already failed.
   std::shared_ptr<Work> submit(const std::string& kind, const std::string& details,
                                Timeout timeout, std::function<void(const Deadline&)> op);
+  // Like submit, but when nothing is queued or running it runs `op` right
+  // here on the caller's thread (the worker holds back anything submitted
+  // meanwhile, so issue order is kept) and returns a completed Work. For
+  // callers that would wait at once: it saves the hand-off to the worker and
+  // the wake-up back, the bulk of a small collective's latency.
+  std::shared_ptr<Work> run_or_submit(const std::string& kind, const std::string& details,
+                                      Timeout timeout, std::function<void(const Deadline&)> op);
 
   // Waits up to `grace` for the queued operations; if some are left, calls
   // `abort` (which must make a running op return promptly), fails the rest
@@ -60,6 +67,8 @@ class OpQueue {
   };
 
   void run_worker();
+  // Runs op (mu_ not held) and records a failure; returns its error.
+  std::exception_ptr run_op(Op& op);
   // The error a refused or skipped op fails with; requires mu_.
   std::exception_ptr refusal_locked(const std::string& description) const;
 

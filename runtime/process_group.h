@@ -20,24 +20,32 @@ struct AllReduceOptions {
   // How the socket backend runs it (collectives/algorithm.h); kAuto picks by
   // message size. Other backends ignore it.
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+  // false: the caller will wait at once (torch's async_op=False), so a
+  // backend may run the collective on the caller's thread when the group is
+  // idle, saving two thread hand-offs; the Work it returns is complete.
+  bool async_op = true;
 };
 
 struct BroadcastOptions {
   int root = 0;
   Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
 };
 
 struct BarrierOptions {
   Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
 };
 
 struct AllGatherOptions {
   Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
 };
 
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::kSum;
   Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
 };
 
 class ProcessGroup {

@@ -55,7 +55,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor, const Al
   check_reduce_op(where, options.op, tensor.dtype);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return queue_.submit(
+  return enqueue(options.async_op,
       "all_reduce", str_cat(shape(tensor), ", ", options.op, ", ", to_string(options.algorithm)),
       op_timeout(options.timeout), [comm, tensor, options](const Deadline& deadline) {
         comm->all_reduce(tensor, tensor, options.op, deadline, options.algorithm);
@@ -69,7 +69,7 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor, const Bro
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   int root = options.root;
-  return queue_.submit("broadcast", str_cat(shape(tensor), ", root ", root),
+  return enqueue(options.async_op, "broadcast", str_cat(shape(tensor), ", root ", root),
                        op_timeout(options.timeout), [comm, tensor, root](const Deadline& deadline) {
                          comm->broadcast(tensor, root, deadline);
                        });
@@ -78,7 +78,7 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor, const Bro
 std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options) {
   check_timeout(site("barrier"), options.timeout);
   auto* comm = communicator_.get();
-  return queue_.submit("barrier", str_cat(size_, " ranks"), op_timeout(options.timeout),
+  return enqueue(options.async_op, "barrier", str_cat(size_, " ranks"), op_timeout(options.timeout),
                        [comm](const Deadline& deadline) { comm->barrier(deadline); });
 }
 
@@ -90,7 +90,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorVi
   check_gather_shapes(where, output, "output", input, "input", size_);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return queue_.submit("all_gather", shape(input), op_timeout(options.timeout),
+  return enqueue(options.async_op, "all_gather", shape(input), op_timeout(options.timeout),
                        [comm, input, output](const Deadline& deadline) {
                          comm->all_gather(input, output, deadline);
                        });
@@ -106,10 +106,17 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, Tens
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   ReduceOp op = options.op;
-  return queue_.submit("reduce_scatter", str_cat(shape(output), " per rank, ", op),
+  return enqueue(options.async_op, "reduce_scatter", str_cat(shape(output), " per rank, ", op),
                        op_timeout(options.timeout), [comm, input, output, op](const Deadline& deadline) {
                          comm->reduce_scatter(input, output, op, deadline);
                        });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const std::string& kind,
+                                                  const std::string& details, Timeout timeout,
+                                                  std::function<void(const Deadline&)> op) {
+  return async_op ? queue_.submit(kind, details, timeout, std::move(op))
+                  : queue_.run_or_submit(kind, details, timeout, std::move(op));
 }
 
 void SocketProcessGroup::shutdown(Timeout timeout) {

@@ -60,6 +60,9 @@ class SocketProcessGroup : public ProcessGroup {
  private:
   CallSite site(std::string_view op) const;
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
+  // async_op false: run on this thread when the group is idle.
+  std::shared_ptr<Work> enqueue(bool async_op, const std::string& kind, const std::string& details,
+                                Timeout timeout, std::function<void(const Deadline&)> op);
 
   const std::string group_name_;
   const Timeout timeout_;

@@ -17,10 +17,10 @@ double bus_factor(const std::string& collective, int world) {
   return 0;  // barrier moves no payload
 }
 
-void print_header(const RunInfo& info) {
-  std::printf("# collie-bench: %s, %d ranks, backend %s, algorithm %s, %d iterations after %d warm-up\n",
+void print_header(const RunInfo& info, bool blocking) {
+  std::printf("# collie-bench: %s, %d ranks, backend %s, algorithm %s, %d %s iterations after %d warm-up\n",
               info.collective.c_str(), info.world, info.backend.c_str(), info.algorithm.c_str(),
-              info.iters, info.warmup);
+              info.iters, blocking ? "blocking" : "back-to-back", info.warmup);
   std::printf("# %s\n#\n", build_info().c_str());
   std::printf("#%12s %13s %9s %7s %7s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root",
               "time", "algbw", "busbw", "#wrong");

@@ -33,7 +33,7 @@ struct RunInfo {
   int warmup = 0;
 };
 
-void print_header(const RunInfo& info);
+void print_header(const RunInfo& info, bool blocking);
 void print_row(const Row& row);
 void print_footer(const std::vector<Row>& rows);
 // Throws Error naming the path when it cannot be written.

@@ -33,6 +33,7 @@ struct Options {
   std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
   std::string backend = "socket", init_method, json;
   int check = 1, root = 0, nproc = 0, timeout_s = 300;
+  bool blocking = false;
 };
 
 // "8", "64K", "4M", "1G" (powers of 1024, as nccl-tests reads them).
@@ -94,8 +95,12 @@ class Runner {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Work>> works;
     works.reserve(o_.iters);
-    for (int i = 0; i < o_.iters; ++i) works.push_back(issue(big, small));
-    for (auto& w : works) w->wait();
+    if (o_.blocking) {
+      for (int i = 0; i < o_.iters; ++i) issue(big, small)->wait();
+    } else {
+      for (int i = 0; i < o_.iters; ++i) works.push_back(issue(big, small));
+      for (auto& w : works) w->wait();
+    }
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
                 std::max(1, o_.iters);
     // Average over the ranks, like nccl-tests' default.
@@ -110,12 +115,17 @@ class Runner {
  private:
   std::shared_ptr<Work> issue(HostBuffer& big, HostBuffer& small) {
     const std::string& c = o_.collective;
-    if (c == "all_reduce") return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_});
-    if (c == "broadcast") return pg_->broadcast(big.view(), {.root = o_.root, .timeout = timeout_});
-    if (c == "all_gather") return pg_->all_gather(big.view(), small.view(), {.timeout = timeout_});
+    // --blocking: the caller waits at once, as torch's async_op=False.
+    const bool async_op = !o_.blocking;
+    if (c == "all_reduce")
+      return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_, .async_op = async_op});
+    if (c == "broadcast")
+      return pg_->broadcast(big.view(), {.root = o_.root, .timeout = timeout_, .async_op = async_op});
+    if (c == "all_gather")
+      return pg_->all_gather(big.view(), small.view(), {.timeout = timeout_, .async_op = async_op});
     if (c == "reduce_scatter")
-      return pg_->reduce_scatter(small.view(), big.view(), {.op = op_, .timeout = timeout_});
-    return pg_->barrier({.timeout = timeout_});
+      return pg_->reduce_scatter(small.view(), big.view(), {.op = op_, .timeout = timeout_, .async_op = async_op});
+    return pg_->barrier({.timeout = timeout_, .async_op = async_op});
   }
 
   // Runs the collective once on known inputs and counts wrong elements over
@@ -170,7 +180,7 @@ int run_rank(const Options& o) {
                       .timeout = std::chrono::seconds(o.timeout_s)});
   const bool main_rank = get_rank() == 0;
   RunInfo info{o.collective, get_backend(), o.algo, get_world_size(), o.iters, o.warmup};
-  if (main_rank) print_header(info);
+  if (main_rank) print_header(info, o.blocking);
   Runner runner(o, *dtype, *op);
   std::vector<Row> rows;
   int64_t wrong = 0;
@@ -216,6 +226,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "auto"}));
+  app.add_flag("--blocking", o.blocking,
+               "wait for each collective before issuing the next (latency as a blocking caller sees "
+               "it); default: issue all -n, then wait");
   app.add_option("--backend", o.backend, "socket, nccl or auto")->capture_default_str();
   app.add_option("--init-method", o.init_method, "init_method URL (default env://, or the launcher's store)");
   app.add_option("--json", o.json, "also write the results as JSON to this file");

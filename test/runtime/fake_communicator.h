@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -22,6 +23,7 @@ struct FakeControl {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> calls;  // "all_reduce", "broadcast 0", ... in run order
+  std::vector<std::thread::id> threads;  // the thread each call ran on
   bool hold = false;               // calls block while true (until released or aborted)
   int blocked = 0;                 // calls blocked right now
   bool aborted = false;
@@ -81,6 +83,7 @@ class FakeCommunicator : public Communicator {
     std::unique_lock lock(control_->mu);
     if (control_->aborted) throw BackendError("fake communicator: aborted");
     control_->calls.push_back(what);
+    control_->threads.push_back(std::this_thread::get_id());
     control_->cv.notify_all();
     if (control_->fail_next) {
       auto fail = std::move(control_->fail_next);

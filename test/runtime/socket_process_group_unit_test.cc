@@ -179,3 +179,48 @@ TEST_CASE("socket group: shutdown waits for issued work, aborts it after the gra
     pg->shutdown(100ms);  // idempotent
   }
 }
+
+TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's thread when idle",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(w->is_completed());  // done before the call returned
+  pg->barrier({.async_op = false});
+  pg->all_reduce(view(f.data(), 4))->wait();  // the ordinary path: the worker
+  {
+    std::lock_guard lock(control->mu);
+    REQUIRE(control->threads.size() == 3);
+    CHECK(control->threads[0] == std::this_thread::get_id());
+    CHECK(control->threads[1] == std::this_thread::get_id());
+    CHECK(control->threads[2] != std::this_thread::get_id());
+  }
+
+  // Behind queued work a blocking call queues too, keeping the issue order.
+  control->hold = true;
+  auto first = pg->broadcast(view(f.data(), 4));
+  REQUIRE(control->wait_blocked(10s));
+  auto second = pg->all_reduce(view(f.data(), 4), {.op = ReduceOp::kMin, .async_op = false});
+  CHECK_FALSE(second->is_completed());
+  control->release();
+  second->wait(30s);
+  CHECK(first->is_success());
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls.back() == "all_reduce min");
+  CHECK(control->threads.back() != std::this_thread::get_id());
+}
+
+TEST_CASE("socket group: a blocking call that fails breaks the group like a queued one", "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  control->fail_next = [] { throw NetworkError("rank 1 (127.0.0.1:9) closed the connection"); };
+  auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(w->is_completed());
+  CHECK_THROWS_AS(w->wait(), NetworkError);
+  CHECK(pg->broken());
+  CHECK_THROWS_WITH(pg->barrier({.async_op = false})->wait(), Contains("broken since all_reduce #1"));
+  // Shutdown with nothing running returns at once.
+  pg->shutdown(30s);
+}
