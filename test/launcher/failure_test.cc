@@ -108,7 +108,7 @@ TEST_CASE("workers die with a launcher that is SIGKILLed", "[launcher][failure]"
   CHECK(wait_until_dead(workers, std::chrono::seconds(10)).empty());
 }
 
-TEST_CASE("--max-restarts restarts the whole group with the next restart count", "[launcher][restart]") {
+TEST_CASE("max restarts restarts the whole group with the next restart count", "[launcher][restart]") {
   auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2"}, "flaky",
                           {"1"});
   auto st = p.wait(kLaunchTimeout);

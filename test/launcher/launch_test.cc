@@ -88,7 +88,7 @@ TEST_CASE("workers get torchrun's environment", "[launcher][env]") {
   CHECK(parse_env_dump(one.out())[0]["TORCHELASTIC_RUN_ID"] == "none");
 }
 
-TEST_CASE("every line arrives whole with its rank prefix; partial last lines are flushed",
+TEST_CASE("every line arrives whole with its rank prefix, and partial last lines are flushed",
           "[launcher][output]") {
   const int lines = 150, nproc = 3;
   // 5000-byte lines, written in three pieces each: larger than PIPE_BUF, so
@@ -122,7 +122,7 @@ TEST_CASE("every line arrives whole with its rank prefix; partial last lines are
     CHECK(lines_with_prefix(err, str_cat("[rank", r, "]: err ", r, " line")).size() == lines);
 }
 
-TEST_CASE("--local-ranks-filter keeps only those ranks on the console", "[launcher][output]") {
+TEST_CASE("the local ranks filter keeps only those ranks on the console", "[launcher][output]") {
   auto p = start_launcher({"--standalone", "--nproc-per-node", "3", "--local-ranks-filter", "1"},
                           "chatter", {"5", "10"});
   REQUIRE(p.wait(kLaunchTimeout).ok());
@@ -133,7 +133,7 @@ TEST_CASE("--local-ranks-filter keeps only those ranks on the console", "[launch
   CHECK(lines_with_prefix(p.err(), "[rank0]").empty());
 }
 
-TEST_CASE("--log-dir writes one file per rank and stream per attempt; --tee also shows them",
+TEST_CASE("a log dir gets one file per rank and stream per attempt, and tee also shows them",
           "[launcher][output]") {
   TempDir dir;
   auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path(),

@@ -107,7 +107,7 @@ TEST_CASE("bad flags are usage errors that name the flag", "[launcher][options]"
   CHECK_THAT(parse_bad({"--master-port", "70000", "./t"}).message, Contains("70000"));
 }
 
-TEST_CASE("--help documents every flag with an example", "[launcher][options]") {
+TEST_CASE("help documents every flag with an example", "[launcher][options]") {
   auto r = parse_launch_options({"collie-run", "--help"});
   REQUIRE_FALSE(r.options);
   CHECK(r.exit_code == 0);
