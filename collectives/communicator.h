@@ -42,7 +42,7 @@ struct CommunicatorOptions {
   // Bytes per pipelined ring message.
   size_t segment_bytes = size_t{256} << 10;
   // kAuto all_reduce uses the small-message algorithm up to this many bytes.
-  size_t small_message_bytes = size_t{16} << 10;
+  size_t small_message_bytes = size_t{32} << 10;
   // How long a waiting call busy-polls its sockets before sleeping in poll().
   std::chrono::microseconds spin = std::chrono::microseconds(50);
   // SO_SNDBUF/SO_RCVBUF for the data connections; 0 keeps the kernel's.
