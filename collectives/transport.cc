@@ -20,6 +20,9 @@ namespace {
 // instead after this long.
 constexpr auto kNoticeBudget = std::chrono::milliseconds(200);
 constexpr size_t kMaxAbortText = 4096;
+// How long a rank that saw a frame of a later call waits for a frame of its
+// own call from another peer, which would name the real mismatch.
+constexpr auto kEvidenceGrace = std::chrono::milliseconds(200);
 
 [[noreturn]] void throw_error(ErrorKind kind, const std::string& message) {
   switch (kind) {
@@ -245,15 +248,26 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
   }
   // A peer that is already past our call is one symptom; another peer's
   // frame of this very call, waiting unread, usually names the real culprit.
+  // It may still be on its way (the sender was descheduled between two
+  // sends), so look for up to kEvidenceGrace: this is the error path.
   if (h.seq != call_.seq) {
-    for (auto& other : connections_) {
-      WireHeader o;
-      if (other && other.get() != &c && other->at_frame_boundary() && other->peek_header(&o) &&
-          o.magic == kWireMagic && o.group == group_ &&
-          o.frame == static_cast<uint8_t>(FrameType::kData) && o.seq == call_.seq &&
-          !(o.call() == call_)) {
-        fail_mismatch(*other, o);
+    const auto until = std::min(Clock::now() + kEvidenceGrace, deadline_->when());
+    for (;;) {
+      std::vector<pollfd> quiet;
+      for (auto& other : connections_) {
+        if (!other || other.get() == &c || !other->at_frame_boundary() || other->finished()) continue;
+        WireHeader o;
+        if (!other->peek_header(&o)) {
+          quiet.push_back(pollfd{other->fd(), POLLIN, 0});
+        } else if (o.magic == kWireMagic && o.group == group_ &&
+                   o.frame == static_cast<uint8_t>(FrameType::kData) && o.seq == call_.seq &&
+                   !(o.call() == call_)) {
+          fail_mismatch(*other, o);
+        }
       }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (quiet.empty() || left.count() <= 0) break;
+      ::poll(quiet.data(), quiet.size(), static_cast<int>(left.count()));
     }
   }
   fail(ErrorKind::kBackend,
