@@ -78,6 +78,9 @@ int Launcher::run() {
       say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
                   " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
     rdzv->join();
+  } catch (const InvalidArgument& e) {
+    say(str_cat(e.what(), "\n"));  // launchers started with inconsistent flags
+    return 2;
   } catch (const Error& e) {
     say(str_cat(e.what(), "\n"));
     return 1;

@@ -60,11 +60,6 @@ NodeRendezvous::~NodeRendezvous() {
 
 void NodeRendezvous::join() {
   const auto& o = options_;
-  int64_t claims = store_->add(key(str_cat("node/", o.node_rank, "/claims")), 1);
-  if (claims != 1)
-    throw InvalidArgument(str_cat("collie-run: another launcher already joined run '", o.run_id,
-                                  "' as --node-rank ", o.node_rank,
-                                  "; give every node its own rank in [0, ", o.nnodes, ")"));
   std::string mine = str_cat("nnodes=", o.nnodes, " max_restarts=", o.max_restarts);
   Bytes first = store_->compare_set(key("config"), {}, as_span(mine));
   if (to_string(first) != mine)
@@ -72,6 +67,11 @@ void NodeRendezvous::join() {
                                   " but another node with ", to_string(first),
                                   "; every launcher of a job needs the same --nnodes and "
                                   "--max-restarts"));
+  int64_t claims = store_->add(key(str_cat("node/", o.node_rank, "/claims")), 1);
+  if (claims != 1)
+    throw InvalidArgument(str_cat("collie-run: another launcher already joined run '", o.run_id,
+                                  "' as --node-rank ", o.node_rank,
+                                  "; give every node its own rank in [0, ", o.nnodes, ")"));
   store_->set(key(str_cat("node/", o.node_rank)), str_cat(o.nproc, " ", o.hostname));
   barrier("join", "join the job");
 

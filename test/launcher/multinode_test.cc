@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "runtime/base/str_cat.h"
 #include "test/launcher/launcher_harness.h"
@@ -67,6 +68,45 @@ TEST_CASE("two launchers on loopback form one job with global ranks", "[launcher
   CHECK(lines_with_prefix(node1.out(), "[rank3]: allreduce ok rank 3 sum 10").size() == 1);
 }
 
+TEST_CASE("nodes with different worker counts get torchrun's prefix-sum ranks", "[launcher][multinode]") {
+  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "env_dump");
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port),
+                               "--nproc-per-node", "2"},
+                              "env_dump");
+  REQUIRE(node1.wait(kLaunchTimeout).ok());
+  REQUIRE(node0.wait(kLaunchTimeout).ok());
+  CHECK(lines_with_prefix(node0.out(), "[rank0]: WORLD_SIZE=3").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank1]: LOCAL_RANK=0").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank2]: LOCAL_RANK=1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank2]: GROUP_RANK=1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank2]: LOCAL_WORLD_SIZE=2").size() == 1);
+}
+
+TEST_CASE("a second launcher with the same node rank, or other flags, is refused", "[launcher][multinode][failure]") {
+  auto node0 = start_launcher({"--nnodes", "3", "--node-rank", "0", "--master-port", "0",
+                               "--rdzv-timeout", "20s"},
+                              "env_dump");
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  std::vector<std::string> as_node1{"--nnodes", "3", "--node-rank", "1", "--master-port",
+                                    std::to_string(port), "--rdzv-timeout", "20s"};
+  auto first = start_launcher(as_node1, "env_dump");
+  auto second = start_launcher(as_node1, "env_dump");
+  // One of the two claims node rank 1 first; the other is refused at once.
+  Deadline deadline(kLaunchTimeout);
+  while (first.running() && second.running() && !deadline.expired())
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Subprocess& refused = first.running() ? second : first;
+  CHECK(refused.wait(kLaunchTimeout).exit_code == 2);
+  CHECK_THAT(refused.err(), Contains("another launcher already joined run 'none' as --node-rank 1"));
+
+  auto other = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)},
+                              "env_dump");
+  CHECK(other.wait(kLaunchTimeout).exit_code == 2);
+  CHECK_THAT(other.err(), Contains("node 1 was started with nnodes=2 max_restarts=0 but another node with "
+                                   "nnodes=3 max_restarts=0"));
+}
+
 TEST_CASE("a failure on node 1 stops node 0's workers too", "[launcher][multinode][failure]") {
   TempDir pids;
   // Rank 3 (node 1) exits 3 once all four workers are up.
@@ -85,6 +125,26 @@ TEST_CASE("a failure on node 1 stops node 0's workers too", "[launcher][multinod
   CHECK_THAT(node1.err(), Contains("root cause: rank 3 (local rank 1"));
   CHECK_THAT(node0.err(), Contains("cause: another node failed: rank 3 (local rank 1 on node 1"));
   for (pid_t pid : wait_for_pid_files(pids.path(), 4)) CHECK_FALSE(process_alive(pid));
+}
+
+TEST_CASE("a failure on one node restarts the group on every node", "[launcher][multinode][restart]") {
+  // Rank 3 (node 1) fails on attempt 0 only; both nodes run attempt 1.
+  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
+                               "--nproc-per-node", "2", "--max-restarts", "1"},
+                              "flaky", {"3"});
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port),
+                               "--nproc-per-node", "2", "--max-restarts", "1"},
+                              "flaky", {"3"});
+  auto s1 = node1.wait(kLaunchTimeout);
+  auto s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
+  CHECK(s0.ok());
+  CHECK(s1.ok());
+  CHECK_THAT(node0.err(), Contains("restarting the group, restart 1 of 1"));
+  CHECK_THAT(node1.err(), Contains("restarting the group, restart 1 of 1"));
+  CHECK(lines_with_prefix(node0.out(), "[rank0]: restart_count=1").size() == 1);
+  CHECK(lines_with_prefix(node1.out(), "[rank3]: restart_count=1").size() == 1);
 }
 
 TEST_CASE("a launcher that cannot reach node 0 fails naming the address", "[launcher][multinode][failure]") {
