@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
   int repeat = 3;
   size_t value_bytes = 16;
   std::vector<int> client_counts = {1, 8, 64};
+  std::vector<std::string> ops = {"set", "get", "add"};
   bool json = false;
   std::string collie_dialect = "v1_13";
   app.add_option("--seconds", seconds, "Timed run per cell")->capture_default_str();
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--value-bytes", value_bytes, "Value size for set")->capture_default_str();
   app.add_option("--clients", client_counts, "Concurrent clients")->capture_default_str();
+  app.add_option("--ops", ops, "Operations to measure")
+      ->check(CLI::IsMember({"set", "get", "add"}))
+      ->capture_default_str();
   app.add_option("--collie-dialect", collie_dialect, "Dialect to collie's server: v1_13 or v2")
       ->check(CLI::IsMember({"v1_13", "v2"}))
       ->capture_default_str();
@@ -189,7 +193,7 @@ int main(int argc, char** argv) {
       std::printf("%-4s %8s %14s %14s %12s\n", "op", "clients", "collie ops/s", "torch ops/s",
                   "collie/torch");
     }
-    for (const std::string op : {"set", "get", "add"}) {
+    for (const std::string& op : ops) {
       for (int clients : client_counts) {
         double c = 0, t = 0;
         for (int r = 0; r < repeat; ++r) {

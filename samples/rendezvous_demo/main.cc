@@ -48,6 +48,12 @@ int run_worker(int timeout_s) {
   const auto port = static_cast<uint16_t>(std::stoi(env_or_die("MASTER_PORT")));
   const double t0 = std::stod(env_or_die("COLLIE_DEMO_T0_MS"));
 
+  // For the failure test: this rank dies before it registers.
+  if (const char* fail = std::getenv("COLLIE_DEMO_FAIL_RANK"); fail && std::stoi(fail) == rank) {
+    std::fprintf(stderr, "rendezvous_demo worker %d: failing on purpose (COLLIE_DEMO_FAIL_RANK)\n",
+                 rank);
+    return 3;
+  }
   collie::TcpStoreOptions options;
   options.timeout = seconds(timeout_s);
   auto store = collie::TcpStore::connect(addr, port, options);

@@ -81,5 +81,25 @@ TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store
   CHECK_THAT(p.out(), Catch::Contains("all 5 workers exited cleanly"));
 }
 
+
+TEST_CASE("rendezvous_demo: a failing worker fails the job and stops the others",
+          "[tcp_store][cli]") {
+  const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
+  if (::access(demo.c_str(), X_OK) != 0) {
+    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
+    return;
+  }
+  test::SpawnOptions options;
+  options.env["COLLIE_DEMO_FAIL_RANK"] = "2";
+  auto p = test::Subprocess::spawn({demo, "--nproc", "4", "--timeout", "60"}, options);
+  // The others are stuck at the barrier: the parent must kill them at once,
+  // not wait for the 60 s deadline.
+  auto status = p.wait(std::chrono::seconds(30));
+  INFO(p.out() << p.err());
+  CHECK(status.exit_code == 1);
+  CHECK_THAT(p.err(), Catch::Contains("FAILED: rank 2"));
+  CHECK_THAT(p.err(), Catch::Contains("exited with 3"));
+}
+
 }  // namespace
 }  // namespace collie

@@ -8,6 +8,12 @@
 #include <future>
 #include <thread>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
 #include "test/support/child.h"
@@ -187,6 +193,83 @@ TEST_CASE("TcpStore: threads share one client", "[tcp_store]") {
   for (auto& t : threads) t.join();
   CHECK(store->add("shared", 0) == kThreads * kAdds);
   CHECK(str(store->get("t3")) == std::to_string(kAdds - 1));
+}
+
+// A strict 2.x server in miniature, as torch >= 2.0 behaves: a connection
+// whose first byte is not VALIDATE is closed; a validated one gets its PING
+// echoed and GETNUMKEYS answered with 42. It records what it saw.
+class Strict2xServer {
+ public:
+  Strict2xServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd_, 8) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~Strict2xServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  uint16_t port() const { return port_; }
+  int dropped() const { return dropped_; }
+
+ private:
+  static bool read_exact(int fd, uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t got = ::recv(fd, p, n, 0);
+      if (got <= 0) return false;
+      p += got;
+      n -= static_cast<size_t>(got);
+    }
+    return true;
+  }
+  void serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int c = ::accept(fd_, nullptr, nullptr);
+      timeval tv{10, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      uint8_t first = 0xff;
+      if (!read_exact(c, &first, 1) || first != 0) {
+        ++dropped_;
+        ::close(c);
+        continue;
+      }
+      uint8_t buf[9];
+      if (read_exact(c, buf, 4) && store_protocol::load_u32(buf) == store_protocol::kValidationMagic &&
+          read_exact(c, buf, 5) && buf[0] == 13) {
+        ::send(c, buf + 1, 4, MSG_NOSIGNAL);  // the nonce back
+        while (read_exact(c, buf, 1) && buf[0] == 7) {
+          Bytes reply;
+          store_protocol::Writer(reply).i64(42);
+          ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> dropped_{0};
+  std::thread thread_;
+};
+
+TEST_CASE("TcpStore: kDetect finds a strict 2.x server by its dropping the probe",
+          "[tcp_store]") {
+  Strict2xServer server;
+  auto store = TcpStore::connect("127.0.0.1", server.port(), options_for(StoreProtocol::kDetect));
+  CHECK(store->protocol() == StoreProtocol::kV2);
+  CHECK(store->num_keys() == 42);
+  CHECK(server.dropped() == 1);  // the probe's connection, nothing else
 }
 
 COLLIE_TEST_CHILD(tcp_store_rank) {
