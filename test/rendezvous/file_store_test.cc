@@ -248,30 +248,53 @@ TEST_CASE("FileStore: a lock held elsewhere times out naming the file, and waits
 }
 
 TEST_CASE("FileStore: torch's FileStore and collie's share one file", "[file_store][torch]") {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    WARN("skipped: /usr/bin/python3 cannot import torch.distributed (apt install python3-torch)");
-    return;
-  }
   test::TempDir dir;
   const std::string path = dir.file("shared");
   FileStore store(path, 2);
   store.set("from_collie", Bytes{'c', 0, 'x'});
   store.add("counter", 10);
+  // The torch process checks what collie wrote, then both add to one
+  // counter at the same time: the total is exact only if torch's flock and
+  // ours exclude each other.
   const std::string script =
-      "import sys, datetime, torch.distributed as d\n"
+      "import sys, datetime\n"
+      "try:\n"
+      "    import torch.distributed as d\n"
+      "except ImportError:\n"
+      "    sys.exit(77)\n"
       "s = d.FileStore(sys.argv[1], 2)\n"
       "s.set_timeout(datetime.timedelta(seconds=60))\n"
       "assert s.get('from_collie') == b'c\\x00x', s.get('from_collie')\n"
       "assert s.add('counter', 5) == 15\n"
       "s.set('from_torch', b'hello\\x00torch')\n"
-      "s.wait(['from_collie'])\n"
+      "s.wait(['collie_adding'])\n"
+      "for _ in range(300): s.add('counter', 1)\n"
       "print('torch done', flush=True)\n";
   auto py = Subprocess::spawn({"/usr/bin/python3", "-c", script, path});
+  // Without torch (exit 77) or python (127) the script never writes.
+  store.set_timeout(std::chrono::seconds(1));
+  while (!store.check({"from_torch"})) {
+    if (!py.running()) {
+      auto early = py.wait(kChildLimit);
+      if (early.exit_code == 77 || early.exit_code == 127) {
+        WARN("skipped: /usr/bin/python3 cannot import torch.distributed (apt install python3-torch)");
+        return;
+      }
+      FAIL("the torch process exited early (" << early.describe() << "): " << py.err());
+    }
+    try {
+      store.wait({"from_torch"});
+    } catch (const TimeoutError&) {
+    }
+  }
+  store.set_timeout(std::chrono::seconds(60));
+  CHECK(store.get("from_torch") == to_bytes(std::string("hello\0torch", 11)));
+  store.set("collie_adding", "1");
+  for (int i = 0; i < 300; ++i) store.add("counter", 1);
   auto status = py.wait(kChildLimit);
   INFO(py.err());
   REQUIRE(status.ok());
-  CHECK(store.get("from_torch") == to_bytes(std::string("hello\0torch", 11)));
-  CHECK(store.add("counter", 1) == 16);
+  CHECK(store.add("counter", 0) == 15 + 600);
 }
 
 TEST_CASE("FileStore: threads sharing one object are serialised too", "[file_store]") {
