@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -121,19 +122,23 @@ std::pair<std::string, uint16_t> split_address(const std::string& address) {
   return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
 }
 
-// Connects to a peer's listener, retrying refusals (a listener that is being
-// torn down and re-created) until the deadline.
-Fd connect_to(const std::string& address, int peer, int buffer_bytes, const Deadline& deadline) {
-  const auto [host, port] = split_address(address);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
-    throw NetworkError(str_cat("rank ", peer, " published the address '", address,
-                               "', which is not an IPv4 address"));
-  }
+// Connects to a peer's listener, retrying refusals until the deadline. Each
+// attempt re-reads the address: a stale one left in the store by an earlier
+// group of the same name is replaced when the peer publishes its new one.
+Fd connect_to(const std::function<std::string()>& read_address, int peer, int buffer_bytes,
+              const Deadline& deadline, std::string* address_out) {
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
+    const std::string address = read_address();
+    *address_out = address;
+    const auto [host, port] = split_address(address);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
+      throw NetworkError(str_cat("rank ", peer, " published the address '", address,
+                                 "', which is not an IPv4 address"));
+    }
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     set_buffers(fd.get(), buffer_bytes);
     int err = 0;
@@ -248,8 +253,9 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
       throw TimeoutError(str_cat("rank ", rank, " waited ", deadline.describe(), " for rank ", peer,
                                  " to publish its address under '", key, "': ", e.what()));
     }
-    const std::string address = to_string(store.get(key));
-    Fd fd = connect_to(address, peer, options.socket_buffer_bytes, deadline);
+    std::string address;
+    Fd fd = connect_to([&] { return to_string(store.get(key)); }, peer, options.socket_buffer_bytes,
+                       deadline, &address);
     const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
     const std::string who = str_cat("rank ", peer, " (", address, ")");
     write_all(fd.get(), &hello, sizeof hello, deadline, who);

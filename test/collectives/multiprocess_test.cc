@@ -260,7 +260,7 @@ TEST_CASE("a peer killed mid-collective is reported at once, naming it", "[multi
     CHECK_THAT(res["main"].message, Contains("rank 1 (127.0.0.1:") && Contains("all_reduce"));
     // Broken: the next call is refused at once, naming the original error.
     CHECK(res["later"].type == "BackendError");
-    CHECK(res["later"].ms < 100);
+    CHECK(res["later"].ms < 500);  // refused at once (the deadline is 60 s)
     CHECK_THAT(res["later"].message, Contains("broken") && Contains("rank 1 (127.0.0.1:"));
   }
 }
@@ -278,7 +278,7 @@ TEST_CASE("a hung peer trips the deadline, naming the call and the missing peer"
     CHECK(res["main"].ms < 5000);
     CHECK_THAT(res["main"].message, Contains("barrier() as op #2") && Contains("rank 1 (127.0.0.1:"));
     CHECK(res["later"].type == "BackendError");
-    CHECK(res["later"].ms < 100);
+    CHECK(res["later"].ms < 500);  // refused at once (the deadline is 60 s)
   }
   ranks[1].kill(SIGKILL);
 }
