@@ -3,6 +3,8 @@
 // the store's deadline (or the caller's, for wait and get).
 #include "rendezvous/tcp_store.h"
 
+#include <algorithm>
+
 #include "rendezvous/tcp_store_client.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -46,6 +48,7 @@ std::unique_ptr<TcpStore> TcpStore::create(const std::string& host, uint16_t por
 }
 
 void TcpStoreClient::set(const std::string& key, std::span<const uint8_t> value) {
+  check_size(key, value.size());
   std::lock_guard lock(mu_);
   ensure_open();
   Bytes req = begin(Op::kSet);
@@ -80,6 +83,7 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
 
 Bytes TcpStoreClient::compare_set(const std::string& key, std::span<const uint8_t> expected,
                                   std::span<const uint8_t> desired) {
+  check_size(key, std::max(expected.size(), desired.size()));
   std::lock_guard lock(mu_);
   ensure_open();
   Deadline deadline(timeout_);
@@ -185,6 +189,7 @@ int64_t TcpStoreClient::num_keys() {
 }
 
 void TcpStoreClient::append(const std::string& key, std::span<const uint8_t> value) {
+  check_size(key, value.size());
   {
     std::lock_guard lock(mu_);
     if (dialect_ == Dialect::kV2) {
@@ -224,6 +229,7 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
 void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
                                const std::vector<Bytes>& values) {
   COLLIE_ARG_CHECK_EQ(keys.size(), values.size(), "multi_set needs one value per key");
+  for (size_t i = 0; i < keys.size(); ++i) check_size(keys[i], values[i].size());
   {
     std::lock_guard lock(mu_);
     if (dialect_ == Dialect::kV2) {

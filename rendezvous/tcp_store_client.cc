@@ -52,6 +52,16 @@ std::string TcpStoreClient::describe(const std::string& what) const {
   return str_cat("TcpStore ", host_, ":", port_, ": ", what);
 }
 
+void TcpStoreClient::check_size(const std::string& key, size_t value_bytes) const {
+  const size_t cap = options_.max_value_bytes;
+  if (key.size() > cap || value_bytes > cap) {
+    throw InvalidArgument(describe(str_cat("key '", key.substr(0, 64), key.size() > 64 ? "..." : "",
+                                           "' (", key.size(), " bytes) with a value of ",
+                                           value_bytes, " bytes is over the cap of ", cap,
+                                           " bytes (TcpStoreOptions::max_value_bytes)")));
+  }
+}
+
 void TcpStoreClient::open(const Deadline& deadline) {
   Timeout backoff = std::chrono::milliseconds(10);
   int attempts = 0;

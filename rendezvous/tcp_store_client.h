@@ -68,6 +68,9 @@ class TcpStoreClient final : public TcpStore {
   bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys);
   std::string describe(const std::string& what) const;
+  // Throws InvalidArgument when a key or value is over the cap the server
+  // would drop the connection for.
+  void check_size(const std::string& key, size_t value_bytes) const;
 
   const std::string host_;
   const uint16_t port_;

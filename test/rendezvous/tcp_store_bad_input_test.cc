@@ -104,10 +104,21 @@ TEST_CASE("TcpStore server: a key or value over the cap closes that connection o
     REQUIRE(s.recv_exact(nonce, 4, Clock::now() + 10s).ok());
     CHECK(closed_by_server(s));
   }
-  SECTION("through the client: the server drops it, the client reports the server") {
-    auto big = TcpStore::connect("127.0.0.1", server->port());
+  SECTION("through a client with a larger cap: the server drops it, the client reports it") {
+    TcpStoreOptions options;
+    options.max_value_bytes = 1 << 20;
+    auto big = TcpStore::connect("127.0.0.1", server->port(), options);
     big->set("x", Bytes(8192, 1));  // sent; the server closes on reading it
     CHECK_THROWS_AS(big->add("y", 1), NetworkError);
+  }
+  SECTION("a client with the same cap refuses before sending") {
+    TcpStoreOptions options;
+    options.max_value_bytes = 4096;
+    auto store = TcpStore::connect("127.0.0.1", server->port(), options);
+    CHECK_THROWS_WITH(store->set("x", Bytes(4097, 1)),
+                      Catch::Contains("'x'") && Catch::Contains("4097 bytes") &&
+                          Catch::Contains("cap of 4096"));
+    CHECK(store->add("fine", 1) == 1);  // the connection is intact
   }
   CHECK(to_string(bystander->get("before")) == "1");
   bystander->set("still", "here");

@@ -158,6 +158,20 @@ TEST_CASE("TcpStore: connect errors name host:port, elapsed and limit", "[tcp_st
   }
 }
 
+TEST_CASE("TcpStore: a server that goes away fails a parked wait at once", "[tcp_store]") {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto store = TcpStore::connect("127.0.0.1", server->port());
+  auto other = TcpStore::connect("127.0.0.1", server->port());
+  auto waiting = std::async(std::launch::async, [&] { store->wait({"never"}, 120s); });
+  other->set("sync", "1");
+  // Whether the WAIT is parked on the server by now or still in flight, the
+  // closed socket ends it at once, long before its 120 s limit.
+  const auto start = Clock::now();
+  server->stop();
+  CHECK_THROWS_AS(waiting.get(), NetworkError);
+  CHECK(Clock::now() - start < 60s);
+}
+
 TEST_CASE("TcpStore: a port in use is an error naming it", "[tcp_store]") {
   auto first = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   try {
