@@ -7,6 +7,8 @@
 // without checking anything (Catch2 has no per-test skip).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <regex>
 
@@ -23,13 +25,19 @@ using test::Subprocess;
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-// Empty when torch is importable, else the reason it is not.
+// Empty when torch is installed for /usr/bin/python3, else why not. Only the
+// package is looked up (importing torch takes seconds, and every test case
+// runs in its own process under ctest); a torch that is installed but broken
+// fails the tests that use it, visibly.
 const std::string& torch_missing() {
   static const std::string reason = [] {
     if (::access(kPython, X_OK) != 0) return std::string("no /usr/bin/python3");
-    auto p = Subprocess::spawn({kPython, "-c", "import torch.distributed as d; assert d.is_available()"});
-    auto status = p.wait(120s);
-    return status.ok() ? std::string() : "/usr/bin/python3 cannot import torch.distributed: " + p.err();
+    auto p = Subprocess::spawn(
+        {kPython, "-c",
+         "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
+    auto status = p.wait(60s);
+    return status.ok() ? std::string()
+                       : "/usr/bin/python3 has no torch package (Debian: python3-torch)" + p.err();
   }();
   return reason;
 }
@@ -123,7 +131,7 @@ TEST_CASE("torch interop: several torch clients rendezvous through collie's serv
   test::TempDir dir;
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   auto script = write_script(dir, "rank.py", kTorchRank);
-  constexpr int kWorld = 4;
+  constexpr int kWorld = 3;
   std::vector<Subprocess> ranks;
   for (int r = 0; r < kWorld; ++r) {
     ranks.push_back(Subprocess::spawn({kPython, script, "127.0.0.1",
