@@ -3,7 +3,7 @@
 # all_reduce, sizes MIN..MAX bytes (x FACTOR), world sizes WORLDS, all over
 # TCP loopback. Measures T (one loopback TCP stream) in the same run, then
 # writes OUT_DIR/results.md (side-by-side table with ratios) and
-# OUT_DIR/busbw_N<n>.png (gnuplot).
+# OUT_DIR/busbw_N<n>.png and time_N<n>.png (gnuplot).
 #
 #   bench/compare/run_compare.sh build out/compare
 #   WORLDS="2" MAX=$((64<<20)) bench/compare/run_compare.sh build out/quick
@@ -40,9 +40,11 @@ note() { echo "run_compare: $*" >&2; }
 cat "$OUT/tcp_stream.txt" >&2
 
 # Each runner writes "bytes time_us algbw busbw" lines to $OUT/<peer>_N<n>.txt.
+# collie runs --blocking: every peer below waits for each call before the
+# next, so collie does too.
 run_collie() {
   "$BIN/collie-bench" --nproc "$1" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" \
-      --algo "$ALGO" -c 0 --json "$OUT/collie_N$1.json" \
+      --algo "$ALGO" --blocking -c 0 --json "$OUT/collie_N$1.json" \
     | awk '$1 ~ /^[0-9]+$/ { print $1, $6, $7, $8 }' > "$OUT/collie_N$1.txt"
 }
 
@@ -102,11 +104,28 @@ set terminal pngcairo size 900,560
 set output '$OUT/busbw_N$n.png'
 set title 'all\\_reduce float32 sum, N=$n ranks on one host, TCP loopback'
 set logscale x 2
-set xlabel 'message size (bytes)'
+set format x '%.0b%BB'
+set xlabel 'message size'
 set ylabel 'bus bandwidth (GB/s)'
 set key top left
 set grid
 plot $(IFS=,; echo "${plots[*]}")
+GP
+    times=()
+    for peer in collie gloo mpi torch; do
+      [[ -s "$OUT/${peer}_N$n.txt" ]] && times+=("'$OUT/${peer}_N$n.txt' using 1:2 with linespoints title '$peer'")
+    done
+    gnuplot <<GP
+set terminal pngcairo size 900,560
+set output '$OUT/time_N$n.png'
+set title 'all\\_reduce float32 sum, N=$n ranks on one host: time per call'
+set logscale xy
+set format x '%.0b%BB'
+set xlabel 'message size'
+set ylabel 'time per all\\_reduce (us)'
+set key top left
+set grid
+plot $(IFS=,; echo "${times[*]}")
 GP
   done
 fi
