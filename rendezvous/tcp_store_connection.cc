@@ -26,6 +26,7 @@ StoreConnection::StoreConnection(ConnectionId id, asio::ip::tcp::socket socket,
     : id_(id), socket_(std::move(socket)), owner_(owner) {
   std::error_code ec;
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  socket_.non_blocking(true, ec);  // for flush()'s direct write
   auto peer = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : str_cat(peer.address().to_string(), ":", peer.port());
 }
@@ -147,6 +148,22 @@ void StoreConnection::resume() {
 
 void StoreConnection::flush() {
   if (closed_ || write_in_flight_ || out_.empty()) return;
+  // Fast path: the socket is non-blocking, and a reply almost always fits in
+  // its send buffer, so write it now instead of through another handler.
+  std::error_code ec;
+  const size_t written = socket_.write_some(asio::buffer(out_), ec);
+  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+    COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": write to " << peer_
+                       << " failed: " << ec.message();
+    close();
+    return;
+  }
+  if (written == out_.size()) {
+    out_.clear();
+    if (closing_) close();
+    return;
+  }
+  out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(written));
   writing_.swap(out_);
   out_.clear();
   write_in_flight_ = true;
