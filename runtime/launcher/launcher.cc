@@ -74,10 +74,26 @@ int Launcher::run() {
                                   .max_restarts = o.max_restarts,
                                   .hostname = host,
                                   .timeout = o.rdzv_timeout});
-    if (o.node_rank == 0)
-      say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
-                  " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
+  } catch (const Error& e) {
+    say(str_cat(e.what(), "\n"));
+    return 1;
+  }
+
+  // From here on signals are handled by the supervision loop and the
+  // rendezvous waits, never by the default action.
+  SignalRelay relay;
+  rdzv->set_interrupt_check([&relay] {
+    std::vector<int> signals = relay.drain();
+    return signals.empty() ? 0 : signals.front();
+  });
+  if (o.node_rank == 0)
+    say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(), " (node 0 of ",
+                o.nnodes, ", run id '", o.run_id, "')\n"));
+  try {
     rdzv->join();
+  } catch (const RendezvousInterrupted& e) {
+    say(str_cat(e.what(), "\n"));
+    return 128 + e.signal();
   } catch (const InvalidArgument& e) {
     say(str_cat(e.what(), "\n"));  // launchers started with inconsistent flags
     return 2;
@@ -86,7 +102,6 @@ int Launcher::run() {
     return 1;
   }
 
-  SignalRelay relay;
   SummaryContext summary{.node_rank = o.node_rank, .hostname = host, .max_restarts = o.max_restarts,
                          .run_id = o.run_id};
   for (int attempt = 0;; ++attempt) {
@@ -131,6 +146,9 @@ int Launcher::run() {
       if (result.outcome == AttemptOutcome::kFailed)
         rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
       failure = rdzv->finish_attempt(attempt);
+    } catch (const RendezvousInterrupted& e) {
+      say(str_cat(e.what(), "\n"));
+      return 128 + e.signal();
     } catch (const Error& e) {
       // The store (node 0) went away or a barrier timed out: the job cannot
       // go on, and this node's workers are already stopped.

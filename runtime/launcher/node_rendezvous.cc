@@ -1,6 +1,8 @@
 #include "runtime/launcher/node_rendezvous.h"
 
+#include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
@@ -98,19 +100,29 @@ void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
   const int n = options_.nnodes;
   int64_t count = store_->add(key(name + "/count"), 1);
   if (count == n) store_->set(key(name + "/done"), "1");
-  try {
-    store_->wait({key(name + "/done")}, options_.timeout);
-  } catch (const TimeoutError&) {
-    int64_t arrived = store_->add(key(name + "/count"), 0);
-    std::string missing;
-    if (name == "join") {
-      for (int i = 0; i < n; ++i)
-        if (!store_->check({key(str_cat("node/", i))})) missing += str_cat(missing.empty() ? "" : ", ", i);
-      missing = str_cat("; missing node ranks: ", missing);
+  // Look with check() rather than one long wait(): a launcher must stay
+  // responsive to Ctrl-C while other nodes are slow to arrive.
+  Deadline deadline(options_.timeout);
+  auto pause = std::chrono::milliseconds(1);
+  while (!store_->check({key(name + "/done")})) {
+    if (int sig = interrupt_check_ ? interrupt_check_() : 0)
+      throw RendezvousInterrupted(sig, str_cat("collie-run: node ", options_.node_rank,
+                                               " was interrupted while waiting for all ", n,
+                                               " nodes to ", what));
+    if (deadline.expired()) {
+      int64_t arrived = store_->add(key(name + "/count"), 0);
+      std::string missing;
+      if (name == "join") {
+        for (int i = 0; i < n; ++i)
+          if (!store_->check({key(str_cat("node/", i))})) missing += str_cat(missing.empty() ? "" : ", ", i);
+        missing = str_cat("; missing node ranks: ", missing);
+      }
+      throw TimeoutError(str_cat("collie-run: node ", options_.node_rank, " waited ",
+                                 format_duration(options_.timeout), " (--rdzv-timeout) for all ", n,
+                                 " nodes to ", what, ", but only ", arrived, " did", missing));
     }
-    throw TimeoutError(str_cat("collie-run: node ", options_.node_rank, " waited ",
-                               format_duration(options_.timeout), " (--rdzv-timeout) for all ", n,
-                               " nodes to ", what, ", but only ", arrived, " did", missing));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
 

@@ -21,18 +21,30 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "runtime/base/error.h"
 
 namespace collie {
 class TcpStoreServer;
 }
 
 namespace collie::launcher {
+
+// Thrown out of a rendezvous wait when the launcher got a termination signal.
+class RendezvousInterrupted : public Error {
+ public:
+  RendezvousInterrupted(int signal, const std::string& what) : Error(what), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
 
 struct NodeRendezvousOptions {
   int nnodes = 1;
@@ -53,6 +65,10 @@ class NodeRendezvous {
   // reached in time.
   static std::unique_ptr<NodeRendezvous> start(const NodeRendezvousOptions& options);
   ~NodeRendezvous();
+
+  // Barriers poll this between looks at the store (returns a signal number,
+  // or 0), so that Ctrl-C is not held up by nodes that are slow to arrive.
+  void set_interrupt_check(std::function<int()> check) { interrupt_check_ = std::move(check); }
 
   // Registers this node and waits for all nnodes nodes; then rank_base()
   // and world_size() are known. Throws TimeoutError naming the missing
@@ -88,6 +104,7 @@ class NodeRendezvous {
   int rank_base_ = 0;
   int world_size_ = 0;
   bool closed_ = false;
+  std::function<int()> interrupt_check_;
 };
 
 }  // namespace collie::launcher

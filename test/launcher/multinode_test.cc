@@ -6,6 +6,7 @@
 // exist only inside them.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,6 +166,13 @@ TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout", "[lau
   auto st = p.wait(kLaunchTimeout);
   CHECK(st.exit_code == 1);
   CHECK_THAT(p.err(), Contains("for all 2 nodes to join the job, but only 1 did; missing node ranks: 1"));
+
+  // Ctrl-C while waiting ends the wait at once.
+  auto q = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "env_dump");
+  wait_for_stderr(q, "agent store listening");
+  q.kill(SIGINT);
+  CHECK(q.wait(std::chrono::seconds(10)).exit_code == 130);
+  CHECK_THAT(q.err(), Contains("node 0 was interrupted while waiting for all 2 nodes to join the job"));
 }
 
 namespace {
