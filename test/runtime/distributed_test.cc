@@ -124,3 +124,33 @@ TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto p
   destroy_process_group();
   CHECK_FALSE(is_initialized());
 }
+
+TEST_CASE("destroy_process_group takes sub-groups with it; init may run again", "[dist]") {
+  REQUIRE_FALSE(is_initialized());
+  init_process_group({.backend = "socket", .world_size = 1, .rank = 0,
+                      .store = std::make_shared<HashStore>()});
+  Group sub = new_group({0});
+  Group again = new_group();
+  REQUIRE(sub.is_member());
+  CHECK(get_rank(sub) == 0);
+  CHECK(get_backend(sub) == "socket");
+  CHECK(sub.process_group() != again.process_group());
+  std::vector<int64_t> v{5, 6};
+  all_gather(view(v.data(), 2), view(v.data(), 2), sub);  // in place, world of one
+  CHECK(v == std::vector<int64_t>{5, 6});
+  destroy_process_group(again);  // one sub-group only
+  CHECK_THROWS_WITH(all_reduce(view(v.data(), 2), ReduceOp::kSum, again), Contains("shut down"));
+  all_reduce(view(v.data(), 2), ReduceOp::kSum, sub);
+
+  destroy_process_group();
+  CHECK_FALSE(is_initialized());
+  CHECK_THROWS_AS(all_reduce(view(v.data(), 2), ReduceOp::kSum, sub), BackendError);
+  CHECK_THROWS_WITH(barrier(), Contains("has not been initialized"));
+  CHECK_THROWS_WITH(new_group(), Contains("has not been initialized"));
+
+  init_process_group({.backend = "socket", .world_size = 1, .rank = 0,
+                      .store = std::make_shared<HashStore>()});
+  CHECK(get_world_size() == 1);
+  barrier();
+  destroy_process_group();
+}
