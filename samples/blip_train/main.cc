@@ -260,8 +260,10 @@ int run(Args& args) {
         CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
         char name[64];
         std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
-        save_checkpoint((fs::path(args.output_dir) / name).string(), model_without_ddp, optimizer, info);
+        const std::string path = (fs::path(args.output_dir) / name).string();
+        save_checkpoint(path, model_without_ddp, optimizer, info);
         if (best) save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(), model_without_ddp, optimizer, info);
+        print("saved checkpoint", path);
       }
     }
     if (args.evaluate) break;
