@@ -148,7 +148,9 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
 
   TcpStoreServerOptions options_;
   store_protocol::Limits limits_;
-  asio::io_context io_;
+  // One thread runs the loop: the hint lets Asio skip locking it would need
+  // for several.
+  asio::io_context io_{1};
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
   TcpStoreState state_;
