@@ -85,6 +85,13 @@ std::vector<std::string> normalize_tee(const CLI::App& app, std::vector<std::str
   return args;
 }
 
+// The description already starts with the usage line; CLI11's own
+// "Usage: collie-run [OPTIONS]" would contradict it (the program comes last).
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override { return "\n"; }
+};
+
 }  // namespace
 
 std::set<int> parse_rank_list(const std::string& text) {
@@ -152,6 +159,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
       "forwards every output line prefixed with its rank, and stops the whole group when a "
       "worker fails.",
       "collie-run");
+  app.formatter(std::make_shared<HelpFormatter>());
   app.prefix_command();  // everything from the program path on is the program's
   app.footer(kFooter);
   app.set_version_flag("--version", "collie-run 0.1.0");
@@ -226,16 +234,20 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
                  "Prefix of every forwarded line, with ${rank}, ${local_rank}, ${role_name} "
                  "(e.g. --log-line-prefix-template '[${role_name}${local_rank}]:')");
   app.add_flag("--no-python,--no_python", ignored,
-               "Accepted for torchrun compatibility: collie-run always runs PROGRAM directly");
-  app.add_flag("-m,--module", module, "Not supported: collie-run runs programs, not Python modules");
+               "Accepted for torchrun compatibility: collie-run always runs PROGRAM directly "
+               "(e.g. --no-python)");
+  app.add_flag("-m,--module", module,
+               "Not supported: collie-run runs programs, not Python modules; give the program's "
+               "path (e.g. collie-run /usr/bin/python3 train.py)");
   app.add_flag("--use-env,--use_env", o.use_env,
-               "Workers read LOCAL_RANK from the environment (the default, as in torchrun)");
+               "Workers read LOCAL_RANK from the environment: the default, as in torchrun "
+               "(e.g. --use-env)");
   app.add_flag("--no-use-env,--no_use_env,--legacy", no_use_env,
                "torch.distributed.launch's legacy mode: pass --local_rank=N to the program "
                "(e.g. --legacy)");
   app.add_option("--monitor-interval,--monitor_interval,--start-method,--start_method", ignored,
-                 "Accepted for torchrun compatibility and ignored (collie-run reacts to worker "
-                 "exits at once)");
+                 "Accepted for torchrun compatibility and ignored: collie-run reacts to worker "
+                 "exits at once (e.g. --monitor-interval 5)");
 
   std::vector<std::string> args = normalize_tee(app, argv_in);
   std::vector<const char*> cargs;

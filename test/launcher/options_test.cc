@@ -2,6 +2,7 @@
 // torchrun's spellings, the line splitter, prefixes and the failure summary.
 #include <catch2/catch.hpp>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -118,7 +119,20 @@ TEST_CASE("help documents every flag with an example", "[launcher][options]") {
     INFO(flag);
     CHECK_THAT(r.message, Contains(flag));
   }
-  // Every option line carries an "(e.g. ...)" example or says it is ignored.
+  // Every option but --help/--version carries an "(e.g. ...)" example.
+  std::vector<std::string> blocks;
+  std::istringstream in(r.message);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("  -", 0) == 0) blocks.push_back(line);
+    else if (!blocks.empty() && line.rfind("      ", 0) == 0) blocks.back() += line;
+    else if (line.empty() && !blocks.empty()) break;
+  }
+  CHECK(blocks.size() >= 25);
+  for (const auto& b : blocks) {
+    if (b.rfind("  -h,--help", 0) == 0 || b.rfind("  --version", 0) == 0) continue;
+    INFO(b);
+    CHECK_THAT(b, Contains("e.g."));
+  }
   CHECK_THAT(r.message, Contains("e.g. --nproc-per-node 4"));
   CHECK_THAT(r.message, Contains("Examples:"));
 }
