@@ -190,7 +190,9 @@ RecvProblem Connection::absorb(std::string* abort_text) {
   // Walk the frames the peer sent before hanging up, looking for the one that
   // says why it did.
   size_t pos = stash_pos_;
-  while (stash_.size() - pos >= kHeaderBytes) {
+  // A data frame cut off by the hang-up ends the walk: `pos` then lies past
+  // the stash, where the unsigned difference would wrap.
+  while (pos <= stash_.size() && stash_.size() - pos >= kHeaderBytes) {
     WireHeader h;
     std::memcpy(&h, stash_.data() + pos, kHeaderBytes);
     if (h.magic != kWireMagic) break;
