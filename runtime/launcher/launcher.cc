@@ -143,6 +143,13 @@ int Launcher::run() {
         }
         return 128 + result.signal;
       }
+      if (result.store_lost) {
+        // No barrier can be passed without node 0's store: give up at once
+        // rather than retry the connection for the whole rendezvous timeout.
+        say(format_failure_summary(result, summary));
+        say(str_cat("collie-run: node ", o.node_rank, " gives up: the job cannot go on without node 0\n"));
+        return 1;
+      }
       if (result.outcome == AttemptOutcome::kFailed)
         rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
       failure = rdzv->finish_attempt(attempt);

@@ -209,6 +209,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         reason = remote_check();
       } catch (const std::exception& e) {
         reason = str_cat("lost contact with the agent store: ", e.what());
+        result.store_lost = true;
       }
       if (reason) {
         result.outcome = AttemptOutcome::kRemoteFailed;

@@ -61,6 +61,7 @@ struct AttemptResult {
   int first_failure = -1;     // index into workers of the root cause
   int signal = 0;             // kInterrupted: the signal
   std::string remote_reason;  // kRemoteFailed: what the other node said
+  bool store_lost = false;    // kRemoteFailed because the agent store went away
   std::chrono::system_clock::time_point start_time;
   std::vector<WorkerResult> workers;
 };

@@ -128,6 +128,22 @@ TEST_CASE("a failure on node 1 stops node 0's workers too", "[launcher][multinod
   for (pid_t pid : wait_for_pid_files(pids.path(), 4)) CHECK_FALSE(process_alive(pid));
 }
 
+TEST_CASE("losing node 0 stops the workers on node 1", "[launcher][multinode][failure]") {
+  TempDir pids;
+  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "fail",
+                              {pids.path(), "-1", "none", "wait"});
+  uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)},
+                              "fail", {pids.path(), "-1", "none", "wait"});
+  auto workers = wait_for_pid_files(pids.path(), 2);
+  node0.kill(SIGKILL);  // the store goes with it
+  auto st = node1.wait(kLaunchTimeout);
+  INFO(node1.err());
+  CHECK(st.exit_code == 1);
+  CHECK_THAT(node1.err(), Contains("lost contact with the agent store"));
+  CHECK(wait_until_dead(workers, std::chrono::seconds(10)).empty());
+}
+
 TEST_CASE("a failure on one node restarts the group on every node", "[launcher][multinode][restart]") {
   // Rank 3 (node 1) fails on attempt 0 only; both nodes run attempt 1.
   auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
