@@ -36,10 +36,12 @@ OpQueue::OpQueue(std::string what) : what_(std::move(what)) {
 OpQueue::~OpQueue() { shutdown(Timeout(0), [] {}); }
 
 std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
-  if (broken_error_)
+  if (broken_error_ && !broken_by_.empty())
     return std::make_exception_ptr(BackendError(
         str_cat(description, " refused: ", what_, " is broken since ", broken_by_,
                 " failed: ", what_of(broken_error_), ". Destroy it and create a new group.")));
+  if (broken_error_)  // broken by a shutdown that had to abort
+    return std::make_exception_ptr(BackendError(str_cat(description, " refused: ", what_of(broken_error_))));
   return std::make_exception_ptr(
       BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
 }
@@ -125,6 +127,8 @@ void OpQueue::run_worker() {
 }
 
 void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
+  // A second caller waits for the first to finish, then finds it done.
+  std::lock_guard shutdown_lock(shutdown_mu_);
   std::unique_lock lock(mu_);
   if (joined_) return;
   stopping_ = true;
@@ -136,9 +140,9 @@ void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
     COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (running_op_ ? 1 : 0)
                       << " collective(s) unfinished " << deadline.describe() << "; aborting them";
     if (!broken_error_) {
-      broken_error_ = std::make_exception_ptr(
-          BackendError(str_cat(what_, " was shut down with collectives still running")));
-      broken_by_ = "shutdown";
+      broken_error_ = std::make_exception_ptr(BackendError(
+          str_cat(what_, " was shut down with collectives still running ", deadline.describe())));
+      broken_by_.clear();
     }
     lock.unlock();
     abort();

@@ -73,6 +73,7 @@ class OpQueue {
   std::exception_ptr refusal_locked(const std::string& description) const;
 
   const std::string what_;
+  std::mutex shutdown_mu_;  // serialises shutdown() callers
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the worker
   std::condition_variable idle_cv_;  // wakes shutdown when the queue drains
