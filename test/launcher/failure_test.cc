@@ -118,10 +118,11 @@ TEST_CASE("max restarts restarts the whole group with the next restart count", "
   CHECK_THAT(err, Contains("attempt 0 failed (rank 1 (local rank 1 on node 0"));
   CHECK_THAT(err, Contains("restarting the group, restart 1 of 2"));
   CHECK_THAT(err, Contains("rank 1 failing on attempt 0"));
-  for (int r = 0; r < 2; ++r) {
-    CHECK(lines_with_prefix(out, str_cat("[rank", r, "]: restart_count=0")).size() == 1);
+  // Rank 0 may be stopped before it prints on attempt 0; rank 1 prints, then fails.
+  CHECK(lines_with_prefix(out, "[rank1]: restart_count=0").size() == 1);
+  CHECK(lines_with_prefix(out, "[rank0]: restart_count=0").size() <= 1);
+  for (int r = 0; r < 2; ++r)
     CHECK(lines_with_prefix(out, str_cat("[rank", r, "]: restart_count=1")).size() == 1);
-  }
   CHECK(out.find("restart_count=2") == std::string::npos);
 
   // A worker that always fails uses up the restarts, then the job fails.
