@@ -39,25 +39,40 @@ WorkerStream::~WorkerStream() {
   if (log_fd_ >= 0) ::close(log_fd_);
 }
 
+void WorkerStream::feed(std::string_view bytes) {
+  splitter_.feed(bytes);
+  flush();
+}
+
+void WorkerStream::finish() {
+  splitter_.finish();
+  flush();
+}
+
 void WorkerStream::on_line(std::string_view line) {
-  // One write per line, prefix included: a line is atomic on the console as
-  // long as the console is a pipe and the line fits in PIPE_BUF, and always
-  // whole with respect to the other workers since only this thread writes.
   if (options_.console_fd >= 0) {
-    scratch_.assign(options_.prefix);
-    scratch_.append(line);
-    scratch_.push_back('\n');
-    write_all(options_.console_fd, scratch_);
+    console_batch_.append(options_.prefix);
+    console_batch_.append(line);
+    console_batch_.push_back('\n');
   }
   if (log_fd_ >= 0) {
-    scratch_.assign(line);
-    scratch_.push_back('\n');
-    write_all(log_fd_, scratch_);
+    log_batch_.append(line);
+    log_batch_.push_back('\n');
   }
   if (options_.tail_lines > 0) {
     tail_.emplace_back(line.substr(0, kMaxTailLineBytes));
     if (tail_.size() > options_.tail_lines) tail_.pop_front();
   }
+}
+
+void WorkerStream::flush() {
+  // Only whole lines are ever in a batch, and only the launcher's one
+  // supervision thread writes to the console, so lines of different workers
+  // never mix.
+  if (!console_batch_.empty()) write_all(options_.console_fd, console_batch_);
+  if (!log_batch_.empty()) write_all(log_fd_, log_batch_);
+  console_batch_.clear();
+  log_batch_.clear();
 }
 
 }  // namespace collie::launcher

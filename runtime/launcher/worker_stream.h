@@ -28,18 +28,22 @@ class WorkerStream {
   WorkerStream(const WorkerStream&) = delete;
   WorkerStream& operator=(const WorkerStream&) = delete;
 
-  void feed(std::string_view bytes) { splitter_.feed(bytes); }
+  // Whole lines are collected while the chunk is split and written with one
+  // write() per destination afterwards: many lines, few system calls.
+  void feed(std::string_view bytes);
   // Flushes a last partial line (the worker exited without a newline).
-  void finish() { splitter_.finish(); }
+  void finish();
   const std::deque<std::string>& tail() const { return tail_; }
 
  private:
   void on_line(std::string_view line);
+  void flush();
 
   WorkerStreamOptions options_;
   int log_fd_ = -1;
   std::deque<std::string> tail_;
-  std::string scratch_;
+  std::string console_batch_;
+  std::string log_batch_;
   LineSplitter splitter_;
 };
 
