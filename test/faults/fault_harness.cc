@@ -1,0 +1,157 @@
+#include "test/faults/fault_harness.h"
+
+#include <catch2/catch.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::test {
+
+int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void record(const std::string& name, const std::string& text) {
+  std::string line = str_cat("[faults] ", name, ": ", text, "\n");
+  std::fputs(line.c_str(), stdout);
+  std::fflush(stdout);
+  if (const char* path = std::getenv("COLLIE_FAULTS_RECORD"); path && *path) {
+    std::ofstream out(path, std::ios::app);
+    out << line;
+  }
+}
+
+EnvOverrides clean_env(EnvOverrides extra) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
+        "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+        "COLLIE_SOCKET_IFNAME"})
+    extra.try_emplace(name, std::nullopt);
+  return extra;
+}
+
+std::vector<Subprocess> spawn_ranks(int world, const std::string& child,
+                                    const std::function<std::vector<std::string>(int rank)>& args,
+                                    const EnvOverrides& env) {
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < world; ++rank)
+    procs.push_back(Subprocess::spawn(child_argv(child, args(rank)), {.env = clean_env(env)}));
+  return procs;
+}
+
+void wait_all_output(std::vector<Subprocess>& procs, const std::vector<int>& which,
+                     const std::string& needle, Timeout timeout) {
+  Deadline deadline(timeout);
+  for (int i : which) procs[i].wait_for_output(needle, deadline.remaining());
+}
+
+std::optional<int64_t> find_int(const std::string& text, const std::string& key) {
+  size_t at = text.find(key + "=");
+  if (at == std::string::npos) return std::nullopt;
+  return std::stoll(text.substr(at + key.size() + 1));
+}
+
+double detection_ms(const std::string& child_out, int64_t fault_ns) {
+  auto ns = find_int(child_out, "error_ns");
+  INFO(child_out);
+  REQUIRE(ns.has_value());
+  return static_cast<double>(*ns - fault_ns) / 1e6;
+}
+
+bool process_alive(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  size_t paren = line.rfind(')');
+  return !(paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z');
+}
+
+std::vector<pid_t> wait_until_dead(const std::vector<pid_t>& pids, Timeout timeout) {
+  Deadline deadline(timeout);
+  for (;;) {
+    std::vector<pid_t> alive;
+    for (pid_t p : pids)
+      if (process_alive(p)) alive.push_back(p);
+    if (alive.empty() || deadline.expired()) return alive;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void write_pid_file(const std::string& dir, int rank) {
+  std::string tmp = str_cat(dir, "/.", rank, ".tmp"), final_path = str_cat(dir, "/", rank);
+  {
+    std::ofstream out(tmp);
+    out << ::getpid() << "\n";
+  }
+  std::filesystem::rename(tmp, final_path);
+}
+
+std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout timeout) {
+  Deadline deadline(timeout);
+  for (;;) {
+    std::vector<pid_t> pids;
+    for (int r = 0; r < count; ++r) {
+      std::ifstream in(str_cat(dir, "/", r));
+      pid_t p = 0;
+      if (in >> p) pids.push_back(p);
+    }
+    if (static_cast<int>(pids.size()) == count) return pids;
+    if (deadline.expired())
+      throw TimeoutError(str_cat("only ", pids.size(), " of ", count, " pid files in ", dir, " ",
+                                 deadline.describe()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags, const std::string& child,
+                                         const std::vector<std::string>& args) {
+  std::vector<std::string> argv{std::string(COLLIE_BIN_DIR) + "/collie-run"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  for (auto& a : child_argv(child, args)) argv.push_back(a);
+  return argv;
+}
+
+std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
+  Deadline deadline(timeout);
+  for (;;) {
+    std::string e = p.err();
+    if (e.find(needle) != std::string::npos) return e;
+    if (!p.running())
+      throw Error(str_cat("`", p.command_line(), "` exited before printing '", needle, "':\n", e));
+    if (deadline.expired())
+      throw TimeoutError(str_cat("`", p.command_line(), "` did not print '", needle, "' ",
+                                 deadline.describe(), ":\n", e));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+uint16_t agent_store_port(const std::string& launcher_stderr) {
+  std::smatch m;
+  static const std::regex re("agent store listening on [^ ]*:([0-9]+)");
+  if (!std::regex_search(launcher_stderr, m, re))
+    throw Error("no 'agent store listening' line in:\n" + launcher_stderr);
+  return static_cast<uint16_t>(std::stoi(m[1]));
+}
+
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  int st = ::pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace collie::test
