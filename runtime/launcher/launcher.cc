@@ -12,7 +12,6 @@
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/node_rendezvous.h"
 #include "runtime/launcher/signal_relay.h"
-#include "runtime/launcher/worker_group.h"
 #include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
@@ -36,6 +35,33 @@ std::string describe_failure(const AttemptResult& r, int node_rank, const std::s
 }
 
 }  // namespace
+
+GroupSpec Launcher::group_spec(const std::string& program_path, const NodeRendezvous& rdzv,
+                               int attempt, const std::string& log_dir, bool default_omp) const {
+  const LaunchOptions& o = options_;
+  GroupSpec spec;
+  spec.program_path = program_path;
+  spec.program_argv = o.program;
+  spec.use_env = o.use_env;
+  spec.node_rank = o.node_rank;
+  spec.nnodes = o.nnodes;
+  spec.nproc = o.nproc_per_node;
+  spec.rank_base = rdzv.rank_base();
+  spec.world_size = rdzv.world_size();
+  spec.env = {.master_addr = o.master_addr,
+              .master_port = rdzv.port(),
+              .restart_count = attempt,
+              .max_restarts = o.max_restarts,
+              .run_id = o.run_id,
+              .role = o.role,
+              .default_omp_threads = default_omp};
+  if (!log_dir.empty()) spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
+  spec.tee = o.tee;
+  spec.local_ranks_filter = o.local_ranks_filter;
+  spec.line_prefix_template = o.line_prefix_template;
+  spec.grace_period = o.grace_period;
+  return spec;
+}
 
 int Launcher::run() {
   const LaunchOptions& o = options_;
@@ -105,28 +131,7 @@ int Launcher::run() {
   SummaryContext summary{.node_rank = o.node_rank, .hostname = host, .max_restarts = o.max_restarts,
                          .run_id = o.run_id};
   for (int attempt = 0;; ++attempt) {
-    GroupSpec spec;
-    spec.program_path = program_path;
-    spec.program_argv = o.program;
-    spec.use_env = o.use_env;
-    spec.node_rank = o.node_rank;
-    spec.nnodes = o.nnodes;
-    spec.nproc = o.nproc_per_node;
-    spec.rank_base = rdzv->rank_base();
-    spec.world_size = rdzv->world_size();
-    spec.env = {.master_addr = o.master_addr,
-                .master_port = rdzv->port(),
-                .restart_count = attempt,
-                .max_restarts = o.max_restarts,
-                .run_id = o.run_id,
-                .role = o.role,
-                .default_omp_threads = default_omp};
-    if (!log_dir.empty()) spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
-    spec.tee = o.tee;
-    spec.local_ranks_filter = o.local_ranks_filter;
-    spec.line_prefix_template = o.line_prefix_template;
-    spec.grace_period = o.grace_period;
-
+    GroupSpec spec = group_spec(program_path, *rdzv, attempt, log_dir, default_omp);
     AttemptResult result;
     std::optional<std::string> failure;
     try {

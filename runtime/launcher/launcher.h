@@ -4,9 +4,14 @@
 // the process's exit status.
 #pragma once
 
+#include <string>
+
 #include "runtime/launcher/launch_options.h"
+#include "runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
+
+class NodeRendezvous;
 
 class Launcher {
  public:
@@ -18,6 +23,10 @@ class Launcher {
   int run();
 
  private:
+  // What this node's worker group looks like in one attempt.
+  GroupSpec group_spec(const std::string& program_path, const NodeRendezvous& rdzv, int attempt,
+                       const std::string& log_dir, bool default_omp) const;
+
   LaunchOptions options_;
 };
 
