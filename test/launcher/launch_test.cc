@@ -205,3 +205,16 @@ TEST_CASE("usage errors and a missing program exit 2 with a message", "[launcher
   CHECK(h.wait(kLaunchTimeout).ok());
   CHECK_THAT(h.out(), Contains("--nproc-per-node"));
 }
+
+TEST_CASE("tee without a log dir logs to a temporary folder it names, like torchrun", "[launcher][output]") {
+  auto p = start_launcher({"--standalone", "--tee", "1"}, "chatter", {"2", "3"});
+  REQUIRE(p.wait(kLaunchTimeout).ok());
+  std::smatch m;
+  std::string err = p.err();
+  REQUIRE(std::regex_search(err, m, std::regex("logging to (/tmp/collie-run-[A-Za-z0-9]+)")));
+  const std::string dir = m[1];
+  CHECK(lines_with_prefix(read_text_file(dir + "/none/attempt_0/0/stdout.log"), "rank 0 line").size() == 2);
+  CHECK(lines_with_prefix(p.out(), "[rank0]: rank 0 line").size() == 2);  // teed
+  CHECK(lines_with_prefix(p.err(), "[rank0]: err 0").empty());            // stderr: file only
+  std::filesystem::remove_all(dir);
+}
