@@ -2,7 +2,7 @@
 # Installs the current build into a temporary prefix, builds a tiny
 # out-of-tree project against it with find_package(collie), and runs it.
 set -euo pipefail
-cmake=$1 build_dir=$2 consumer=$3
+cmake=$1 build_dir=$2 consumer=$3 embed=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$cmake" --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
@@ -15,3 +15,14 @@ out=$("$tmp/build/collie_consumer")
 echo "$out"
 grep -q "^collie " <<<"$out"
 grep -q "^store ok: value=world counter=5$" <<<"$out"
+
+# samples/embed: a data-parallel program built against the installed collie,
+# run with 2 ranks under collie-run.
+if [[ -n "$embed" ]]; then
+  "$cmake" -S "$embed" -B "$tmp/embed" "${gen[@]}" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/embed.log" 2>&1 ||
+    { cat "$tmp/embed.log"; exit 1; }
+  "$cmake" --build "$tmp/embed" >>"$tmp/embed.log" 2>&1 || { cat "$tmp/embed.log"; exit 1; }
+  out=$(timeout 120 "$build_dir/bin/collie-run" --standalone --nproc-per-node 2 "$tmp/embed/embed_app" 2>&1)
+  echo "$out"
+  grep -q "embed_app: 2 ranks, replicas identical: yes" <<<"$out"
+fi
