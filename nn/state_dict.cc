@@ -171,9 +171,9 @@ std::vector<uint8_t> serialize_state_dict(const StateDict& dict) {
     put<uint64_t>(payload, e.bytes.size());
     payload.insert(payload.end(), e.bytes.begin(), e.bytes.end());
   }
-  std::vector<uint8_t> out;
-  out.reserve(kHeaderBytes + payload.size());
-  out.insert(out.end(), kMagic, kMagic + 8);
+  std::vector<uint8_t> out(kHeaderBytes + payload.size());
+  std::memcpy(out.data(), kMagic, sizeof(kMagic));
+  out.resize(sizeof(kMagic));  // keeps the capacity; the rest is appended
   put<uint32_t>(out, kStateDictVersion);
   put<uint32_t>(out, 0);
   put<uint64_t>(out, dict.size());
