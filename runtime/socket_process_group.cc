@@ -78,7 +78,7 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor, const Bro
 std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options) {
   check_timeout(site("barrier"), options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "barrier", str_cat(size_, " ranks"), op_timeout(options.timeout),
+  return enqueue(options.async_op, "barrier", str_cat(size_, size_ == 1 ? " rank" : " ranks"), op_timeout(options.timeout),
                        [comm](const Deadline& deadline) { comm->barrier(deadline); });
 }
 

@@ -180,7 +180,7 @@ TEST_CASE("socket group: shutdown waits for issued work, aborts it after the gra
     CHECK(control->aborted);
     CHECK_THROWS_AS(hung->wait(), NetworkError);
     CHECK_THROWS_AS(queued->wait(), BackendError);
-    CHECK_THROWS_WITH(queued->wait(), Contains("barrier #2 (1 ranks) refused") && Contains("shut down with collectives still running"));
+    CHECK_THROWS_WITH(queued->wait(), Contains("barrier #2 (1 rank) refused") && Contains("shut down with collectives still running"));
     pg->shutdown(100ms);  // idempotent
   }
 }
