@@ -134,7 +134,8 @@ std::vector<float> StateDict::get_floats(const std::string& key, const Shape& ex
     throw InvalidArgument(str_cat("state_dict key '", key, "' has shape ", shape_to_string(e.shape),
                                   ", expected ", shape_to_string(expected_shape)));
   std::vector<float> out(shape_numel(e.shape));
-  std::memcpy(out.data(), e.bytes.data(), e.bytes.size());
+  // An empty tensor has no buffer; memcpy must not see its null pointer.
+  if (!e.bytes.empty()) std::memcpy(out.data(), e.bytes.data(), e.bytes.size());
   return out;
 }
 
