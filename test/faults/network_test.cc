@@ -9,6 +9,8 @@
 // clear error at the call's deadline, not a hang. Skipped, with the reason,
 // where namespaces cannot be created. The namespaces (and with them the
 // veth, the rules and the qdisc) are removed at the end, even on failure.
+// Added latency: no netem either, so each namespace redirects its outgoing
+// connections into a small delaying proxy (delay_proxy.cc) with nftables.
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
@@ -172,6 +174,33 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
     REQUIRE(at != std::string::npos);
     CHECK(std::stoll(out.substr(at + 8)) > 0);
     record("netns: 10% packet loss into b", "nftables dropped " + out.substr(at, out.find(" drop", at) - at));
+  }
+  SECTION("5 ms added each way by a delaying proxy in both namespaces") {
+    // No netem here: each namespace redirects its outgoing connections to
+    // the other's address into a local delaying proxy (delay_proxy.cc).
+    std::vector<Subprocess> proxies;
+    for (const auto& [in_ns, peer] : {std::pair{ns.a, std::string("10.231.9.2")}, std::pair{ns.b, std::string("10.231.9.1")}}) {
+      std::vector<std::string> argv{ip_path(), "netns", "exec", in_ns};
+      for (auto& s : child_argv("delay_proxy", {"5"})) argv.push_back(s);
+      proxies.push_back(Subprocess::spawn(argv));
+      std::string out = proxies.back().wait_for_output("\n", std::chrono::seconds(30));
+      const auto port = *find_int(out, "port");
+      for (const std::string& step :
+           {std::string("nft add table ip collie_delay"),
+            std::string("nft add chain ip collie_delay out '{ type nat hook output priority -100; }'"),
+            str_cat("nft add rule ip collie_delay out meta mark != 0x2a ip daddr ", peer,
+                    " tcp dport 1-65535 redirect to :", port)}) {
+        auto [rc, sout] = shell(str_cat(ip_path(), " netns exec ", in_ns, " ", step));
+        INFO(step << ": " << sout);
+        REQUIRE(rc == 0);
+      }
+    }
+    timed_run(ns, "5 ms each way through delaying proxies", kIters, kCount);
+    size_t proxied = 0;
+    for (auto& p : proxies)
+      for (size_t at = p.out().find("proxied"); at != std::string::npos; at = p.out().find("proxied", at + 1)) ++proxied;
+    CHECK(proxied >= 1);
+    record("netns: 5 ms each way through delaying proxies", str_cat(proxied, " connection(s) went through the proxies"));
   }
   SECTION("b's egress limited to 100 Mbit/s (tc tbf)") {
     auto [rc, out] = shell(str_cat("ip -n ", ns.b, " link set ", ns.dev_b, " up && tc -n ", ns.b,
