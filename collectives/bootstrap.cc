@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "collectives/peer_auth.h"
 #include "collectives/wire.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -242,6 +243,8 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
   Mesh mesh;
   mesh.address = str_cat(host, ":", ntohs(sa.sin_port));
   mesh.connections.resize(size);
+  const JobSecret& secret = JobSecret::from_env();
+  const PeerIdentity identity{group, size, rank, mesh.address};
   store.set(addr_key(options.store_prefix, rank), mesh.address);
 
   // Connect to every lower rank.
@@ -258,35 +261,42 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
                        deadline, &address);
     const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
     const std::string who = str_cat("rank ", peer, " (", address, ")");
+    // With a job secret, prove it (and check the peer's) before the hello.
+    authenticate_to_peer(fd.get(), secret, identity, peer, deadline, who);
     write_all(fd.get(), &hello, sizeof hello, deadline, who);
     write_all(fd.get(), mesh.address.data(), mesh.address.size(), deadline, who);
     set_data_options(fd.get());
     mesh.connections[peer] = std::make_unique<Connection>(fd.release(), peer, address);
   }
 
-  // Accept every higher rank; each says who it is.
+  // Accept every higher rank; each says who it is. The gate authenticates
+  // them when there is a job secret, refusing strangers without stopping.
+  PeerGate gate(listener.get(), secret, identity);
   for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
     Fd fd;
+    int authenticated_rank = -1;
     for (;;) {
-      fd = Fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (fd.get() >= 0) break;
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-        throw NetworkError(str_cat("rank ", rank, " accept on ", mesh.address, ": ", std::strerror(errno)));
+      if (auto admitted = gate.accept(deadline)) {
+        fd = Fd(admitted->fd);
+        authenticated_rank = admitted->rank;
+        break;
       }
-      if (!wait_fd(listener.get(), POLLIN, deadline)) {
+      {
         std::vector<int> missing;
         for (int p = rank + 1; p < size; ++p) {
           if (!mesh.connections[p]) missing.push_back(p);
         }
         throw TimeoutError(str_cat("rank ", rank, " (", mesh.address, ") waited ", deadline.describe(),
-                                   " for rank(s) ", join(missing, ", "), " to connect"));
+                                   " for rank(s) ", join(missing, ", "), " to connect",
+                                   gate.last_refusal().empty() ? "" : "; last refused: ",
+                                   gate.last_refusal()));
       }
     }
     Hello hello{};
     read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting peer");
     if (hello.magic != kWireMagic || hello.group != group || hello.size != size ||
         hello.rank <= rank || hello.rank >= size || mesh.connections[hello.rank] ||
-        hello.address_bytes > 256) {
+        hello.address_bytes > 256 || (authenticated_rank >= 0 && hello.rank != authenticated_rank)) {
       throw NetworkError(str_cat("rank ", rank, " (", mesh.address, ", group '", options.store_prefix,
                                  "', size ", size, ") got an unexpected hello: rank ", hello.rank,
                                  ", size ", hello.size, ", group hash ", hello.group, " (expected ",

@@ -1,0 +1,264 @@
+#include "collectives/peer_auth.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+constexpr size_t kAuth1Bytes = 24 + kNonceBytes;      // 56
+constexpr size_t kAuth2Bytes = kNonceBytes + 32;      // 64
+constexpr size_t kAuth3Bytes = 32;
+constexpr const char* kAcceptorLabel = "collie data acceptor v1";
+constexpr const char* kConnectorLabel = "collie data connector v1";
+// Unauthenticated connections held at once; more are refused on arrival so
+// that a flood cannot exhaust file descriptors.
+constexpr size_t kMaxPending = 64;
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t get_u32(const uint8_t* p) {
+  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+
+// The transcript both proofs cover: AUTH1 (both ranks, group, size, Nc)
+// followed by Na.
+std::array<uint8_t, kAuth1Bytes + kNonceBytes> transcript(const uint8_t* auth1, const uint8_t* na) {
+  std::array<uint8_t, kAuth1Bytes + kNonceBytes> t;
+  std::memcpy(t.data(), auth1, kAuth1Bytes);
+  std::memcpy(t.data() + kAuth1Bytes, na, kNonceBytes);
+  return t;
+}
+
+bool wait_fd(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000)));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;
+    if (deadline.expired()) return false;
+  }
+}
+
+void send_exact(int fd, const uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
+  while (n > 0) {
+    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLOUT, deadline))
+        throw TimeoutError(str_cat("authenticating to ", who, " timed out ", deadline.describe()));
+    } else {
+      throw NetworkError(str_cat("authenticating to ", who, ": send failed: ", std::strerror(errno)));
+    }
+  }
+}
+
+void recv_exact(int fd, uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLIN, deadline))
+        throw TimeoutError(str_cat("authenticating to ", who, ": no answer ", deadline.describe()));
+    } else {
+      throw NetworkError(str_cat(
+          "authenticating to ", who, ": ",
+          r == 0 ? "it closed the connection (it has no COLLIE_JOB_SECRET, or refused us)"
+                 : std::strerror(errno)));
+    }
+  }
+}
+
+std::string remote_of(int fd) {
+  sockaddr_in sa{};
+  socklen_t len = sizeof sa;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "?";
+  char buf[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+  return str_cat(buf, ":", ntohs(sa.sin_port));
+}
+
+}  // namespace
+
+void authenticate_to_peer(int fd, const JobSecret& secret, const PeerIdentity& self, int peer,
+                          const Deadline& deadline, const std::string& who) {
+  if (!secret) return;
+  uint8_t auth1[kAuth1Bytes];
+  put_u32(auth1 + 0, kPeerAuthMagic);
+  put_u32(auth1 + 4, kPeerAuthVersion);
+  put_u32(auth1 + 8, self.group);
+  put_u32(auth1 + 12, static_cast<uint32_t>(self.size));
+  put_u32(auth1 + 16, static_cast<uint32_t>(self.rank));
+  put_u32(auth1 + 20, static_cast<uint32_t>(peer));
+  const Nonce nc = random_nonce();
+  std::memcpy(auth1 + 24, nc.data(), kNonceBytes);
+  send_exact(fd, auth1, sizeof auth1, deadline, who);
+
+  uint8_t auth2[kAuth2Bytes];
+  recv_exact(fd, auth2, sizeof auth2, deadline, who);
+  const auto t = transcript(auth1, auth2);
+  if (!secret.verify(kAcceptorLabel, t, {auth2 + kNonceBytes, 32})) {
+    throw NetworkError(str_cat("rank ", self.rank, " (", self.address, "): ", who,
+                               " failed to prove knowledge of the job secret: it runs with a "
+                               "different COLLIE_JOB_SECRET (another job, or a misconfigured rank)"));
+  }
+  const Sha256Digest proof = secret.prove(kConnectorLabel, t);
+  send_exact(fd, proof.data(), proof.size(), deadline, who);
+}
+
+struct PeerGate::Pending {
+  int fd = -1;
+  std::string remote;
+  uint8_t auth1[kAuth1Bytes];
+  size_t have = 0;  // bytes of the current message received
+  bool answered = false;  // AUTH2 sent; now reading AUTH3
+  Nonce na{};
+  uint8_t auth3[kAuth3Bytes];
+};
+
+PeerGate::PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self)
+    : listener_(listener_fd), secret_(secret), self_(std::move(self)) {}
+
+PeerGate::~PeerGate() {
+  for (auto& p : pending_) {
+    if (p->fd >= 0) ::close(p->fd);
+  }
+}
+
+void PeerGate::refuse(Pending& p, const std::string& why) {
+  ++refused_;
+  last_refusal_ = str_cat(p.remote, ": ", why);
+  COLLIE_LOG(kWarn) << "rank " << self_.rank << " (" << self_.address
+                    << "): refused a data connection from " << p.remote << ": " << why;
+  ::close(p.fd);
+  p.fd = -1;
+}
+
+void PeerGate::accept_new() {
+  for (;;) {
+    const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+      throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
+                                 std::strerror(errno)));
+    }
+    auto p = std::make_unique<Pending>();
+    p->fd = fd;
+    p->remote = remote_of(fd);
+    if (pending_.size() >= kMaxPending) {
+      refuse(*p, str_cat("already ", kMaxPending, " connections waiting to authenticate"));
+      continue;
+    }
+    pending_.push_back(std::move(p));
+  }
+}
+
+bool PeerGate::advance(Pending& p) {
+  uint8_t* buf = p.answered ? p.auth3 : p.auth1;
+  const size_t want = p.answered ? kAuth3Bytes : kAuth1Bytes;
+  // Exactly the handshake's bytes: the hello behind AUTH3 is the caller's.
+  const ssize_t r = ::recv(p.fd, buf + p.have, want - p.have, MSG_DONTWAIT);
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+  if (r <= 0) {
+    refuse(p, str_cat(r == 0 ? "it closed the connection" : std::strerror(errno),
+                      " before authenticating (", p.have, " bytes of ",
+                      p.answered ? "its proof" : "its introduction", " received)"));
+    return false;
+  }
+  p.have += static_cast<size_t>(r);
+  if (p.have < want) return false;
+  p.have = 0;
+  if (!p.answered) {
+    const uint32_t magic = get_u32(p.auth1);
+    if (magic != kPeerAuthMagic) {
+      refuse(p, magic == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
+                                      "COLLIE_JOB_SECRET, this one does)"
+                                    : "it is not a collie peer (unexpected first bytes)");
+      return false;
+    }
+    const uint32_t version = get_u32(p.auth1 + 4);
+    const uint32_t group = get_u32(p.auth1 + 8);
+    const int size = static_cast<int>(get_u32(p.auth1 + 12));
+    const int rank = static_cast<int>(get_u32(p.auth1 + 16));
+    const int target = static_cast<int>(get_u32(p.auth1 + 20));
+    if (version != kPeerAuthVersion || group != self_.group || size != self_.size ||
+        target != self_.rank || rank <= self_.rank || rank >= self_.size) {
+      refuse(p, str_cat("its introduction does not fit this rank (version ", version, ", group hash ",
+                        group, " vs ", self_.group, ", size ", size, " vs ", self_.size,
+                        ", from rank ", rank, " to rank ", target, ")"));
+      return false;
+    }
+    p.na = random_nonce();
+    uint8_t auth2[kAuth2Bytes];
+    std::memcpy(auth2, p.na.data(), kNonceBytes);
+    const Sha256Digest proof = secret_.prove(kAcceptorLabel, transcript(p.auth1, p.na.data()));
+    std::memcpy(auth2 + kNonceBytes, proof.data(), proof.size());
+    // 64 bytes into a fresh socket's empty send buffer: all or an error.
+    if (::send(p.fd, auth2, sizeof auth2, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof auth2)) {
+      refuse(p, str_cat("sending our challenge failed: ", std::strerror(errno)));
+      return false;
+    }
+    p.answered = true;
+    return false;
+  }
+  if (!secret_.verify(kConnectorLabel, transcript(p.auth1, p.na.data()), p.auth3)) {
+    refuse(p, str_cat("its proof is wrong: it claims rank ", get_u32(p.auth1 + 16),
+                      " but does not hold this job's secret (another job, or a misconfigured rank)"));
+    return false;
+  }
+  return true;
+}
+
+std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
+  for (;;) {
+    if (!secret_) {
+      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) return Admitted{fd, -1, remote_of(fd)};
+      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+        throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
+                                   std::strerror(errno)));
+      }
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listener_, POLLIN, 0});
+    for (auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
+    const int wait_ms = static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000));
+    const int r = ::poll(fds.data(), fds.size(), wait_ms);
+    if (r < 0 && errno != EINTR) {
+      throw NetworkError(str_cat("rank ", self_.rank, " poll on ", self_.address, ": ", std::strerror(errno)));
+    }
+    std::optional<Admitted> done;
+    if (r > 0) {
+      for (size_t i = 1; i < fds.size() && !done; ++i) {
+        if (!fds[i].revents) continue;
+        Pending& p = *pending_[i - 1];
+        if (advance(p)) {
+          done = Admitted{p.fd, static_cast<int>(get_u32(p.auth1 + 16)), p.remote};
+          p.fd = -1;
+        }
+      }
+      std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
+      if (done) return done;
+      if (secret_ && fds[0].revents) accept_new();
+    }
+    if (deadline.expired()) return std::nullopt;
+  }
+}
+
+}  // namespace collie

@@ -1,0 +1,89 @@
+// Authenticating the data connections between ranks with the job secret
+// (rendezvous/job_secret.h, docs/security.md "Data connections").
+//
+// Right after TCP connect, before the hello and any collective data, the
+// connecting rank (higher) and the accepting rank (lower) run a mutual
+// challenge-response:
+//
+//   connector -> acceptor  AUTH1: magic "CLA1", version, group, size,
+//                          connector rank, acceptor rank, nonce Nc   (56 bytes)
+//   acceptor  -> connector AUTH2: nonce Na, HMAC(K, "collie data acceptor" | AUTH1 | Na)
+//   connector -> acceptor  AUTH3: HMAC(K, "collie data connector" | AUTH1 | Na)
+//
+// The accepting side multiplexes every not-yet-authenticated connection with
+// poll(), so a stranger that sends garbage, the wrong proof, or nothing at
+// all is logged at WARN with its address and closed, while the real peers
+// keep being accepted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/job_secret.h"
+#include "runtime/base/deadline.h"
+
+namespace collie {
+
+inline constexpr uint32_t kPeerAuthMagic = 0x434c4131;  // "CLA1"
+inline constexpr uint32_t kPeerAuthVersion = 1;
+
+// Where this rank stands in its group, for the transcript.
+struct PeerIdentity {
+  uint32_t group = 0;  // group_hash of the store prefix
+  int size = 0;
+  int rank = 0;
+  std::string address;  // our listening host:port, for messages
+};
+
+// The connector's half, on a freshly connected blocking-or-not socket.
+// Throws NetworkError naming `who` (rank and address) when the acceptor's
+// proof is wrong (a different secret: another job's listener, or a
+// misconfigured rank) or it hangs up, TimeoutError at the deadline.
+// No-op without a secret.
+void authenticate_to_peer(int fd, const JobSecret& secret, const PeerIdentity& self, int peer,
+                          const Deadline& deadline, const std::string& who);
+
+// The acceptor's half: hands out authenticated connections from a listener.
+class PeerGate {
+ public:
+  struct Admitted {
+    int fd = -1;      // non-blocking, owned by the caller
+    int rank = -1;    // the rank it authenticated as; -1 without a secret
+    std::string remote;  // its source host:port
+  };
+
+  PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self);
+  ~PeerGate();  // closes connections still pending (strangers)
+  PeerGate(const PeerGate&) = delete;
+  PeerGate& operator=(const PeerGate&) = delete;
+
+  // The next connection that completed the handshake (any accepted one when
+  // there is no secret); nullopt when the deadline passes first. Throws
+  // NetworkError when accept() itself fails.
+  std::optional<Admitted> accept(const Deadline& deadline);
+
+  // Connections refused so far (for tests and logs).
+  int refused() const { return refused_; }
+  // "<address>: <why>" of the latest refusal, "" if none: a timeout waiting
+  // for a rank quotes it, since a misconfigured rank looks like a stranger.
+  const std::string& last_refusal() const { return last_refusal_; }
+
+ private:
+  struct Pending;
+  void accept_new();
+  // Reads what `p` has sent; true when it completed the handshake.
+  bool advance(Pending& p);
+  void refuse(Pending& p, const std::string& why);
+
+  int listener_;
+  const JobSecret& secret_;
+  PeerIdentity self_;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  int refused_ = 0;
+  std::string last_refusal_;
+};
+
+}  // namespace collie
