@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "rendezvous/job_secret.h"
 #include "rendezvous/store.h"
 
 namespace collie {
@@ -31,6 +33,12 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;              // 0: an ephemeral port, see port()
   size_t max_value_bytes = size_t{64} << 20;  // cap on any key or value
   size_t max_connections = 4096;
+  // The job secret clients must prove (docs/security.md); unset:
+  // COLLIE_JOB_SECRET. A default JobSecret() means no authentication.
+  std::optional<JobSecret> secret;
+  // With a secret, also serve clients that have none (torch's TCPStore);
+  // unset: COLLIE_STORE_COMPAT=1.
+  std::optional<bool> accept_unauthenticated;
 };
 
 class TcpStoreServer {
@@ -50,6 +58,8 @@ struct TcpStoreOptions {
   Timeout timeout = kDefaultTimeout;  // connect deadline and get/wait default
   StoreProtocol protocol = StoreProtocol::kDetect;
   size_t max_value_bytes = size_t{64} << 20;
+  // The job secret to prove to the server; unset: COLLIE_JOB_SECRET.
+  std::optional<JobSecret> secret;
 };
 
 class TcpStore : public Store {

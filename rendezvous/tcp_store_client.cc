@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "rendezvous/store_auth.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -93,6 +94,9 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
       throw TimeoutError(describe(str_cat(step, " got no answer ", deadline.describe())));
     throw StoreError(describe(str_cat(step, " failed: ", r.describe())));
   };
+  // With a job secret, prove it before anything else (store_auth.h).
+  if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env(); secret)
+    authenticate_store_client(socket, secret, deadline, [this](const std::string& w) { return describe(w); });
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kV1_13)
     dialect_ = Dialect::kV1_13;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kDetect) {

@@ -29,6 +29,8 @@ StoreConnection::StoreConnection(ConnectionId id, asio::ip::tcp::socket socket,
   socket_.non_blocking(true, ec);  // for flush()'s direct write
   auto peer = socket_.remote_endpoint(ec);
   peer_ = ec ? std::string("?") : str_cat(peer.address().to_string(), ":", peer.port());
+  if (const StoreAuthPolicy* policy = owner_.auth_policy(); policy && policy->secret)
+    auth_ = std::make_unique<StoreAuthGate>(*policy);
 }
 
 void StoreConnection::start() { read(); }
@@ -89,6 +91,23 @@ void StoreConnection::process() {
   while (!closed_ && !closing_ && !blocked_) {
     const size_t buffered = end_ - begin_;
     if (buffered == 0 || buffered < need_) return;
+    if (auth_) {
+      // The job secret's exchange comes before any TCPStore request.
+      StoreAuthGate::Step step = auth_->feed({in_.data() + begin_, buffered});
+      begin_ += step.consumed;
+      out_.insert(out_.end(), step.reply.begin(), step.reply.end());
+      if (step.status == StoreAuthGate::Step::Status::kRefuse) {
+        drop(str_cat("refused: ", step.error));
+        return;
+      }
+      if (step.status == StoreAuthGate::Step::Status::kNeedMore) {
+        need_ = step.need;
+        return;
+      }
+      need_ = 0;
+      if (step.status == StoreAuthGate::Step::Status::kDone) auth_.reset();
+      continue;
+    }
     ParseResult r = store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_,
                                                   owner_.limits());
     switch (r.status) {

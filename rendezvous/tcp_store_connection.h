@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "rendezvous/store_auth.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store_state.h"
 
@@ -29,6 +30,8 @@ class StoreConnectionOwner {
   virtual const store_protocol::Limits& limits() const = 0;
   virtual std::string address() const = 0;  // the server's host:port, for logs
   virtual void closed(ConnectionId id) = 0;
+  // Who may talk to this server (rendezvous/store_auth.h); none by default.
+  virtual const StoreAuthPolicy* auth_policy() const { return nullptr; }
 };
 
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
@@ -69,6 +72,7 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   bool closing_ = false;   // dropped: send what is queued, then close
   bool closed_ = false;
   store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
+  std::unique_ptr<StoreAuthGate> auth_;  // until the job secret is proven
 };
 
 }  // namespace collie

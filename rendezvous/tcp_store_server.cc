@@ -33,6 +33,8 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
           deliver(id, std::move(reply), resumed);
         }) {
     limits_.max_value_bytes = options.max_value_bytes;
+    auth_.secret = options.secret.value_or(JobSecret::from_env());
+    auth_.accept_unauthenticated = options.accept_unauthenticated.value_or(store_compat_from_env());
     bind();
     thread_ = std::thread([this] { run(); });
   }
@@ -60,6 +62,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   TcpStoreState& state() override { return state_; }
   const store_protocol::Limits& limits() const override { return limits_; }
   std::string address() const override { return str_cat(options_.host, ":", port_); }
+  const StoreAuthPolicy* auth_policy() const override { return &auth_; }
   void closed(ConnectionId id) override {
     state_.drop(id);
     connections_.erase(id);
@@ -88,7 +91,8 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
                                      : ""));
     }
     port_ = acceptor_.local_endpoint().port();
-    COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_;
+    COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_
+                      << (!auth_.secret ? " (unauthenticated)" : auth_.accept_unauthenticated ? " (job secret, torch-compatible: unauthenticated clients admitted)" : " (job secret required)");
   }
 
   void run() {
@@ -147,6 +151,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   }
 
   TcpStoreServerOptions options_;
+  StoreAuthPolicy auth_;
   store_protocol::Limits limits_;
   // One thread runs the loop: the hint lets Asio skip locking it would need
   // for several.

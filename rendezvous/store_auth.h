@@ -1,0 +1,79 @@
+// Authenticating TcpStore connections with the job secret
+// (docs/security.md "The agent store").
+//
+// A collie client that has a secret opens its connection with a collie-only
+// exchange, before the dialect probe or VALIDATE:
+//
+//   client -> server  AUTH1  0xA5, u32 magic "CLS1", client nonce Nc (37 bytes)
+//   server -> client  AUTH2  0xA5, server nonce Ns, HMAC(K, "collie store server v1" | AUTH1 | Ns)
+//   client -> server  AUTH3  HMAC(K, "collie store client v1" | AUTH1 | Ns)
+//   server -> client  0x00   accepted (a refusal closes the connection)
+//
+// 0xA5 is no query type of either TCPStore dialect, so a torch server drops
+// such a connection (the client then reports that the server does not
+// authenticate), and a collie server without a secret does the same.
+//
+// A server with a secret refuses, with a WARN line naming the client's
+// address, every connection that does not open this way (torch 2.x and
+// 1.13 clients, collie clients without a secret), unless it runs in torch
+// compatibility mode, where such connections are served unauthenticated.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "rendezvous/job_secret.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store_socket.h"
+#include "runtime/base/deadline.h"
+
+namespace collie {
+
+inline constexpr uint8_t kStoreAuthQuery = 0xA5;
+inline constexpr uint32_t kStoreAuthMagic = 0x434c5331;  // "CLS1"
+inline constexpr uint8_t kStoreAuthAccepted = 0x00;
+
+// What a server requires of its clients.
+struct StoreAuthPolicy {
+  JobSecret secret;                    // none: no authentication at all
+  bool accept_unauthenticated = false; // compatibility mode: torch clients too
+};
+
+// The server's side of one connection: fed the connection's first bytes
+// until it has decided. Pure (no socket), so it is unit-testable.
+class StoreAuthGate {
+ public:
+  struct Step {
+    enum class Status { kNeedMore, kProgress, kDone, kRefuse };
+    Status status = Status::kNeedMore;
+    size_t consumed = 0;  // input bytes used
+    size_t need = 0;      // kNeedMore: feed again once this many are buffered
+    Bytes reply;          // to send to the client
+    std::string error;    // kRefuse: why, for the WARN line
+  };
+
+  explicit StoreAuthGate(const StoreAuthPolicy& policy) : policy_(policy) {}
+  // True once the connection is authenticated (or admitted unauthenticated
+  // in compatibility mode); from then on its bytes are TCPStore requests.
+  bool done() const { return state_ == State::kDone; }
+  bool authenticated() const { return authenticated_; }
+  Step feed(std::span<const uint8_t> in);
+
+ private:
+  enum class State { kFirst, kProof, kDone };
+  const StoreAuthPolicy& policy_;
+  State state_ = State::kFirst;
+  bool authenticated_ = false;
+  Bytes transcript_;  // AUTH1 | Ns
+};
+
+// The client's side, on a freshly connected socket. Throws StoreError via
+// `fail` (which prefixes the server's address) when the server refuses our
+// proof, cannot prove the secret itself, or does not speak this exchange;
+// TimeoutError at the deadline.
+void authenticate_store_client(StoreSocket& socket, const JobSecret& secret, const Deadline& deadline,
+                               const std::function<std::string(const std::string&)>& describe);
+
+}  // namespace collie
