@@ -8,6 +8,8 @@
 #   CTEST_JOBS    parallel tests (default 2)
 #   TSAN_TESTS    ctest -R regex for the ThreadSanitizer run (default: every test)
 #   CTEST_ARGS    extra ctest arguments for both runs (e.g. "-R collectives")
+#   TARGETS       ninja targets to build instead of everything (e.g.
+#                 "test_collectives test_rendezvous"; pair it with CTEST_ARGS)
 #   CXX           compiler (default: the system's, g++ on Debian 12)
 #
 # The CUDA/NCCL parts are off: the sanitizers do not see into the GPU and the
@@ -40,7 +42,9 @@ configure_and_build() {  # <build dir> <sanitizers>
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCOLLIE_SANITIZE="$sanitizers" -DCOLLIE_WITH_CUDA=OFF -DCOLLIE_WITH_NCCL=OFF \
     -DCOLLIE_FUZZ=OFF >"$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; return 1; }
-  ninja -C "$dir" -j"$JOBS"
+  local targets
+  read -r -a targets <<<"${TARGETS:-}"
+  ninja -C "$dir" -j"$JOBS" "${targets[@]}"
 }
 
 # Prints the first frames of every report in <log dir>; returns 1 if any.
