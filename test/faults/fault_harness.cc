@@ -35,7 +35,7 @@ EnvOverrides clean_env(EnvOverrides extra) {
         "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
         "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-        "COLLIE_SOCKET_IFNAME"})
+        "COLLIE_SOCKET_IFNAME", "COLLIE_JOB_SECRET", "COLLIE_STORE_COMPAT"})
     extra.try_emplace(name, std::nullopt);
   return extra;
 }

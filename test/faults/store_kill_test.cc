@@ -101,18 +101,19 @@ TEST_CASE("rank 0 hosting the TcpStore is killed: clients fail naming the addres
 TEST_CASE("collie-run hosting the agent store is killed: clients fail naming the address, workers die",
           "[faults][store][launcher]") {
   TempDir pids;
+  // The agent store requires the job secret; the outside clients (another
+  // node's agent, a monitoring tool of the same job) are given it.
+  const EnvOverrides env = clean_env({{"COLLIE_JOB_SECRET", std::string(64, 'c')}});
   auto launcher = Subprocess::spawn(
       collie_run_argv({"--standalone", "--nproc-per-node", "2"}, "loop_rank",
                       {"env", "barrier", "-1", "-1", pids.path(), "0", "60"}),
-      {.env = clean_env(), .new_process_group = true});
+      {.env = env, .new_process_group = true});
   auto workers = wait_for_pid_files(pids.path(), 2, std::chrono::seconds(60));
   uint16_t port = agent_store_port(wait_for_stderr(launcher, "agent store listening", std::chrono::seconds(30)));
   // Clients outside the launcher's process tree (another node's agent, a
   // monitoring tool): only the socket can tell them.
-  auto waiter = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "wait"}),
-                                  {.env = clean_env()});
-  auto adder = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "add"}),
-                                 {.env = clean_env()});
+  auto waiter = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "wait"}), {.env = env});
+  auto adder = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "add"}), {.env = env});
   for (Subprocess* p : {&waiter, &adder}) p->wait_for_output("looping", std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
   launcher.kill(SIGKILL);
