@@ -239,6 +239,10 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
   app.add_flag("-m,--module", module,
                "Not supported: collie-run runs programs, not Python modules; give the program's "
                "path (e.g. collie-run /usr/bin/python3 train.py)");
+  app.add_flag("--store-compat,--store_compat", o.store_compat,
+               "Let workers without the job secret (torch's TCPStore) use the agent store; "
+               "needed for torch workers, which cannot authenticate (e.g. --store-compat)")
+      ->envname("COLLIE_STORE_COMPAT");
   app.add_flag("--use-env,--use_env", o.use_env,
                "Workers read LOCAL_RANK from the environment: the default, as in torchrun "
                "(e.g. --use-env)");

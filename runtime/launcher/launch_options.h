@@ -24,6 +24,9 @@ struct LaunchOptions {
   // 0 (or --standalone): node 0 binds a free port and hands it to its workers.
   uint16_t master_port = 29500;
   bool standalone = false;
+  // --store-compat: the agent store also serves clients without the job
+  // secret (torch workers); docs/security.md.
+  bool store_compat = false;
   int max_restarts = 0;
   std::string run_id = "none";  // torchrun's --rdzv_id default
   std::string role = "default";

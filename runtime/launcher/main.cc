@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/launcher/launch_options.h"
+#include "runtime/launcher/job_secret_setup.h"
 #include "runtime/launcher/launcher.h"
 #include "runtime/launcher/worker_stream.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   try {
+    collie::launcher::set_up_job_secret(*parsed.options);
     return collie::launcher::Launcher(std::move(*parsed.options)).run();
   } catch (const std::exception& e) {
     collie::launcher::write_all(STDERR_FILENO, std::string("collie-run: ") + e.what() + "\n");

@@ -115,12 +115,29 @@ TEST_CASE("torch workers under collie-run find its agent store", "[launcher][int
          "print(f'torch rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t[0])}', flush=True)\n"
          "dist.destroy_process_group()\n";
   }
-  std::vector<std::string> argv{collie_run_path(), "--standalone", "--nproc-per-node", "2",
-                                "/usr/bin/python3", script};
-  auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
-  auto st = p.wait(std::chrono::seconds(120));
-  INFO(p.out() << "\n--- stderr ---\n" << p.err());
-  REQUIRE(st.ok());
-  CHECK(lines_with_prefix(p.out(), "[rank0]: torch rank 0 of 2 sum 3").size() == 1);
-  CHECK(lines_with_prefix(p.out(), "[rank1]: torch rank 1 of 2 sum 3").size() == 1);
+  // torch's TCPStore cannot prove the job secret collie-run generates, so
+  // its agent store admits torch workers only with --store-compat
+  // (docs/security.md).
+  SECTION("with --store-compat they are served") {
+    std::vector<std::string> argv{collie_run_path(), "--standalone", "--store-compat",
+                                  "--nproc-per-node", "2", "/usr/bin/python3", script};
+    auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
+    auto st = p.wait(std::chrono::seconds(120));
+    INFO(p.out() << "\n--- stderr ---\n" << p.err());
+    REQUIRE(st.ok());
+    CHECK(lines_with_prefix(p.out(), "[rank0]: torch rank 0 of 2 sum 3").size() == 1);
+    CHECK(lines_with_prefix(p.out(), "[rank1]: torch rank 1 of 2 sum 3").size() == 1);
+  }
+  SECTION("without it the store refuses them, naming their address and the flag") {
+    std::vector<std::string> argv{collie_run_path(), "--standalone", "--nproc-per-node", "2",
+                                  "/usr/bin/python3", script};
+    auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
+    auto st = p.wait(std::chrono::seconds(120));
+    INFO(p.out() << "\n--- stderr ---\n" << p.err());
+    CHECK_FALSE(st.ok());
+    CHECK_THAT(p.err(), Contains("dropping connection from 127.0.0.1:"));
+    CHECK_THAT(p.err(), Contains("requires the job secret"));
+    CHECK_THAT(p.err(), Contains("--store-compat"));
+    CHECK(lines_with_prefix(p.out(), "[rank0]: torch rank 0 of 2 sum 3").empty());
+  }
 }
