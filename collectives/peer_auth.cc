@@ -182,16 +182,17 @@ bool PeerGate::advance(Pending& p) {
     return false;
   }
   p.have += static_cast<size_t>(r);
+  // The magic decides as soon as it is in: an unauthenticated hello is
+  // shorter than AUTH1, and its sender waits for nothing.
+  if (!p.answered && p.have >= 4 && get_u32(p.auth1) != kPeerAuthMagic) {
+    refuse(p, get_u32(p.auth1) == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
+                                               "COLLIE_JOB_SECRET, this one does)"
+                                             : "it is not a collie peer (unexpected first bytes)");
+    return false;
+  }
   if (p.have < want) return false;
   p.have = 0;
   if (!p.answered) {
-    const uint32_t magic = get_u32(p.auth1);
-    if (magic != kPeerAuthMagic) {
-      refuse(p, magic == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
-                                      "COLLIE_JOB_SECRET, this one does)"
-                                    : "it is not a collie peer (unexpected first bytes)");
-      return false;
-    }
     const uint32_t version = get_u32(p.auth1 + 4);
     const uint32_t group = get_u32(p.auth1 + 8);
     const int size = static_cast<int>(get_u32(p.auth1 + 12));

@@ -1,0 +1,273 @@
+// The job secret on the data connections between ranks (collectives/
+// peer_auth.h): a job completes while strangers knock on a rank's listening
+// port; ranks with different secrets fail fast with the peer's address; the
+// handshake's cost.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "collectives/communicator.h"
+#include "collectives/peer_auth.h"
+#include "collectives/wire.h"
+#include "rendezvous/file_store.h"
+#include "rendezvous/job_secret.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "test/support/child.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using test::Subprocess;
+
+namespace {
+
+// args: store path, rank, size, timeout ms. Joins the mesh through a
+// FileStore (no store authentication in the way), all_reduces rank + 1.
+COLLIE_TEST_CHILD(secure_rank) {
+  const int rank = std::stoi(args[1]), size = std::stoi(args[2]);
+  FileStore store(args[0], size);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    auto comm = Communicator::connect(store, rank, size,
+                                      {.timeout = std::chrono::milliseconds(std::stoi(args[3]))});
+    float v[4] = {float(rank + 1), float(rank + 1), float(rank + 1), float(rank + 1)};
+    comm->all_reduce(view(v, 4), view(v, 4), ReduceOp::kSum, Deadline(60s));
+    std::printf("rank %d sum %d\n", rank, int(v[0]));
+    comm->barrier(Deadline(60s));
+  } catch (const Error& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    std::printf("rank %d failed after %lld ms: %s\n", rank, (long long)ms.count(), e.what());
+    return 3;
+  }
+  return 0;
+}
+
+struct Socket {
+  int fd = -1;
+  explicit Socket(int f = -1) : fd(f) {}
+  Socket(Socket&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Socket& operator=(Socket&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~Socket() {
+    if (fd >= 0) ::close(fd);
+  }
+  std::string local() const {
+    sockaddr_in sa{};
+    socklen_t len = sizeof sa;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    return str_cat("127.0.0.1:", ntohs(sa.sin_port));
+  }
+};
+
+Socket connect_to(const std::string& address) {
+  const auto colon = address.rfind(':');
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
+  Socket s{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  REQUIRE(::connect(s.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  return s;
+}
+
+void send_bytes(const Socket& s, const std::vector<uint8_t>& b) {
+  REQUIRE(::send(s.fd, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size()));
+}
+
+// Blocks until the peer closes (recv returns 0) or 60 s pass; true on close.
+bool closed_by_peer(const Socket& s) {
+  timeval tv{60, 0};
+  ::setsockopt(s.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  uint8_t buf[256];
+  for (;;) {
+    const ssize_t r = ::recv(s.fd, buf, sizeof buf, 0);
+    if (r == 0) return true;
+    if (r < 0) return errno == ECONNRESET;
+  }
+}
+
+std::map<std::string, std::optional<std::string>> env_with(const std::string& secret) {
+  return {{"COLLIE_JOB_SECRET", secret}};
+}
+
+}  // namespace
+
+TEST_CASE("a job completes while strangers connect to a rank's listener", "[security][data]") {
+  test::TempDir dir;
+  const std::string path = dir.file("store");
+  const std::string secret = JobSecret::generate().to_hex();
+  const int size = 3;
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 0 first: strangers connect to it before the real peers exist.
+  std::vector<Subprocess> ranks;
+  ranks.push_back(Subprocess::spawn(test::child_argv("secure_rank", {path, "0", "3", "120000"}),
+                                    {.env = env_with(secret)}));
+  FileStore store(path, size);
+  store.wait({"collie/collectives/addr/0"}, 60s);
+  const std::string address = to_string(store.get("collie/collectives/addr/0"));
+
+  // 1. Another job: speaks the protocol with another secret. Its connector
+  // side finds that rank 0 cannot prove *its* secret and says so.
+  Socket other_job = connect_to(address);
+  const JobSecret other = JobSecret::generate();
+  try {
+    authenticate_to_peer(other_job.fd, other, {group_hash("collie"), size, 1, "stranger"}, 0,
+                         Deadline(30s), str_cat("rank 0 (", address, ")"));
+    FAIL("a handshake with another job's secret succeeded");
+  } catch (const NetworkError& e) {
+    CHECK_THAT(e.what(), Contains(address) && Contains("different COLLIE_JOB_SECRET"));
+  }
+  const std::string other_local = other_job.local();
+  other_job = Socket();  // hang up, as a real connector would
+  // 2. Random bytes.
+  Socket garbage = connect_to(address);
+  std::vector<uint8_t> junk(100);
+  random_bytes(junk);
+  send_bytes(garbage, junk);
+  // 3. A well-formed introduction (claiming rank 2) and a forged proof.
+  Socket forger = connect_to(address);
+  {
+    std::vector<uint8_t> auth1(56, 0);
+    const uint32_t fields[6] = {kPeerAuthMagic, kPeerAuthVersion, group_hash("collie"), 3, 2, 0};
+    std::memcpy(auth1.data(), fields, sizeof fields);
+    send_bytes(forger, auth1);
+    uint8_t auth2[64];
+    REQUIRE(::recv(forger.fd, auth2, sizeof auth2, MSG_WAITALL) == 64);
+    std::vector<uint8_t> forged(32);
+    random_bytes(forged);
+    send_bytes(forger, forged);
+  }
+  // 4. An unauthenticated collie hello (a rank without the secret).
+  Socket plain = connect_to(address);
+  send_bytes(plain, {0x31, 0x49, 0x4c, 0x43, 0, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0});
+  // 5. Connects and says nothing, for the whole job.
+  Socket silent = connect_to(address);
+
+  for (int r = 1; r < size; ++r) {
+    ranks.push_back(Subprocess::spawn(test::child_argv("secure_rank", {path, std::to_string(r), "3", "120000"}),
+                                      {.env = env_with(secret)}));
+  }
+  for (int r = 0; r < size; ++r) {
+    auto st = ranks[r].wait(120s);
+    INFO("rank " << r << "\n" << ranks[r].out() << ranks[r].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(ranks[r].out(), Contains(str_cat("rank ", r, " sum 6")));
+  }
+  const std::string log0 = ranks[0].err();
+  INFO(log0);
+  CHECK_THAT(log0, Contains(str_cat("refused a data connection from ", other_local,
+                                    ": it closed the connection before authenticating")));
+  CHECK_THAT(log0, Contains(str_cat("refused a data connection from ", garbage.local(),
+                                    ": it is not a collie peer")));
+  CHECK_THAT(log0, Contains(str_cat("refused a data connection from ", forger.local(),
+                                    ": its proof is wrong: it claims rank 2")));
+  CHECK_THAT(log0, Contains(str_cat("refused a data connection from ", plain.local(),
+                                    ": it sent an unauthenticated hello")));
+  // The silent one was held, not served, and closed once the mesh was built.
+  CHECK(closed_by_peer(silent));
+  WARN("3-rank job with 5 strangers: " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::steady_clock::now() - t0).count()
+                                       << " ms");
+}
+
+TEST_CASE("ranks with different secrets fail fast, naming the peer", "[security][data]") {
+  test::TempDir dir;
+  const std::string path = dir.file("store");
+  // Rank 0 waits 6 s for a peer that can authenticate; rank 1 learns at once.
+  auto r0 = Subprocess::spawn(test::child_argv("secure_rank", {path, "0", "2", "6000"}),
+                              {.env = env_with(JobSecret::generate().to_hex())});
+  auto r1 = Subprocess::spawn(test::child_argv("secure_rank", {path, "1", "2", "60000"}),
+                              {.env = env_with(JobSecret::generate().to_hex())});
+  auto s1 = r1.wait(60s);
+  auto s0 = r0.wait(60s);
+  INFO("rank 0:\n" << r0.out() << r0.err() << "\nrank 1:\n" << r1.out() << r1.err());
+  CHECK(s1.exit_code == 3);
+  CHECK(s0.exit_code == 3);
+  // Rank 0's listening address, from its own message ("rank 0 (host:port)").
+  const std::string out0 = r0.out();
+  const auto open = out0.find("rank 0 (");
+  REQUIRE(open != std::string::npos);
+  const std::string address0 = out0.substr(open + 8, out0.find(')', open) - open - 8);
+  // The connector: names rank 0's address and the cause, well inside its 60 s.
+  CHECK_THAT(r1.out(), Contains(str_cat("rank 0 (", address0, ") failed to prove knowledge of the job secret")));
+  const auto ms1 = std::stoll(r1.out().substr(r1.out().find("after ") + 6));
+  CHECK(ms1 < 20000);
+  // The acceptor cannot tell a misconfigured rank from a stranger, so it
+  // waits out its timeout, then names the missing rank and the refusal.
+  CHECK_THAT(r0.out(), Contains("for rank(s) 1 to connect; last refused: 127.0.0.1:"));
+  CHECK_THAT(r0.err(), Contains("refused a data connection from 127.0.0.1:"));
+}
+
+TEST_CASE("a rank without the secret is refused by one that has it", "[security][data]") {
+  test::TempDir dir;
+  const std::string path = dir.file("store");
+  auto r0 = Subprocess::spawn(test::child_argv("secure_rank", {path, "0", "2", "5000"}),
+                              {.env = env_with(JobSecret::generate().to_hex())});
+  auto r1 = Subprocess::spawn(test::child_argv("secure_rank", {path, "1", "2", "60000"}),
+                              {.env = {{"COLLIE_JOB_SECRET", std::nullopt}}});
+  auto s0 = r0.wait(60s);
+  auto s1 = r1.wait(60s);
+  INFO("rank 0:\n" << r0.out() << r0.err() << "\nrank 1:\n" << r1.out() << r1.err());
+  CHECK(s0.exit_code == 3);
+  CHECK(s1.exit_code == 3);
+  CHECK_THAT(r0.out(), Contains("it sent an unauthenticated hello (that rank has no COLLIE_JOB_SECRET"));
+}
+
+TEST_CASE("the data-connection handshake costs one round trip and a few HMACs", "[security][data][cost]") {
+  // Over loopback in one process: a thread connects and authenticates, the
+  // test thread accepts through the gate; the same without a secret.
+  auto measure = [](const JobSecret& secret, int n) {
+    Socket listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(listener.fd, 64) == 0);
+    socklen_t len = sizeof sa;
+    ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    const std::string address = str_cat("127.0.0.1:", ntohs(sa.sin_port));
+    const PeerIdentity acceptor{group_hash("bench"), 2, 0, address};
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread connector([&] {
+      for (int i = 0; i < n; ++i) {
+        Socket s = connect_to(address);
+        authenticate_to_peer(s.fd, secret, {acceptor.group, 2, 1, "c"}, 0, Deadline(30s), "rank 0");
+        uint8_t done;
+        ::recv(s.fd, &done, 1, 0);  // wait until the acceptor is through
+      }
+    });
+    PeerGate gate(listener.fd, secret, acceptor);
+    for (int i = 0; i < n; ++i) {
+      auto admitted = gate.accept(Deadline(30s));
+      REQUIRE(admitted);
+      CHECK(admitted->rank == (secret ? 1 : -1));
+      ::close(admitted->fd);
+    }
+    connector.join();
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+  };
+  const int n = 200;
+  const double plain_us = measure(JobSecret(), n);
+  const double auth_us = measure(JobSecret::generate(), n);
+  const auto h0 = std::chrono::steady_clock::now();
+  const JobSecret s = JobSecret::generate();
+  std::vector<uint8_t> t(88, 7);
+  for (int i = 0; i < 1000; ++i) t[0] = s.prove("collie data acceptor v1", t)[0];
+  const double hmac_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 1000;
+  WARN("connect+accept over loopback: " << plain_us << " us without a secret, " << auth_us
+                                        << " us with the handshake; one HMAC-SHA256 proof: " << hmac_us << " us");
+  CHECK(auth_us < 20000);  // a loose bound: milliseconds at most per connection, even loaded
+}

@@ -1,0 +1,181 @@
+// The job secret on the agent store (rendezvous/store_auth.h): collie
+// clients with the secret are served, a wrong secret is refused with a
+// StoreError naming the server while others keep being served, and torch
+// 1.13's TCPStore is refused unless the server runs in compatibility mode.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "rendezvous/job_secret.h"
+#include "rendezvous/store_auth.h"
+#include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "test/support/child.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using test::Subprocess;
+
+namespace {
+
+TcpStoreOptions client(const JobSecret& secret) {
+  TcpStoreOptions o;
+  o.timeout = 20s;
+  o.secret = secret;
+  return o;
+}
+
+// args: stop file. Hosts a store with COLLIE_JOB_SECRET / COLLIE_STORE_COMPAT
+// from the environment, prints its port, serves until the stop file exists.
+COLLIE_TEST_CHILD(store_host) {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  std::printf("port %d\n", server->port());
+  std::fflush(stdout);
+  const Deadline deadline(120s);
+  while (!std::filesystem::exists(args[0]) && !deadline.expired())
+    std::this_thread::sleep_for(10ms);  // polling a condition, with a deadline
+  return 0;
+}
+
+uint16_t wait_for_port(Subprocess& p) {
+  const Deadline deadline(60s);
+  for (;;) {
+    const std::string out = p.out();
+    if (auto at = out.find("port "); at != std::string::npos && out.find('\n', at) != std::string::npos)
+      return static_cast<uint16_t>(std::stoi(out.substr(at + 5)));
+    REQUIRE(p.running());
+    REQUIRE_FALSE(deadline.expired());
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+constexpr const char* kTorchClient = R"PY(
+import datetime, sys
+import torch.distributed as dist
+s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, False, timeout=datetime.timedelta(seconds=20))
+s.set("torch", "yes")
+print("torch got", s.get("torch").decode(), flush=True)
+)PY";
+
+bool have_torch() {
+  if (::access("/usr/bin/python3", X_OK) != 0) return false;
+  auto p = Subprocess::spawn({"/usr/bin/python3", "-c",
+                              "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
+  return p.wait(60s).ok();
+}
+
+}  // namespace
+
+TEST_CASE("the store serves clients that prove the job secret and refuses others", "[security][store]") {
+  const JobSecret secret = JobSecret::generate();
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0, .secret = secret});
+  const std::string where = str_cat("127.0.0.1:", server->port());
+
+  auto good = TcpStore::connect("127.0.0.1", server->port(), client(secret));
+  good->set("k", "v");
+  CHECK(to_string(good->get("k")) == "v");
+
+  SECTION("a client of another job gets a StoreError naming the server") {
+    try {
+      TcpStore::connect("127.0.0.1", server->port(), client(JobSecret::generate()));
+      FAIL("a client with another secret was served");
+    } catch (const StoreError& e) {
+      CHECK_THAT(e.what(), Contains(where) && Contains("failed to prove knowledge of the job secret"));
+    }
+  }
+  SECTION("a client without a secret is dropped") {
+    CHECK_THROWS_AS(TcpStore::connect("127.0.0.1", server->port(), client(JobSecret())), StoreError);
+  }
+  SECTION("a client with a secret gets a clear error from a store without one") {
+    auto plain = TcpStoreServer::start({.host = "127.0.0.1", .port = 0, .secret = JobSecret()});
+    try {
+      TcpStore::connect("127.0.0.1", plain->port(), client(secret));
+      FAIL("authenticated against a server without a secret");
+    } catch (const StoreError& e) {
+      CHECK_THAT(e.what(), Contains(str_cat("127.0.0.1:", plain->port())) && Contains("does not authenticate"));
+    }
+  }
+  // Whatever was refused, the authenticated client is still served, and a
+  // new one gets in.
+  CHECK(good->add("n", 2) == 2);
+  auto another = TcpStore::connect("127.0.0.1", server->port(), client(secret));
+  CHECK(another->add("n", 3) == 5);
+}
+
+TEST_CASE("the store's gate refuses a forged proof byte by byte", "[security][store]") {
+  StoreAuthPolicy policy{JobSecret::generate(), false};
+  StoreAuthGate gate(policy);
+  std::vector<uint8_t> auth1{kStoreAuthQuery, 0x31, 0x53, 0x4c, 0x43};
+  auth1.resize(37, 9);
+  // Fed in pieces: it asks for the rest before answering.
+  auto step = gate.feed({auth1.data(), 3});
+  CHECK(step.status == StoreAuthGate::Step::Status::kNeedMore);
+  CHECK(step.need == 37);
+  step = gate.feed(auth1);
+  REQUIRE(step.status == StoreAuthGate::Step::Status::kProgress);
+  CHECK(step.consumed == 37);
+  CHECK(step.reply.size() == 65);
+  std::vector<uint8_t> forged(32, 0);
+  step = gate.feed(forged);
+  CHECK(step.status == StoreAuthGate::Step::Status::kRefuse);
+  CHECK_FALSE(gate.done());
+
+  // A torch 2.x VALIDATE, refused in secure mode and passed through in
+  // compatibility mode without consuming anything.
+  const std::vector<uint8_t> validate{0x00, 0xCE, 0xF7, 0x85, 0x3C};
+  StoreAuthGate secure(policy);
+  step = secure.feed(validate);
+  CHECK(step.status == StoreAuthGate::Step::Status::kRefuse);
+  CHECK_THAT(step.error, Contains("torch 2.x client"));
+  StoreAuthPolicy compat{policy.secret, true};
+  StoreAuthGate lenient(compat);
+  step = lenient.feed(validate);
+  CHECK(step.status == StoreAuthGate::Step::Status::kDone);
+  CHECK(step.consumed == 0);
+  CHECK_FALSE(lenient.authenticated());
+}
+
+TEST_CASE("torch 1.13's TCPStore is refused in secure mode and served in compatibility mode",
+          "[security][store][torch]") {
+  if (!have_torch()) {
+    WARN("skipped: /usr/bin/python3 cannot import torch");
+    return;
+  }
+  test::TempDir dir;
+  const std::string script = dir.file("client.py");
+  std::ofstream(script) << kTorchClient;
+  const std::string secret = JobSecret::generate().to_hex();
+  for (bool compat : {false, true}) {
+    INFO("compat " << compat);
+    const std::string stop = dir.file(compat ? "stop1" : "stop0");
+    auto host = Subprocess::spawn(test::child_argv("store_host", {stop}),
+                                  {.env = {{"COLLIE_JOB_SECRET", secret},
+                                           {"COLLIE_STORE_COMPAT", compat ? "1" : "0"}}});
+    const uint16_t port = wait_for_port(host);
+    auto torch = Subprocess::spawn({"/usr/bin/python3", script, std::to_string(port)});
+    auto st = torch.wait(90s);
+    // A collie client with the secret is served in both modes.
+    auto collie = TcpStore::connect("127.0.0.1", port, client(JobSecret::from_hex(secret)));
+    collie->set("collie", "yes");
+    std::ofstream(stop) << "";
+    REQUIRE(host.wait(60s).ok());
+    INFO("torch:\n" << torch.out() << torch.err() << "\nserver:\n" << host.err());
+    if (compat) {
+      CHECK(st.ok());
+      CHECK_THAT(torch.out(), Contains("torch got yes"));
+    } else {
+      CHECK_FALSE(st.ok());
+      CHECK_THAT(host.err(), Contains("dropping connection from 127.0.0.1:") &&
+                                 Contains("requires the job secret"));
+    }
+  }
+}
