@@ -59,6 +59,8 @@ class StoreAuthGate {
   // in compatibility mode); from then on its bytes are TCPStore requests.
   bool done() const { return state_ == State::kDone; }
   bool authenticated() const { return authenticated_; }
+  // Whether the client began the exchange (sent AUTH1).
+  bool started() const { return state_ != State::kFirst; }
   Step feed(std::span<const uint8_t> in);
 
  private:

@@ -70,7 +70,11 @@ void StoreConnection::on_read(std::error_code ec, size_t n) {
   read_in_flight_ = false;
   if (closed_) return;
   if (ec) {
-    if (end_ > begin_) {
+    if (auth_ && auth_->started()) {
+      // A client that rejected our proof (another job's secret) hangs up here.
+      COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": client " << peer_
+                        << " hung up during authentication (it holds a different job secret?)";
+    } else if (end_ > begin_) {
       COLLIE_LOG(kInfo) << "TcpStoreServer " << owner_.address() << ": client " << peer_
                         << " went away mid-message (" << (end_ - begin_)
                         << " bytes unparsed): " << ec.message();
