@@ -64,16 +64,16 @@ long Connection::progress_send(int* err) {
 }
 
 size_t Connection::take_from_stash(RecvOp& op) {
-  const size_t total = kHeaderBytes + op.expected.payload_bytes;
-  const size_t n = std::min(total - op.got, stash_.size() - stash_pos_);
+  // Until the header is complete and checked, take only header bytes: the
+  // payload must not reach op.data before progress_recv() has compared it.
+  const size_t limit = op.got < kHeaderBytes ? kHeaderBytes : kHeaderBytes + op.expected.payload_bytes;
+  const size_t n = std::min(limit - op.got, stash_.size() - stash_pos_);
   const uint8_t* src = stash_.data() + stash_pos_;
-  size_t done = 0;
   if (op.got < kHeaderBytes) {
-    const size_t h = std::min(n, kHeaderBytes - op.got);
-    std::memcpy(reinterpret_cast<uint8_t*>(&op.header) + op.got, src, h);
-    done = h;
+    std::memcpy(reinterpret_cast<uint8_t*>(&op.header) + op.got, src, n);
+  } else {
+    std::memcpy(op.data + (op.got - kHeaderBytes), src, n);
   }
-  if (n > done) std::memcpy(op.data + (op.got + done - kHeaderBytes), src + done, n - done);
   op.got += n;
   stash_pos_ += n;
   if (stash_pos_ == stash_.size()) {
@@ -96,16 +96,15 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
         *problem = RecvProblem::kEof;
         return -1;
       }
-      iovec iov[2];
-      int n = 0;
-      if (op.got < kHeaderBytes) {
-        iov[n++] = {reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got};
-      }
-      const size_t payload_done = op.got > kHeaderBytes ? op.got - kHeaderBytes : 0;
-      if (payload_done < op.expected.payload_bytes) {
-        iov[n++] = {op.data + payload_done, op.expected.payload_bytes - payload_done};
-      }
-      const ssize_t r = ::readv(fd_, iov, n);
+      // The header is read on its own and checked before the payload is
+      // read straight into the caller's buffer (still zero-copy): reading
+      // both with one readv would let another call's payload land in the
+      // user's tensor before the mismatch is seen (issue 4/8: never mixed
+      // data). The price is one extra read() per message.
+      const ssize_t r =
+          op.got < kHeaderBytes
+              ? ::read(fd_, reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got)
+              : ::read(fd_, op.data + (op.got - kHeaderBytes), total - op.got);
       if (r == 0) {
         eof_ = true;
         *problem = RecvProblem::kEof;
@@ -128,9 +127,9 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       problem_header_ = op.header;
       const auto frame = static_cast<FrameType>(op.header.frame);
       if (op.header.magic == kWireMagic && frame == FrameType::kAbort) {
-        // A readv may already have put the start of the text into data.
-        const size_t in_data = std::min<size_t>(op.got - kHeaderBytes, op.header.payload_bytes);
-        problem_text_.assign(reinterpret_cast<const char*>(op.data), in_data);
+        // Nothing past the header was read: the text is still in the socket
+        // or the stash, where read_abort_text() finds it.
+        problem_text_.clear();
         *problem = RecvProblem::kAbort;
       } else if (op.header.magic == kWireMagic && frame == FrameType::kGoodbye) {
         *problem = RecvProblem::kGoodbye;
@@ -139,7 +138,11 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       }
       return -1;
     }
-    if (op.got < total) break;
+    if (op.got < total) {
+      // A header just completed and checked: go on to read its payload.
+      if (!had_header && op.got == kHeaderBytes) continue;
+      break;  // the socket (or the stash) has nothing more for now
+    }
     recvs_.pop_front();
     ++recvs_completed_;
   }

@@ -1,9 +1,9 @@
 // Connection: one non-blocking TCP connection to one peer, with a FIFO of
 // posted sends and a FIFO of posted receives that the Transport advances
 // without ever blocking. A send writes header and payload with one sendmsg;
-// a receive reads the header and the payload with one readv, straight into
-// the caller's buffer, and checks the header against the call it expected
-// before it reports the payload as received.
+// a receive reads the header alone, checks it against the call it expected,
+// and only then reads the payload straight into the caller's buffer, so that
+// a mismatched call never writes a byte of another call's data there.
 //
 // Bytes that arrive while nothing is posted stay in the kernel, except after
 // the peer hung up: then absorb() reads them into a stash (so that an abort
