@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,16 +59,33 @@ std::string addr_key(const std::string& prefix, int rank) {
   return str_cat(prefix, "/collectives/addr/", rank);
 }
 
+// A new TCP socket, or a NetworkError naming why there is none.
+Fd open_socket(int type, std::string_view purpose, int rank, int size) {
+  const int fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    const int err = errno;
+    throw NetworkError(str_cat("rank ", rank, " cannot open a socket ", purpose, ": ",
+                               describe_fd_failure("socket()", err, size)));
+  }
+  return Fd(fd);
+}
+
 void set_buffers(int fd, int bytes) {
   if (bytes <= 0) return;
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
 
-void set_data_options(int fd) {
+void set_data_options(int fd, const std::string& who) {
   int one = 1;
+  // TCP_NODELAY only costs latency if it fails; the mode is essential: the
+  // transport never blocks in a read or a write.
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw NetworkError(str_cat("making the connection to ", who, " non-blocking failed: ",
+                               std::strerror(errno)));
+  }
 }
 
 // Waits for `events` on fd, up to the deadline; false on timeout.
@@ -126,8 +144,8 @@ std::pair<std::string, uint16_t> split_address(const std::string& address) {
 // Connects to a peer's listener, retrying refusals until the deadline. Each
 // attempt re-reads the address: a stale one left in the store by an earlier
 // group of the same name is replaced when the peer publishes its new one.
-Fd connect_to(const std::function<std::string()>& read_address, int peer, int buffer_bytes,
-              const Deadline& deadline, std::string* address_out) {
+Fd connect_to(const std::function<std::string()>& read_address, int rank, int size, int peer,
+              int buffer_bytes, const Deadline& deadline, std::string* address_out) {
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     const std::string address = read_address();
@@ -140,7 +158,8 @@ Fd connect_to(const std::function<std::string()>& read_address, int peer, int bu
       throw NetworkError(str_cat("rank ", peer, " published the address '", address,
                                  "', which is not an IPv4 address"));
     }
-    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    Fd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK, str_cat("to connect to rank ", peer, " at ", address),
+                        rank, size);
     set_buffers(fd.get(), buffer_bytes);
     int err = 0;
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
@@ -151,7 +170,7 @@ Fd connect_to(const std::function<std::string()>& read_address, int peer, int bu
                                      deadline.describe()));
         }
         socklen_t len = sizeof err;
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
       }
     }
     if (err == 0) return fd;
@@ -193,7 +212,8 @@ std::string route_to(const std::string& host) {
   if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
   std::string out;
   Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  if (::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0) {
+  // Without a socket there is no route to ask for: the caller falls back.
+  if (fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0) {
     sockaddr_in local{};
     socklen_t len = sizeof local;
     if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
@@ -207,6 +227,21 @@ std::string route_to(const std::string& host) {
 }
 
 }  // namespace
+
+std::string describe_fd_failure(std::string_view call, int err, int size) {
+  std::string text = str_cat(call, ": ", std::strerror(err));
+  if (err == EMFILE || err == ENFILE) {
+    rlimit rl{};
+    const std::string limit =
+        ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+            ? std::to_string(static_cast<unsigned long long>(rl.rlim_cur))
+            : std::string("unknown");
+    text += str_cat(" (RLIMIT_NOFILE is ", limit, "; a world of ", size, " needs ", size,
+                    " descriptors per rank for the mesh, a listener and ", size - 1,
+                    " peer sockets, on top of what the process already holds: raise `ulimit -n`)");
+  }
+  return text;
+}
 
 std::string resolve_bind_host(const std::string& bind_host) {
   if (!bind_host.empty()) return bind_host;
@@ -227,19 +262,24 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
 
   // Listen first, publish second: a peer that reads our address can connect
   // at once (the kernel queues it until we accept).
-  Fd listener(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  Fd listener = open_socket(SOCK_STREAM | SOCK_NONBLOCK, "to listen on", rank, size);
   set_buffers(listener.get(), options.socket_buffer_bytes);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
     throw InvalidArgument(str_cat("bind host '", host, "' is not an IPv4 address"));
   }
-  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-      ::listen(listener.get(), std::max(size, 16)) != 0) {
-    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: ", std::strerror(errno)));
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(errno)));
+  }
+  if (::listen(listener.get(), std::max(size, 16)) != 0) {
+    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
   }
   socklen_t len = sizeof sa;
-  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host, ": getsockname(): ",
+                               std::strerror(errno)));
+  }
   Mesh mesh;
   mesh.address = str_cat(host, ":", ntohs(sa.sin_port));
   mesh.connections.resize(size);
@@ -257,15 +297,15 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
                                  " to publish its address under '", key, "': ", e.what()));
     }
     std::string address;
-    Fd fd = connect_to([&] { return to_string(store.get(key)); }, peer, options.socket_buffer_bytes,
-                       deadline, &address);
+    Fd fd = connect_to([&] { return to_string(store.get(key)); }, rank, size, peer,
+                       options.socket_buffer_bytes, deadline, &address);
     const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
     const std::string who = str_cat("rank ", peer, " (", address, ")");
     // With a job secret, prove it (and check the peer's) before the hello.
     authenticate_to_peer(fd.get(), secret, identity, peer, deadline, who);
     write_all(fd.get(), &hello, sizeof hello, deadline, who);
     write_all(fd.get(), mesh.address.data(), mesh.address.size(), deadline, who);
-    set_data_options(fd.get());
+    set_data_options(fd.get(), who);
     mesh.connections[peer] = std::make_unique<Connection>(fd.release(), peer, address);
   }
 
@@ -304,7 +344,7 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
     }
     std::string address(hello.address_bytes, '\0');
     read_all(fd.get(), address.data(), address.size(), deadline, str_cat("rank ", hello.rank));
-    set_data_options(fd.get());
+    set_data_options(fd.get(), str_cat("rank ", hello.rank, " (", address, ")"));
     mesh.connections[hello.rank] = std::make_unique<Connection>(fd.release(), hello.rank, address);
   }
   COLLIE_LOG(kDebug) << "rank " << rank << " connected to " << size - 1 << " peers from " << mesh.address;

@@ -25,4 +25,11 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
 // IPv4 address, else the one that routes to MASTER_ADDR, else 127.0.0.1.
 std::string resolve_bind_host(const std::string& bind_host);
 
+// "socket(): Too many open files (RLIMIT_NOFILE is 64; a world of 6 needs
+// ...)": why `call`, which creates a descriptor, failed with `err` on a rank
+// of a `size`-rank world. Running out of descriptors is the usual cause at
+// scale (each rank holds a listener plus one socket per peer), so that case
+// names the limit and what the world needs.
+std::string describe_fd_failure(std::string_view call, int err, int size);
+
 }  // namespace collie

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "collectives/bootstrap.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -156,7 +157,7 @@ void PeerGate::accept_new() {
     if (fd < 0) {
       if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
       throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
-                                 std::strerror(errno)));
+                                 describe_fd_failure("accept()", errno, self_.size)));
     }
     auto p = std::make_unique<Pending>();
     p->fd = fd;
@@ -233,7 +234,7 @@ std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
       if (fd >= 0) return Admitted{fd, -1, remote_of(fd)};
       if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
         throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
-                                   std::strerror(errno)));
+                                   describe_fd_failure("accept()", errno, self_.size)));
       }
     }
     std::vector<pollfd> fds;

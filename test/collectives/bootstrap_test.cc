@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 
 #include "collectives/bootstrap.h"
@@ -109,4 +111,12 @@ TEST_CASE("wiring up times out naming the ranks that never came") {
   // behind, so use a fresh prefix: it waits for rank 0 to publish.
   o.store_prefix = "lonely2";
   CHECK_THROWS_WITH(Communicator::connect(store, 2, 3, o), Contains("for rank 0 to publish its address"));
+}
+
+TEST_CASE("running out of descriptors is named as such, with the limit and what the world needs") {
+  const std::string text = describe_fd_failure("socket()", EMFILE, 6);
+  CHECK_THAT(text, Contains("socket(): Too many open files") && Contains("RLIMIT_NOFILE is ") &&
+                       Contains("a world of 6 needs 6 descriptors"));
+  // Other errors are just their errno text.
+  CHECK(describe_fd_failure("accept()", ECONNRESET, 6) == std::string("accept(): ") + std::strerror(ECONNRESET));
 }
