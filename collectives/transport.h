@@ -79,6 +79,9 @@ class Transport {
   [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message, const std::string& forward);
   [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
   [[noreturn]] void fail_timeout();
+  // "receive from rank 2 (...) (1 message(s) outstanding)" for every
+  // connection but `except` with an operation still posted.
+  std::vector<std::string> waiting_for(const Connection* except) const;
   [[noreturn]] void fail_aborted();
   std::string context() const;       // "all_reduce(...) as op #3 on rank 1"
 

@@ -135,13 +135,26 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
 
 void Transport::fail_from_peer(Connection& c, const std::string& text) {
   const auto kind = static_cast<ErrorKind>(c.received_header().error_kind);
+  // A peer's timeout blames whom it waited for, which may itself be waiting
+  // on the rank that really hangs (in a ring, rank 1 waits on rank 0, which
+  // waits on a stopped rank 2). Our own outstanding operations are the next
+  // link of that chain, so the timeout carries them on instead of replacing
+  // them: whoever reads either message sees the whole chain.
+  if (kind == ErrorKind::kTimeout) {
+    const std::vector<std::string> waiting = waiting_for(&c);
+    if (!waiting.empty()) {
+      const std::string merged = str_cat(text, "; rank ", rank_, ", relaying this, was itself still waiting to ",
+                                         join(waiting, ", "));
+      fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged);
+    }
+  }
   fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", text), text);
 }
 
-void Transport::fail_timeout() {
+std::vector<std::string> Transport::waiting_for(const Connection* except) const {
   std::vector<std::string> waiting;
   for (auto& c : connections_) {
-    if (!c) continue;
+    if (!c || c.get() == except) continue;
     if (c->recv_pending()) {
       waiting.push_back(str_cat("receive from ", c->name(), " (", c->recvs_queued(),
                                 " message(s) outstanding)"));
@@ -151,6 +164,11 @@ void Transport::fail_timeout() {
                                 " message(s) outstanding)"));
     }
   }
+  return waiting;
+}
+
+void Transport::fail_timeout() {
+  const std::vector<std::string> waiting = waiting_for(nullptr);
   fail(ErrorKind::kTimeout, str_cat(context(), " timed out ", deadline_->describe(),
                                     "; still waiting to ", join(waiting, ", ")));
 }

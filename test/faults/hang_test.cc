@@ -45,15 +45,11 @@ TEST_CASE("a rank stopped by SIGSTOP mid-all_reduce: the others time out naming 
            str_cat("rank ", rank, " failed after ", static_cast<int64_t>(ms), " ms: ",
                    out.substr(t, out.find('\n', t) - t)));
   }
-  // Known issue (reported): the message should name the silent rank 2.
   // Rank 0 waits on rank 2 directly and names it when its own timeout
-  // fires first; but rank 1 waits on rank 0 and, when its timeout fires
-  // first (both are 2 s), it blames rank 0 and rank 0 gets that relayed,
-  // so no message names rank 2. Reported without failing the suite.
-  CHECK_NOFAIL(someone_named_it);
-  if (!someone_named_it)
-    record("SIGSTOP rank 2 of 3 during all_reduce (call timeout 2 s)",
-           "KNOWN ISSUE: no survivor's message named the stopped rank 2");
+  // fires first. When rank 1's fires first it blames rank 0 (whom it waits
+  // on); rank 0 then adds its own outstanding receive from rank 2 to the
+  // relayed timeout instead of replacing it, so rank 2 is still named.
+  CHECK(someone_named_it);
   procs[kStopped].kill(SIGCONT);
   procs[kStopped].kill(SIGKILL);
   procs[kStopped].wait(std::chrono::seconds(10));
