@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <utility>
 
@@ -40,6 +43,33 @@ std::string directory_of(const std::string& path) {
   auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// A save killed between creating its temporary file and the rename (SIGKILL,
+// power loss) leaves "<name>.tmp.<pid>.<n>" behind; nothing can remove it at
+// that moment. The next successful save of the same file removes leftovers
+// whose writer is gone, so they never pile up. A live writer's file (another
+// process, or another thread of this one, saving the same path right now)
+// is left alone.
+void remove_dead_writers_leftovers(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    char* stop = nullptr;
+    const long pid = std::strtol(rest.c_str(), &stop, 10);
+    if (stop == rest.c_str() || *stop != '.' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
 }
 
 }  // namespace
@@ -85,6 +115,7 @@ void write_file_atomically(const std::string& path, std::span<const uint8_t> byt
   Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() < 0) fail("cannot open directory", dir);
   if (::fsync(dir_fd.get()) != 0) fail("fsync failed on directory", dir);
+  remove_dead_writers_leftovers(path);
 }
 
 std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {

@@ -112,7 +112,7 @@ TEST_CASE("an interrupted run resumed from its checkpoint ends with the same par
   }
 }
 
-TEST_CASE("--dist-eval counts every test example exactly once and agrees with rank-0 evaluation") {
+TEST_CASE("blip_train with --dist-eval counts every test example exactly once and agrees with rank-0 evaluation") {
   test::TempDir train, single, shard;
   // 2000 synthetic training examples -> 500 test examples: 3 ranks pad 1.
   auto t = Subprocess::spawn(job(3, quick({"--epochs", "1", "--output-dir", train.path()})));
