@@ -68,52 +68,6 @@ double detection_ms(const std::string& child_out, int64_t fault_ns) {
   return static_cast<double>(*ns - fault_ns) / 1e6;
 }
 
-bool process_alive(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  size_t paren = line.rfind(')');
-  return !(paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z');
-}
-
-std::vector<pid_t> wait_until_dead(const std::vector<pid_t>& pids, Timeout timeout) {
-  Deadline deadline(timeout);
-  for (;;) {
-    std::vector<pid_t> alive;
-    for (pid_t p : pids)
-      if (process_alive(p)) alive.push_back(p);
-    if (alive.empty() || deadline.expired()) return alive;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
-void write_pid_file(const std::string& dir, int rank) {
-  std::string tmp = str_cat(dir, "/.", rank, ".tmp"), final_path = str_cat(dir, "/", rank);
-  {
-    std::ofstream out(tmp);
-    out << ::getpid() << "\n";
-  }
-  std::filesystem::rename(tmp, final_path);
-}
-
-std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout timeout) {
-  Deadline deadline(timeout);
-  for (;;) {
-    std::vector<pid_t> pids;
-    for (int r = 0; r < count; ++r) {
-      std::ifstream in(str_cat(dir, "/", r));
-      pid_t p = 0;
-      if (in >> p) pids.push_back(p);
-    }
-    if (static_cast<int>(pids.size()) == count) return pids;
-    if (deadline.expired())
-      throw TimeoutError(str_cat("only ", pids.size(), " of ", count, " pid files in ", dir, " ",
-                                 deadline.describe()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
 std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags, const std::string& child,
                                          const std::vector<std::string>& args) {
   std::vector<std::string> argv{std::string(COLLIE_BIN_DIR) + "/collie-run"};

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "test/support/pid_files.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
 
@@ -55,13 +56,6 @@ std::optional<int64_t> find_int(const std::string& text, const std::string& key)
 // Fails the test when the child printed none.
 double detection_ms(const std::string& child_out, int64_t fault_ns);
 
-// A process that exists and is not a zombie.
-bool process_alive(pid_t pid);
-// Waits (deadline) until none of the pids is alive; returns those still alive.
-std::vector<pid_t> wait_until_dead(const std::vector<pid_t>& pids, Timeout timeout);
-// Writes getpid() to dir/<rank> atomically; reads them back.
-void write_pid_file(const std::string& dir, int rank);
-std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout timeout);
 
 // {build/bin/collie-run, flags..., this exe, --collie-child, child, args...}
 std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags, const std::string& child,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "test/support/pid_files.h"
 #include "test/support/subprocess.h"
 
 namespace collie::test {
@@ -35,16 +36,6 @@ std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout ti
 // The port in "agent store listening on HOST:PORT".
 uint16_t agent_store_port(const std::string& launcher_stderr);
 
-// A process that exists and is not a zombie.
-bool process_alive(pid_t pid);
-
-// Writes this process's pid to dir/<rank> (atomically), for tests that
-// check that no worker survives.
-void write_pid_file(const std::string& dir, int rank);
-// Waits until dir holds `count` pid files; returns the pids.
-std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout timeout = kLaunchTimeout);
-// Waits (with a deadline) until none of the pids is alive; returns the live ones.
-std::vector<pid_t> wait_until_dead(const std::vector<pid_t>& pids, Timeout timeout);
 
 // Lines of `text` that start with prefix.
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
