@@ -187,6 +187,11 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     }
 
     bool all_exited = true;
+    // Failures first seen in the same pass exited within one poll period of
+    // each other, too close to order by time. A worker killed by a signal
+    // (a crash, the OOM killer, a kill -9) is then the likelier root cause:
+    // its peers typically exit with an error because its sockets closed.
+    int root = -1;
     for (size_t i = 0; i < slots.size(); ++i) {
       Slot& slot = slots[i];
       if (!slot.proc->poll_exit()) {
@@ -196,10 +201,15 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
       if (slot.recorded) continue;
       slot.recorded = true;
       if (!slot.proc->exit_info().ok() && !slot.signalled && !stopping) {
-        result.outcome = AttemptOutcome::kFailed;
-        result.first_failure = static_cast<int>(i);
-        stop_all(SIGTERM);
+        const bool by_signal = slot.proc->exit_info().signal != 0;
+        if (root < 0 || (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
+          root = static_cast<int>(i);
       }
+    }
+    if (root >= 0) {
+      result.outcome = AttemptOutcome::kFailed;
+      result.first_failure = root;
+      stop_all(SIGTERM);
     }
 
     if (!stopping && remote_check && Clock::now() - last_remote >= kRemoteCheckInterval) {
