@@ -85,6 +85,14 @@ class Transport {
   [[noreturn]] void fail_aborted();
   std::string context() const;       // "all_reduce(...) as op #3 on rank 1"
 
+  // The timeout probe (transport_failure.cc): a rank whose deadline passed,
+  // or that reads a peer's probe, sends a probe to every peer and reads
+  // every connection for theirs for a short grace. Returns the verdict for
+  // the error message: who answered, who stayed silent (the hung ranks).
+  std::string probe_peers(const Connection* trigger);
+  [[noreturn]] void fail_probed(Connection& c, const WireHeader& probe);
+  std::chrono::milliseconds probe_grace() const;
+
   const int rank_;
   const int size_;
   const uint32_t group_;
@@ -100,6 +108,10 @@ class Transport {
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   std::string broken_reason_;
+  // After a probe: the bytes still owed to each peer (padding, the rest of
+  // our probe), which notify_peers() sends ahead of the abort frame.
+  bool probed_ = false;
+  std::vector<std::string> owed_;
 };
 
 }  // namespace collie

@@ -9,6 +9,7 @@ namespace collie {
 static_assert(offsetof(WireHeader, seq) == 8);
 static_assert(offsetof(WireHeader, root) == 24);
 static_assert(offsetof(WireHeader, payload_bytes) == 32);
+static_assert(offsetof(WireHeader, probe) == 38);
 
 std::string_view to_string(CollectiveKind kind) {
   switch (kind) {
@@ -63,6 +64,20 @@ WireHeader WireHeader::control(uint32_t group, FrameType frame, uint32_t payload
   h.payload_bytes = payload_bytes;
   h.error_kind = static_cast<uint8_t>(error_kind);
   return h;
+}
+
+WireHeader WireHeader::make_probe(uint32_t group, const CallInfo& call, ProbeReason why) {
+  WireHeader h = data(group, call, 0);
+  h.frame = static_cast<uint8_t>(FrameType::kProbe);
+  h.probe = static_cast<uint8_t>(why);
+  return h;
+}
+
+bool WireHeader::is_probe(uint32_t group_id) const {
+  return magic == kWireMagic && group == group_id && frame == static_cast<uint8_t>(FrameType::kProbe) &&
+         payload_bytes == 0 && error_kind == 0 && reserved == 0 &&
+         (probe == static_cast<uint8_t>(ProbeReason::kTimedOut) ||
+          probe == static_cast<uint8_t>(ProbeReason::kAnswer));
 }
 
 CallInfo WireHeader::call() const {

@@ -3,9 +3,13 @@
 // it (group, sequence number, collective, dtype, count, root, op), so that a
 // receiver compares it with its own call before it touches the payload: that
 // comparison is what turns a mismatched program into an error on every rank
-// instead of mixed data or a hang. Besides data there are two control frames:
-// kAbort carries the text of an error that broke the sender (the payload), and
-// kGoodbye says the sender closed its communicator in an orderly way.
+// instead of mixed data or a hang. Besides data there are three control
+// frames: kAbort carries the text of an error that broke the sender (the
+// payload), kGoodbye says the sender closed its communicator in an orderly
+// way, and kProbe (header only) says "my call timed out, or I heard that one
+// did: who is still running?"; every rank that reads one answers with its
+// own, so that the ranks that never answer are the ones to blame for a hang
+// (collectives/transport_failure.cc, docs/algorithms.md "When a peer fails").
 #pragma once
 
 #include <cstddef>
@@ -26,7 +30,11 @@ enum class CollectiveKind : uint8_t {
 };
 std::string_view to_string(CollectiveKind kind);
 
-enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2 };
+enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2, kProbe = 3 };
+
+// Why a probe frame was sent: the sender's own deadline passed, or it answers
+// (and spreads) a probe it received.
+enum class ProbeReason : uint8_t { kTimedOut = 1, kAnswer = 2 };
 
 // Which collie exception an abort frame re-raises on the peers.
 enum class ErrorKind : uint8_t { kNetwork = 0, kTimeout = 1, kBackend = 2 };
@@ -69,14 +77,21 @@ struct WireHeader {
   uint32_t payload_bytes = 0;
   uint8_t error_kind = 0;   // ErrorKind, abort frames only
   uint8_t algorithm = 0;    // CallInfo::algorithm
-  uint8_t reserved[2] = {};
+  uint8_t probe = 0;        // ProbeReason, probe frames only (0 otherwise)
+  uint8_t reserved = 0;
 
   static WireHeader data(uint32_t group, const CallInfo& call, uint32_t payload_bytes);
   static WireHeader control(uint32_t group, FrameType frame, uint32_t payload_bytes,
                             ErrorKind error_kind = ErrorKind::kNetwork);
+  // A probe: no payload; the call fields name the sender's current call.
+  static WireHeader make_probe(uint32_t group, const CallInfo& call, ProbeReason why);
   CallInfo call() const;
   // Whether this data header announces exactly `call` in `group`.
   bool matches(uint32_t group, const CallInfo& call) const;
+  // Whether this is a well-formed probe of `group`: our magic and group,
+  // frame kProbe, no payload, a known reason, the other control fields zero.
+  // Anything else claiming to be a probe is treated as a mismatch.
+  bool is_probe(uint32_t group) const;
 };
 static_assert(sizeof(WireHeader) == kHeaderBytes);
 
