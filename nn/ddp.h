@@ -15,11 +15,22 @@
 // the same count and shapes (InvalidArgument naming the first difference and
 // the ranks) and broadcasts rank 0's parameters to everyone, so replicas
 // start equal whatever their seeds.
+//
+// Devices. The same class wraps a host Module (gradients in host buckets,
+// for the socket backend) or any DdpModel, such as nn::cuda::CudaMlp
+// (gradients in CUDA buckets, for the nccl backend): the device of the
+// parameters decides where the buckets and the construction's scratch
+// buffers live, and the process group must accept that device's buffers.
+//
+//   nn::cuda::CudaMlp gpu(cpu_model, local_rank);
+//   DistributedDataParallel ddp(gpu, *get_default_group());  // backend nccl
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 
+#include "nn/ddp_model.h"
 #include "nn/module.h"
 #include "nn/reducer.h"
 #include "nn/tensor.h"
@@ -39,10 +50,16 @@ struct DdpOptions {
 
 class DistributedDataParallel {
  public:
+  // A host Module.
   DistributedDataParallel(Module& module, ProcessGroup& group, DdpOptions options = {});
+  // Any DdpModel (the CUDA model); `model` must outlive this object.
+  DistributedDataParallel(DdpModel& model, ProcessGroup& group, DdpOptions options = {});
 
-  // The wrapped model (torch's ddp.module, the tutorial's model_without_ddp).
-  Module& module() { return module_; }
+  // The wrapped Module (torch's ddp.module, the tutorial's
+  // model_without_ddp); throws Error when the wrapped DdpModel is not a
+  // ModuleModel (use model()).
+  Module& module();
+  DdpModel& model() { return model_; }
   ProcessGroup& group() { return group_; }
 
   // Runs the module and arms the reducer for the following backward.
@@ -51,7 +68,9 @@ class DistributedDataParallel {
   const Tensor& forward(const Tensor& input);
   // Backward of the last forward from d(loss)/d(output); returns once every
   // gradient is averaged across ranks (or, inside no_sync(), accumulated
-  // locally).
+  // locally). On a GPU: once the model's compute stream is ordered after
+  // the all_reduces, so whatever is queued on it next (the optimizer step)
+  // reads the averages; the host does not wait for the device.
   void backward(const Tensor& grad_output);
 
   // Gradient accumulation: backward passes inside the guard's lifetime
@@ -82,10 +101,14 @@ class DistributedDataParallel {
   Clock::time_point last_backward_compute_end() const { return backward_compute_end_; }
 
  private:
+  DistributedDataParallel(std::unique_ptr<ModuleModel> owned, DdpModel* model, ProcessGroup& group,
+                          DdpOptions options);
+  void run_collective(const std::function<std::shared_ptr<Work>()>& launch);
   void verify_parameter_shapes();
   void broadcast_parameters();
 
-  Module& module_;
+  std::unique_ptr<ModuleModel> module_model_;  // when wrapping a Module
+  DdpModel& model_;
   ProcessGroup& group_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;

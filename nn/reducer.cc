@@ -30,21 +30,20 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<siz
   return buckets;
 }
 
-Reducer::Reducer(std::vector<std::pair<std::string, Parameter*>> params, ProcessGroup& group,
-                 ReducerOptions options)
-    : group_(group),
+Reducer::Reducer(DdpModel& model, ProcessGroup& group, ReducerOptions options)
+    : model_(model),
+      group_(group),
       options_(options) {
-  for (auto& [name, p] : params) {
-    COLLIE_ARG_CHECK(p != nullptr, "DDP: null parameter ", name);
-    names_.push_back(name);
-    params_.push_back(p);
+  for (auto& info : model.parameter_info()) {
+    names_.push_back(info.name);
+    numel_.push_back(info.numel());
   }
-  bucket_of_.resize(params_.size());
-  ready_.assign(params_.size(), false);
+  bucket_of_.resize(numel_.size());
+  ready_.assign(numel_.size(), false);
   COLLIE_ARG_CHECK(options.first_bucket_bytes > 0 && options.bucket_bytes > 0, "bucket sizes must be positive");
   std::vector<size_t> bytes, reverse;
-  for (size_t i = 0; i < params_.size(); ++i) bytes.push_back(params_[i]->numel() * sizeof(float));
-  for (size_t i = params_.size(); i-- > 0;) reverse.push_back(i);
+  for (size_t n : numel_) bytes.push_back(n * sizeof(float));
+  for (size_t i = numel_.size(); i-- > 0;) reverse.push_back(i);
   auto assignment = compute_bucket_assignment(bytes, reverse, {options.first_bucket_bytes, options.bucket_bytes});
   buckets_.resize(assignment.size());
   for (size_t b = 0; b < assignment.size(); ++b) {
@@ -53,29 +52,55 @@ Reducer::Reducer(std::vector<std::pair<std::string, Parameter*>> params, Process
     size_t numel = 0;
     for (size_t p : bucket.params) {
       bucket.offsets.push_back(numel);
-      numel += params_[p]->numel();
+      numel += numel_[p];
       bucket_of_[p] = b;
     }
-    bucket.data.resize(numel);
-    // From here on the gradients live in the bucket (current values copied).
-    for (size_t k = 0; k < bucket.params.size(); ++k)
-      params_[bucket.params[k]]->use_grad_storage(bucket.data.data() + bucket.offsets[k]);
+    bucket.storage = DeviceBuffer<float>(model.ops(), numel);
+    bucket.data = std::span<float>(bucket.storage.data(), numel);
   }
-  for (size_t i = 0; i < params_.size(); ++i) params_[i]->set_grad_ready_hook([this, i] { mark_ready(i); });
+  // From here on the gradients live in the buckets (current values copied).
+  // A failure half-way gives the moved ones back before rethrowing.
+  size_t moved = 0;
+  try {
+    for (const Bucket& bucket : buckets_)
+      for (size_t k = 0; k < bucket.params.size(); ++k, ++moved)
+        model.use_grad_storage(bucket.params[k], bucket.data.data() + bucket.offsets[k]);
+  } catch (...) {
+    for (const Bucket& bucket : buckets_)
+      for (size_t k = 0; k < bucket.params.size() && moved > 0; ++k, --moved)
+        model.use_own_grad_storage(bucket.params[k]);
+    throw;
+  }
+  for (size_t i = 0; i < numel_.size(); ++i) model.set_grad_ready_hook(i, [this, i] { mark_ready(i); });
 }
 
 Reducer::~Reducer() {
-  for (auto& bucket : buckets_) {
-    if (!bucket.work) continue;
+  wait_all_ignoring_errors("DDP reducer destroyed with a failed all_reduce: ");
+  for (size_t i = 0; i < numel_.size(); ++i) {
     try {
-      bucket.work->wait();
-    } catch (const std::exception& e) {
-      COLLIE_LOG(kWarn) << "DDP reducer destroyed with a failed all_reduce: " << e.what();
+      model_.set_grad_ready_hook(i, nullptr);
+    } catch (...) {
     }
+    model_.use_own_grad_storage(i);
   }
-  for (auto* p : params_) {
-    p->set_grad_ready_hook(nullptr);
-    p->use_own_grad_storage();
+}
+
+void Reducer::wait_all_ignoring_errors(const char* log_prefix) noexcept {
+  try {
+    model_.ops().with_compute_stream([&] {
+      for (auto& bucket : buckets_) {
+        if (!bucket.work) continue;
+        try {
+          bucket.work->wait();
+        } catch (const std::exception& e) {
+          if (log_prefix != nullptr) {
+            COLLIE_LOG(kWarn) << log_prefix << e.what();
+          }
+        }
+        bucket.work.reset();
+      }
+    });
+  } catch (...) {
   }
 }
 
@@ -105,28 +130,24 @@ void Reducer::launch_ready_buckets() {
   const float scale = 1.0f / static_cast<float>(group_.size());
   // Launch strictly in bucket order so that every rank issues the same
   // sequence of collectives, whatever order the hooks fired in.
+  // On a GPU, both the scale and the collective are queued behind the
+  // gradient kernels of the compute stream (the model's backward runs the
+  // hooks with it current; with_compute_stream makes sure of it).
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
-    if (group_.size() > 1) {
-      for (float& g : bucket.data) g *= scale;
-    }
-    bucket.launched_at = Clock::now();
-    AllReduceOptions options;
-    options.op = ReduceOp::kSum;
-    options.timeout = options_.timeout;
-    bucket.work = group_.all_reduce(view(bucket.data.data(), bucket.data.size()), options);
+    model_.ops().with_compute_stream([&] {
+      if (group_.size() > 1) model_.ops().scale(bucket.data.data(), bucket.data.size(), scale);
+      bucket.launched_at = Clock::now();
+      AllReduceOptions options;
+      options.op = ReduceOp::kSum;
+      options.timeout = options_.timeout;
+      bucket.work = group_.all_reduce(bucket.storage.view(), options);
+    });
   }
 }
 
 void Reducer::abandon_backward() noexcept {
-  for (auto& bucket : buckets_) {
-    if (!bucket.work) continue;
-    try {
-      bucket.work->wait();
-    } catch (...) {
-    }
-    bucket.work.reset();
-  }
+  wait_all_ignoring_errors(nullptr);
   next_to_launch_ = 0;
   armed_ = false;
 }
@@ -137,21 +158,25 @@ void Reducer::finalize_backward() {
     return;
   }
   armed_ = false;
+  // On a GPU, wait() returns at once and makes the compute stream wait for
+  // the collective: the optimizer step queued next reads the averages.
   std::exception_ptr error;
-  for (auto& bucket : buckets_) {
-    if (!bucket.work) continue;
-    try {
-      bucket.work->wait();
-    } catch (...) {
-      if (!error) error = std::current_exception();
+  model_.ops().with_compute_stream([&] {
+    for (auto& bucket : buckets_) {
+      if (!bucket.work) continue;
+      try {
+        bucket.work->wait();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
     }
-  }
+  });
   const bool all_launched = next_to_launch_ == buckets_.size();
   next_to_launch_ = 0;
   if (error) std::rethrow_exception(error);
   if (!all_launched) {
     std::vector<std::string> missing;
-    for (size_t i = 0; i < params_.size(); ++i)
+    for (size_t i = 0; i < numel_.size(); ++i)
       if (!ready_[i]) missing.push_back(names_[i] + " (index " + std::to_string(i) + ")");
     throw Error(str_cat("DDP: backward finished without gradients for ", missing.size(), " parameter(s): ",
                         join(missing, ", "),

@@ -6,9 +6,10 @@
 // use from the second iteration on): a bucket takes parameters until its size
 // reaches its cap; the first bucket's cap is small (1 MiB) so that the first
 // all_reduce starts early, the others' is bucket_cap_mb (25 MiB). Each bucket
-// is one flat float32 buffer and every parameter's gradient *lives* in it
-// (Parameter::use_grad_storage): the all_reduce runs on the bucket with no
-// copy in or out.
+// is one flat float32 buffer on the parameters' device (host memory, or CUDA
+// memory for the CUDA model: DdpModel::ops() allocates it) and every
+// parameter's gradient *lives* in it (DdpModel::use_grad_storage): the
+// all_reduce runs on the bucket with no copy in or out.
 //
 // Overlap. Every parameter's grad-ready hook counts down its bucket; when a
 // bucket is complete, and every bucket before it has been launched (so that
@@ -16,7 +17,13 @@
 // asynchronously while backward carries on with earlier layers.
 // finalize_backward() waits for all of them. Gradients are divided by the
 // world size before the sum, so the result is the average (c10d does the
-// same division).
+// same division). On a GPU the division and the launch are queued behind the
+// gradient kernels: the scale runs on the compute stream and the collective
+// is ordered after that stream with an event (DeviceOps::with_compute_stream;
+// the model's backward runs its hooks with its compute stream current), and
+// finalize_backward() makes the compute stream wait for the collectives, so
+// the optimizer step that follows sees the averages. The host never waits
+// for the device.
 //
 // no_sync. With sync off, hooks launch nothing and gradients simply keep
 // accumulating in the buckets; the next synchronised backward reduces the
@@ -25,11 +32,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "nn/parameter.h"
+#include "nn/ddp_model.h"
+#include "nn/device_ops.h"
 #include "runtime/base/deadline.h"
 #include "runtime/process_group.h"
 
@@ -56,14 +65,17 @@ class Reducer {
   struct Bucket {
     std::vector<size_t> params;  // indices into the parameter list, ready order
     std::vector<size_t> offsets;  // each one's offset in `data`, in elements
-    std::vector<float> data;      // the gradients, contiguous
+    DeviceBuffer<float> storage;  // owns `data`, on the model's device
+    std::span<float> data;        // the gradients, contiguous
     size_t pending = 0;           // gradients not yet ready this backward
     std::shared_ptr<Work> work;
     Clock::time_point launched_at{};
   };
 
-  // `params`: (name, parameter) in registration order; names are for errors.
-  Reducer(std::vector<std::pair<std::string, Parameter*>> params, ProcessGroup& group, ReducerOptions options = {});
+  // Buckets `model`'s parameters (registration order, names for errors) on
+  // its device and moves their gradients into them. `model` must outlive
+  // the Reducer.
+  Reducer(DdpModel& model, ProcessGroup& group, ReducerOptions options = {});
   // Waits for in-flight all_reduces and gives every parameter its own
   // gradient storage back (with the current gradient). Never throws.
   ~Reducer();
@@ -88,8 +100,12 @@ class Reducer {
  private:
   void mark_ready(size_t param);
   void launch_ready_buckets();
+  // Waits for every launched bucket and forgets its Work; logs errors with
+  // `log_prefix` (nullptr: silently).
+  void wait_all_ignoring_errors(const char* log_prefix) noexcept;
 
-  std::vector<Parameter*> params_;
+  DdpModel& model_;
+  std::vector<size_t> numel_;
   std::vector<std::string> names_;
   ProcessGroup& group_;
   ReducerOptions options_;
