@@ -3,10 +3,13 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "nn/cuda/mlp_kernels.h"
 
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
+#include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 
@@ -52,16 +55,24 @@ struct CudaMlp::Impl {
     bool linear = false;  // else ReLU
     int64_t in = 0, out = 0;
     size_t weight = 0, bias = 0;  // offsets into params/grads
+    size_t w_index = 0, b_index = 0;  // parameter indices (named_parameters order)
   };
 
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   std::vector<Layer> layers;
-  std::vector<size_t> param_offsets, param_sizes;
+  std::vector<ParameterInfo> infos;  // named_parameters order
+  std::vector<size_t> param_offsets;  // each one's offset in params/grads/momentum/exp_avg*
+  // Where each gradient lives now: its slice of `grads`, or a DDP bucket.
+  std::vector<float*> grad_ptr;
+  std::vector<DdpModel::Hook> hooks;
   int64_t in_features = 0, classes = 0;
   size_t num_params = 0;
+  int64_t last_batch = 0;  // of the last forward, for backward's checks
   DeviceArray<float> params, grads, momentum;
   bool momentum_ready = false;
+  DeviceArray<float> exp_avg, exp_avg_sq;
+  std::vector<int64_t> adam_steps;  // empty until the first AdamW step or load
   std::vector<std::unique_ptr<DeviceArray<float>>> acts;  // acts[0] input, acts[i+1] layer i's output
   DeviceArray<float> grad_a, grad_b, ones, row_loss;
   DeviceArray<int64_t> labels;
@@ -113,10 +124,31 @@ struct CudaMlp::Impl {
     }
   }
 
+  void ensure_adam_state() {
+    if (!adam_steps.empty()) return;
+    exp_avg.reserve(num_params);
+    exp_avg_sq.reserve(num_params);
+    collie::cuda::check(cudaMemsetAsync(exp_avg.get(), 0, num_params * sizeof(float), stream), "cudaMemsetAsync");
+    collie::cuda::check(cudaMemsetAsync(exp_avg_sq.get(), 0, num_params * sizeof(float), stream), "cudaMemsetAsync");
+    adam_steps.assign(infos.size(), 0);
+  }
+
+  float* own_grad(size_t i) const { return grads.get() + param_offsets[i]; }
+  size_t numel(size_t i) const { return infos[i].numel(); }
+
+  void fire_ready(size_t i) {
+    if (hooks[i]) hooks[i]();
+  }
+
   // dW[out, in] += dY^T X   (column-major: dW^T[in, out] += X^T[in, B] dY[B, out])
   // db[out]     += dY^T 1
   // dX[B, in]    = dY W     (column-major: dX^T[in, B] = W^T[in, out] dY^T[out, B])
+  // Each Linear's weight and bias gradients are final once their products
+  // are queued: their hooks fire then, before the input-gradient product.
+  // Runs with `stream` current, so a collective a hook launches is ordered
+  // after the products queued so far.
   void backward(int64_t batch, const float* grad_logits) {
+    CurrentStreamGuard current(stream);
     const float one = 1.0f, zero = 0.0f;
     size_t first_linear = 0;
     while (first_linear < layers.size() && !layers[first_linear].linear) ++first_linear;
@@ -127,11 +159,13 @@ struct CudaMlp::Impl {
       if (l.linear) {
         cublas_ok(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(l.in), static_cast<int>(l.out),
                               static_cast<int>(batch), &one, acts[k]->get(), static_cast<int>(l.in), upstream,
-                              static_cast<int>(l.out), &one, grads.get() + l.weight, static_cast<int>(l.in)),
+                              static_cast<int>(l.out), &one, grad_ptr[l.w_index], static_cast<int>(l.in)),
                   "sgemm (weight gradient)");
         cublas_ok(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(l.out), static_cast<int>(batch), &one, upstream,
-                              static_cast<int>(l.out), ones.get(), 1, &one, grads.get() + l.bias, 1),
+                              static_cast<int>(l.out), ones.get(), 1, &one, grad_ptr[l.b_index], 1),
                   "sgemv (bias gradient)");
+        fire_ready(l.w_index);
+        fire_ready(l.b_index);
         if (downstream)
           cublas_ok(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(l.in), static_cast<int>(batch),
                                 static_cast<int>(l.out), &one, params.get() + l.weight, static_cast<int>(l.in),
@@ -166,6 +200,10 @@ CudaMlp::CudaMlp(Sequential& cpu_model, int device) : impl_(std::make_unique<Imp
       COLLIE_ARG_CHECK(linear->bias() != nullptr, "CudaMlp: layer ", i, " is a Linear without bias");
       Impl::Layer l{true, linear->in_features(), linear->out_features(), m.num_params,
                     m.num_params + static_cast<size_t>(linear->in_features() * linear->out_features())};
+      l.w_index = m.param_offsets.size();
+      l.b_index = l.w_index + 1;
+      m.param_offsets.push_back(l.weight);
+      m.param_offsets.push_back(l.bias);
       COLLIE_ARG_CHECK(m.layers.empty() || m.classes == 0 || m.classes == l.in, "CudaMlp: layer ", i,
                        " expects ", l.in, " inputs but the previous Linear gives ", m.classes);
       if (m.in_features == 0) m.in_features = l.in;
@@ -180,12 +218,23 @@ CudaMlp::CudaMlp(Sequential& cpu_model, int device) : impl_(std::make_unique<Imp
     }
   }
   COLLIE_ARG_CHECK(m.classes > 0, "CudaMlp: the model has no Linear layer");
+  // Names and shapes are the CPU model's (weight, then bias, per Linear):
+  // the same parameters, in the same order, as the flat buffers.
+  for (auto& [name, p] : cpu_model.named_parameters()) m.infos.push_back({name, p->shape()});
+  COLLIE_CHECK_EQ(m.infos.size(), m.param_offsets.size(), "CudaMlp parameter list");
+  for (size_t i = 0; i < m.infos.size(); ++i) {
+    const size_t end = i + 1 < m.param_offsets.size() ? m.param_offsets[i + 1] : m.num_params;
+    COLLIE_CHECK_EQ(m.infos[i].numel(), end - m.param_offsets[i], "CudaMlp parameter ", m.infos[i].name);
+  }
+  m.hooks.resize(m.infos.size());
   collie::cuda::set_device(device);
   collie::cuda::check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cublas_ok(cublasCreate(&m.handle), "create");
   cublas_ok(cublasSetStream(m.handle, m.stream), "set stream");
   m.params.reserve(m.num_params);
   m.grads.reserve(m.num_params);
+  for (size_t i = 0; i < m.infos.size(); ++i) m.grad_ptr.push_back(m.own_grad(i));
+  ops_ = std::make_unique<CudaOps>(device, m.stream);
   std::vector<float> host;
   host.reserve(m.num_params);
   for (auto* p : cpu_model.parameters()) host.insert(host.end(), p->data(), p->data() + p->numel());
@@ -203,6 +252,7 @@ void CudaMlp::forward(const Tensor& input, Tensor& logits) {
   m.upload_input(input);
   const int64_t batch = input.dim(0);
   m.forward(batch);
+  m.last_batch = batch;
   logits.resize({batch, m.classes});
   collie::cuda::check(cudaMemcpyAsync(logits.data(), m.acts.back()->get(), logits.numel() * sizeof(float),
                                       cudaMemcpyDeviceToHost, m.stream),
@@ -223,6 +273,7 @@ float CudaMlp::forward_backward(const Tensor& input, std::span<const int64_t> la
                                       m.stream),
                       "cudaMemcpyAsync (labels)");
   m.forward(batch);
+  m.last_batch = batch;
   // The logits' gradient goes to grad_b: backward's first downstream
   // buffer is then grad_a, and the two ping-pong from there.
   launch_softmax_cross_entropy(m.acts.back()->get(), m.labels.get(), batch, m.classes,
@@ -238,21 +289,110 @@ float CudaMlp::forward_backward(const Tensor& input, std::span<const int64_t> la
   return static_cast<float>(total / static_cast<double>(batch));
 }
 
-void CudaMlp::zero_grad() {
+void CudaMlp::backward(const Tensor& input, const Tensor& logits, const Tensor& grad_logits) {
   Impl& m = *impl_;
-  collie::cuda::check(cudaMemsetAsync(m.grads.get(), 0, m.num_params * sizeof(float), m.stream), "cudaMemsetAsync");
+  collie::cuda::set_device(device_);
+  COLLIE_ARG_CHECK(m.last_batch > 0 && input.ndim() >= 1 && input.dim(0) == m.last_batch,
+                   "CudaMlp::backward: the input is not the last forward's (batch ", m.last_batch, ", got ",
+                   shape_to_string(input.shape()), ")");
+  COLLIE_ARG_CHECK_EQ(grad_logits.numel(), static_cast<size_t>(m.last_batch * m.classes),
+                      "CudaMlp::backward: d(loss)/d(logits) of shape ", shape_to_string(grad_logits.shape()),
+                      " for a batch of ", m.last_batch, " and ", m.classes, " classes");
+  // The logits' gradient goes to grad_b, as in forward_backward.
+  collie::cuda::check(cudaMemcpyAsync(m.grad_b.get(), grad_logits.data(), grad_logits.numel() * sizeof(float),
+                                      cudaMemcpyHostToDevice, m.stream),
+                      "cudaMemcpyAsync (logits gradient)");
+  m.backward(m.last_batch, m.grad_b.get());
 }
 
+void CudaMlp::zero_grad() {
+  Impl& m = *impl_;
+  collie::cuda::set_device(device_);
+  for (size_t i = 0; i < m.infos.size(); ++i)
+    collie::cuda::check(cudaMemsetAsync(m.grad_ptr[i], 0, m.numel(i) * sizeof(float), m.stream), "cudaMemsetAsync");
+}
+
+// One launch per parameter: under DDP the gradients are slices of buckets,
+// in another order than the parameters.
 void CudaMlp::sgd_step(const SgdOptions& o) {
   Impl& m = *impl_;
   collie::cuda::set_device(device_);
   if (o.momentum != 0.0) m.momentum.reserve(m.num_params);
   const bool first = !m.momentum_ready;
-  launch_sgd_update(m.params.get(), m.grads.get(), m.momentum.get(), static_cast<int64_t>(m.num_params),
-                    static_cast<float>(o.lr), static_cast<float>(o.weight_decay), static_cast<float>(o.momentum),
-                    static_cast<float>(1.0 - o.dampening), o.nesterov, first, m.stream);
+  for (size_t i = 0; i < m.infos.size(); ++i) {
+    const size_t off = m.param_offsets[i];
+    launch_sgd_update(m.params.get() + off, m.grad_ptr[i], m.momentum.get() ? m.momentum.get() + off : nullptr,
+                      static_cast<int64_t>(m.numel(i)), static_cast<float>(o.lr), static_cast<float>(o.weight_decay),
+                      static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening), o.nesterov, first,
+                      m.stream);
+  }
   collie::cuda::check(cudaGetLastError(), "sgd_update launch");
   if (o.momentum != 0.0) m.momentum_ready = true;
+}
+
+void CudaMlp::adamw_step(const AdamWOptions& o, double lr) {
+  Impl& m = *impl_;
+  collie::cuda::set_device(device_);
+  m.ensure_adam_state();
+  // The host scalars exactly as AdamW::step computes them (in double).
+  const float decay = static_cast<float>(1.0 - lr * o.weight_decay);
+  for (size_t i = 0; i < m.infos.size(); ++i) {
+    const int64_t t = ++m.adam_steps[i];
+    const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
+    const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
+    const size_t off = m.param_offsets[i];
+    launch_adamw_update(m.params.get() + off, m.grad_ptr[i], m.exp_avg.get() + off, m.exp_avg_sq.get() + off,
+                        static_cast<int64_t>(m.numel(i)), decay, static_cast<float>(o.beta1),
+                        static_cast<float>(o.beta2), static_cast<float>(lr / bias_correction1),
+                        static_cast<float>(std::sqrt(bias_correction2)), static_cast<float>(o.eps), m.stream);
+  }
+  collie::cuda::check(cudaGetLastError(), "adamw_update launch");
+}
+
+void CudaMlp::save_adamw_state(StateDict& out, const std::string& prefix, double lr) const {
+  const Impl& m = *impl_;
+  collie::cuda::set_device(device_);
+  std::vector<float> avg(m.num_params, 0.0f), avg_sq(m.num_params, 0.0f);
+  collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
+  if (!m.adam_steps.empty()) {
+    collie::cuda::check(cudaMemcpy(avg.data(), m.exp_avg.get(), m.num_params * sizeof(float), cudaMemcpyDeviceToHost),
+                        "cudaMemcpy (exp_avg)");
+    collie::cuda::check(
+        cudaMemcpy(avg_sq.data(), m.exp_avg_sq.get(), m.num_params * sizeof(float), cudaMemcpyDeviceToHost),
+        "cudaMemcpy (exp_avg_sq)");
+  }
+  out.set_double(prefix + "lr", lr);
+  for (size_t k = 0; k < m.infos.size(); ++k) {
+    const std::string base = str_cat(prefix, "state.", k, ".");
+    const size_t off = m.param_offsets[k], n = m.numel(k);
+    out.set_int(base + "step", m.adam_steps.empty() ? 0 : m.adam_steps[k]);
+    out.set_floats(base + "exp_avg", m.infos[k].shape, std::span<const float>(avg.data() + off, n));
+    out.set_floats(base + "exp_avg_sq", m.infos[k].shape, std::span<const float>(avg_sq.data() + off, n));
+  }
+}
+
+void CudaMlp::load_adamw_state(const StateDict& in, const std::string& prefix) {
+  Impl& m = *impl_;
+  collie::cuda::set_device(device_);
+  // Read everything before touching the device state: a bad file changes nothing.
+  std::vector<int64_t> steps;
+  std::vector<float> avg(m.num_params), avg_sq(m.num_params);
+  for (size_t k = 0; k < m.infos.size(); ++k) {
+    const std::string base = str_cat(prefix, "state.", k, ".");
+    steps.push_back(in.get_int(base + "step"));
+    auto a = in.get_floats(base + "exp_avg", m.infos[k].shape);
+    auto b = in.get_floats(base + "exp_avg_sq", m.infos[k].shape);
+    std::copy(a.begin(), a.end(), avg.begin() + static_cast<std::ptrdiff_t>(m.param_offsets[k]));
+    std::copy(b.begin(), b.end(), avg_sq.begin() + static_cast<std::ptrdiff_t>(m.param_offsets[k]));
+  }
+  m.ensure_adam_state();
+  collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
+  collie::cuda::check(cudaMemcpy(m.exp_avg.get(), avg.data(), avg.size() * sizeof(float), cudaMemcpyHostToDevice),
+                      "cudaMemcpy (exp_avg)");
+  collie::cuda::check(
+      cudaMemcpy(m.exp_avg_sq.get(), avg_sq.data(), avg_sq.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "cudaMemcpy (exp_avg_sq)");
+  m.adam_steps = std::move(steps);
 }
 
 TensorView CudaMlp::parameters() {
@@ -260,16 +400,68 @@ TensorView CudaMlp::parameters() {
 }
 
 TensorView CudaMlp::gradients() {
-  return TensorView{impl_->grads.get(), impl_->num_params, DataType::kFloat32, Device::cuda(device_)};
+  const Impl& m = *impl_;
+  for (size_t i = 0; i < m.infos.size(); ++i)
+    COLLIE_CHECK(m.grad_ptr[i] == m.own_grad(i), "CudaMlp::gradients(): gradient ", m.infos[i].name,
+                 " lives in a DDP bucket, so the gradients are not one flat array now");
+  return TensorView{m.grads.get(), m.num_params, DataType::kFloat32, Device::cuda(device_)};
+}
+
+TensorView CudaMlp::gradient(size_t i) {
+  Impl& m = *impl_;
+  COLLIE_ARG_CHECK_LT(i, m.infos.size(), "CudaMlp parameter index");
+  return TensorView{m.grad_ptr[i], m.numel(i), DataType::kFloat32, Device::cuda(device_)};
 }
 
 std::vector<float> CudaMlp::gradients_to_host() const {
-  std::vector<float> out(impl_->num_params);
-  collie::cuda::check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize");
-  collie::cuda::check(cudaMemcpy(out.data(), impl_->grads.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost),
-                      "cudaMemcpy (gradients)");
+  const Impl& m = *impl_;
+  collie::cuda::set_device(device_);
+  std::vector<float> out(m.num_params);
+  for (size_t i = 0; i < m.infos.size(); ++i)
+    collie::cuda::check(cudaMemcpyAsync(out.data() + m.param_offsets[i], m.grad_ptr[i], m.numel(i) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, m.stream),
+                        "cudaMemcpyAsync (gradients)");
+  collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
   return out;
 }
+
+void* CudaMlp::stream() const { return impl_->stream; }
+
+std::vector<ParameterInfo> CudaMlp::parameter_info() { return impl_->infos; }
+
+TensorView CudaMlp::parameter(size_t i) {
+  Impl& m = *impl_;
+  COLLIE_ARG_CHECK_LT(i, m.infos.size(), "CudaMlp parameter index");
+  return TensorView{m.params.get() + m.param_offsets[i], m.numel(i), DataType::kFloat32, Device::cuda(device_)};
+}
+
+void CudaMlp::use_grad_storage(size_t i, float* storage) {
+  Impl& m = *impl_;
+  COLLIE_ARG_CHECK_LT(i, m.infos.size(), "CudaMlp parameter index");
+  collie::cuda::set_device(device_);
+  if (storage != m.grad_ptr[i])
+    collie::cuda::check(cudaMemcpyAsync(storage, m.grad_ptr[i], m.numel(i) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        m.stream),
+                        "cudaMemcpyAsync (gradient into a DDP bucket)");
+  m.grad_ptr[i] = storage;
+}
+
+void CudaMlp::use_own_grad_storage(size_t i) noexcept {
+  Impl& m = *impl_;
+  if (i >= m.infos.size() || m.grad_ptr[i] == m.own_grad(i)) return;
+  cudaSetDevice(device_);
+  // Queued on the stream before the bucket's cudaFree (CudaOps::deallocate
+  // waits for the stream first).
+  cudaError_t e = cudaMemcpyAsync(m.own_grad(i), m.grad_ptr[i], m.numel(i) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  m.stream);
+  if (e != cudaSuccess) {
+    COLLIE_LOG(kWarn) << "CudaMlp: copying gradient " << m.infos[i].name
+                      << " back from its DDP bucket failed: " << cudaGetErrorString(e);
+  }
+  m.grad_ptr[i] = m.own_grad(i);
+}
+
+void CudaMlp::set_grad_ready_hook(size_t i, Hook hook) { impl_->hooks.at(i) = std::move(hook); }
 
 void CudaMlp::copy_parameters_to(Sequential& cpu_model) const {
   std::vector<float> host(impl_->num_params);

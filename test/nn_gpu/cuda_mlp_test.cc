@@ -6,9 +6,11 @@
 
 #include <cstdio>
 
+#include "nn/adamw.h"
 #include "nn/cuda/cuda_mlp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
+#include "nn/state_dict.h"
 #include "runtime/cuda/cuda_device.h"
 
 using namespace collie;
@@ -64,6 +66,50 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
   for (size_t k = 0; k < cpu.parameters().size(); ++k)
     check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(), "parameters");
   CHECK(gpu.gradients().device == Device::cuda(0));
+}
+
+TEST_CASE("CudaMlp backward from the logits' gradient and AdamW match the Eigen MLP and nn::AdamW") {
+  // The path DDP and blip_train --device cuda take: forward to host logits,
+  // the loss on the host, backward from its gradient, AdamW on the device.
+  const MlpOptions options{.sizes = {784, 64, 10}, .seed = 5};
+  Sequential cpu = make_mlp<float>(options);
+  nn::cuda::CudaMlp gpu(cpu, 0);
+  const AdamWOptions adam{.lr = 1e-3, .weight_decay = 0.05};
+  AdamW cpu_opt(cpu.parameters(), adam);
+  for (int step = 0; step < 3; ++step) {
+    Tensor x, grad, gpu_logits, gpu_grad;
+    std::vector<int64_t> labels;
+    make_batch(10 + step, 32, x, labels);
+    cpu.zero_grad();
+    gpu.zero_grad();
+    cross_entropy(cpu.forward(x), labels, &grad);
+    cpu.backward(grad);
+    gpu.forward(x, gpu_logits);
+    cross_entropy(gpu_logits, labels, &gpu_grad);
+    gpu.backward(x, gpu_logits, gpu_grad);
+    std::vector<float> cpu_grads;
+    for (auto* p : cpu.parameters()) cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
+    check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
+    cpu_opt.step();
+    gpu.adamw_step(adam, cpu_opt.lr());
+  }
+  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
+  gpu.copy_parameters_to(back);
+  for (size_t k = 0; k < cpu.parameters().size(); ++k)
+    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(), "parameters");
+  // The device state under AdamW's keys loads into a host AdamW (and back).
+  StateDict from_gpu, from_cpu;
+  gpu.save_adamw_state(from_gpu, "optimizer.", cpu_opt.lr());
+  cpu_opt.save_state(from_cpu, "optimizer.");
+  AdamW restored(back.parameters(), adam);
+  restored.load_state(from_gpu, "optimizer.");
+  for (size_t k = 0; k < cpu.parameters().size(); ++k) {
+    CHECK(restored.step_count(k) == 3);
+    const std::string key = "optimizer.state." + std::to_string(k) + ".exp_avg";
+    const Shape& shape = cpu.parameters()[k]->shape();
+    check_close(from_gpu.get_floats(key, shape), from_cpu.get_floats(key, shape), "exp_avg");
+  }
+  gpu.load_adamw_state(from_cpu, "optimizer.");
 }
 
 TEST_CASE("CudaMlp refuses layers it does not implement") {
