@@ -98,14 +98,4 @@ uint16_t agent_store_port(const std::string& launcher_stderr) {
   return static_cast<uint16_t>(std::stoi(m[1]));
 }
 
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (f == nullptr) return {-1, "popen failed"};
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  int st = ::pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 }  // namespace collie::test

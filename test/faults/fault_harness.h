@@ -21,8 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "test/support/pid_files.h"
 #include "test/support/child.h"
+#include "test/support/netns_pair.h"  // shell()
+#include "test/support/pid_files.h"
 #include "test/support/subprocess.h"
 
 namespace collie::test {
@@ -68,8 +69,5 @@ uint16_t agent_store_port(const std::string& launcher_stderr);
 // In a child: prints "error_ns=<now> type=<collie type> msg=<what>" on one
 // line of stdout and flushes.
 void print_caught(const std::exception& e);
-
-// Runs `cmd` through /bin/sh; returns its exit status and combined output.
-std::pair<int, std::string> shell(const std::string& cmd);
 
 }  // namespace collie::test

@@ -1,5 +1,6 @@
 // Network trouble between two hosts: two network namespaces joined by a
-// veth pair (the pattern of test/launcher/multinode_test.cc), one rank in
+// veth pair (test/support/netns_pair.h, shared with
+// test/launcher/multinode_test.cc), one rank in
 // each, the data connections over the veth (COLLIE_SOCKET_IFNAME). This
 // kernel has no tc netem, so: packet loss is an nftables rule inside
 // namespace b dropping a random share of incoming packets (numgen random),
@@ -21,6 +22,7 @@
 #include "runtime/base/str_cat.h"
 #include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
+#include "test/support/netns_pair.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -29,58 +31,11 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Two namespaces a (10.231.9.1) and b (10.231.9.2) joined by veth
-// cfa<tag>/cfb<tag>; deleted (with everything inside) on destruction.
-struct NetnsPair {
-  std::string a, b, dev_a, dev_b;
-  bool ok = false;
-  std::string why;
-  NetnsPair() {
-    const std::string tag = std::to_string(::getpid() % 100000);
-    a = "collie-fa" + tag;
-    b = "collie-fb" + tag;
-    dev_a = "cfa" + tag;
-    dev_b = "cfb" + tag;
-    if (::geteuid() != 0) {
-      why = "network namespaces need root";
-      return;
-    }
-    auto [rc, out] = shell("ip netns add " + a);
-    if (rc != 0) {
-      why = "ip netns add is not permitted here: " + out;
-      return;
-    }
-    for (const std::string& step :
-         {"ip netns add " + b, "ip link add " + dev_a + " type veth peer name " + dev_b,
-          "ip link set " + dev_a + " netns " + a, "ip link set " + dev_b + " netns " + b,
-          "ip -n " + a + " addr add 10.231.9.1/24 dev " + dev_a,
-          "ip -n " + b + " addr add 10.231.9.2/24 dev " + dev_b, "ip -n " + a + " link set lo up",
-          "ip -n " + b + " link set lo up", "ip -n " + a + " link set " + dev_a + " up",
-          "ip -n " + b + " link set " + dev_b + " up"}) {
-      auto [src, sout] = shell(step);
-      if (src != 0) {
-        why = "`" + step + "` failed: " + sout;
-        return;
-      }
-    }
-    ok = true;
-  }
-  ~NetnsPair() {
-    shell("ip netns del " + a);
-    shell("ip netns del " + b);
-  }
-};
-
-const std::string& ip_path() {
-  static const std::string p = ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/bin/ip";
-  return p;
-}
-
 // Rank 0 in namespace a, rank 1 in b, each bound to its veth end.
 std::vector<Subprocess> start_pair(NetnsPair& ns, const std::string& rdzv, const std::vector<std::string>& args) {
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < 2; ++rank) {
-    std::vector<std::string> argv{ip_path(), "netns", "exec", rank == 0 ? ns.a : ns.b};
+    std::vector<std::string> argv = ns.exec_in(rank == 0 ? ns.a : ns.b);
     std::vector<std::string> child_args{rdzv, std::to_string(rank)};
     child_args.insert(child_args.end(), args.begin(), args.end());
     for (auto& s : child_argv("net_rank", child_args)) argv.push_back(s);
@@ -149,7 +104,8 @@ COLLIE_TEST_CHILD(net_rank) {
 
 TEST_CASE("between network namespaces: loss and rate limits keep results exact, a downed link errors",
           "[faults][netns][slow]") {
-  NetnsPair ns;
+  // a (10.231.9.1) and b (10.231.9.2).
+  NetnsPair ns("f", "10.231.9");
   if (!ns.ok) {
     WARN("skipped: " << ns.why);
     return;
@@ -179,8 +135,8 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
     // No netem here: each namespace redirects its outgoing connections to
     // the other's address into a local delaying proxy (delay_proxy.cc).
     std::vector<Subprocess> proxies;
-    for (const auto& [in_ns, peer] : {std::pair{ns.a, std::string("10.231.9.2")}, std::pair{ns.b, std::string("10.231.9.1")}}) {
-      std::vector<std::string> argv{ip_path(), "netns", "exec", in_ns};
+    for (const auto& [in_ns, peer] : {std::pair{ns.a, ns.addr_b}, std::pair{ns.b, ns.addr_a}}) {
+      std::vector<std::string> argv = ns.exec_in(in_ns);
       for (auto& s : child_argv("delay_proxy", {"5"})) argv.push_back(s);
       proxies.push_back(Subprocess::spawn(argv));
       std::string out = proxies.back().wait_for_output("\n", std::chrono::seconds(30));

@@ -15,6 +15,7 @@
 
 #include "runtime/base/str_cat.h"
 #include "test/launcher/launcher_harness.h"
+#include "test/support/netns_pair.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -191,78 +192,22 @@ TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout", "[lau
   CHECK_THAT(q.err(), Contains("node 0 was interrupted while waiting for all 2 nodes to join the job"));
 }
 
-namespace {
-
-// Runs a command line through the shell; returns its exit status and output.
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (f == nullptr) return {-1, "popen failed"};
-  char buf[512];
-  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
-  int st = ::pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-// Two network namespaces joined by a veth pair; removed on destruction.
-struct NetnsPair {
-  std::string a, b;
-  bool ok = false;
-  std::string why;
-  NetnsPair() {
-    std::string tag = std::to_string(::getpid() % 100000);
-    a = "collie-a" + tag;
-    b = "collie-b" + tag;
-    auto [rc, out] = shell("ip netns add " + a);
-    if (rc != 0) {
-      why = "ip netns add is not permitted here: " + out;
-      return;
-    }
-    for (const std::string& step :
-         {"ip netns add " + b, "ip link add cva" + tag + " type veth peer name cvb" + tag,
-          "ip link set cva" + tag + " netns " + a, "ip link set cvb" + tag + " netns " + b,
-          "ip -n " + a + " addr add 10.231.7.1/24 dev cva" + tag,
-          "ip -n " + b + " addr add 10.231.7.2/24 dev cvb" + tag, "ip -n " + a + " link set lo up",
-          "ip -n " + b + " link set lo up", "ip -n " + a + " link set cva" + tag + " up",
-          "ip -n " + b + " link set cvb" + tag + " up"}) {
-      auto [src, sout] = shell(step);
-      if (src != 0) {
-        why = "`" + step + "` failed: " + sout;
-        return;
-      }
-    }
-    ok = true;
-  }
-  ~NetnsPair() {
-    shell("ip netns del " + a);  // takes the veth pair with it
-    shell("ip netns del " + b);
-  }
-};
-
-}  // namespace
-
 TEST_CASE("two network namespaces joined by a veth pair run one job", "[launcher][multinode][netns]") {
-  if (::geteuid() != 0) {
-    WARN("skipped: network namespaces need root");
-    return;
-  }
-  NetnsPair ns;
+  NetnsPair ns("v", "10.231.7");
   if (!ns.ok) {
     WARN("skipped: " << ns.why);
     return;
   }
-  // 10.231.7.1 exists only inside namespace a: node 1 reaches node 0 over the veth.
-  const std::string ip = ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/bin/ip";
-  std::vector<std::string> in_a{ip, "netns", "exec", ns.a}, in_b{ip, "netns", "exec", ns.b};
-  auto node0_argv = in_a;
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", "10.231.7.1",
+  // addr_a (10.231.7.1) exists only inside namespace a: node 1 reaches node 0 over the veth.
+  auto node0_argv = ns.exec_in(ns.a);
+  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
                                 "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
                                "store_rdv", {"-1", "allreduce"}))
     node0_argv.push_back(s);
   auto node0 = Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1_argv = in_b;
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.231.7.1",
+  auto node1_argv = ns.exec_in(ns.b);
+  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr", ns.addr_a,
                                 "--master-port", std::to_string(port), "--nproc-per-node", "2",
                                 "--rdzv-timeout", "30s"},
                                "store_rdv", {"-1", "allreduce"}))
@@ -276,5 +221,5 @@ TEST_CASE("two network namespaces joined by a veth pair run one job", "[launcher
   CHECK(lines_with_prefix(node1.out(), "[rank3]: rdv ok rank 3 of 4 local 1").size() == 1);
   CHECK(lines_with_prefix(node1.out(), "[rank2]: allreduce ok rank 2 sum 10").size() == 1);
   // The address really is private to namespace a.
-  CHECK(shell("ip -o addr show").second.find("10.231.7.1") == std::string::npos);
+  CHECK(shell("ip -o addr show").second.find(ns.addr_a) == std::string::npos);
 }
