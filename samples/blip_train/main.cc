@@ -9,6 +9,11 @@
 //   evaluate and save on the main process; barrier.
 //
 //   collie-run --standalone --nproc-per-node 4 build/bin/blip_train --epochs 10
+//
+// --device cuda trains the same MLP on the GPU of each rank (LOCAL_RANK):
+// the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
+// buckets in device memory, AdamW on the device; evaluation and checkpoints
+// go through the host model, so checkpoints are the same files either way.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -31,6 +36,7 @@
 #include "samples/blip_train/checkpoint.h"
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
+#include "samples/blip_train/train_model.h"
 
 namespace fs = std::filesystem;
 using namespace collie;
@@ -49,7 +55,7 @@ struct Args {
   std::string resume;
   bool evaluate = false;
   std::string dist_url = "env://";
-  std::string backend = "socket";
+  std::string backend;  // default: socket for --device cpu, nccl for cuda
   std::string device = "cpu";
   std::string data_dir = kFashionMnistDir;
   bool synthetic = false;
@@ -111,7 +117,7 @@ struct EvalStats {
 // examples (the sampler pads by repeating the first ones, and a padded
 // example must not be counted twice).
 EvalStats evaluate(nn::Sequential& model, const nn::Dataset& data, std::vector<int64_t> indices,
-                   size_t valid, int batch_size, ProcessGroup* reduce_over) {
+                   size_t valid, int batch_size, ProcessGroup* reduce_over, nn::DeviceOps& device) {
   model.eval();
   indices.resize(std::min(indices.size(), valid));
   nn::DataLoader loader(data, std::move(indices), {.batch_size = static_cast<size_t>(batch_size)});
@@ -123,7 +129,7 @@ EvalStats evaluate(nn::Sequential& model, const nn::Dataset& data, std::vector<i
     sums[1] += static_cast<double>(nn::cross_entropy(logits, batch->labels)) * n;
     sums[2] += n;
   }
-  if (reduce_over != nullptr) reduce_over->all_reduce(view(sums, 3))->wait();
+  if (reduce_over != nullptr) all_reduce_values(*reduce_over, device, sums);
   model.train();
   return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
 }
@@ -132,7 +138,7 @@ struct TrainStats {
   double loss = 0, lr = 0, samples_per_s = 0;
 };
 
-TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, nn::Sequential& model, nn::Optimizer& optimizer,
+TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model, nn::Optimizer& optimizer,
                            const nn::Dataset& data, const nn::DistributedSampler& sampler, int epoch,
                            const Args& args) {
   MetricLogger logger;
@@ -153,10 +159,10 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, nn::Sequential& mod
         if (!batch) throw Error("the data loader ran out of batches early");
         const nn::Tensor& logits = ddp ? ddp->forward(batch->inputs) : model.forward(batch->inputs);
         float loss = nn::cross_entropy(logits, batch->labels, &grad);
-        optimizer.zero_grad();
+        model.zero_grad();
         if (ddp) ddp->backward(grad);
         else model.backward(grad);
-        optimizer.step();
+        model.step();
         samples += static_cast<int64_t>(batch->labels.size());
         logger.update("loss", loss);
         logger.update("lr", optimizer.lr());
@@ -166,19 +172,33 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, nn::Sequential& mod
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double throughput[1] = {static_cast<double>(samples) / seconds};
   if (ddp) {
-    // Everyone's samples per second: the job's throughput.
-    ddp->group().all_reduce(view(throughput, 1))->wait();
-    logger.synchronize_between_processes(ddp->group());
+    // Everyone's samples per second: the job's throughput. Through the
+    // training device's memory, which is what the group's backend takes.
+    nn::DeviceOps& device = model.ddp_model().ops();
+    all_reduce_values(ddp->group(), device, throughput);
+    logger.synchronize_between_processes(ddp->group(), device);
   }
   print(logger.global_avg_str());
   return {logger.at("loss").global_avg(), logger.at("lr").global_avg(), throughput[0]};
 }
 
 int run(Args& args) {
+  const bool cuda = args.device == "cuda";
+  // "auto" picks by device, not by what the machine has: only nccl reduces
+  // device buckets and only socket host ones.
+  if (args.backend.empty() || args.backend == "auto") args.backend = cuda ? "nccl" : "socket";
+  if (cuda) {
+    // Before any rendezvous: a clear reason, not a backend error later.
+    const std::string why = cuda_unavailable_reason();
+    if (!why.empty()) throw BackendError(str_cat("--device cuda: ", why));
+    if (args.backend == "socket")
+      throw InvalidArgument("--device cuda --backend socket: the socket backend reduces host buffers, but with "
+                            "--device cuda DDP's gradient buckets live on the GPU; use --backend nccl (or auto)");
+  } else if (args.backend == "nccl") {
+    throw InvalidArgument("--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
+                          "cpu DDP's gradient buckets are host memory; use --backend socket (or --device cuda)");
+  }
   init_distributed_mode(args);
-  if (args.device != "cpu")
-    throw InvalidArgument(str_cat("--device ", args.device,
-                                  ": this build trains on the CPU only (the CUDA model is not built)"));
   const int rank = args.distributed ? get_rank() : 0;
   const int world = args.distributed ? get_world_size() : 1;
   args.world_size = world;
@@ -217,8 +237,16 @@ int run(Args& args) {
     print("resume checkpoint from", args.resume, "(epoch", info.epoch, ")");
   }
 
+  // The model that trains: the Sequential itself, or its copy on this
+  // rank's GPU (after the resume, so it starts from the checkpoint).
+  const nn::AdamWOptions adamw_options{.lr = args.lr, .weight_decay = args.weight_decay};
+  std::unique_ptr<TrainModel> train_model = cuda ? make_cuda_train_model(model, optimizer, adamw_options, args.gpu)
+                                                 : make_cpu_train_model(model, optimizer);
+  if (cuda) print("training on", args.device, "(CUDA model, DDP buckets in device memory)");
+
   std::unique_ptr<nn::DistributedDataParallel> ddp;
-  if (args.distributed) ddp = std::make_unique<nn::DistributedDataParallel>(model, *get_default_group());
+  if (args.distributed)
+    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(), *get_default_group());
   nn::Sequential& model_without_ddp = model;
   print("model parameters:", model_without_ddp.num_parameters());
 
@@ -235,17 +263,20 @@ int run(Args& args) {
     if (!args.evaluate) {
       train_sampler.set_epoch(static_cast<uint64_t>(epoch));
       nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
-      train = train_one_epoch(ddp.get(), model, optimizer, train_data, train_sampler, epoch, args);
+      train = train_one_epoch(ddp.get(), *train_model, optimizer, train_data, train_sampler, epoch, args);
     }
+    // Evaluation and checkpoints read the host model and optimizer.
+    train_model->sync_to_host();
     if (args.dist_eval && args.distributed) {
       // Rank r holds sampler positions r, r + R, ...: the real ones are < N.
       const size_t n = test_data.size();
       const size_t valid = n > static_cast<size_t>(rank) ? (n - rank + world - 1) / world : 0;
-      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256, ddp ? &ddp->group() : nullptr);
+      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256, ddp ? &ddp->group() : nullptr,
+                      train_model->ddp_model().ops());
     } else if (main_process) {
       std::vector<int64_t> all(test_data.size());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr);
+      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr, train_model->ddp_model().ops());
     }
     if (main_process) {
       const bool best = test.acc > best_acc;
@@ -273,6 +304,9 @@ int run(Args& args) {
   print(str_cat("Training time ", format_eta(minutes * 60)));
   print(str_cat("final test accuracy ", test.acc, " (best ", best_acc, ") on ", test.count,
                 " test examples; logs and checkpoints in ", fs::absolute(args.output_dir).string()));
+  // DDP gives the gradients back to the model before the model goes.
+  ddp.reset();
+  train_model.reset();
   if (args.distributed) destroy_process_group();
   return 0;
 }
@@ -292,8 +326,8 @@ int main(int argc, char** argv) {
   app.add_option("--resume", args.resume, "checkpoint to resume from");
   app.add_flag("--evaluate", args.evaluate, "only evaluate");
   app.add_option("--dist-url,--dist_url", args.dist_url, "init_method: env://, tcp://host:port, file:///path")->capture_default_str();
-  app.add_option("--backend", args.backend, "socket | nccl | auto")->check(CLI::IsMember({"socket", "nccl", "auto"}))->capture_default_str();
-  app.add_option("--device", args.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--backend", args.backend, "socket | nccl | auto (default: socket for --device cpu, nccl for cuda)")->check(CLI::IsMember({"socket", "nccl", "auto"}));
+  app.add_option("--device", args.device, "cpu | cuda (the CUDA model, DDP over nccl)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--data-dir,--data_dir", args.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
   app.add_flag("--synthetic", args.synthetic, "synthetic data instead of Fashion-MNIST");
   app.add_option("--synthetic-size", args.synthetic_size, "synthetic training examples")->capture_default_str();

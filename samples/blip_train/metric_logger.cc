@@ -37,9 +37,16 @@ double SmoothedValue::max() const {
   return deque_.empty() ? 0.0 : *std::max_element(deque_.begin(), deque_.end());
 }
 
-void SmoothedValue::synchronize_between_processes(ProcessGroup& pg) {
+void all_reduce_values(ProcessGroup& pg, nn::DeviceOps& device, std::span<double> values) {
+  nn::DeviceBuffer<double> buffer(device, values.size());
+  buffer.copy_from_host(values.data());
+  device.with_compute_stream([&] { pg.all_reduce(buffer.view())->wait(); });
+  buffer.copy_to_host(values.data());
+}
+
+void SmoothedValue::synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device) {
   double buf[2] = {static_cast<double>(count_), total_};
-  pg.all_reduce(view(buf, 2))->wait();
+  all_reduce_values(pg, device, buf);
   count_ = static_cast<int64_t>(buf[0]);
   total_ = buf[1];
 }
@@ -79,10 +86,10 @@ const SmoothedValue& MetricLogger::at(const std::string& name) const {
   return it->second;
 }
 
-void MetricLogger::synchronize_between_processes(ProcessGroup& pg) {
+void MetricLogger::synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device) {
   // std::map iterates in the same (sorted) order on every rank, so the
   // all_reduces pair up.
-  for (auto& [name, m] : meters_) m.synchronize_between_processes(pg);
+  for (auto& [name, m] : meters_) m.synchronize_between_processes(pg, device);
 }
 
 std::string MetricLogger::str() const {

@@ -8,11 +8,17 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 
+#include "nn/device_ops.h"
 #include "runtime/process_group.h"
 
 namespace collie::samples {
+
+// Sums `values` over every rank of `pg` through a buffer on `device`, in
+// place (torch: all_reduce of a tensor made on the training device).
+void all_reduce_values(ProcessGroup& pg, nn::DeviceOps& device, std::span<double> values);
 
 class SmoothedValue {
  public:
@@ -29,8 +35,9 @@ class SmoothedValue {
   double total() const { return total_; }
 
   // Sums count and total over every rank of `pg` (the window stays local,
-  // as in BLIP).
-  void synchronize_between_processes(ProcessGroup& pg);
+  // as in BLIP). The two numbers travel in a buffer on `device` (BLIP puts
+  // them in a cuda tensor; the nccl backend takes no host buffers).
+  void synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device = nn::HostOps::instance());
   // The format: "{median:.4f} ({global_avg:.4f})", "{value:.6f}", "{avg:.4f}".
   std::string str() const;
 
@@ -50,7 +57,7 @@ class MetricLogger {
                        const std::string& fmt = "{median:.4f} ({global_avg:.4f})");
   void update(const std::string& name, double value, int64_t n = 1);
   const SmoothedValue& at(const std::string& name) const;
-  void synchronize_between_processes(ProcessGroup& pg);
+  void synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device = nn::HostOps::instance());
   // "loss: 0.4123 (0.5012)  lr: 0.000100"
   std::string str() const;
   // "Averaged stats: lr: 0.000100  loss: 0.5012": global averages.
