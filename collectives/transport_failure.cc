@@ -423,16 +423,20 @@ std::string Transport::probe_peers(const Connection* trigger) {
     }
   }
   std::sort(alive.begin(), alive.end());
-  std::string verdict = str_cat(alive.size() == 1 ? "rank " : "ranks ", rank_list(alive),
-                                " answered a timeout probe");
+  const std::string why = str_cat(silent.size() == 1 ? "it is" : "they are",
+                                  " stopped, hung or unreachable (or outside any collective call)");
+  const std::string who = str_cat(silent.size() == 1 ? "rank " : "ranks ", join(silent_names, ", "));
+  std::string verdict;
   if (!silent.empty()) {
-    verdict += str_cat(", ", silent.size() == 1 ? "rank " : "ranks ", join(silent_names, ", "),
-                       " did not within ", format_duration(grace), ": ", silent.size() == 1 ? "it is" : "they are",
-                       " stopped or hung (or not inside a collective call)");
-  } else if (other.empty()) {
-    verdict += ": no rank is stopped (the call is slow, or the ranks' calls do not line up)";
+    verdict = alive.size() == 1
+                  ? str_cat(who, " did not answer a timeout probe within ", format_duration(grace), ": ", why)
+                  : str_cat("ranks ", rank_list(alive), " answered a timeout probe, ", who, " did not within ",
+                            format_duration(grace), ": ", why);
+  } else if (alive.size() > 1) {
+    verdict = str_cat("ranks ", rank_list(alive), " answered a timeout probe");
+    if (other.empty()) verdict += ": no rank is stopped (the call is slow, or the ranks' calls do not line up)";
   }
-  if (!other.empty()) verdict += str_cat("; ", join(other, "; "));
+  if (!other.empty()) verdict += str_cat(verdict.empty() ? "" : "; ", join(other, "; "));
   return verdict;
 }
 

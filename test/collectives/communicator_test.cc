@@ -131,6 +131,36 @@ TEST_CASE("a peer that never comes trips the deadline naming the call and the pe
   CHECK_THAT(failure.message, Contains("rank 0 (127.0.0.1:") && Contains("timed out"));
 }
 
+TEST_CASE("a rank outside the call: the timeout probe makes every other rank name it") {
+  // Ranks 0 and 1 run an all_reduce that rank 2 never joins. Rank 1 waits
+  // on rank 0 in the ring, not on rank 2, yet both must name rank 2: each
+  // probes at its deadline, hears the other, and not rank 2.
+  HashStore store;
+  auto comms = connect_all(store, 3, "probe");
+  auto run = [&](int r) {
+    std::vector<float> v(3000, 1.0f);
+    const auto start = Clock::now();
+    try {
+      comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(400ms));
+    } catch (const TimeoutError& e) {
+      return std::pair{std::string(e.what()), Clock::now() - start};
+    }
+    return std::pair{std::string("no timeout"), Clock::now() - start};
+  };
+  auto one = std::async(std::launch::async, run, 1);
+  const auto [zero_what, zero_took] = run(0);
+  const auto [one_what, one_took] = one.get();
+  for (const auto& [what, took] : {std::pair{zero_what, zero_took}, std::pair{one_what, one_took}}) {
+    INFO(what);
+    CHECK_THAT(what, Contains("all_reduce(float32, 3000, sum") && Contains("as op #1") &&
+                         Contains("ranks 0,1 answered a timeout probe, rank 2 (127.0.0.1:") &&
+                         Contains("did not within 200.0ms"));
+    CHECK(took < 5s);  // the 400 ms deadline, then at most the 200 ms grace (generous bound)
+  }
+  CHECK(comms[0]->broken());
+  CHECK(comms[1]->broken());
+}
+
 TEST_CASE("abort() from another thread ends a blocked call promptly; the peer gets a NetworkError") {
   HashStore store;
   auto comms = connect_all(store, 2, "abort");

@@ -62,7 +62,7 @@ void stop_one_rank_mid_all_reduce(int world, int stopped) {
     // Every survivor names the stopped rank as the one that did not answer,
     // and every other survivor as one that did.
     CHECK_THAT(out, Contains(verdict));
-    CHECK_THAT(out, Contains("stopped or hung"));
+    CHECK_THAT(out, Contains("did not within 1.00s: it is stopped, hung or unreachable"));
     auto later = find_int(out, "later_ms");
     REQUIRE(later.has_value());
     CHECK(*later < 1000);
