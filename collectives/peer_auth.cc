@@ -36,6 +36,8 @@ uint32_t get_u32(const uint8_t* p) {
 
 // The transcript both proofs cover: AUTH1 (both ranks, group, size, Nc)
 // followed by Na.
+static_assert(kAuth1Bytes == 56 && kAuth3Bytes == 32, "PeerAuthAcceptor's buffers");
+
 std::array<uint8_t, kAuth1Bytes + kNonceBytes> transcript(const uint8_t* auth1, const uint8_t* na) {
   std::array<uint8_t, kAuth1Bytes + kNonceBytes> t;
   std::memcpy(t.data(), auth1, kAuth1Bytes);
@@ -123,14 +125,75 @@ void authenticate_to_peer(int fd, const JobSecret& secret, const PeerIdentity& s
   send_exact(fd, proof.data(), proof.size(), deadline, who);
 }
 
+size_t PeerAuthAcceptor::wanted() const {
+  if (decided_) return 0;
+  return (answered_ ? kAuth3Bytes : kAuth1Bytes) - have_;
+}
+
+PeerAuthAcceptor::Step PeerAuthAcceptor::feed(std::span<const uint8_t> in) {
+  using S = Step::Status;
+  Step step;
+  if (decided_) {
+    step.status = rank_ >= 0 ? S::kDone : S::kRefuse;
+    if (rank_ < 0) step.error = "the handshake was already refused";
+    return step;
+  }
+  auto refuse = [&](std::string why) {
+    decided_ = true;
+    step.status = S::kRefuse;
+    step.error = std::move(why);
+    return step;
+  };
+  uint8_t* buf = answered_ ? auth3_ : auth1_;
+  const size_t n = std::min(in.size(), wanted());
+  if (n > 0) std::memcpy(buf + have_, in.data(), n);
+  have_ += n;
+  step.consumed = n;
+  // The magic decides as soon as it is in: an unauthenticated hello is
+  // shorter than AUTH1, and its sender waits for nothing.
+  if (!answered_ && have_ >= 4 && get_u32(auth1_) != kPeerAuthMagic) {
+    return refuse(get_u32(auth1_) == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
+                                                  "COLLIE_JOB_SECRET, this one does)"
+                                                : "it is not a collie peer (unexpected first bytes)");
+  }
+  if (wanted() > 0) return step;
+  have_ = 0;
+  if (!answered_) {
+    const uint32_t version = get_u32(auth1_ + 4);
+    const uint32_t group = get_u32(auth1_ + 8);
+    const int size = static_cast<int>(get_u32(auth1_ + 12));
+    const int rank = static_cast<int>(get_u32(auth1_ + 16));
+    const int target = static_cast<int>(get_u32(auth1_ + 20));
+    if (version != kPeerAuthVersion || group != self_.group || size != self_.size ||
+        target != self_.rank || rank <= self_.rank || rank >= self_.size) {
+      return refuse(str_cat("its introduction does not fit this rank (version ", version, ", group hash ",
+                            group, " vs ", self_.group, ", size ", size, " vs ", self_.size,
+                            ", from rank ", rank, " to rank ", target, ")"));
+    }
+    na_ = random_nonce();
+    const Sha256Digest proof = secret_.prove(kAcceptorLabel, transcript(auth1_, na_.data()));
+    step.reply.assign(na_.begin(), na_.end());
+    step.reply.insert(step.reply.end(), proof.begin(), proof.end());
+    step.status = S::kReply;
+    answered_ = true;
+    return step;
+  }
+  if (!secret_.verify(kConnectorLabel, transcript(auth1_, na_.data()), auth3_)) {
+    return refuse(str_cat("its proof is wrong: it claims rank ", get_u32(auth1_ + 16),
+                          " but does not hold this job's secret (another job, or a misconfigured rank)"));
+  }
+  decided_ = true;
+  rank_ = static_cast<int>(get_u32(auth1_ + 16));
+  step.status = S::kDone;
+  return step;
+}
+
 struct PeerGate::Pending {
+  Pending(int fd_, std::string remote_, const JobSecret& secret, const PeerIdentity& self)
+      : fd(fd_), remote(std::move(remote_)), acceptor(secret, self) {}
   int fd = -1;
   std::string remote;
-  uint8_t auth1[kAuth1Bytes];
-  size_t have = 0;  // bytes of the current message received
-  bool answered = false;  // AUTH2 sent; now reading AUTH3
-  Nonce na{};
-  uint8_t auth3[kAuth3Bytes];
+  PeerAuthAcceptor acceptor;
 };
 
 PeerGate::PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self)
@@ -159,9 +222,7 @@ void PeerGate::accept_new() {
       throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
                                  describe_fd_failure("accept()", errno, self_.size)));
     }
-    auto p = std::make_unique<Pending>();
-    p->fd = fd;
-    p->remote = remote_of(fd);
+    auto p = std::make_unique<Pending>(fd, remote_of(fd), secret_, self_);
     if (pending_.size() >= kMaxPending) {
       refuse(*p, str_cat("already ", kMaxPending, " connections waiting to authenticate"));
       continue;
@@ -171,60 +232,34 @@ void PeerGate::accept_new() {
 }
 
 bool PeerGate::advance(Pending& p) {
-  uint8_t* buf = p.answered ? p.auth3 : p.auth1;
-  const size_t want = p.answered ? kAuth3Bytes : kAuth1Bytes;
   // Exactly the handshake's bytes: the hello behind AUTH3 is the caller's.
-  const ssize_t r = ::recv(p.fd, buf + p.have, want - p.have, MSG_DONTWAIT);
+  uint8_t buf[kAuth1Bytes];
+  const ssize_t r = ::recv(p.fd, buf, p.acceptor.wanted(), MSG_DONTWAIT);
   if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
   if (r <= 0) {
     refuse(p, str_cat(r == 0 ? "it closed the connection" : std::strerror(errno),
-                      " before authenticating (", p.have, " bytes of ",
-                      p.answered ? "its proof" : "its introduction", " received)"));
+                      " before authenticating (", p.acceptor.have(), " bytes of ",
+                      p.acceptor.answered() ? "its proof" : "its introduction", " received)"));
     return false;
   }
-  p.have += static_cast<size_t>(r);
-  // The magic decides as soon as it is in: an unauthenticated hello is
-  // shorter than AUTH1, and its sender waits for nothing.
-  if (!p.answered && p.have >= 4 && get_u32(p.auth1) != kPeerAuthMagic) {
-    refuse(p, get_u32(p.auth1) == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
-                                               "COLLIE_JOB_SECRET, this one does)"
-                                             : "it is not a collie peer (unexpected first bytes)");
-    return false;
-  }
-  if (p.have < want) return false;
-  p.have = 0;
-  if (!p.answered) {
-    const uint32_t version = get_u32(p.auth1 + 4);
-    const uint32_t group = get_u32(p.auth1 + 8);
-    const int size = static_cast<int>(get_u32(p.auth1 + 12));
-    const int rank = static_cast<int>(get_u32(p.auth1 + 16));
-    const int target = static_cast<int>(get_u32(p.auth1 + 20));
-    if (version != kPeerAuthVersion || group != self_.group || size != self_.size ||
-        target != self_.rank || rank <= self_.rank || rank >= self_.size) {
-      refuse(p, str_cat("its introduction does not fit this rank (version ", version, ", group hash ",
-                        group, " vs ", self_.group, ", size ", size, " vs ", self_.size,
-                        ", from rank ", rank, " to rank ", target, ")"));
+  const PeerAuthAcceptor::Step step = p.acceptor.feed({buf, static_cast<size_t>(r)});
+  switch (step.status) {
+    case PeerAuthAcceptor::Step::Status::kRefuse:
+      refuse(p, step.error);
       return false;
-    }
-    p.na = random_nonce();
-    uint8_t auth2[kAuth2Bytes];
-    std::memcpy(auth2, p.na.data(), kNonceBytes);
-    const Sha256Digest proof = secret_.prove(kAcceptorLabel, transcript(p.auth1, p.na.data()));
-    std::memcpy(auth2 + kNonceBytes, proof.data(), proof.size());
-    // 64 bytes into a fresh socket's empty send buffer: all or an error.
-    if (::send(p.fd, auth2, sizeof auth2, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof auth2)) {
-      refuse(p, str_cat("sending our challenge failed: ", std::strerror(errno)));
+    case PeerAuthAcceptor::Step::Status::kReply:
+      // 64 bytes into a fresh socket's empty send buffer: all or an error.
+      if (::send(p.fd, step.reply.data(), step.reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+          static_cast<ssize_t>(step.reply.size())) {
+        refuse(p, str_cat("sending our challenge failed: ", std::strerror(errno)));
+      }
       return false;
-    }
-    p.answered = true;
-    return false;
+    case PeerAuthAcceptor::Step::Status::kNeedMore:
+      return false;
+    case PeerAuthAcceptor::Step::Status::kDone:
+      return true;
   }
-  if (!secret_.verify(kConnectorLabel, transcript(p.auth1, p.na.data()), p.auth3)) {
-    refuse(p, str_cat("its proof is wrong: it claims rank ", get_u32(p.auth1 + 16),
-                      " but does not hold this job's secret (another job, or a misconfigured rank)"));
-    return false;
-  }
-  return true;
+  return false;
 }
 
 std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
@@ -251,7 +286,7 @@ std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
         if (!fds[i].revents) continue;
         Pending& p = *pending_[i - 1];
         if (advance(p)) {
-          done = Admitted{p.fd, static_cast<int>(get_u32(p.auth1 + 16)), p.remote};
+          done = Admitted{p.fd, p.acceptor.rank(), p.remote};
           p.fd = -1;
         }
       }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,46 @@ struct PeerIdentity {
 // No-op without a secret.
 void authenticate_to_peer(int fd, const JobSecret& secret, const PeerIdentity& self, int peer,
                           const Deadline& deadline, const std::string& who);
+
+// The acceptor's reading of one connecting peer's bytes, without the
+// socket: PeerGate feeds it what recv() returned; the fuzzer
+// (test/fuzz/peer_auth_fuzz.cc) feeds it anything. It takes exactly the
+// handshake's bytes (AUTH1, then AUTH3) and no more: whatever follows is
+// the caller's (the hello).
+class PeerAuthAcceptor {
+ public:
+  struct Step {
+    enum class Status { kNeedMore, kReply, kDone, kRefuse };
+    Status status = Status::kNeedMore;
+    size_t consumed = 0;         // input bytes taken, at most wanted()
+    std::vector<uint8_t> reply;  // kReply: AUTH2, to send to the peer
+    std::string error;           // kRefuse: why, for the WARN line
+  };
+
+  // `secret` must be set; both must outlive the acceptor.
+  PeerAuthAcceptor(const JobSecret& secret, const PeerIdentity& self) : secret_(secret), self_(self) {}
+  // Bytes still missing from the message being read (0 once decided).
+  size_t wanted() const;
+  // Bytes of the message being read so far, and which message it is, for
+  // a refusal that says how far the peer got.
+  size_t have() const { return have_; }
+  bool answered() const { return answered_; }
+  // The rank the peer authenticated as (after kDone).
+  int rank() const { return rank_; }
+  Step feed(std::span<const uint8_t> in);
+
+ private:
+  static constexpr size_t kAuth1 = 56, kAuth3 = 32;
+  const JobSecret& secret_;
+  const PeerIdentity& self_;
+  uint8_t auth1_[kAuth1] = {};
+  uint8_t auth3_[kAuth3] = {};
+  size_t have_ = 0;        // bytes of the current message received
+  bool answered_ = false;  // AUTH2 produced; now reading AUTH3
+  bool decided_ = false;   // done or refused: takes nothing more
+  int rank_ = -1;
+  Nonce na_{};
+};
 
 // The acceptor's half: hands out authenticated connections from a listener.
 class PeerGate {
