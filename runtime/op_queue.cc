@@ -98,9 +98,12 @@ std::exception_ptr OpQueue::run_op(Op& op) {
     COLLIE_LOG(kError) << what_ << ": " << broken_by_ << " failed, the group is broken: "
                        << what_of(error);
   }
-  // Wakes the worker (ops may have queued behind an inline one) and shutdown.
-  cv_.notify_all();
-  if (queue_.empty()) idle_cv_.notify_all();
+  // Wakes the worker only when it has something to do: ops queued behind an
+  // inline one, or a shutdown. An unconditional notify costs a futex wake-up
+  // and a context switch of the idle worker on every blocking call, about
+  // half of a small all_reduce's latency on 2 cores (docs/performance.md).
+  if (!queue_.empty() || stopping_) cv_.notify_all();
+  if (queue_.empty() && stopping_) idle_cv_.notify_all();
   return error;
 }
 
