@@ -43,8 +43,12 @@ struct CommunicatorOptions {
   size_t segment_bytes = size_t{256} << 10;
   // kAuto all_reduce uses the small-message algorithm up to this many bytes.
   size_t small_message_bytes = size_t{32} << 10;
-  // How long a waiting call busy-polls its sockets before sleeping in poll().
+  // How long a waiting call busy-polls its sockets before sleeping in poll()
+  // (adaptive: spins that fail are backed off, see transport.h).
   std::chrono::microseconds spin = std::chrono::microseconds(50);
+  // The same when this host runs more ranks than it has cores: shorter, as
+  // the spinner may hold the core its peer needs.
+  std::chrono::microseconds oversubscribed_spin = std::chrono::microseconds(20);
   // SO_SNDBUF/SO_RCVBUF for the data connections; 0 keeps the kernel's.
   int socket_buffer_bytes = 4 << 20;
 };

@@ -55,12 +55,12 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   COLLIE_ARG_CHECK_LE(options.segment_bytes, size_t{1} << 30, "CommunicatorOptions::segment_bytes");
   if (size == 1) return std::make_unique<SocketCommunicator>(rank, size, "", nullptr, options);
   Mesh mesh = build_mesh(store, rank, size, options);
-  // Spinning only pays when every rank on this host has a core to spin on:
-  // oversubscribed (4 ranks on 2 cores) a spinning rank takes the core from
-  // the peer it waits for, which measured slower than sleeping at once.
+  // Oversubscribed (4 ranks on 2 cores) a spinning rank may hold the core of
+  // the peer it waits for, so it spins for a shorter time; the transport's
+  // back-off stops spins that keep failing either way.
   const int local = local_ranks(mesh);
   const int cores = available_cores();
-  const auto spin = local > cores ? std::chrono::microseconds(0) : options.spin;
+  const auto spin = local > cores ? options.oversubscribed_spin : options.spin;
   COLLIE_LOG(kDebug) << local << " ranks of " << size << " on this host with " << cores
                      << " cores: spinning " << spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),

@@ -112,7 +112,8 @@ bool Transport::progress_all() {
 
 void Transport::progress() {
   const uint64_t start = completed_;
-  auto spin_until = Clock::now() + spin_;
+  const auto spin = spin_for_this_wait();
+  auto spin_until = Clock::now() + spin;
   for (;;) {
     if (aborted_.load()) fail_aborted();
     const bool moved = progress_all();
@@ -123,18 +124,59 @@ void Transport::progress() {
     // ends at its deadline.
     const auto now = Clock::now();
     if (now >= deadline_->when()) fail_timeout();
-    if (completed_ != start) return;
+    if (completed_ != start) {
+      if (spin.count() > 0) spin_succeeded();
+      return;
+    }
     if (moved) {
-      spin_until = now + spin_;
+      spin_until = now + spin;
     } else if (now < spin_until) {
       // Spinning, but let another rank on this core run: on an
-      // oversubscribed machine it is the one we are waiting for.
+      // oversubscribed machine it is the one we are waiting for. A yield
+      // that comes back late gave the core to something that runs whole
+      // time slices (another program): spinning is hurting, stop it.
       sched_yield();
+      if (Clock::now() - now > kLongYield) {
+        spin_failed();
+        spin_until = now;
+      }
     } else {
+      if (spin.count() > 0) spin_failed();
       wait_for_io();
-      spin_until = Clock::now() + spin_;
+      spin_until = Clock::now() + spin;
     }
   }
+}
+
+// Adaptive spinning. A spin pays when the peer is running and answers
+// within microseconds. When it is not (descheduled behind another program,
+// or simply late) the spinner holds a core the peer may need, and its
+// sched_yield() hands a CPU-bound program a whole time slice: on a busy
+// 2-core machine that turned 25 us calls into 1-3 ms ones (docs/algorithms.md,
+// "Spinning"). So a spin that fails (ends in poll() anyway, or yields for
+// longer than kLongYield) makes the following waits sleep at once, 8 of them
+// after the first failure and twice as many after each further one, up to
+// 1024; a run of kSpinStreak successful spins halves that number again. A
+// quiet machine keeps spinning; a loaded one spins on one wait in a thousand.
+std::chrono::microseconds Transport::spin_for_this_wait() {
+  if (spin_.count() == 0) return spin_;
+  if (spin_skip_ > 0) {
+    --spin_skip_;
+    return std::chrono::microseconds(0);
+  }
+  return spin_;
+}
+
+void Transport::spin_failed() {
+  spin_streak_ = 0;
+  spin_skip_ = spin_backoff_;
+  spin_backoff_ = std::min<uint32_t>(spin_backoff_ * 2, kMaxSpinBackoff);
+}
+
+void Transport::spin_succeeded() {
+  if (++spin_streak_ < kSpinStreak) return;
+  spin_streak_ = 0;
+  spin_backoff_ = std::max<uint32_t>(spin_backoff_ / 2, kMinSpinBackoff);
 }
 
 void Transport::wait_all() {

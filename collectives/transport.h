@@ -7,7 +7,9 @@
 // Waiting: progress() first busy-polls its sockets for `spin` (a blocking
 // wake-up costs tens of microseconds, more than a small message's whole
 // round trip), yielding the CPU between polls so that oversubscribed ranks
-// still run, then sleeps in poll() until data, the deadline or abort().
+// still run, then sleeps in poll() until data, the deadline or abort(). A
+// spin that ends in poll() anyway makes the next waits sleep at once
+// (adaptive back-off, transport.cc), so a busy machine is not made worse.
 //
 // Failure: every error goes through fail(), which marks the transport broken,
 // sends an abort frame carrying the error text to every peer (finishing a
@@ -98,6 +100,16 @@ class Transport {
   const uint32_t group_;
   std::vector<std::unique_ptr<Connection>> connections_;
   const std::chrono::microseconds spin_;
+  // Adaptive spinning (progress()): waits left that sleep at once, and how
+  // many the next failed spin will skip.
+  static constexpr uint32_t kMinSpinBackoff = 8, kMaxSpinBackoff = 1024, kSpinStreak = 64;
+  static constexpr std::chrono::microseconds kLongYield{1000};
+  std::chrono::microseconds spin_for_this_wait();
+  void spin_failed();
+  void spin_succeeded();
+  uint32_t spin_skip_ = 0;
+  uint32_t spin_backoff_ = kMinSpinBackoff;
+  uint32_t spin_streak_ = 0;  // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
   // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
   // this call and is legitimately early (a later round, or the next call).

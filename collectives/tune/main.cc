@@ -170,7 +170,7 @@ int run_rank(const Args& a) {
   o.store_prefix = "tune";
   if (a.segment) o.segment_bytes = a.segment;
   if (a.small != SIZE_MAX) o.small_message_bytes = a.small;
-  if (a.spin_us >= 0) o.spin = std::chrono::microseconds(a.spin_us);
+  if (a.spin_us >= 0) o.spin = o.oversubscribed_spin = std::chrono::microseconds(a.spin_us);
   if (a.sockbuf >= 0) o.socket_buffer_bytes = a.sockbuf;
   auto comm = Communicator::connect(*store, a.rank, a.ranks, o);
   const int P = a.ranks;
