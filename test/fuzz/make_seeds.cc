@@ -1,12 +1,13 @@
 // Writes the seed corpora of the fuzz targets added with it (wire_header,
-// state_dict, idx, file_store_log) into <out>/<target>/: valid inputs made
-// with the real encoders where there is one (WireHeader::data/control,
-// serialize_state_dict), plus edge cases by hand. The committed corpus under
-// test/fuzz/corpus/ was produced by
-//   build/bin/fuzz_make_seeds test/fuzz/corpus
-// and then grew by the crash reproducers the fuzzers found (see
-// docs/reliability.md). Each input starts with the driver's mode bytes; see
+// state_dict, idx, file_store_log, peer_auth, store_auth) into
+// <out>/<target>/: valid inputs made with the real encoders where there is
+// one (WireHeader::data/control/make_probe, serialize_state_dict), plus edge
+// cases by hand. The committed corpus under test/fuzz/corpus/ was produced by
+//   build/bin/fuzz_make_seeds test/fuzz/corpus [target...]
+// (no target: all of them) and then grew by the crash reproducers and the
+// merged inputs of the fuzzers' runs (see docs/reliability.md). Each input starts with the driver's mode bytes; see
 // the layout comment at the top of each <target>_fuzz.cc.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "collectives/peer_auth.h"
 #include "collectives/wire.h"
 #include "nn/state_dict.h"
+#include "rendezvous/store_auth.h"
 
 namespace {
 
@@ -102,6 +105,11 @@ void wire_seeds() {
   bad_enums[30] = 99;   // op
   bad_enums[37] = 250;  // algorithm
   emit("wire_header", "bad_enums", cat({{0, 3}, bad_enums}));
+  // A timeout probe where data was expected, and behind a frame on a hang-up.
+  const Bytes probe = header_bytes(collie::WireHeader::make_probe(group, call(3, 1), collie::ProbeReason::kTimedOut));
+  emit("wire_header", "probe_where_data_expected", cat({{0, 3}, probe}));
+  emit("wire_header", "frame_probe_abort", cat({{2, 3}, data_frame(3, 1), probe, abort_frame(why, uint32_t(why.size()))}));
+  emit("wire_header", "hangup_probe_abort", cat({{1, 3}, probe, abort_frame(why, uint32_t(why.size()))}));
   Bytes bad_magic = data_frame(3, 1);
   bad_magic[0] ^= 0xff;
   emit("wire_header", "bad_magic", cat({{0, 3}, bad_magic}));
@@ -235,17 +243,100 @@ void file_store_log_seeds() {
   emit("file_store_log", "empty", {0, 0});
 }
 
+// ---- peer_auth: mode, bytes per recv, stream ------------------------------
+// The fuzz driver's identity: group_hash("fuzz/peer_auth"), size 4, rank 1.
+Bytes peer_auth1(uint32_t magic, uint32_t version, uint32_t size, uint32_t rank, uint32_t target) {
+  Bytes out;
+  for (uint32_t v : {magic, version, collie::group_hash("fuzz/peer_auth"), size, rank, target}) put<uint32_t>(out, v);
+  for (int i = 0; i < 32; ++i) out.push_back(static_cast<uint8_t>(i * 13 + 1));  // Nc
+  return out;
+}
+
+void peer_auth_seeds() {
+  const uint32_t magic = collie::kPeerAuthMagic, v = collie::kPeerAuthVersion;
+  const Bytes good = peer_auth1(magic, v, 4, 2, 1);
+  const Bytes wrong_proof(32, 0x5a);
+  // byte 0: bit 0 connector side, bit 1 honest proof, bit 2 repair AUTH1;
+  // byte 1: bytes per recv (0: all).
+  emit("peer_auth", "honest", cat({{2, 0}, good, Bytes{'h', 'e', 'l', 'l', 'o'}}));
+  emit("peer_auth", "honest_byte_by_byte", cat({{2, 1}, good}));
+  emit("peer_auth", "honest_rank3_cut7", cat({{2, 7}, peer_auth1(magic, v, 4, 3, 1)}));
+  emit("peer_auth", "wrong_proof", cat({{0, 0}, good, wrong_proof}));
+  emit("peer_auth", "wrong_proof_cut5", cat({{0, 5}, good, wrong_proof}));
+  emit("peer_auth", "auth1_only", cat({{0, 0}, good}));
+  emit("peer_auth", "auth1_cut", cat({{0, 3}, Bytes(good.begin(), good.begin() + 30)}));
+  emit("peer_auth", "lower_rank", cat({{2, 0}, peer_auth1(magic, v, 4, 0, 1)}));
+  emit("peer_auth", "own_rank", cat({{2, 0}, peer_auth1(magic, v, 4, 1, 1)}));
+  emit("peer_auth", "rank_past_size", cat({{2, 0}, peer_auth1(magic, v, 4, 4, 1)}));
+  emit("peer_auth", "other_size", cat({{2, 0}, peer_auth1(magic, v, 8, 2, 1)}));
+  emit("peer_auth", "other_target", cat({{2, 0}, peer_auth1(magic, v, 4, 2, 0)}));
+  emit("peer_auth", "version_2", cat({{2, 0}, peer_auth1(magic, 2, 4, 2, 1)}));
+  emit("peer_auth", "repaired_fields", cat({{6, 0}, peer_auth1(0, 0, 0, 2, 0)}));
+  emit("peer_auth", "repaired_wrong_proof", cat({{4, 0}, peer_auth1(0, 0, 0, 3, 0), wrong_proof}));
+  // An unauthenticated rank's hello (WireHeader magic first), and strangers.
+  Bytes hello;
+  put<uint32_t>(hello, collie::kWireMagic);
+  put<uint32_t>(hello, 2);
+  emit("peer_auth", "unauthenticated_hello", cat({{0, 0}, hello}));
+  emit("peer_auth", "http_get", cat({{0, 0}, Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'}}));
+  emit("peer_auth", "three_bytes", cat({{0, 0}, Bytes{0x31, 0x41, 0x4c}}));
+  emit("peer_auth", "empty", {0, 0});
+  // The connector's side: what the acceptor answers (64 bytes, or less).
+  Bytes answer;
+  for (int i = 0; i < 64; ++i) answer.push_back(static_cast<uint8_t>(i * 31 + 7));
+  emit("peer_auth", "connector_answer", cat({{1, 0}, answer}));
+  emit("peer_auth", "connector_answer_cut", cat({{1, 0}, Bytes(answer.begin(), answer.begin() + 40)}));
+  emit("peer_auth", "connector_nothing", {1, 0});
+}
+
+// ---- store_auth: mode, bytes per read, stream ------------------------------
+Bytes store_auth1() {
+  Bytes out{collie::kStoreAuthQuery};
+  put<uint32_t>(out, collie::kStoreAuthMagic);
+  for (int i = 0; i < 32; ++i) out.push_back(static_cast<uint8_t>(i * 17 + 3));  // Nc
+  return out;
+}
+
+void store_auth_seeds() {
+  const Bytes auth1 = store_auth1();
+  // A TCPStore request that may follow: torch 2.x's VALIDATE (0x00, magic).
+  Bytes validate{0x00};
+  put<uint32_t>(validate, 0x3C85F7CE);
+  // byte 0: bit 0 compatibility mode, bit 1 honest proof, bit 2 repair AUTH1;
+  // byte 1: bytes per read (0: all).
+  emit("store_auth", "honest", cat({{2, 0}, auth1, validate}));
+  emit("store_auth", "honest_byte_by_byte", cat({{2, 1}, auth1}));
+  emit("store_auth", "honest_compat_cut9", cat({{3, 9}, auth1, validate}));
+  emit("store_auth", "wrong_proof", cat({{0, 0}, auth1, Bytes(32, 0xa5)}));
+  emit("store_auth", "wrong_proof_cut4", cat({{0, 4}, auth1, Bytes(32, 0x11)}));
+  emit("store_auth", "auth1_only", cat({{0, 0}, auth1}));
+  emit("store_auth", "auth1_cut", cat({{0, 0}, Bytes(auth1.begin(), auth1.begin() + 20)}));
+  Bytes wrong_magic = auth1;
+  wrong_magic[2] ^= 0x40;
+  emit("store_auth", "wrong_magic", cat({{0, 0}, wrong_magic}));
+  emit("store_auth", "repaired_magic", cat({{6, 0}, wrong_magic}));
+  emit("store_auth", "torch2_validate", cat({{0, 0}, validate}));
+  emit("store_auth", "torch2_validate_compat", cat({{1, 0}, validate}));
+  emit("store_auth", "collie_dialect_probe", cat({{0, 0}, Bytes{0x04, 0, 0, 0, 0}}));
+  emit("store_auth", "torch113_set", cat({{1, 0}, Bytes{0x00, 3, 0, 0, 0, 0, 0, 0, 0, 'k', 'e', 'y'}}));
+  emit("store_auth", "stranger", cat({{0, 0}, Bytes{0xff, 0xfe}}));
+  emit("store_auth", "empty", {0, 0});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <corpus folder>\n", argv[0]);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <corpus folder> [target...]\n", argv[0]);
     return 2;
   }
   g_out = argv[1];
-  wire_seeds();
-  state_dict_seeds();
-  idx_seeds();
-  file_store_log_seeds();
+  const std::vector<std::string> only(argv + 2, argv + argc);
+  const std::pair<const char*, void (*)()> targets[] = {
+      {"wire_header", wire_seeds}, {"state_dict", state_dict_seeds}, {"idx", idx_seeds},
+      {"file_store_log", file_store_log_seeds}, {"peer_auth", peer_auth_seeds}, {"store_auth", store_auth_seeds}};
+  for (const auto& [name, make] : targets) {
+    if (only.empty() || std::find(only.begin(), only.end(), name) != only.end()) make();
+  }
   return 0;
 }
