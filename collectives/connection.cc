@@ -83,6 +83,28 @@ size_t Connection::take_from_stash(RecvOp& op) {
   return n;
 }
 
+ssize_t Connection::read_small_frame(RecvOp& op) {
+  // One read for header and payload; the payload is copied to the caller's
+  // buffer only if the header is the expected one. Anything read past a
+  // header that is not (an abort frame's text, another call's data) goes to
+  // the stash, where the rest of progress_recv() and read_abort_text() look
+  // first, exactly as if it were still in the socket.
+  uint8_t buf[kHeaderBytes + kBounceBytes];
+  const size_t total = kHeaderBytes + op.expected.payload_bytes;
+  const ssize_t r = ::read(fd_, buf, total);
+  if (r <= 0) return r;
+  const size_t n = static_cast<size_t>(r);
+  std::memcpy(&op.header, buf, std::min(n, kHeaderBytes));
+  if (n <= kHeaderBytes) return r;
+  if (std::memcmp(&op.header, &op.expected, kHeaderBytes) == 0) {
+    std::memcpy(op.data, buf + kHeaderBytes, n - kHeaderBytes);
+    return r;
+  }
+  stash_.assign(buf + kHeaderBytes, buf + n);  // the stash is empty when we read the socket
+  stash_pos_ = 0;
+  return static_cast<ssize_t>(kHeaderBytes);
+}
+
 long Connection::progress_recv(RecvProblem* problem, int* err) {
   long moved = 0;
   while (!recvs_.empty()) {
@@ -100,9 +122,12 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       // read straight into the caller's buffer (still zero-copy): reading
       // both with one readv would let another call's payload land in the
       // user's tensor before the mismatch is seen (issue 4/8: never mixed
-      // data). The price is one extra read() per message.
+      // data). The price is one extra read() per message, which small
+      // messages avoid by reading the whole frame into a bounce buffer.
       const ssize_t r =
-          op.got < kHeaderBytes
+          op.got == 0 && op.expected.payload_bytes <= kBounceBytes
+              ? read_small_frame(op)
+          : op.got < kHeaderBytes
               ? ::read(fd_, reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got)
               : ::read(fd_, op.data + (op.got - kHeaderBytes), total - op.got);
       if (r == 0) {

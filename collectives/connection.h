@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "collectives/wire.h"
 
 namespace collie {
@@ -95,6 +97,10 @@ class Connection {
     size_t got = 0;     // header bytes included
   };
   size_t take_from_stash(RecvOp& op);
+  // Frames with at most this much payload are read with one read() into a
+  // bounce buffer (header checked before the payload is copied out).
+  static constexpr size_t kBounceBytes = 4096;
+  ssize_t read_small_frame(RecvOp& op);
 
   int fd_;
   int peer_;
