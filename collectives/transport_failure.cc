@@ -228,7 +228,7 @@ std::chrono::milliseconds Transport::probe_grace() const {
 namespace {
 
 // What the probe learnt about one peer.
-enum class Answer { kSilent, kProbe, kAbort, kGoodbye, kGone, kGarbled };
+enum class Answer { kSilent, kProbe, kAbort, kGoodbye, kGone, kGarbled, kOtherCall };
 
 struct PeerWatch {
   Connection* c = nullptr;
@@ -239,6 +239,7 @@ struct PeerWatch {
   size_t head_got = 0;
   uint64_t skip = 0;       // payload bytes of a data frame still to discard
   Answer answer = Answer::kSilent;
+  WireHeader other_call;   // kOtherCall: the frame that came
 };
 
 // A finished connection: what the stash says it ended with.
@@ -276,20 +277,20 @@ void read_for_answer(PeerWatch& w, uint32_t group, std::vector<uint8_t>& scratch
               w.answer = Answer::kGarbled;
               return;
             }
-            if (c.finished()) {  // the rest is in the stash, past our reach
-              w.answer = Answer::kGone;
-              return;
-            }
-            w.skip = h.payload_bytes;  // a data frame of another call or round: skip it
-            w.raw = true;
-            break;
+            // A frame of another call where this call's data was expected:
+            // the peer was past (or behind) this call when it sent it. That
+            // is what to report; the stream is not walked further, since
+            // the bytes behind such a header may already be in the stash.
+            w.answer = Answer::kOtherCall;
+            w.other_call = h;
+            return;
           case RecvProblem::kAbort: w.answer = Answer::kAbort; return;
           case RecvProblem::kGoodbye: w.answer = Answer::kGoodbye; return;
           default: w.answer = Answer::kGone; return;
         }
       }
     }
-    if (!w.raw && c.finished()) {
+    if (c.finished()) {
       w.answer = from_stash(c);
       return;
     }
@@ -419,6 +420,10 @@ std::string Transport::probe_peers(const Connection* trigger) {
         break;
       case Answer::kGarbled:
         other.push_back(str_cat(w.c->name(), " sent bytes that are no frame of this group"));
+        break;
+      case Answer::kOtherCall:
+        other.push_back(str_cat(w.c->name(), " had sent a message of ", w.other_call.call().describe_with_seq(),
+                                " where this rank expected one of its op #", call_.seq));
         break;
     }
   }
