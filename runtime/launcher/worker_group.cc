@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kTick{100};               // wake-up for reaping and deadlines
+constexpr milliseconds kDyingGrace{1000};        // how long a dying worker may take to exit
 constexpr milliseconds kRemoteCheckInterval{200};
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kStderrTailLines = 12;
@@ -204,6 +205,24 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         const bool by_signal = slot.proc->exit_info().signal != 0;
         if (root < 0 || (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
           root = static_cast<int>(i);
+      }
+    }
+    // A worker that exited with an error because a peer's connection closed
+    // can be seen exiting before that peer, killed by a signal, is: a
+    // process closes its sockets during its exit, before the exit is
+    // reported. So before blaming an error exit, wait briefly for any worker
+    // that is dying already (not by our hand) and prefer it if a signal
+    // killed it. Bounded: a dying process is gone in milliseconds.
+    if (root >= 0 && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        Slot& slot = slots[i];
+        if (slot.recorded || slot.signalled || !slot.proc->dying()) continue;
+        if (!slot.proc->wait_exit(kDyingGrace)) continue;
+        slot.recorded = true;
+        if (slot.proc->exit_info().signal != 0) {
+          root = static_cast<int>(i);
+          break;
+        }
       }
     }
     if (root >= 0) {

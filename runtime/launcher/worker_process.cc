@@ -1,16 +1,20 @@
 #include "runtime/launcher/worker_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -157,6 +161,44 @@ bool WorkerProcess::poll_exit() {
   if (info.si_code == CLD_EXITED) exit_.exit_code = info.si_status;
   else exit_.signal = info.si_status;
   return true;
+}
+
+bool WorkerProcess::dying() const {
+  if (exited_ || pid_ <= 0) return false;
+  // /proc/<pid>/stat: "pid (comm) state ppid ... flags" with flags the 9th
+  // field; comm may hold spaces and parentheses, so count from the last ')'.
+  std::ifstream stat_file(str_cat("/proc/", pid_, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren != std::string::npos) {
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string field;
+    unsigned long flags = 0;
+    for (int i = 3; i <= 9 && fields >> field; ++i) {
+      if (i == 9) flags = std::strtoul(field.c_str(), nullptr, 10);
+    }
+    constexpr unsigned long kPfExiting = 0x4;
+    if (flags & kPfExiting) return true;
+  }
+  std::ifstream status(str_cat("/proc/", pid_, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigPnd:", 0) != 0 && line.rfind("ShdPnd:", 0) != 0) continue;
+    const unsigned long long pending = std::strtoull(line.c_str() + 7, nullptr, 16);
+    if (pending & (1ULL << (SIGKILL - 1))) return true;
+  }
+  return false;
+}
+
+bool WorkerProcess::wait_exit(std::chrono::milliseconds limit) {
+  if (poll_exit()) return true;
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd < 0) return poll_exit();
+  pollfd p{pidfd, POLLIN, 0};
+  int r;
+  while ((r = ::poll(&p, 1, static_cast<int>(limit.count()))) < 0 && errno == EINTR) {
+  }
+  ::close(pidfd);
+  return poll_exit();
 }
 
 void WorkerProcess::reap() {

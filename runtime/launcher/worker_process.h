@@ -46,6 +46,13 @@ class WorkerProcess {
   // zombie until reap(): while it is one its pid, and so its process group
   // id, cannot be reused, and signal_group() can never hit a stranger.
   bool poll_exit();
+  // Whether the worker, not exited yet, is already dying: its exit is under
+  // way (the kernel's PF_EXITING) or a SIGKILL is pending. A process closes
+  // its sockets during its exit, before its parent can see the exit, so a
+  // peer that lost its connection may exit first; see WorkerGroup.
+  bool dying() const;
+  // Waits up to `limit` for the worker to exit; true if it has.
+  bool wait_exit(std::chrono::milliseconds limit);
   // Collects the exited worker (after the last signal_group()).
   void reap();
   bool exited() const { return exited_; }
