@@ -141,7 +141,9 @@ void Transport::progress() {
         spin_until = now;
       }
     } else {
-      if (spin.count() > 0) spin_failed();
+      // A spin that simply ran out (the peer is late: it computes, or waits
+      // for someone else) is not held against spinning; only a yield that
+      // came back late is (above).
       wait_for_io();
       spin_until = Clock::now() + spin;
     }
@@ -149,15 +151,17 @@ void Transport::progress() {
 }
 
 // Adaptive spinning. A spin pays when the peer is running and answers
-// within microseconds. When it is not (descheduled behind another program,
-// or simply late) the spinner holds a core the peer may need, and its
-// sched_yield() hands a CPU-bound program a whole time slice: on a busy
-// 2-core machine that turned 25 us calls into 1-3 ms ones (docs/algorithms.md,
-// "Spinning"). So a spin that fails (ends in poll() anyway, or yields for
-// longer than kLongYield) makes the following waits sleep at once, 8 of them
-// after the first failure and twice as many after each further one, up to
-// 1024; a run of kSpinStreak successful spins halves that number again. A
-// quiet machine keeps spinning; a loaded one spins on one wait in a thousand.
+// within microseconds. When the core is shared with another program, the
+// spinner's sched_yield() hands that program a whole time slice while the
+// spinner's peer may be waiting behind yet another program on the other
+// core: on a busy 2-core machine a fixed spin turned 25 us calls into 1-3 ms
+// ones (docs/algorithms.md, "Spinning"). So a yield that returns later than
+// kLongYield makes the following waits sleep at once: 8 of them after the
+// first such yield and twice as many after each further one, up to 1024; a
+// run of kSpinStreak waits completed while spinning halves that number
+// again. A spin that merely runs out (the peer is late) changes nothing: it
+// wastes at most `spin` of CPU and never a time slice. A quiet machine keeps
+// spinning; a loaded one spins on one wait in a thousand.
 std::chrono::microseconds Transport::spin_for_this_wait() {
   if (spin_.count() == 0) return spin_;
   if (spin_skip_ > 0) {

@@ -8,8 +8,9 @@
 // wake-up costs tens of microseconds, more than a small message's whole
 // round trip), yielding the CPU between polls so that oversubscribed ranks
 // still run, then sleeps in poll() until data, the deadline or abort(). A
-// spin that ends in poll() anyway makes the next waits sleep at once
-// (adaptive back-off, transport.cc), so a busy machine is not made worse.
+// yield that gives the core away for long (to another program) makes the
+// next waits sleep at once (adaptive back-off, transport.cc), so a busy
+// machine is not made worse.
 //
 // Failure: every error goes through fail(), which marks the transport broken,
 // sends an abort frame carrying the error text to every peer (finishing a
