@@ -60,9 +60,28 @@ summarize_reports() {  # <log dir>
   return $found
 }
 
+# Every Catch2 test executable that was built must list its tests under the
+# sanitizer: one that crashes while listing (as all did under TSan while the
+# AVX2 ifunc resolvers ran before the TSan runtime) registers no tests with
+# ctest, and the run would pass without running them.
+check_discovery() {  # <build dir>
+  local dir=$1 bad=0 exe n
+  for exe in "$ROOT/$dir"/bin/test_*; do
+    [[ -x $exe ]] || continue
+    case $(basename "$exe") in test_gpu_*) continue ;; esac
+    if ! n=$("$exe" --list-test-names-only 2>/dev/null | grep -c .); then n=0; fi
+    if [[ $n -eq 0 ]]; then
+      echo "== $(basename "$exe") lists no tests under the sanitizer (crashed at start?)"
+      bad=1
+    fi
+  done
+  return $bad
+}
+
 run_tests() {  # <build dir> <report name> [ctest args...]
   local dir=$1 name=$2
   shift 2
+  check_discovery "$dir" || return 1
   local logs="$ROOT/$dir/sanitizer-logs"
   rm -rf "$logs"
   mkdir -p "$logs"
