@@ -81,6 +81,10 @@ void report_first_wrong(size_t index, double got, double want) {
   std::fprintf(stderr, "collie-bench: rank %d: element %zu is %g, expected %g\n", log_rank(), index, got, want);
 }
 
-void HostBuffer::zero() { std::memset(bytes_.data(), 0, bytes_.size()); }
+void HostBuffer::zero() {
+  // An empty vector's data() may be null, and memset(nullptr, 0, 0) is
+  // undefined (UBSan reported it for the 0-byte sizes).
+  if (!bytes_.empty()) std::memset(bytes_.data(), 0, bytes_.size());
+}
 
 }  // namespace collie::bench

@@ -93,7 +93,16 @@ COLLIE_TEST_CHILD(soak_rank) {
   std::printf("rank %d ops=%lld rss_kb %lld -> %lld fds %d -> %d\n", rank, static_cast<long long>(total_ops),
               static_cast<long long>(first.rss_kb), static_cast<long long>(last.rss_kb), first.fds, last.fds);
   COLLIE_CHECK(last.fds <= first.fds, "rank ", rank, ": open descriptors grew from ", first.fds, " to ", last.fds);
-  COLLIE_CHECK(last.rss_kb <= first.rss_kb + 16 * 1024, "rank ", rank, ": resident memory grew from ",
+#if defined(__SANITIZE_ADDRESS__)
+  // Under AddressSanitizer freed blocks wait in its quarantine (256 MiB by
+  // default) instead of being reused, so resident memory grows without a
+  // leak (measured: +27 MiB over this run); LeakSanitizer checks for leaks
+  // at exit instead.
+  constexpr long long kRssSlackKb = 512 * 1024;
+#else
+  constexpr long long kRssSlackKb = 16 * 1024;
+#endif
+  COLLIE_CHECK(last.rss_kb <= first.rss_kb + kRssSlackKb, "rank ", rank, ": resident memory grew from ",
                first.rss_kb, " KiB to ", last.rss_kb, " KiB");
   barrier();
   destroy_process_group();
