@@ -114,7 +114,7 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
   timed_run(ns, "clean veth (baseline)", kIters, kCount);
 
   SECTION("10% of b's incoming packets dropped (nftables numgen random)") {
-    for (const std::string& step :
+    for (const char* step :
          {"nft add table inet collie_faults",
           "nft add chain inet collie_faults in '{ type filter hook input priority 0; }'",
           "nft add rule inet collie_faults in numgen random mod 100 '<' 10 counter drop"}) {
