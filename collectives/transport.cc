@@ -156,31 +156,29 @@ void Transport::progress() {
 // spinner's peer may be waiting behind yet another program on the other
 // core: on a busy 2-core machine a fixed spin turned 25 us calls into 1-3 ms
 // ones (docs/algorithms.md, "Spinning"). So a yield that returns later than
-// kLongYield makes the following waits sleep at once: 8 of them after the
-// first such yield and twice as many after each further one, up to 1024; a
-// run of kSpinStreak waits completed while spinning halves that number
-// again. A spin that merely runs out (the peer is late) changes nothing: it
-// wastes at most `spin` of CPU and never a time slice. A quiet machine keeps
-// spinning; a loaded one spins on one wait in a thousand.
+// kLongYield stops spinning for a while: 2 ms after the first such yield,
+// twice as long after each further one, up to 1 s; a run of kSpinStreak
+// waits completed while spinning halves the pause again. A spin that merely
+// runs out (the peer is late) changes nothing: it wastes at most `spin` of
+// CPU and never a time slice. Pauses are timed, not counted in waits, so a
+// hiccup at start-up (ranks still arriving) costs milliseconds of not
+// spinning, not the next thousand calls; a loaded machine risks one late
+// yield a second.
 std::chrono::microseconds Transport::spin_for_this_wait() {
-  if (spin_.count() == 0) return spin_;
-  if (spin_skip_ > 0) {
-    --spin_skip_;
-    return std::chrono::microseconds(0);
-  }
+  if (spin_.count() == 0 || Clock::now() < spin_quiet_until_) return std::chrono::microseconds(0);
   return spin_;
 }
 
 void Transport::spin_failed() {
   spin_streak_ = 0;
-  spin_skip_ = spin_backoff_;
-  spin_backoff_ = std::min<uint32_t>(spin_backoff_ * 2, kMaxSpinBackoff);
+  spin_quiet_until_ = Clock::now() + spin_penalty_;
+  spin_penalty_ = std::min(spin_penalty_ * 2, kMaxSpinPenalty);
 }
 
 void Transport::spin_succeeded() {
   if (++spin_streak_ < kSpinStreak) return;
   spin_streak_ = 0;
-  spin_backoff_ = std::max<uint32_t>(spin_backoff_ / 2, kMinSpinBackoff);
+  spin_penalty_ = std::max(spin_penalty_ / 2, kMinSpinPenalty);
 }
 
 void Transport::wait_all() {

@@ -101,15 +101,16 @@ class Transport {
   const uint32_t group_;
   std::vector<std::unique_ptr<Connection>> connections_;
   const std::chrono::microseconds spin_;
-  // Adaptive spinning (progress()): waits left that sleep at once, and how
-  // many the next failed spin will skip.
-  static constexpr uint32_t kMinSpinBackoff = 8, kMaxSpinBackoff = 1024, kSpinStreak = 64;
+  // Adaptive spinning (progress()): no spin before spin_quiet_until_; the
+  // pause after the next late yield, doubling up to kMaxSpinPenalty.
+  static constexpr uint32_t kSpinStreak = 64;
   static constexpr std::chrono::microseconds kLongYield{1000};
+  static constexpr std::chrono::milliseconds kMinSpinPenalty{2}, kMaxSpinPenalty{1000};
   std::chrono::microseconds spin_for_this_wait();
   void spin_failed();
   void spin_succeeded();
-  uint32_t spin_skip_ = 0;
-  uint32_t spin_backoff_ = kMinSpinBackoff;
+  Clock::time_point spin_quiet_until_{};
+  std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
   uint32_t spin_streak_ = 0;  // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
   // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
