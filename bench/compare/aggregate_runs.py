@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Medians over several run_compare.sh runs.
+
+One run of run_compare.sh on a small shared VM is one noisy sample: the same
+size can differ 2-3x between two runs a minute apart, and T (one loopback
+stream, the yardstick of the busbw goal) moved between 3.2 and 5.3 GB/s in
+six back-to-back runs. This reads the results.md of each run directory and
+prints, per world size and message size, the median (min-max) time of each
+library, collie's busbw / (T/N) with T from the same run, and in how many
+runs collie was the fastest of all.
+
+    for i in 1 2 3 4 5 6; do bench/compare/run_compare.sh build out/run$i; done
+    bench/compare/aggregate_runs.py out/run*
+"""
+import re
+import statistics
+import sys
+
+PEERS = ["collie", "Gloo", "Open MPI", "torch gloo"]
+
+
+def parse(path):
+    text = open(f"{path}/results.md").read()
+    t = float(re.search(r"= ([\d.]+) GB/s, memcpy", text).group(1))
+    rows = {}  # (N, size) -> [(us, busbw) per peer]
+    sizes = []
+    for block in re.split(r"^#+ N = ", text, flags=re.M)[1:]:
+        n = int(block.split()[0])
+        for line in block.splitlines():
+            if not line.startswith("| ") or line.startswith("| size"):
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            size = cells[0]
+            if (n, size) not in rows and size not in sizes:
+                sizes.append(size)
+            rows[(n, size)] = [tuple(float(x) for x in c.split("/")) for c in cells[1:1 + len(PEERS)]]
+    return t, rows, sizes
+
+
+def span(values, fmt):
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def main(dirs):
+    if not dirs:
+        sys.exit(__doc__)
+    runs = [parse(d) for d in dirs]
+    worlds = sorted({n for _, rows, _ in runs for (n, _) in rows})
+    sizes = runs[0][2]
+    print("T per run (GB/s): " + ", ".join(f"{t:.2f}" for t, _, _ in runs))
+    for n in worlds:
+        print(f"\n#### N = {n}: median (min-max) over {len(runs)} runs\n")
+        print("| size | " + " | ".join(f"{p} us" for p in PEERS) +
+              " | collie busbw / (T/N) | collie fastest |")
+        print("|---" * (len(PEERS) + 3) + "|")
+        for size in sizes:
+            present = [(t, rows[(n, size)]) for t, rows, _ in runs if (n, size) in rows]
+            if not present:
+                continue
+            cells = [size]
+            for i in range(len(PEERS)):
+                cells.append(span([row[i][0] for _, row in present], "{:.1f}"))
+            ratios = [row[0][1] / (t / n) for t, row in present]
+            cells.append(span(ratios, "{:.2f}") if size.endswith("MiB") else "")
+            wins = sum(1 for _, row in present if all(row[0][0] <= row[i][0] for i in range(1, len(PEERS))))
+            cells.append(f"{wins}/{len(present)}")
+            print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
