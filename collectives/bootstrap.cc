@@ -20,6 +20,7 @@
 
 #include "collectives/peer_auth.h"
 #include "collectives/wire.h"
+#include "rendezvous/tcp_store_socket.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
@@ -88,50 +89,20 @@ void set_data_options(int fd, const std::string& who) {
   }
 }
 
-// Waits for `events` on fd, up to the deadline; false on timeout.
-bool wait_fd(int fd, short events, const Deadline& deadline) {
-  for (;;) {
-    const auto left = deadline.remaining();
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count() + 1, 60'000)));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return true;  // let the following call report it
-    if (deadline.expired()) return false;
-  }
-}
-
 void write_all(int fd, const void* data, size_t n, const Deadline& deadline, const std::string& who) {
-  auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd, POLLOUT, deadline)) {
-        throw TimeoutError(str_cat("sending the hello to ", who, " timed out ", deadline.describe()));
-      }
-    } else {
-      throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(errno)));
-    }
-  }
+  const IoResult r = send_all(fd, data, n, deadline.when());
+  if (r.kind == IoResult::Kind::kTimeout)
+    throw TimeoutError(str_cat("sending the hello to ", who, " timed out ", deadline.describe()));
+  if (!r.ok()) throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(r.error)));
 }
 
 void read_all(int fd, void* data, size_t n, const Deadline& deadline, const std::string& who) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd, POLLIN, deadline)) {
-        throw TimeoutError(str_cat("reading the hello from ", who, " timed out ", deadline.describe()));
-      }
-    } else {
-      throw NetworkError(str_cat("reading the hello from ", who, " failed: ",
-                                 r == 0 ? "connection closed" : std::strerror(errno)));
-    }
+  const IoResult r = recv_exact(fd, data, n, deadline.when());
+  if (r.kind == IoResult::Kind::kTimeout)
+    throw TimeoutError(str_cat("reading the hello from ", who, " timed out ", deadline.describe()));
+  if (!r.ok()) {
+    throw NetworkError(str_cat("reading the hello from ", who, " failed: ",
+                               r.error == 0 ? "connection closed" : std::strerror(r.error)));
   }
 }
 
@@ -165,7 +136,8 @@ Fd connect_to(const std::function<std::string()>& read_address, int rank, int si
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
       err = errno;
       if (err == EINPROGRESS) {
-        if (!wait_fd(fd.get(), POLLOUT, deadline)) {
+        // A poll error falls through: SO_ERROR below reports it.
+        if (wait_socket(fd.get(), POLLOUT, deadline.when()).kind == IoResult::Kind::kTimeout) {
           throw TimeoutError(str_cat("connecting to rank ", peer, " at ", address, " timed out ",
                                      deadline.describe()));
         }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "collectives/bootstrap.h"
+#include "rendezvous/tcp_store_socket.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -45,46 +46,22 @@ std::array<uint8_t, kAuth1Bytes + kNonceBytes> transcript(const uint8_t* auth1, 
   return t;
 }
 
-bool wait_fd(int fd, short events, const Deadline& deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000)));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) return true;
-    if (deadline.expired()) return false;
-  }
-}
-
 void send_exact(int fd, const uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
-  while (n > 0) {
-    const ssize_t r = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd, POLLOUT, deadline))
-        throw TimeoutError(str_cat("authenticating to ", who, " timed out ", deadline.describe()));
-    } else {
-      throw NetworkError(str_cat("authenticating to ", who, ": send failed: ", std::strerror(errno)));
-    }
-  }
+  const IoResult r = send_all(fd, p, n, deadline.when());
+  if (r.kind == IoResult::Kind::kTimeout)
+    throw TimeoutError(str_cat("authenticating to ", who, " timed out ", deadline.describe()));
+  if (!r.ok()) throw NetworkError(str_cat("authenticating to ", who, ": send failed: ", std::strerror(r.error)));
 }
 
 void recv_exact(int fd, uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-    } else if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!wait_fd(fd, POLLIN, deadline))
-        throw TimeoutError(str_cat("authenticating to ", who, ": no answer ", deadline.describe()));
-    } else {
-      throw NetworkError(str_cat(
-          "authenticating to ", who, ": ",
-          r == 0 ? "it closed the connection (it has no COLLIE_JOB_SECRET, or refused us)"
-                 : std::strerror(errno)));
-    }
+  const IoResult r = collie::recv_exact(fd, p, n, deadline.when());
+  if (r.kind == IoResult::Kind::kTimeout)
+    throw TimeoutError(str_cat("authenticating to ", who, ": no answer ", deadline.describe()));
+  if (!r.ok()) {
+    throw NetworkError(str_cat(
+        "authenticating to ", who, ": ",
+        r.error == 0 ? "it closed the connection (it has no COLLIE_JOB_SECRET, or refused us)"
+                     : std::strerror(r.error)));
   }
 }
 

@@ -77,7 +77,7 @@ IoResult StoreSocket::connect(const std::string& host, uint16_t port, Clock::tim
         last = io_error(errno);
         continue;
       }
-      last = s.wait(POLLOUT, until);
+      last = wait_socket(fd, POLLOUT, until);
       if (!last.ok()) continue;
       int err = 0;
       socklen_t len = sizeof(err);
@@ -97,9 +97,9 @@ IoResult StoreSocket::connect(const std::string& host, uint16_t port, Clock::tim
   return last;
 }
 
-IoResult StoreSocket::wait(short events, Clock::time_point until) {
+IoResult wait_socket(int fd, short events, Clock::time_point until) {
   for (;;) {
-    pollfd p{fd_, events, 0};
+    pollfd p{fd, events, 0};
     int rc = ::poll(&p, 1, poll_timeout_ms(until));
     if (rc > 0) return {};
     if (rc < 0 && errno != EINTR) return io_error(errno);
@@ -107,10 +107,10 @@ IoResult StoreSocket::wait(short events, Clock::time_point until) {
   }
 }
 
-IoResult StoreSocket::send_all(const void* data, size_t n, Clock::time_point until) {
+IoResult send_all(int fd, const void* data, size_t n, Clock::time_point until) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    ssize_t sent = ::send(fd_, p, n, MSG_NOSIGNAL);
+    ssize_t sent = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent > 0) {
       p += sent;
       n -= static_cast<size_t>(sent);
@@ -118,7 +118,7 @@ IoResult StoreSocket::send_all(const void* data, size_t n, Clock::time_point unt
     }
     if (sent < 0 && errno == EINTR) continue;
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (IoResult r = wait(POLLOUT, until); !r.ok()) return r;
+      if (IoResult r = wait_socket(fd, POLLOUT, until); !r.ok()) return r;
       continue;
     }
     if (sent < 0 && (errno == EPIPE || errno == ECONNRESET)) return {IoResult::Kind::kClosed, errno};
@@ -127,10 +127,10 @@ IoResult StoreSocket::send_all(const void* data, size_t n, Clock::time_point unt
   return {};
 }
 
-IoResult StoreSocket::recv_exact(void* data, size_t n, Clock::time_point until) {
+IoResult recv_exact(int fd, void* data, size_t n, Clock::time_point until) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    ssize_t got = ::recv(fd_, p, n, 0);
+    ssize_t got = ::recv(fd, p, n, MSG_DONTWAIT);
     if (got > 0) {
       p += got;
       n -= static_cast<size_t>(got);
@@ -139,13 +139,21 @@ IoResult StoreSocket::recv_exact(void* data, size_t n, Clock::time_point until) 
     if (got == 0) return {IoResult::Kind::kClosed, 0};
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (IoResult r = wait(POLLIN, until); !r.ok()) return r;
+      if (IoResult r = wait_socket(fd, POLLIN, until); !r.ok()) return r;
       continue;
     }
     if (errno == ECONNRESET) return {IoResult::Kind::kClosed, errno};
     return io_error(errno);
   }
   return {};
+}
+
+IoResult StoreSocket::send_all(const void* data, size_t n, Clock::time_point until) {
+  return collie::send_all(fd_, data, n, until);
+}
+
+IoResult StoreSocket::recv_exact(void* data, size_t n, Clock::time_point until) {
+  return collie::recv_exact(fd_, data, n, until);
 }
 
 }  // namespace collie

@@ -21,6 +21,13 @@ struct IoResult {
   std::string describe() const;
 };
 
+// Deadline-bounded I/O on any connected socket, blocking or not: the
+// store's, and the data connections' hello and handshake (collectives/).
+// kClosed carries the errno of a reset (0 for an orderly close).
+IoResult wait_socket(int fd, short events, Clock::time_point until);
+IoResult send_all(int fd, const void* data, size_t n, Clock::time_point until);
+IoResult recv_exact(int fd, void* data, size_t n, Clock::time_point until);
+
 class StoreSocket {
  public:
   StoreSocket() = default;
@@ -43,8 +50,6 @@ class StoreSocket {
 
  private:
   explicit StoreSocket(int fd) : fd_(fd) {}
-  // Waits until the socket is readable/writable or `until` passes.
-  IoResult wait(short events, Clock::time_point until);
 
   int fd_ = -1;
 };
