@@ -5,6 +5,7 @@
 // throw are caught by each driver; anything else escapes and is a crash too.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -18,6 +19,14 @@ namespace collie::fuzz {
 
 inline void check(bool ok, const char* target, const std::string& what) {
   if (!ok) broken(target, what);
+}
+
+// The handshakes' little-endian 32-bit fields.
+inline uint32_t u32(const uint8_t* p) {
+  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+inline void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
 
 }  // namespace collie::fuzz

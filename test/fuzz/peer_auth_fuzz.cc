@@ -39,6 +39,8 @@ namespace {
 
 using collie::PeerAuthAcceptor;
 using collie::fuzz::check;
+using collie::fuzz::put_u32;
+using collie::fuzz::u32;
 using Status = PeerAuthAcceptor::Step::Status;
 
 constexpr const char* kTarget = "peer_auth_fuzz";
@@ -55,12 +57,6 @@ const collie::PeerIdentity& self() {
   return id;
 }
 
-uint32_t u32(const uint8_t* p) {
-  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
-}
-void put_u32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
 
 std::vector<uint8_t> join(const std::vector<uint8_t>& a, const uint8_t* b, size_t n) {
   std::vector<uint8_t> t = a;

@@ -33,6 +33,7 @@ namespace {
 
 using collie::StoreAuthGate;
 using collie::fuzz::check;
+using collie::fuzz::u32;
 using Status = StoreAuthGate::Step::Status;
 
 constexpr const char* kTarget = "store_auth_fuzz";
@@ -44,9 +45,6 @@ const collie::JobSecret& secret() {
   return s;
 }
 
-uint32_t u32(const uint8_t* p) {
-  return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
-}
 
 struct Outcome {
   std::vector<Status> statuses;  // every status but kNeedMore, in order
