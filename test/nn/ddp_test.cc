@@ -17,6 +17,7 @@
 #include "runtime/base/str_cat.h"
 #include "runtime/distributed.h"
 #include "test/support/child.h"
+#include "test/support/nn_examples.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -35,14 +36,7 @@ constexpr int kMicroBatches = 3;      // for the no_sync scenario
 
 // Examples [begin, begin + count) of an endless deterministic dataset.
 void make_examples(int64_t begin, int64_t count, Tensor& x, std::vector<int64_t>& labels) {
-  const int64_t features = kSizes.front();
-  x.resize({count, features});
-  labels.resize(count);
-  for (int64_t e = 0; e < count; ++e) {
-    Generator g(1000 + begin + e);
-    for (int64_t f = 0; f < features; ++f) x[e * features + f] = g.uniform(-1.0f, 1.0f);
-    labels[e] = (begin + e) % kSizes.back();
-  }
+  test::make_examples(begin, count, kSizes.front(), kSizes.back(), x, labels);
 }
 
 Sequential make_model(uint64_t seed, std::vector<int64_t> sizes = kSizes) {

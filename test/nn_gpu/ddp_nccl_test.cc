@@ -31,6 +31,7 @@
 #include "runtime/base/error.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/nccl/nccl_process_group.h"
+#include "test/support/nn_examples.h"
 
 using namespace collie;
 using namespace collie::nn;
@@ -51,14 +52,7 @@ Sequential make_model(uint64_t seed) { return make_mlp<float>({.sizes = kSizes, 
 
 // Examples [begin, begin + count) of an endless deterministic dataset.
 void make_examples(int64_t begin, int64_t count, Tensor& x, std::vector<int64_t>& labels) {
-  const int64_t features = kSizes.front();
-  x.resize({count, features});
-  labels.resize(count);
-  for (int64_t e = 0; e < count; ++e) {
-    Generator g(1000 + begin + e);
-    for (int64_t f = 0; f < features; ++f) x[e * features + f] = g.uniform(-1.0f, 1.0f);
-    labels[e] = (begin + e) % kSizes.back();
-  }
+  test::make_examples(begin, count, kSizes.front(), kSizes.back(), x, labels);
 }
 
 std::vector<float> host_parameters(const nn::cuda::CudaMlp& gpu) {
