@@ -112,8 +112,9 @@ bool Transport::progress_all() {
 
 void Transport::progress() {
   const uint64_t start = completed_;
-  const auto spin = spin_for_this_wait();
-  auto spin_until = Clock::now() + spin;
+  const auto entered = Clock::now();
+  const auto spin = spin_for_this_wait(entered);
+  auto spin_until = entered + spin;
   for (;;) {
     if (aborted_.load()) fail_aborted();
     const bool moved = progress_all();
@@ -164,8 +165,8 @@ void Transport::progress() {
 // hiccup at start-up (ranks still arriving) costs milliseconds of not
 // spinning, not the next thousand calls; a loaded machine risks one late
 // yield a second.
-std::chrono::microseconds Transport::spin_for_this_wait() {
-  if (spin_.count() == 0 || Clock::now() < spin_quiet_until_) return std::chrono::microseconds(0);
+std::chrono::microseconds Transport::spin_for_this_wait(Clock::time_point now) const {
+  if (spin_.count() == 0 || now < spin_quiet_until_) return std::chrono::microseconds(0);
   return spin_;
 }
 

@@ -106,7 +106,7 @@ class Transport {
   static constexpr uint32_t kSpinStreak = 64;
   static constexpr std::chrono::microseconds kLongYield{1000};
   static constexpr std::chrono::milliseconds kMinSpinPenalty{2}, kMaxSpinPenalty{1000};
-  std::chrono::microseconds spin_for_this_wait();
+  std::chrono::microseconds spin_for_this_wait(Clock::time_point now) const;
   void spin_failed();
   void spin_succeeded();
   Clock::time_point spin_quiet_until_{};
