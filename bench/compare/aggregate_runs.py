@@ -31,7 +31,7 @@ def parse(path):
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             size = cells[0]
-            if (n, size) not in rows and size not in sizes:
+            if size not in sizes:
                 sizes.append(size)
             rows[(n, size)] = [tuple(float(x) for x in c.split("/")) for c in cells[1:1 + len(PEERS)]]
     return t, rows, sizes
