@@ -38,6 +38,27 @@ namespace {
 // instead after this long.
 constexpr auto kNoticeBudget = std::chrono::milliseconds(200);
 constexpr size_t kMaxAbortText = 4096;
+
+// Sends what the socket takes of bytes[*sent, size) without blocking, for
+// the probe and the abort notices (error paths, several peers at once).
+// True when the rest has to wait for POLLOUT; a peer that is gone counts as
+// done (*sent = size).
+bool send_without_blocking(int fd, const void* bytes, size_t size, size_t* sent) {
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  while (*sent < size) {
+    const ssize_t r = ::send(fd, p + *sent, size - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      *sent += static_cast<size_t>(r);
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return true;
+    } else {
+      *sent = size;
+    }
+  }
+  return false;
+}
 // How long a rank that saw a frame of a later call waits for a frame of its
 // own call from another peer, which would name the real mismatch.
 constexpr auto kEvidenceGrace = std::chrono::milliseconds(200);
@@ -368,21 +389,9 @@ std::string Transport::probe_peers(const Connection* trigger) {
     bool silent = false;
     for (auto& w : watch) {
       short events = 0;
-      while (w.sent < w.out.size()) {
-        const ssize_t r = ::send(w.c->fd(), w.out.data() + w.sent, w.out.size() - w.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (r > 0) {
-          w.sent += static_cast<size_t>(r);
-        } else if (r < 0 && errno == EINTR) {
-          continue;
-        } else {
-          if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            events |= POLLOUT;  // its receive buffer is full: a stopped rank, usually
-          } else {
-            w.sent = w.out.size();  // the peer is gone; reading will say so
-          }
-          break;
-        }
-      }
+      // A full receive buffer is a stopped rank, usually; a peer that is
+      // gone is found by reading.
+      if (send_without_blocking(w.c->fd(), w.out.data(), w.out.size(), &w.sent)) events |= POLLOUT;
       if (w.answer == Answer::kSilent) read_for_answer(w, group_, scratch);
       if (w.answer == Answer::kSilent) {
         silent = true;
@@ -502,22 +511,9 @@ void Transport::notify_peers(ErrorKind kind, const std::string& text) {
   for (;;) {
     std::vector<pollfd> fds;
     for (auto& n : notices) {
-      while (n.sent < n.bytes.size()) {
-        const ssize_t r = ::send(n.c->fd(), n.bytes.data() + n.sent, n.bytes.size() - n.sent,
-                                 MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (r > 0) {
-          n.sent += static_cast<size_t>(r);
-        } else if (r < 0 && errno == EINTR) {
-          continue;
-        } else {
-          if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            fds.push_back(pollfd{n.c->fd(), POLLOUT, 0});
-          } else {
-            n.sent = n.bytes.size();  // the peer is gone; nothing to tell
-          }
-          break;
-        }
-      }
+      // A peer that is gone has nothing to be told.
+      if (send_without_blocking(n.c->fd(), n.bytes.data(), n.bytes.size(), &n.sent))
+        fds.push_back(pollfd{n.c->fd(), POLLOUT, 0});
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     if (fds.empty() || left.count() <= 0) break;
