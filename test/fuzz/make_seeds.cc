@@ -20,6 +20,9 @@
 #include "collectives/wire.h"
 #include "nn/state_dict.h"
 #include "rendezvous/store_auth.h"
+#include "test/fuzz/wire_call.h"
+
+using collie::fuzz::fuzz_call;
 
 namespace {
 
@@ -56,19 +59,9 @@ Bytes header_bytes(const collie::WireHeader& h) {
   return out;
 }
 
-collie::CallInfo call(uint64_t count, uint64_t seq) {
-  collie::CallInfo c;
-  c.kind = collie::CollectiveKind::kAllReduce;
-  c.dtype = collie::DataType::kFloat32;
-  c.op = collie::ReduceOp::kSum;
-  c.count = count;
-  c.seq = seq;
-  c.algorithm = 1;
-  return c;
-}
 
 Bytes data_frame(uint64_t count, uint64_t seq) {
-  Bytes f = header_bytes(collie::WireHeader::data(collie::group_hash("fuzz/group"), call(count, seq),
+  Bytes f = header_bytes(collie::WireHeader::data(collie::group_hash("fuzz/group"), fuzz_call(count, seq),
                                                  static_cast<uint32_t>(count * 4)));
   for (uint64_t i = 0; i < count * 4; ++i) f.push_back(static_cast<uint8_t>(i * 7 + seq));
   return f;
@@ -106,7 +99,7 @@ void wire_seeds() {
   bad_enums[37] = 250;  // algorithm
   emit("wire_header", "bad_enums", cat({{0, 3}, bad_enums}));
   // A timeout probe where data was expected, and behind a frame on a hang-up.
-  const Bytes probe = header_bytes(collie::WireHeader::make_probe(group, call(3, 1), collie::ProbeReason::kTimedOut));
+  const Bytes probe = header_bytes(collie::WireHeader::make_probe(group, fuzz_call(3, 1), collie::ProbeReason::kTimedOut));
   emit("wire_header", "probe_where_data_expected", cat({{0, 3}, probe}));
   emit("wire_header", "frame_probe_abort", cat({{2, 3}, data_frame(3, 1), probe, abort_frame(why, uint32_t(why.size()))}));
   emit("wire_header", "hangup_probe_abort", cat({{1, 3}, probe, abort_frame(why, uint32_t(why.size()))}));
@@ -122,7 +115,7 @@ void wire_seeds() {
   emit("wire_header", "payload_cut", cat({{0, 3}, cut}));
   // A large data frame whose payload never finished arriving: the stash
   // walk after a hang-up must stop at the end of what came.
-  Bytes big = header_bytes(collie::WireHeader::data(group, call(1 << 20, 1), 4u << 20));
+  Bytes big = header_bytes(collie::WireHeader::data(group, fuzz_call(1 << 20, 1), 4u << 20));
   big.resize(big.size() + 60, 0xab);
   emit("wire_header", "hangup_big_frame_cut", cat({{1, 3}, big}));
   emit("wire_header", "empty", {0, 0});

@@ -28,6 +28,9 @@
 #include "collectives/connection.h"
 #include "collectives/wire.h"
 #include "test/fuzz/fuzz_check.h"
+#include "test/fuzz/wire_call.h"
+
+using collie::fuzz::fuzz_call;
 
 namespace {
 
@@ -39,16 +42,6 @@ using collie::fuzz::check;
 constexpr const char* kTarget = "wire_header_fuzz";
 constexpr size_t kMaxStream = 64 << 10;  // below any socketpair buffer: the write never blocks
 
-collie::CallInfo expected_call(uint64_t count, uint64_t seq) {
-  collie::CallInfo c;
-  c.kind = collie::CollectiveKind::kAllReduce;
-  c.dtype = collie::DataType::kFloat32;
-  c.op = collie::ReduceOp::kSum;
-  c.count = count;
-  c.seq = seq;
-  c.algorithm = 1;
-  return c;
-}
 
 // What a rank puts in an error message about a header it did not expect.
 void describe(const WireHeader& h) {
@@ -104,7 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   for (int i = 0; i < receives; ++i) {
-    const WireHeader expected = WireHeader::data(group, expected_call(count, i + 1), payload);
+    const WireHeader expected = WireHeader::data(group, fuzz_call(count, i + 1), payload);
     std::vector<uint8_t> buffer(payload);
     conn.post_recv(expected, buffer.data());
     RecvProblem problem = RecvProblem::kNone;
