@@ -45,7 +45,9 @@ void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorV
     const MutableSpan s = piece((r + P - i / segments % P) % P, i % segments);
     return Span{s.data, s.bytes};
   };
-  auto recv_of = [&](size_t i) { return piece((r + P - (i / segments + 1) % P) % P, i % segments); };
+  auto recv_of = [&](size_t i) {
+    return piece((r + P - (i / segments + 1) % P) % P, i % segments);
+  };
   run_ring_pipeline(t, (P - 1) * segments, segments, 8, send_of, recv_of, [](size_t) {});
 }
 

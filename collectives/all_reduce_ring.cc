@@ -94,13 +94,15 @@ void ring_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Te
     if (half) {
       auto* b = static_cast<const float*>(received);
       if (last) {
-        reduce_narrow(out_bytes + g.begin * es, in_bytes + g.begin * es, b, g.count, dtype, op, divisor);
+        reduce_narrow(out_bytes + g.begin * es, in_bytes + g.begin * es, b, g.count, dtype, op,
+                      divisor);
       } else {
         reduce_widen(acc + g.begin, in_bytes + g.begin * es, b, g.count, dtype, op);
       }
     } else {
       reduce(out_bytes + g.begin * es, in_bytes + g.begin * es, received, g.count, dtype, op);
-      if (last && op == ReduceOp::kAvg) divide(out_bytes + g.begin * es, g.count, dtype, static_cast<int>(P));
+      if (last && op == ReduceOp::kAvg)
+        divide(out_bytes + g.begin * es, g.count, dtype, static_cast<int>(P));
     }
   };
   run_ring_pipeline(t, steps * segments, segments, kWindow, send_of, recv_of, on_recv);

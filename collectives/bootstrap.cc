@@ -84,16 +84,18 @@ void set_data_options(int fd, const std::string& who) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    throw NetworkError(str_cat("making the connection to ", who, " non-blocking failed: ",
-                               std::strerror(errno)));
+    throw NetworkError(
+        str_cat("making the connection to ", who, " non-blocking failed: ", std::strerror(errno)));
   }
 }
 
-void write_all(int fd, const void* data, size_t n, const Deadline& deadline, const std::string& who) {
+void write_all(int fd, const void* data, size_t n, const Deadline& deadline,
+               const std::string& who) {
   const IoResult r = send_all(fd, data, n, deadline.when());
   if (r.kind == IoResult::Kind::kTimeout)
     throw TimeoutError(str_cat("sending the hello to ", who, " timed out ", deadline.describe()));
-  if (!r.ok()) throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(r.error)));
+  if (!r.ok())
+    throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(r.error)));
 }
 
 void read_all(int fd, void* data, size_t n, const Deadline& deadline, const std::string& who) {
@@ -129,8 +131,8 @@ Fd connect_to(const std::function<std::string()>& read_address, int rank, int si
       throw NetworkError(str_cat("rank ", peer, " published the address '", address,
                                  "', which is not an IPv4 address"));
     }
-    Fd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK, str_cat("to connect to rank ", peer, " at ", address),
-                        rank, size);
+    Fd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK,
+                        str_cat("to connect to rank ", peer, " at ", address), rank, size);
     set_buffers(fd.get(), buffer_bytes);
     int err = 0;
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
@@ -147,8 +149,8 @@ Fd connect_to(const std::function<std::string()>& read_address, int rank, int si
     }
     if (err == 0) return fd;
     if (deadline.expired() || (err != ECONNREFUSED && err != ETIMEDOUT && err != EAGAIN)) {
-      throw NetworkError(str_cat("connecting to rank ", peer, " at ", address, " failed: ",
-                                 std::strerror(err), " ", deadline.describe()));
+      throw NetworkError(str_cat("connecting to rank ", peer, " at ", address,
+                                 " failed: ", std::strerror(err), " ", deadline.describe()));
     }
     std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, deadline.remaining()));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
@@ -169,7 +171,8 @@ std::string ipv4_of_interface(const std::string& ifname) {
   }
   ::freeifaddrs(list);
   if (found.empty()) {
-    throw InvalidArgument(str_cat("COLLIE_SOCKET_IFNAME=", ifname, ": no such interface with an IPv4 address"));
+    throw InvalidArgument(
+        str_cat("COLLIE_SOCKET_IFNAME=", ifname, ": no such interface with an IPv4 address"));
   }
   return found;
 }
@@ -204,10 +207,9 @@ std::string describe_fd_failure(std::string_view call, int err, int size) {
   std::string text = str_cat(call, ": ", std::strerror(err));
   if (err == EMFILE || err == ENFILE) {
     rlimit rl{};
-    const std::string limit =
-        ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-            ? std::to_string(static_cast<unsigned long long>(rl.rlim_cur))
-            : std::string("unknown");
+    const std::string limit = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                                  ? std::to_string(static_cast<unsigned long long>(rl.rlim_cur))
+                                  : std::string("unknown");
     text += str_cat(" (RLIMIT_NOFILE is ", limit, "; a world of ", size, " needs ", size,
                     " descriptors per rank for the mesh, a listener and ", size - 1,
                     " peer sockets, on top of what the process already holds: raise `ulimit -n`)");
@@ -242,15 +244,17 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
     throw InvalidArgument(str_cat("bind host '", host, "' is not an IPv4 address"));
   }
   if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(errno)));
+    throw NetworkError(
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(errno)));
   }
   if (::listen(listener.get(), std::max(size, 16)) != 0) {
-    throw NetworkError(str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
+    throw NetworkError(
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
   }
   socklen_t len = sizeof sa;
   if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host, ": getsockname(): ",
-                               std::strerror(errno)));
+    throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host,
+                               ": getsockname(): ", std::strerror(errno)));
   }
   Mesh mesh;
   mesh.address = str_cat(host, ":", ntohs(sa.sin_port));
@@ -298,28 +302,30 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
         for (int p = rank + 1; p < size; ++p) {
           if (!mesh.connections[p]) missing.push_back(p);
         }
-        throw TimeoutError(str_cat("rank ", rank, " (", mesh.address, ") waited ", deadline.describe(),
-                                   " for rank(s) ", join(missing, ", "), " to connect",
-                                   gate.last_refusal().empty() ? "" : "; last refused: ",
-                                   gate.last_refusal()));
+        throw TimeoutError(
+            str_cat("rank ", rank, " (", mesh.address, ") waited ", deadline.describe(),
+                    " for rank(s) ", join(missing, ", "), " to connect",
+                    gate.last_refusal().empty() ? "" : "; last refused: ", gate.last_refusal()));
       }
     }
     Hello hello{};
     read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting peer");
     if (hello.magic != kWireMagic || hello.group != group || hello.size != size ||
         hello.rank <= rank || hello.rank >= size || mesh.connections[hello.rank] ||
-        hello.address_bytes > 256 || (authenticated_rank >= 0 && hello.rank != authenticated_rank)) {
-      throw NetworkError(str_cat("rank ", rank, " (", mesh.address, ", group '", options.store_prefix,
-                                 "', size ", size, ") got an unexpected hello: rank ", hello.rank,
-                                 ", size ", hello.size, ", group hash ", hello.group, " (expected ",
-                                 group, ")"));
+        hello.address_bytes > 256 ||
+        (authenticated_rank >= 0 && hello.rank != authenticated_rank)) {
+      throw NetworkError(
+          str_cat("rank ", rank, " (", mesh.address, ", group '", options.store_prefix, "', size ",
+                  size, ") got an unexpected hello: rank ", hello.rank, ", size ", hello.size,
+                  ", group hash ", hello.group, " (expected ", group, ")"));
     }
     std::string address(hello.address_bytes, '\0');
     read_all(fd.get(), address.data(), address.size(), deadline, str_cat("rank ", hello.rank));
     set_data_options(fd.get(), str_cat("rank ", hello.rank, " (", address, ")"));
     mesh.connections[hello.rank] = std::make_unique<Connection>(fd.release(), hello.rank, address);
   }
-  COLLIE_LOG(kDebug) << "rank " << rank << " connected to " << size - 1 << " peers from " << mesh.address;
+  COLLIE_LOG(kDebug) << "rank " << rank << " connected to " << size - 1 << " peers from "
+                     << mesh.address;
   return mesh;
 }
 

@@ -12,7 +12,7 @@
 namespace collie {
 
 struct Mesh {
-  std::string address;  // this rank's "host:port"
+  std::string address;                                   // this rank's "host:port"
   std::vector<std::unique_ptr<Connection>> connections;  // by rank, null for self
 };
 

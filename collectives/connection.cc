@@ -42,7 +42,8 @@ long Connection::progress_send(int* err) {
     }
     const size_t payload_done = op.sent > kHeaderBytes ? op.sent - kHeaderBytes : 0;
     if (payload_done < op.header.payload_bytes) {
-      iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done, op.header.payload_bytes - payload_done};
+      iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done,
+                  op.header.payload_bytes - payload_done};
     }
     msghdr msg{};
     msg.msg_iov = iov;
@@ -66,7 +67,8 @@ long Connection::progress_send(int* err) {
 size_t Connection::take_from_stash(RecvOp& op) {
   // Until the header is complete and checked, take only header bytes: the
   // payload must not reach op.data before progress_recv() has compared it.
-  const size_t limit = op.got < kHeaderBytes ? kHeaderBytes : kHeaderBytes + op.expected.payload_bytes;
+  const size_t limit =
+      op.got < kHeaderBytes ? kHeaderBytes : kHeaderBytes + op.expected.payload_bytes;
   const size_t n = std::min(limit - op.got, stash_.size() - stash_pos_);
   const uint8_t* src = stash_.data() + stash_pos_;
   if (op.got < kHeaderBytes) {
@@ -125,8 +127,7 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       // data). The price is one extra read() per message, which small
       // messages avoid by reading the whole frame into a bounce buffer.
       const ssize_t r =
-          op.got == 0 && op.expected.payload_bytes <= kBounceBytes
-              ? read_small_frame(op)
+          op.got == 0 && op.expected.payload_bytes <= kBounceBytes ? read_small_frame(op)
           : op.got < kHeaderBytes
               ? ::read(fd_, reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got)
               : ::read(fd_, op.data + (op.got - kHeaderBytes), total - op.got);
@@ -254,7 +255,8 @@ std::string Connection::take_abort_frame() {
     stash_pos_ += kHeaderBytes;
   } else {
     WireHeader discard;
-    if (::recv(fd_, &discard, kHeaderBytes, MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes)) return "";
+    if (::recv(fd_, &discard, kHeaderBytes, MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes))
+      return "";
   }
   problem_text_.clear();
   return read_abort_text();

@@ -19,8 +19,8 @@
 namespace collie {
 namespace {
 
-constexpr size_t kAuth1Bytes = 24 + kNonceBytes;      // 56
-constexpr size_t kAuth2Bytes = kNonceBytes + 32;      // 64
+constexpr size_t kAuth1Bytes = 24 + kNonceBytes;  // 56
+constexpr size_t kAuth2Bytes = kNonceBytes + 32;  // 64
 constexpr size_t kAuth3Bytes = 32;
 constexpr const char* kAcceptorLabel = "collie data acceptor v1";
 constexpr const char* kConnectorLabel = "collie data connector v1";
@@ -46,11 +46,14 @@ std::array<uint8_t, kAuth1Bytes + kNonceBytes> transcript(const uint8_t* auth1, 
   return t;
 }
 
-void send_exact(int fd, const uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
+void send_exact(int fd, const uint8_t* p, size_t n, const Deadline& deadline,
+                const std::string& who) {
   const IoResult r = send_all(fd, p, n, deadline.when());
   if (r.kind == IoResult::Kind::kTimeout)
     throw TimeoutError(str_cat("authenticating to ", who, " timed out ", deadline.describe()));
-  if (!r.ok()) throw NetworkError(str_cat("authenticating to ", who, ": send failed: ", std::strerror(r.error)));
+  if (!r.ok())
+    throw NetworkError(
+        str_cat("authenticating to ", who, ": send failed: ", std::strerror(r.error)));
 }
 
 void recv_exact(int fd, uint8_t* p, size_t n, const Deadline& deadline, const std::string& who) {
@@ -94,9 +97,10 @@ void authenticate_to_peer(int fd, const JobSecret& secret, const PeerIdentity& s
   recv_exact(fd, auth2, sizeof auth2, deadline, who);
   const auto t = transcript(auth1, auth2);
   if (!secret.verify(kAcceptorLabel, t, {auth2 + kNonceBytes, 32})) {
-    throw NetworkError(str_cat("rank ", self.rank, " (", self.address, "): ", who,
-                               " failed to prove knowledge of the job secret: it runs with a "
-                               "different COLLIE_JOB_SECRET (another job, or a misconfigured rank)"));
+    throw NetworkError(
+        str_cat("rank ", self.rank, " (", self.address, "): ", who,
+                " failed to prove knowledge of the job secret: it runs with a "
+                "different COLLIE_JOB_SECRET (another job, or a misconfigured rank)"));
   }
   const Sha256Digest proof = secret.prove(kConnectorLabel, t);
   send_exact(fd, proof.data(), proof.size(), deadline, who);
@@ -129,9 +133,10 @@ PeerAuthAcceptor::Step PeerAuthAcceptor::feed(std::span<const uint8_t> in) {
   // The magic decides as soon as it is in: an unauthenticated hello is
   // shorter than AUTH1, and its sender waits for nothing.
   if (!answered_ && have_ >= 4 && get_u32(auth1_) != kPeerAuthMagic) {
-    return refuse(get_u32(auth1_) == 0x434c4931 ? "it sent an unauthenticated hello (that rank has no "
-                                                  "COLLIE_JOB_SECRET, this one does)"
-                                                : "it is not a collie peer (unexpected first bytes)");
+    return refuse(get_u32(auth1_) == 0x434c4931
+                      ? "it sent an unauthenticated hello (that rank has no "
+                        "COLLIE_JOB_SECRET, this one does)"
+                      : "it is not a collie peer (unexpected first bytes)");
   }
   if (wanted() > 0) return step;
   have_ = 0;
@@ -143,9 +148,9 @@ PeerAuthAcceptor::Step PeerAuthAcceptor::feed(std::span<const uint8_t> in) {
     const int target = static_cast<int>(get_u32(auth1_ + 20));
     if (version != kPeerAuthVersion || group != self_.group || size != self_.size ||
         target != self_.rank || rank <= self_.rank || rank >= self_.size) {
-      return refuse(str_cat("its introduction does not fit this rank (version ", version, ", group hash ",
-                            group, " vs ", self_.group, ", size ", size, " vs ", self_.size,
-                            ", from rank ", rank, " to rank ", target, ")"));
+      return refuse(str_cat("its introduction does not fit this rank (version ", version,
+                            ", group hash ", group, " vs ", self_.group, ", size ", size, " vs ",
+                            self_.size, ", from rank ", rank, " to rank ", target, ")"));
     }
     na_ = random_nonce();
     const Sha256Digest proof = secret_.prove(kAcceptorLabel, transcript(auth1_, na_.data()));
@@ -156,8 +161,9 @@ PeerAuthAcceptor::Step PeerAuthAcceptor::feed(std::span<const uint8_t> in) {
     return step;
   }
   if (!secret_.verify(kConnectorLabel, transcript(auth1_, na_.data()), auth3_)) {
-    return refuse(str_cat("its proof is wrong: it claims rank ", get_u32(auth1_ + 16),
-                          " but does not hold this job's secret (another job, or a misconfigured rank)"));
+    return refuse(
+        str_cat("its proof is wrong: it claims rank ", get_u32(auth1_ + 16),
+                " but does not hold this job's secret (another job, or a misconfigured rank)"));
   }
   decided_ = true;
   rank_ = static_cast<int>(get_u32(auth1_ + 16));
@@ -221,9 +227,7 @@ bool PeerGate::advance(Pending& p) {
   }
   const PeerAuthAcceptor::Step step = p.acceptor.feed({buf, static_cast<size_t>(r)});
   switch (step.status) {
-    case PeerAuthAcceptor::Step::Status::kRefuse:
-      refuse(p, step.error);
-      return false;
+    case PeerAuthAcceptor::Step::Status::kRefuse: refuse(p, step.error); return false;
     case PeerAuthAcceptor::Step::Status::kReply:
       // 64 bytes into a fresh socket's empty send buffer: all or an error.
       if (::send(p.fd, step.reply.data(), step.reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
@@ -231,10 +235,8 @@ bool PeerGate::advance(Pending& p) {
         refuse(p, str_cat("sending our challenge failed: ", std::strerror(errno)));
       }
       return false;
-    case PeerAuthAcceptor::Step::Status::kNeedMore:
-      return false;
-    case PeerAuthAcceptor::Step::Status::kDone:
-      return true;
+    case PeerAuthAcceptor::Step::Status::kNeedMore: return false;
+    case PeerAuthAcceptor::Step::Status::kDone: return true;
   }
   return false;
 }
@@ -252,10 +254,12 @@ std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
     std::vector<pollfd> fds;
     fds.push_back({listener_, POLLIN, 0});
     for (auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
-    const int wait_ms = static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000));
+    const int wait_ms =
+        static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000));
     const int r = ::poll(fds.data(), fds.size(), wait_ms);
     if (r < 0 && errno != EINTR) {
-      throw NetworkError(str_cat("rank ", self_.rank, " poll on ", self_.address, ": ", std::strerror(errno)));
+      throw NetworkError(
+          str_cat("rank ", self_.rank, " poll on ", self_.address, ": ", std::strerror(errno)));
     }
     std::optional<Admitted> done;
     if (r > 0) {

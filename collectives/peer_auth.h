@@ -63,7 +63,8 @@ class PeerAuthAcceptor {
   };
 
   // `secret` must be set; both must outlive the acceptor.
-  PeerAuthAcceptor(const JobSecret& secret, const PeerIdentity& self) : secret_(secret), self_(self) {}
+  PeerAuthAcceptor(const JobSecret& secret, const PeerIdentity& self)
+      : secret_(secret), self_(self) {}
   // Bytes still missing from the message being read (0 once decided).
   size_t wanted() const;
   // Bytes of the message being read so far, and which message it is, for
@@ -91,8 +92,8 @@ class PeerAuthAcceptor {
 class PeerGate {
  public:
   struct Admitted {
-    int fd = -1;      // non-blocking, owned by the caller
-    int rank = -1;    // the rank it authenticated as; -1 without a secret
+    int fd = -1;         // non-blocking, owned by the caller
+    int rank = -1;       // the rank it authenticated as; -1 without a secret
     std::string remote;  // its source host:port
   };
 

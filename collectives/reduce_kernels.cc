@@ -21,19 +21,27 @@ namespace {
 
 struct Sum {
   template <typename T>
-  static T apply(T a, T b) { return a + b; }
+  static T apply(T a, T b) {
+    return a + b;
+  }
 };
 struct Product {
   template <typename T>
-  static T apply(T a, T b) { return a * b; }
+  static T apply(T a, T b) {
+    return a * b;
+  }
 };
 struct Min {
   template <typename T>
-  static T apply(T a, T b) { return b < a ? b : a; }
+  static T apply(T a, T b) {
+    return b < a ? b : a;
+  }
 };
 struct Max {
   template <typename T>
-  static T apply(T a, T b) { return a < b ? b : a; }
+  static T apply(T a, T b) {
+    return a < b ? b : a;
+  }
 };
 
 template <typename Op, typename T>
@@ -54,20 +62,41 @@ template <typename T>
 
 // One cloned entry point per element type: the template loops inline into
 // it and get vectorised once per target.
-COLLIE_CLONES void reduce_f32(float* d, const float* a, const float* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
-COLLIE_CLONES void reduce_f64(double* d, const double* a, const double* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
-COLLIE_CLONES void reduce_i32(int32_t* d, const int32_t* a, const int32_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
-COLLIE_CLONES void reduce_i64(int64_t* d, const int64_t* a, const int64_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
-COLLIE_CLONES void reduce_u8(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t n, ReduceOp op) { dispatch(d, a, b, n, op); }
+COLLIE_CLONES void reduce_f32(float* d, const float* a, const float* b, size_t n, ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_f64(double* d, const double* a, const double* b, size_t n, ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_i32(int32_t* d, const int32_t* a, const int32_t* b, size_t n,
+                              ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_i64(int64_t* d, const int64_t* a, const int64_t* b, size_t n,
+                              ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_u8(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t n,
+                             ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
 
 // Half types go through float; bfloat16's conversions are shifts and
 // vectorise, float16's handle subnormals and mostly do not.
 template <typename H>
-[[gnu::always_inline]] inline float load(const H* p, size_t i) { return to_float(p[i]); }
+[[gnu::always_inline]] inline float load(const H* p, size_t i) {
+  return to_float(p[i]);
+}
 template <typename H>
 [[gnu::always_inline]] inline H store(float f);
-template <> [[gnu::always_inline]] inline Half store<Half>(float f) { return to_half(f); }
-template <> [[gnu::always_inline]] inline BFloat16 store<BFloat16>(float f) { return to_bfloat16(f); }
+template <>
+[[gnu::always_inline]] inline Half store<Half>(float f) {
+  return to_half(f);
+}
+template <>
+[[gnu::always_inline]] inline BFloat16 store<BFloat16>(float f) {
+  return to_bfloat16(f);
+}
 
 template <typename Op, typename H>
 void widen_loop(float* d, const H* a, const float* b, size_t n) {
@@ -109,24 +138,30 @@ void reduce_narrow_t(H* d, const H* a, const float* b, size_t n, ReduceOp op, fl
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::kFloat32:
-      return reduce_f32(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), n, op);
+      return reduce_f32(static_cast<float*>(dst), static_cast<const float*>(a),
+                        static_cast<const float*>(b), n, op);
     case DataType::kFloat64:
-      return reduce_f64(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), n, op);
+      return reduce_f64(static_cast<double*>(dst), static_cast<const double*>(a),
+                        static_cast<const double*>(b), n, op);
     case DataType::kInt32:
-      return reduce_i32(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n, op);
+      return reduce_i32(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
+                        static_cast<const int32_t*>(b), n, op);
     case DataType::kInt64:
-      return reduce_i64(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n, op);
+      return reduce_i64(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
+                        static_cast<const int64_t*>(b), n, op);
     case DataType::kUInt8:
-      return reduce_u8(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n, op);
+      return reduce_u8(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
+                       static_cast<const uint8_t*>(b), n, op);
     case DataType::kFloat16:
-    case DataType::kBFloat16:
-      break;
+    case DataType::kBFloat16: break;
   }
   COLLIE_CHECK(false, "reduce() on ", dtype, ": half types go through reduce_widen/reduce_narrow");
 }
 
-void reduce_widen(float* dst, const void* a, const float* b, size_t n, DataType dtype, ReduceOp op) {
-  if (dtype == DataType::kFloat16) return reduce_widen_t(dst, static_cast<const Half*>(a), b, n, op);
+void reduce_widen(float* dst, const void* a, const float* b, size_t n, DataType dtype,
+                  ReduceOp op) {
+  if (dtype == DataType::kFloat16)
+    return reduce_widen_t(dst, static_cast<const Half*>(a), b, n, op);
   COLLIE_CHECK(dtype == DataType::kBFloat16, dtype);
   reduce_widen_t(dst, static_cast<const BFloat16*>(a), b, n, op);
 }

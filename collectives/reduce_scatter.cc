@@ -103,8 +103,8 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Ten
     const uint8_t* mine = in_bytes + c * slot_bytes + b * es;
     if (s + 1 < P - 1) {
       if (half) {
-        reduce_widen(reinterpret_cast<float*>(acc) + c * n + b, mine, static_cast<const float*>(received),
-                     len, dtype, op);
+        reduce_widen(reinterpret_cast<float*>(acc) + c * n + b, mine,
+                     static_cast<const float*>(received), len, dtype, op);
       } else {
         reduce(acc + (c * n + b) * es, mine, received, len, dtype, op);
       }

@@ -44,7 +44,8 @@ void run_ring_pipeline(Transport& t, size_t messages, size_t segments, size_t wi
       const MutableSpan dst = recv_of(recvs_posted++);
       t.recv(left, dst.data, dst.bytes);
     }
-    while (sends_posted < messages && (sends_posted < segments || processed + segments > sends_posted)) {
+    while (sends_posted < messages &&
+           (sends_posted < segments || processed + segments > sends_posted)) {
       const Span src = send_of(sends_posted++);
       t.send(right, src.data, src.bytes);
     }

@@ -65,7 +65,8 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
                      << " cores: spinning " << spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),
                                                std::move(mesh.connections), spin);
-  return std::make_unique<SocketCommunicator>(rank, size, mesh.address, std::move(transport), options);
+  return std::make_unique<SocketCommunicator>(rank, size, mesh.address, std::move(transport),
+                                              options);
 }
 
 SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
@@ -124,7 +125,8 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
   check_tensor("broadcast", "tensor", tensor);
   COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
                    size_, "-rank group");
-  begin(CallInfo{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count}, deadline);
+  begin(CallInfo{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count},
+        deadline);
   if (size_ > 1) collie::broadcast(*transport_, config_, tensor, root);
 }
 
@@ -138,12 +140,12 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
   check_tensor(kWhat, "out", out);
-  COLLIE_ARG_CHECK(in.dtype == out.dtype && out.count == in.count * size_, kWhat,
-                   ": out must be (", in.dtype, ", ", in.count * size_, ") = size x in, got (",
-                   out.dtype, ", ", out.count, ")");
+  COLLIE_ARG_CHECK(in.dtype == out.dtype && out.count == in.count * size_, kWhat, ": out must be (",
+                   in.dtype, ", ", in.count * size_, ") = size x in, got (", out.dtype, ", ",
+                   out.count, ")");
   auto* slot = static_cast<uint8_t*>(out.data) + rank_ * in.nbytes();
-  COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()), kWhat,
-                   ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
+  COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
+                   kWhat, ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
   begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
   if (size_ == 1) {
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
@@ -158,12 +160,12 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
   check_tensor(kWhat, "out", out);
-  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count * size_, kWhat,
-                   ": in must be (", out.dtype, ", ", out.count * size_, ") = size x out, got (",
-                   in.dtype, ", ", in.count, ")");
+  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count * size_, kWhat, ": in must be (",
+                   out.dtype, ", ", out.count * size_, ") = size x out, got (", in.dtype, ", ",
+                   in.count, ")");
   auto* slot = static_cast<uint8_t*>(in.data) + rank_ * out.nbytes();
-  COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()), kWhat,
-                   ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
+  COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
+                   kWhat, ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
   check_reduce_op(kWhat, out.dtype, op);
   begin(CallInfo{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count}, deadline);
   if (size_ == 1) {

@@ -27,7 +27,8 @@ class SocketCommunicator final : public Communicator {
   void broadcast(TensorView tensor, int root, const Deadline& deadline) override;
   void barrier(const Deadline& deadline) override;
   void all_gather(TensorView in, TensorView out, const Deadline& deadline) override;
-  void reduce_scatter(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline) override;
+  void reduce_scatter(TensorView in, TensorView out, ReduceOp op,
+                      const Deadline& deadline) override;
 
   bool broken() const override { return transport_ && transport_->broken(); }
   void abort() override {

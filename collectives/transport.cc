@@ -47,10 +47,9 @@ Connection& Transport::conn(int peer) const {
 
 void Transport::check_usable(std::string_view what) const {
   if (!broken_.load()) return;
-  throw BackendError(str_cat(what, " on rank ", rank_,
-                             ": the communicator is broken by an earlier error: ",
-                             broken_reason_.empty() ? std::string("abort() was called")
-                                                    : broken_reason_));
+  throw BackendError(
+      str_cat(what, " on rank ", rank_, ": the communicator is broken by an earlier error: ",
+              broken_reason_.empty() ? std::string("abort() was called") : broken_reason_));
 }
 
 void Transport::begin(const CallInfo& call, const Deadline& deadline) {
@@ -76,10 +75,16 @@ void Transport::recv(int peer, void* data, size_t bytes) {
   conn(peer).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
-uint64_t Transport::sends_done(int peer) const { return conn(peer).sends_completed() - send_base_[peer]; }
-uint64_t Transport::recvs_done(int peer) const { return conn(peer).recvs_completed() - recv_base_[peer]; }
+uint64_t Transport::sends_done(int peer) const {
+  return conn(peer).sends_completed() - send_base_[peer];
+}
+uint64_t Transport::recvs_done(int peer) const {
+  return conn(peer).recvs_completed() - recv_base_[peer];
+}
 
-std::string Transport::context() const { return str_cat(call_.describe_with_seq(), " on rank ", rank_); }
+std::string Transport::context() const {
+  return str_cat(call_.describe_with_seq(), " on rank ", rank_);
+}
 
 bool Transport::progress_all() {
   bool moved = false;
@@ -90,9 +95,9 @@ bool Transport::progress_all() {
       int err = 0;
       const long r = c->progress_send(&err);
       if (r < 0) {
-        fail(ErrorKind::kNetwork, str_cat(context(), ": sending to ", c->name(),
-                                          " failed: ", std::strerror(err),
-                                          " (the peer process exited, crashed or aborted)"));
+        fail(ErrorKind::kNetwork,
+             str_cat(context(), ": sending to ", c->name(), " failed: ", std::strerror(err),
+                     " (the peer process exited, crashed or aborted)"));
       }
       moved |= r > 0;
       completed_ += c->sends_completed() - before;
@@ -223,7 +228,8 @@ void Transport::wait_for_io() {
     po[n] = c.get();
     ++n;
   }
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_->when() - Clock::now());
+  auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_->when() - Clock::now());
   const int timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
   const int r = ::poll(pf, n, timeout_ms);
   if (r <= 0) return;  // timeout or EINTR: the caller checks the deadline

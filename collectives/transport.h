@@ -35,8 +35,8 @@ namespace collie {
 class Transport {
  public:
   // connections[rank] is null for this rank.
-  Transport(int rank, int size, uint32_t group, std::vector<std::unique_ptr<Connection>> connections,
-            std::chrono::microseconds spin);
+  Transport(int rank, int size, uint32_t group,
+            std::vector<std::unique_ptr<Connection>> connections, std::chrono::microseconds spin);
   ~Transport();  // says goodbye to every peer unless broken
 
   int rank() const { return rank_; }
@@ -72,21 +72,22 @@ class Transport {
 
  private:
   Connection& conn(int peer) const;
-  bool progress_all();               // one non-blocking pass; true if bytes moved
-  void wait_for_io();                // poll() until something happens or the deadline
+  bool progress_all();  // one non-blocking pass; true if bytes moved
+  void wait_for_io();   // poll() until something happens or the deadline
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
-  void on_hangup(Connection& c);     // an idle connection's peer hung up
+  void on_hangup(Connection& c);            // an idle connection's peer hung up
   void on_unexpected_input(Connection& c);  // data where nothing is posted
   [[noreturn]] void fail_mismatch(const Connection& c, const WireHeader& h);
   void notify_peers(ErrorKind kind, const std::string& text);
-  [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message, const std::string& forward);
+  [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message,
+                              const std::string& forward);
   [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
   [[noreturn]] void fail_timeout();
   // "receive from rank 2 (...) (1 message(s) outstanding)" for every
   // connection but `except` with an operation still posted.
   std::vector<std::string> waiting_for(const Connection* except) const;
   [[noreturn]] void fail_aborted();
-  std::string context() const;       // "all_reduce(...) as op #3 on rank 1"
+  std::string context() const;  // "all_reduce(...) as op #3 on rank 1"
 
   // The timeout probe (transport_failure.cc): a rank whose deadline passed,
   // or that reads a peer's probe, sends a probe to every peer and reads
@@ -111,7 +112,7 @@ class Transport {
   void spin_succeeded();
   Clock::time_point spin_quiet_until_{};
   std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
-  uint32_t spin_streak_ = 0;  // successful spins since the last failure
+  uint32_t spin_streak_ = 0;                     // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
   // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
   // this call and is legitimately early (a later round, or the next call).

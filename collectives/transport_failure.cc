@@ -79,14 +79,12 @@ constexpr auto kMaxProbeGrace = std::chrono::milliseconds(2000);
 void Transport::on_hangup(Connection& c) {
   std::string text;
   switch (c.absorb(&text)) {
-    case RecvProblem::kAbort:
-      fail_from_peer(c, text);
+    case RecvProblem::kAbort: fail_from_peer(c, text);
     case RecvProblem::kEof:
       fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
                                         " closed unexpectedly (the peer process exited, "
                                         "crashed or aborted)"));
-    default:
-      break;  // a goodbye, or the rest has not arrived yet
+    default: break;  // a goodbye, or the rest has not arrived yet
   }
 }
 
@@ -95,10 +93,8 @@ void Transport::on_unexpected_input(Connection& c) {
   if (!c.peek_header(&h)) return;  // the rest of the header is on its way
   if (h.magic != kWireMagic || h.group != group_) fail_mismatch(c, h);
   switch (static_cast<FrameType>(h.frame)) {
-    case FrameType::kAbort:
-      fail_from_peer(c, c.take_abort_frame());
-    case FrameType::kGoodbye:
-      break;
+    case FrameType::kAbort: fail_from_peer(c, c.take_abort_frame());
+    case FrameType::kGoodbye: break;
     case FrameType::kProbe:
       if (h.is_probe(group_)) fail_probed(c, h);
       fail_mismatch(c, h);
@@ -125,7 +121,8 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
     for (;;) {
       std::vector<pollfd> quiet;
       for (auto& other : connections_) {
-        if (!other || other.get() == &c || !other->at_frame_boundary() || other->finished()) continue;
+        if (!other || other.get() == &c || !other->at_frame_boundary() || other->finished())
+          continue;
         WireHeader o;
         if (!other->peek_header(&o)) {
           quiet.push_back(pollfd{other->fd(), POLLIN, 0});
@@ -159,8 +156,7 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
                      "every rank?"));
       }
       fail_mismatch(c, h);
-    case RecvProblem::kAbort:
-      fail_from_peer(c, c.read_abort_text());
+    case RecvProblem::kAbort: fail_from_peer(c, c.read_abort_text());
     case RecvProblem::kGoodbye:
       fail(ErrorKind::kNetwork, str_cat(context(), ": ", c.name(),
                                         " closed its communicator while this rank still "
@@ -171,8 +167,7 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
                                         " closed unexpectedly (the peer process exited, "
                                         "crashed or aborted)"));
     case RecvProblem::kError:
-    case RecvProblem::kNone:
-      break;
+    case RecvProblem::kNone: break;
   }
   fail(ErrorKind::kNetwork,
        str_cat(context(), ": receiving from ", c.name(), " failed: ", std::strerror(err),
@@ -190,7 +185,8 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
     const std::vector<std::string> waiting = waiting_for(&c);
     std::string merged = text;
     if (!waiting.empty()) {
-      merged += str_cat("; rank ", rank_, ", relaying this, was itself still waiting to ", join(waiting, ", "));
+      merged += str_cat("; rank ", rank_, ", relaying this, was itself still waiting to ",
+                        join(waiting, ", "));
     }
     // The abort reached us without its probe being seen first (it was
     // behind a frame we had already looked at, and the hang-up came first):
@@ -207,12 +203,12 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
   for (auto& c : connections_) {
     if (!c || c.get() == except) continue;
     if (c->recv_pending()) {
-      waiting.push_back(str_cat("receive from ", c->name(), " (", c->recvs_queued(),
-                                " message(s) outstanding)"));
+      waiting.push_back(
+          str_cat("receive from ", c->name(), " (", c->recvs_queued(), " message(s) outstanding)"));
     }
     if (c->send_pending()) {
-      waiting.push_back(str_cat("send to ", c->name(), " (", c->sends_queued(),
-                                " message(s) outstanding)"));
+      waiting.push_back(
+          str_cat("send to ", c->name(), " (", c->sends_queued(), " message(s) outstanding)"));
     }
   }
   return waiting;
@@ -221,8 +217,8 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
 void Transport::fail_timeout() {
   const std::vector<std::string> waiting = waiting_for(nullptr);
   // The limit as it stood when the deadline passed, not after the probe.
-  const std::string head = str_cat(context(), " timed out ", deadline_->describe(), "; still waiting to ",
-                                   join(waiting, ", "));
+  const std::string head = str_cat(context(), " timed out ", deadline_->describe(),
+                                   "; still waiting to ", join(waiting, ", "));
   const std::string verdict = probe_peers(nullptr);
   fail(ErrorKind::kTimeout, str_cat(head, "; ", verdict));
 }
@@ -233,7 +229,8 @@ void Transport::fail_probed(Connection& c, const WireHeader& probe) {
   std::string message = str_cat(context(), ": ", c.name(),
                                 origin ? " timed out in " : " passed on a timeout probe for ",
                                 probe.call().describe_with_seq());
-  if (!waiting.empty()) message += str_cat("; this rank was still waiting to ", join(waiting, ", "));
+  if (!waiting.empty())
+    message += str_cat("; this rank was still waiting to ", join(waiting, ", "));
   message += str_cat("; ", probe_peers(&c));
   fail_impl(ErrorKind::kTimeout, message, message);
 }
@@ -253,14 +250,14 @@ enum class Answer { kSilent, kProbe, kAbort, kGoodbye, kGone, kGarbled, kOtherCa
 
 struct PeerWatch {
   Connection* c = nullptr;
-  std::string out;         // still to send: the rest of a half-sent message, then our probe
+  std::string out;  // still to send: the rest of a half-sent message, then our probe
   size_t sent = 0;
-  bool raw = false;        // no receive posted: we walk the stream's frames ourselves
+  bool raw = false;  // no receive posted: we walk the stream's frames ourselves
   uint8_t head[kHeaderBytes];
   size_t head_got = 0;
-  uint64_t skip = 0;       // payload bytes of a data frame still to discard
+  uint64_t skip = 0;  // payload bytes of a data frame still to discard
   Answer answer = Answer::kSilent;
-  WireHeader other_call;   // kOtherCall: the frame that came
+  WireHeader other_call;  // kOtherCall: the frame that came
 };
 
 // A finished connection: what the stash says it ended with.
@@ -294,7 +291,8 @@ void read_for_answer(PeerWatch& w, uint32_t group, std::vector<uint8_t>& scratch
               w.answer = Answer::kProbe;
               return;
             }
-            if (h.magic != kWireMagic || h.group != group || h.frame != static_cast<uint8_t>(FrameType::kData)) {
+            if (h.magic != kWireMagic || h.group != group ||
+                h.frame != static_cast<uint8_t>(FrameType::kData)) {
               w.answer = Answer::kGarbled;
               return;
             }
@@ -365,8 +363,8 @@ std::string Transport::probe_peers(const Connection* trigger) {
   probed_ = true;
   const auto grace = probe_grace();
   const auto until = Clock::now() + grace;
-  const WireHeader probe =
-      WireHeader::make_probe(group_, call_, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
+  const WireHeader probe = WireHeader::make_probe(
+      group_, call_, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
   const auto* probe_bytes = reinterpret_cast<const char*>(&probe);
   std::vector<PeerWatch> watch;
   for (auto& c : connections_) {
@@ -414,9 +412,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
     w.c->clear();
     switch (w.answer) {
       case Answer::kProbe:
-      case Answer::kAbort:
-        alive.push_back(w.c->peer());
-        break;
+      case Answer::kAbort: alive.push_back(w.c->peer()); break;
       case Answer::kSilent:
         silent.push_back(w.c->peer());
         silent_names.push_back(str_cat(w.c->peer(), " (", w.c->address(), ")"));
@@ -431,7 +427,8 @@ std::string Transport::probe_peers(const Connection* trigger) {
         other.push_back(str_cat(w.c->name(), " sent bytes that are no frame of this group"));
         break;
       case Answer::kOtherCall:
-        other.push_back(str_cat(w.c->name(), " had sent a message of ", w.other_call.call().describe_with_seq(),
+        other.push_back(str_cat(w.c->name(), " had sent a message of ",
+                                w.other_call.call().describe_with_seq(),
                                 " where this rank expected one of its op #", call_.seq));
         break;
     }
@@ -439,16 +436,19 @@ std::string Transport::probe_peers(const Connection* trigger) {
   std::sort(alive.begin(), alive.end());
   const std::string why = str_cat(silent.size() == 1 ? "it is" : "they are",
                                   " stopped, hung or unreachable (or outside any collective call)");
-  const std::string who = str_cat(silent.size() == 1 ? "rank " : "ranks ", join(silent_names, ", "));
+  const std::string who =
+      str_cat(silent.size() == 1 ? "rank " : "ranks ", join(silent_names, ", "));
   std::string verdict;
   if (!silent.empty()) {
     verdict = alive.size() == 1
-                  ? str_cat(who, " did not answer a timeout probe within ", format_duration(grace), ": ", why)
-                  : str_cat("ranks ", rank_list(alive), " answered a timeout probe, ", who, " did not within ",
-                            format_duration(grace), ": ", why);
+                  ? str_cat(who, " did not answer a timeout probe within ", format_duration(grace),
+                            ": ", why)
+                  : str_cat("ranks ", rank_list(alive), " answered a timeout probe, ", who,
+                            " did not within ", format_duration(grace), ": ", why);
   } else if (alive.size() > 1) {
     verdict = str_cat("ranks ", rank_list(alive), " answered a timeout probe");
-    if (other.empty()) verdict += ": no rank is stopped (the call is slow, or the ranks' calls do not line up)";
+    if (other.empty())
+      verdict += ": no rank is stopped (the call is slow, or the ranks' calls do not line up)";
   }
   if (!other.empty()) verdict += str_cat(verdict.empty() ? "" : "; ", join(other, "; "));
   return verdict;

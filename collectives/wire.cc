@@ -24,12 +24,10 @@ std::string_view to_string(CollectiveKind kind) {
 
 std::string CallInfo::describe() const {
   switch (kind) {
-    case CollectiveKind::kBarrier:
-      return "barrier()";
+    case CollectiveKind::kBarrier: return "barrier()";
     case CollectiveKind::kBroadcast:
       return str_cat("broadcast(", dtype, ", ", count, ", root ", root, ")");
-    case CollectiveKind::kAllGather:
-      return str_cat("all_gather(", dtype, ", ", count, ")");
+    case CollectiveKind::kAllGather: return str_cat("all_gather(", dtype, ", ", count, ")");
     case CollectiveKind::kAllReduce:
       return str_cat("all_reduce(", dtype, ", ", count, ", ", op, ", ",
                      to_string(static_cast<AllReduceAlgorithm>(algorithm)), ")");
@@ -74,8 +72,9 @@ WireHeader WireHeader::make_probe(uint32_t group, const CallInfo& call, ProbeRea
 }
 
 bool WireHeader::is_probe(uint32_t group_id) const {
-  return magic == kWireMagic && group == group_id && frame == static_cast<uint8_t>(FrameType::kProbe) &&
-         payload_bytes == 0 && error_kind == 0 && reserved == 0 &&
+  return magic == kWireMagic && group == group_id &&
+         frame == static_cast<uint8_t>(FrameType::kProbe) && payload_bytes == 0 &&
+         error_kind == 0 && reserved == 0 &&
          (probe == static_cast<uint8_t>(ProbeReason::kTimedOut) ||
           probe == static_cast<uint8_t>(ProbeReason::kAnswer));
 }

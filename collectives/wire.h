@@ -66,18 +66,18 @@ inline constexpr size_t kHeaderBytes = 40;
 // struct is memcpy'd (static_asserts in wire.cc pin the layout).
 struct WireHeader {
   uint32_t magic = kWireMagic;
-  uint32_t group = 0;       // hash of the store prefix
+  uint32_t group = 0;  // hash of the store prefix
   uint64_t seq = 0;
   uint64_t count = 0;
   int32_t root = 0;
-  uint8_t kind = 0;         // CollectiveKind
-  uint8_t dtype = 0;        // DataType
-  uint8_t op = 0;           // ReduceOp
-  uint8_t frame = 0;        // FrameType
+  uint8_t kind = 0;   // CollectiveKind
+  uint8_t dtype = 0;  // DataType
+  uint8_t op = 0;     // ReduceOp
+  uint8_t frame = 0;  // FrameType
   uint32_t payload_bytes = 0;
-  uint8_t error_kind = 0;   // ErrorKind, abort frames only
-  uint8_t algorithm = 0;    // CallInfo::algorithm
-  uint8_t probe = 0;        // ProbeReason, probe frames only (0 otherwise)
+  uint8_t error_kind = 0;  // ErrorKind, abort frames only
+  uint8_t algorithm = 0;   // CallInfo::algorithm
+  uint8_t probe = 0;       // ProbeReason, probe frames only (0 otherwise)
   uint8_t reserved = 0;
 
   static WireHeader data(uint32_t group, const CallInfo& call, uint32_t payload_bytes);

@@ -125,7 +125,8 @@ std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
   if (::fstat(fd.get(), &st) != 0) fail("cannot stat", path);
   const size_t size = static_cast<size_t>(st.st_size);
   if (size > max_bytes)
-    throw Error(str_cat("file '", path, "' is ", size, " bytes, more than the limit of ", max_bytes));
+    throw Error(
+        str_cat("file '", path, "' is ", size, " bytes, more than the limit of ", max_bytes));
   std::vector<uint8_t> out(size);
   size_t done = 0;
   while (done < size) {

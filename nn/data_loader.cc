@@ -8,16 +8,19 @@ namespace collie::nn {
 
 InMemoryDataset::InMemoryDataset(Tensor inputs, std::vector<int64_t> labels)
     : inputs_(std::move(inputs)), labels_(std::move(labels)) {
-  COLLIE_ARG_CHECK_GE(inputs_.ndim(), 1u, "InMemoryDataset inputs need a leading example dimension");
+  COLLIE_ARG_CHECK_GE(inputs_.ndim(), 1u,
+                      "InMemoryDataset inputs need a leading example dimension");
   COLLIE_ARG_CHECK_EQ(static_cast<size_t>(inputs_.dim(0)), labels_.size(), "one label per example");
   example_numel_ = labels_.empty() ? 0 : inputs_.numel() / labels_.size();
 }
 
-Shape InMemoryDataset::example_shape() const { return Shape(inputs_.shape().begin() + 1, inputs_.shape().end()); }
+Shape InMemoryDataset::example_shape() const {
+  return Shape(inputs_.shape().begin() + 1, inputs_.shape().end());
+}
 
 int64_t InMemoryDataset::get(int64_t index, std::span<float> input) const {
-  COLLIE_ARG_CHECK(index >= 0 && static_cast<size_t>(index) < labels_.size(), "dataset index ", index,
-                   " outside [0, ", labels_.size(), ")");
+  COLLIE_ARG_CHECK(index >= 0 && static_cast<size_t>(index) < labels_.size(), "dataset index ",
+                   index, " outside [0, ", labels_.size(), ")");
   COLLIE_ARG_CHECK_EQ(input.size(), example_numel_, "example buffer size");
   const float* src = inputs_.data() + static_cast<size_t>(index) * example_numel_;
   std::copy(src, src + example_numel_, input.data());
@@ -34,7 +37,8 @@ size_t count_batches(size_t n, const DataLoaderOptions& o) {
 
 }  // namespace
 
-DataLoader::DataLoader(const Dataset& dataset, std::vector<int64_t> indices, DataLoaderOptions options)
+DataLoader::DataLoader(const Dataset& dataset, std::vector<int64_t> indices,
+                       DataLoaderOptions options)
     : dataset_(dataset),
       indices_(std::move(indices)),
       options_(options),
@@ -61,7 +65,8 @@ Batch DataLoader::make_batch(size_t b) const {
   batch.indices.assign(indices_.begin() + begin, indices_.begin() + end);
   batch.labels.resize(end - begin);
   for (size_t i = 0; i < end - begin; ++i)
-    batch.labels[i] = dataset_.get(batch.indices[i], batch.inputs.span().subspan(i * example, example));
+    batch.labels[i] =
+        dataset_.get(batch.indices[i], batch.inputs.span().subspan(i * example, example));
   return batch;
 }
 
@@ -96,14 +101,15 @@ std::optional<Batch> DataLoader::next() {
   std::unique_lock lock(mu_);
   if (consumed_ == num_batches_) return std::nullopt;
   Deadline deadline(options_.timeout);
-  const bool ok = cv_.wait_until(lock, deadline.when(), [&] { return !ready_.empty() || producer_done_; });
+  const bool ok =
+      cv_.wait_until(lock, deadline.when(), [&] { return !ready_.empty() || producer_done_; });
   if (!ok)
     throw TimeoutError(str_cat("DataLoader: batch ", consumed_, " of ", num_batches_, " not ready ",
                                deadline.describe()));
   if (ready_.empty()) {
     if (error_) std::rethrow_exception(error_);
-    throw Error(str_cat("DataLoader: the loader thread stopped after ", consumed_, " of ", num_batches_,
-                        " batches"));
+    throw Error(str_cat("DataLoader: the loader thread stopped after ", consumed_, " of ",
+                        num_batches_, " batches"));
   }
   Batch batch = std::move(ready_.front());
   ready_.pop_front();

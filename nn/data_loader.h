@@ -53,8 +53,8 @@ struct Batch {
 
 struct DataLoaderOptions {
   size_t batch_size = 64;
-  bool drop_last = false;  // drop a last, smaller batch
-  size_t prefetch = 2;     // batches prepared ahead (the queue bound)
+  bool drop_last = false;           // drop a last, smaller batch
+  size_t prefetch = 2;              // batches prepared ahead (the queue bound)
   Timeout timeout = kUnsetTimeout;  // for one batch; kUnsetTimeout: kDefaultTimeout
 };
 

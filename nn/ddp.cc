@@ -35,18 +35,23 @@ std::optional<Shape> shape_in(const std::vector<int64_t>& sig, size_t index) {
 }
 
 // At least one byte: a tiny cap means "one parameter per bucket".
-size_t mb_to_bytes(double mb) { return std::max<size_t>(1, static_cast<size_t>(mb * 1024.0 * 1024.0)); }
+size_t mb_to_bytes(double mb) {
+  return std::max<size_t>(1, static_cast<size_t>(mb * 1024.0 * 1024.0));
+}
 
 }  // namespace
 
-DistributedDataParallel::DistributedDataParallel(Module& module, ProcessGroup& group, DdpOptions options)
+DistributedDataParallel::DistributedDataParallel(Module& module, ProcessGroup& group,
+                                                 DdpOptions options)
     : DistributedDataParallel(std::make_unique<ModuleModel>(module), nullptr, group, options) {}
 
-DistributedDataParallel::DistributedDataParallel(DdpModel& model, ProcessGroup& group, DdpOptions options)
+DistributedDataParallel::DistributedDataParallel(DdpModel& model, ProcessGroup& group,
+                                                 DdpOptions options)
     : DistributedDataParallel(nullptr, &model, group, options) {}
 
-DistributedDataParallel::DistributedDataParallel(std::unique_ptr<ModuleModel> owned, DdpModel* model,
-                                                 ProcessGroup& group, DdpOptions options)
+DistributedDataParallel::DistributedDataParallel(std::unique_ptr<ModuleModel> owned,
+                                                 DdpModel* model, ProcessGroup& group,
+                                                 DdpOptions options)
     : module_model_(std::move(owned)),
       model_(model != nullptr ? *model : *module_model_),
       group_(group),
@@ -56,16 +61,18 @@ DistributedDataParallel::DistributedDataParallel(std::unique_ptr<ModuleModel> ow
                    ", first_bucket_cap_mb ", options.first_bucket_cap_mb, ")");
   verify_parameter_shapes();
   if (options.broadcast_parameters) broadcast_parameters();
-  reducer_ = std::make_unique<Reducer>(model_, group,
-                                       ReducerOptions{.first_bucket_bytes = mb_to_bytes(options.first_bucket_cap_mb),
-                                                      .bucket_bytes = mb_to_bytes(options.bucket_cap_mb),
-                                                      .timeout = options.timeout});
+  reducer_ = std::make_unique<Reducer>(
+      model_, group,
+      ReducerOptions{.first_bucket_bytes = mb_to_bytes(options.first_bucket_cap_mb),
+                     .bucket_bytes = mb_to_bytes(options.bucket_cap_mb),
+                     .timeout = options.timeout});
 }
 
 Module& DistributedDataParallel::module() {
   auto* wrapped = dynamic_cast<ModuleModel*>(&model_);
-  COLLIE_CHECK(wrapped != nullptr,
-               "DistributedDataParallel::module(): the wrapped model is not a host Module; use model()");
+  COLLIE_CHECK(
+      wrapped != nullptr,
+      "DistributedDataParallel::module(): the wrapped model is not a host Module; use model()");
   return wrapped->module();
 }
 
@@ -89,7 +96,8 @@ void DistributedDataParallel::verify_parameter_shapes() {
   {
     DeviceBuffer<int64_t> in(ops, 1), out(ops, lengths.size());
     in.copy_from_host(&length);
-    run_collective([&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
+    run_collective(
+        [&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
     out.copy_to_host(lengths.data());
   }
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
@@ -98,7 +106,8 @@ void DistributedDataParallel::verify_parameter_shapes() {
   {
     DeviceBuffer<int64_t> in(ops, sig.size()), out(ops, all.size());
     in.copy_from_host(sig.data());
-    run_collective([&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
+    run_collective(
+        [&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
     out.copy_to_host(all.data());
   }
 
@@ -110,14 +119,16 @@ void DistributedDataParallel::verify_parameter_shapes() {
     const auto other = rank_sig(r);
     if (other == reference) continue;
     if (other[0] != reference[0])
-      throw InvalidArgument(str_cat("DistributedDataParallel: rank 0 has ", reference[0], " parameters but rank ",
-                                    r, " has ", other[0], "; every rank must build the same model"));
+      throw InvalidArgument(str_cat("DistributedDataParallel: rank 0 has ", reference[0],
+                                    " parameters but rank ", r, " has ", other[0],
+                                    "; every rank must build the same model"));
     for (size_t i = 0; i < static_cast<size_t>(reference[0]); ++i) {
       auto a = shape_in(reference, i), b = shape_in(other, i);
       if (a != b) {
         const std::string name = i < params.size() ? params[i].name : "?";
-        throw InvalidArgument(str_cat("DistributedDataParallel: parameter ", i, " ('", name, "') has shape ",
-                                      shape_to_string(*a), " on rank 0 but ", shape_to_string(*b), " on rank ", r,
+        throw InvalidArgument(str_cat("DistributedDataParallel: parameter ", i, " ('", name,
+                                      "') has shape ", shape_to_string(*a), " on rank 0 but ",
+                                      shape_to_string(*b), " on rank ", r,
                                       "; every rank must build the same model"));
       }
     }
@@ -140,7 +151,8 @@ void DistributedDataParallel::broadcast_parameters() {
     ops.copy(flat.data() + pos, p.data, p.nbytes());
     pos += p.count;
   }
-  run_collective([&] { return group_.broadcast(flat.view(), {.root = 0, .timeout = options_.timeout}); });
+  run_collective(
+      [&] { return group_.broadcast(flat.view(), {.root = 0, .timeout = options_.timeout}); });
   pos = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const TensorView p = model_.parameter(i);

@@ -83,7 +83,8 @@ class DistributedDataParallel {
     ~NoSyncGuard() {
       if (reducer_) reducer_->set_require_sync(previous_);
     }
-    NoSyncGuard(NoSyncGuard&& other) noexcept : reducer_(std::exchange(other.reducer_, nullptr)), previous_(other.previous_) {}
+    NoSyncGuard(NoSyncGuard&& other) noexcept
+        : reducer_(std::exchange(other.reducer_, nullptr)), previous_(other.previous_) {}
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(NoSyncGuard&&) = delete;

@@ -19,7 +19,9 @@ TensorView ModuleModel::parameter(size_t i) {
   return view(p.data(), p.numel());
 }
 
-void ModuleModel::use_grad_storage(size_t i, float* storage) { params_.at(i).second->use_grad_storage(storage); }
+void ModuleModel::use_grad_storage(size_t i, float* storage) {
+  params_.at(i).second->use_grad_storage(storage);
+}
 
 void ModuleModel::use_own_grad_storage(size_t i) noexcept {
   if (i < params_.size()) params_[i].second->use_own_grad_storage();

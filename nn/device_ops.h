@@ -64,7 +64,8 @@ class DeviceBuffer {
     if (ops_ != nullptr) ops_->deallocate(data_);
   }
   DeviceBuffer(DeviceBuffer&& other) noexcept
-      : ops_(std::exchange(other.ops_, nullptr)), data_(std::exchange(other.data_, nullptr)),
+      : ops_(std::exchange(other.ops_, nullptr)),
+        data_(std::exchange(other.data_, nullptr)),
         count_(std::exchange(other.count_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     std::swap(ops_, other.ops_);

@@ -16,8 +16,8 @@ std::vector<int64_t> randperm(int64_t n, Generator& generator) {
   return out;
 }
 
-DistributedSampler::DistributedSampler(size_t dataset_len, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                                       bool drop_last)
+DistributedSampler::DistributedSampler(size_t dataset_len, int num_replicas, int rank, bool shuffle,
+                                       uint64_t seed, bool drop_last)
     : dataset_len_(dataset_len),
       num_replicas_(num_replicas),
       rank_(rank),

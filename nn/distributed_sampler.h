@@ -31,8 +31,8 @@ class DistributedSampler {
  public:
   // Throws InvalidArgument when num_replicas < 1 or rank is outside
   // [0, num_replicas), as torch raises ValueError.
-  DistributedSampler(size_t dataset_len, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
-                     bool drop_last = false);
+  DistributedSampler(size_t dataset_len, int num_replicas, int rank, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
 
   // Call at the start of every epoch, before indices(), so that each epoch
   // gets a different order (the same on every rank).

@@ -29,7 +29,8 @@ class Generator {
   }
   // One float in [from, to), as torch's Tensor.uniform_ draws it.
   float uniform(float from, float to) {
-    float x = static_cast<float>(random() & ((1u << 24) - 1)) * (1.0f / static_cast<float>(1u << 24));
+    float x =
+        static_cast<float>(random() & ((1u << 24) - 1)) * (1.0f / static_cast<float>(1u << 24));
     // torch's kernel is built with FMA contraction on x86-64 (AVX2), so its
     // x * (to - from) + from rounds once; std::fma reproduces that bit for bit.
     return std::fma(x, to - from, from);

@@ -25,7 +25,8 @@ void check_batch(const BasicTensor<T>& input, int64_t features, const std::strin
 }  // namespace
 
 template <typename T>
-BasicLinear<T>::BasicLinear(int64_t in_features, int64_t out_features, Generator& generator, bool bias)
+BasicLinear<T>::BasicLinear(int64_t in_features, int64_t out_features, Generator& generator,
+                            bool bias)
     : in_(in_features),
       out_(out_features),
       has_bias_(bias),
@@ -44,8 +45,8 @@ BasicLinear<T>::BasicLinear(int64_t in_features, int64_t out_features, Generator
 
 template <typename T>
 std::string BasicLinear<T>::describe() const {
-  return str_cat("Linear(in_features=", in_, ", out_features=", out_, ", bias=", has_bias_ ? "True" : "False",
-                 ")");
+  return str_cat("Linear(in_features=", in_, ", out_features=", out_,
+                 ", bias=", has_bias_ ? "True" : "False", ")");
 }
 
 template <typename T>

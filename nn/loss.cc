@@ -10,7 +10,8 @@ template <typename T>
 void check_logits(const BasicTensor<T>& logits, std::span<const int64_t> labels) {
   COLLIE_ARG_CHECK(logits.ndim() == 2, "cross_entropy expects logits [batch, classes], got ",
                    shape_to_string(logits.shape()));
-  COLLIE_ARG_CHECK_EQ(static_cast<size_t>(logits.dim(0)), labels.size(), "one label per row of logits");
+  COLLIE_ARG_CHECK_EQ(static_cast<size_t>(logits.dim(0)), labels.size(),
+                      "one label per row of logits");
   const int64_t classes = logits.dim(1);
   for (size_t i = 0; i < labels.size(); ++i)
     COLLIE_ARG_CHECK(labels[i] >= 0 && labels[i] < classes, "label ", labels[i], " of example ", i,
@@ -20,7 +21,8 @@ void check_logits(const BasicTensor<T>& logits, std::span<const int64_t> labels)
 }  // namespace
 
 template <typename T>
-T cross_entropy(const BasicTensor<T>& logits, std::span<const int64_t> labels, BasicTensor<T>* grad_logits) {
+T cross_entropy(const BasicTensor<T>& logits, std::span<const int64_t> labels,
+                BasicTensor<T>* grad_logits) {
   check_logits(logits, labels);
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
   if (grad_logits) grad_logits->resize(logits.shape());
@@ -36,7 +38,8 @@ T cross_entropy(const BasicTensor<T>& logits, std::span<const int64_t> labels, B
     total += static_cast<double>(log_sum + shift - z(r, labels[r]));
     if (grad_logits) {
       auto g = grad_logits->matrix();
-      for (int64_t c = 0; c < classes; ++c) g(r, c) = std::exp(z(r, c) - shift - log_sum) * inv_batch;
+      for (int64_t c = 0; c < classes; ++c)
+        g(r, c) = std::exp(z(r, c) - shift - log_sum) * inv_batch;
       g(r, labels[r]) -= inv_batch;
     }
   }

@@ -38,6 +38,7 @@ class Optimizer {
 
 // BLIP's cosine_lr_schedule: lr = (init_lr - min_lr) * 0.5 * (1 + cos(pi *
 // epoch / max_epoch)) + min_lr, set on the optimizer.
-void cosine_lr_schedule(Optimizer& optimizer, int64_t epoch, int64_t max_epoch, double init_lr, double min_lr);
+void cosine_lr_schedule(Optimizer& optimizer, int64_t epoch, int64_t max_epoch, double init_lr,
+                        double min_lr);
 
 }  // namespace collie::nn

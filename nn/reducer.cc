@@ -31,20 +31,20 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<siz
 }
 
 Reducer::Reducer(DdpModel& model, ProcessGroup& group, ReducerOptions options)
-    : model_(model),
-      group_(group),
-      options_(options) {
+    : model_(model), group_(group), options_(options) {
   for (auto& info : model.parameter_info()) {
     names_.push_back(info.name);
     numel_.push_back(info.numel());
   }
   bucket_of_.resize(numel_.size());
   ready_.assign(numel_.size(), false);
-  COLLIE_ARG_CHECK(options.first_bucket_bytes > 0 && options.bucket_bytes > 0, "bucket sizes must be positive");
+  COLLIE_ARG_CHECK(options.first_bucket_bytes > 0 && options.bucket_bytes > 0,
+                   "bucket sizes must be positive");
   std::vector<size_t> bytes, reverse;
   for (size_t n : numel_) bytes.push_back(n * sizeof(float));
   for (size_t i = numel_.size(); i-- > 0;) reverse.push_back(i);
-  auto assignment = compute_bucket_assignment(bytes, reverse, {options.first_bucket_bytes, options.bucket_bytes});
+  auto assignment =
+      compute_bucket_assignment(bytes, reverse, {options.first_bucket_bytes, options.bucket_bytes});
   buckets_.resize(assignment.size());
   for (size_t b = 0; b < assignment.size(); ++b) {
     Bucket& bucket = buckets_[b];
@@ -71,7 +71,8 @@ Reducer::Reducer(DdpModel& model, ProcessGroup& group, ReducerOptions options)
         model.use_own_grad_storage(bucket.params[k]);
     throw;
   }
-  for (size_t i = 0; i < numel_.size(); ++i) model.set_grad_ready_hook(i, [this, i] { mark_ready(i); });
+  for (size_t i = 0; i < numel_.size(); ++i)
+    model.set_grad_ready_hook(i, [this, i] { mark_ready(i); });
 }
 
 Reducer::~Reducer() {
@@ -105,9 +106,10 @@ void Reducer::wait_all_ignoring_errors(const char* log_prefix) noexcept {
 }
 
 void Reducer::prepare_for_backward() {
-  COLLIE_CHECK(!armed_ || next_to_launch_ == 0,
-               "DDP: a new forward started while the previous backward's all_reduces were not finished "
-               "(call backward through DistributedDataParallel so that it can wait for them)");
+  COLLIE_CHECK(
+      !armed_ || next_to_launch_ == 0,
+      "DDP: a new forward started while the previous backward's all_reduces were not finished "
+      "(call backward through DistributedDataParallel so that it can wait for them)");
   std::fill(ready_.begin(), ready_.end(), false);
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.params.size();
@@ -178,10 +180,11 @@ void Reducer::finalize_backward() {
     std::vector<std::string> missing;
     for (size_t i = 0; i < numel_.size(); ++i)
       if (!ready_[i]) missing.push_back(names_[i] + " (index " + std::to_string(i) + ")");
-    throw Error(str_cat("DDP: backward finished without gradients for ", missing.size(), " parameter(s): ",
-                        join(missing, ", "),
-                        ". Every parameter must take part in the loss; this rank's all_reduces now differ from "
-                        "its peers'"));
+    throw Error(str_cat(
+        "DDP: backward finished without gradients for ", missing.size(),
+        " parameter(s): ", join(missing, ", "),
+        ". Every parameter must take part in the loss; this rank's all_reduces now differ from "
+        "its peers'"));
   }
 }
 

@@ -44,7 +44,8 @@
 
 namespace collie::nn {
 
-inline constexpr size_t kDefaultFirstBucketBytes = size_t(1) << 20;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
+inline constexpr size_t kDefaultFirstBucketBytes = size_t(1)
+                                                   << 20;  // torch's _DEFAULT_FIRST_BUCKET_BYTES
 
 // c10d's compute_bucket_assignment_by_size for one dtype: walks `order` (the
 // parameter indices in the order to bucket them), closing a bucket once its
@@ -63,7 +64,7 @@ struct ReducerOptions {
 class Reducer {
  public:
   struct Bucket {
-    std::vector<size_t> params;  // indices into the parameter list, ready order
+    std::vector<size_t> params;   // indices into the parameter list, ready order
     std::vector<size_t> offsets;  // each one's offset in `data`, in elements
     DeviceBuffer<float> storage;  // owns `data`, on the model's device
     std::span<float> data;        // the gradients, contiguous
@@ -111,7 +112,7 @@ class Reducer {
   ReducerOptions options_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket index
-  std::vector<bool> ready_;         // this backward, per parameter
+  std::vector<bool> ready_;        // this backward, per parameter
   size_t next_to_launch_ = 0;
   bool armed_ = false;
   bool require_sync_ = true;

@@ -16,7 +16,8 @@ template <typename T>
 const BasicTensor<T>& BasicSequential<T>::forward(const BasicTensor<T>& input) {
   activations_.resize(layers_.size() + 1);
   activations_[0] = input;
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->forward(activations_[i], activations_[i + 1]);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    layers_[i]->forward(activations_[i], activations_[i + 1]);
   return activations_.back();
 }
 
@@ -26,11 +27,13 @@ void BasicSequential<T>::backward(const BasicTensor<T>& grad_output) {
 }
 
 template <typename T>
-void BasicSequential<T>::backward_layers(const BasicTensor<T>& grad_output, BasicTensor<T>* grad_input) {
-  COLLIE_ARG_CHECK(activations_.size() == layers_.size() + 1, "Sequential::backward before forward");
-  COLLIE_ARG_CHECK(grad_output.shape() == activations_.back().shape(), "Sequential::backward: gradient shape ",
-                   shape_to_string(grad_output.shape()), " differs from the output's ",
-                   shape_to_string(activations_.back().shape()));
+void BasicSequential<T>::backward_layers(const BasicTensor<T>& grad_output,
+                                         BasicTensor<T>* grad_input) {
+  COLLIE_ARG_CHECK(activations_.size() == layers_.size() + 1,
+                   "Sequential::backward before forward");
+  COLLIE_ARG_CHECK(grad_output.shape() == activations_.back().shape(),
+                   "Sequential::backward: gradient shape ", shape_to_string(grad_output.shape()),
+                   " differs from the output's ", shape_to_string(activations_.back().shape()));
   if (layers_.empty()) {
     if (grad_input) *grad_input = grad_output;
     return;
@@ -60,7 +63,8 @@ void BasicSequential<T>::backward_layers(const BasicTensor<T>& grad_output, Basi
 template <typename T>
 std::string BasicSequential<T>::describe() const {
   std::string out = "Sequential(\n";
-  for (size_t i = 0; i < layers_.size(); ++i) out += str_cat("  (", i, "): ", layers_[i]->describe(), "\n");
+  for (size_t i = 0; i < layers_.size(); ++i)
+    out += str_cat("  (", i, "): ", layers_[i]->describe(), "\n");
   return out + ")";
 }
 
@@ -79,7 +83,8 @@ template <typename T>
 std::vector<std::pair<std::string, BasicParameter<T>*>> BasicSequential<T>::named_parameters() {
   std::vector<std::pair<std::string, BasicParameter<T>*>> out;
   for (size_t i = 0; i < layers_.size(); ++i)
-    for (auto& [name, p] : layers_[i]->named_parameters()) out.emplace_back(str_cat(i, ".", name), p);
+    for (auto& [name, p] : layers_[i]->named_parameters())
+      out.emplace_back(str_cat(i, ".", name), p);
   return out;
 }
 

@@ -41,7 +41,8 @@ void Sgd::save_state(StateDict& out, const std::string& prefix) const {
   out.set_double(prefix + "lr", lr_);
   for (size_t k = 0; k < params_.size(); ++k)
     if (!momentum_[k].empty())
-      out.set_floats(str_cat(prefix, "state.", k, ".momentum_buffer"), params_[k]->shape(), momentum_[k]);
+      out.set_floats(str_cat(prefix, "state.", k, ".momentum_buffer"), params_[k]->shape(),
+                     momentum_[k]);
 }
 
 void Sgd::load_state(const StateDict& in, const std::string& prefix) {

@@ -26,7 +26,8 @@ uint64_t fnv1a64(std::span<const uint8_t> bytes) {
 
 // Little-endian appends; the hosts we build for are little-endian, which the
 // static_assert below pins down.
-static_assert(std::endian::native == std::endian::little, "state_dict format assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "state_dict format assumes a little-endian host");
 
 template <typename U>
 void put(std::vector<uint8_t>& out, U value) {
@@ -37,7 +38,8 @@ void put(std::vector<uint8_t>& out, U value) {
 // A cursor over untrusted bytes: every read checks what is left first.
 class Reader {
  public:
-  Reader(std::span<const uint8_t> bytes, const std::string& source) : bytes_(bytes), source_(source) {}
+  Reader(std::span<const uint8_t> bytes, const std::string& source)
+      : bytes_(bytes), source_(source) {}
 
   template <typename U>
   U get(const char* what) {
@@ -62,7 +64,8 @@ class Reader {
  private:
   void need(size_t n, const std::string& what) const {
     if (n > left())
-      corrupt(str_cat("truncated: ", what, " needs ", n, " bytes at offset ", pos_, " but ", left(), " remain"));
+      corrupt(str_cat("truncated: ", what, " needs ", n, " bytes at offset ", pos_, " but ", left(),
+                      " remain"));
   }
 
   std::span<const uint8_t> bytes_;
@@ -77,8 +80,8 @@ std::string type_name(const StateDict::Entry& e) {
 }  // namespace
 
 void StateDict::set_entry(const std::string& key, Entry entry) {
-  COLLIE_ARG_CHECK(!key.empty() && key.size() <= kMaxStateDictKeyBytes, "state_dict key of ", key.size(),
-                   " bytes");
+  COLLIE_ARG_CHECK(!key.empty() && key.size() <= kMaxStateDictKeyBytes, "state_dict key of ",
+                   key.size(), " bytes");
   COLLIE_ARG_CHECK_LE(entry.shape.size(), kMaxTensorDims, "dimensions of '", key, "'");
   COLLIE_ARG_CHECK_EQ(entry.bytes.size(), shape_numel(entry.shape) * element_size(entry.dtype),
                       "data bytes of '", key, "' for ", type_name(entry));
@@ -91,7 +94,8 @@ void StateDict::set_entry(const std::string& key, Entry entry) {
   entries_.emplace_back(key, std::move(entry));
 }
 
-void StateDict::set_floats(const std::string& key, const Shape& shape, std::span<const float> values) {
+void StateDict::set_floats(const std::string& key, const Shape& shape,
+                           std::span<const float> values) {
   Entry e{DataType::kFloat32, shape, {}};
   const auto* p = reinterpret_cast<const uint8_t*>(values.data());
   e.bytes.assign(p, p + values.size_bytes());
@@ -124,11 +128,13 @@ const StateDict::Entry& StateDict::at(const std::string& key) const {
 const StateDict::Entry& StateDict::typed(const std::string& key, DataType dtype) const {
   const Entry& e = at(key);
   if (e.dtype != dtype)
-    throw InvalidArgument(str_cat("state_dict key '", key, "' holds ", type_name(e), ", expected ", to_string(dtype)));
+    throw InvalidArgument(str_cat("state_dict key '", key, "' holds ", type_name(e), ", expected ",
+                                  to_string(dtype)));
   return e;
 }
 
-std::vector<float> StateDict::get_floats(const std::string& key, const Shape& expected_shape) const {
+std::vector<float> StateDict::get_floats(const std::string& key,
+                                         const Shape& expected_shape) const {
   const Entry& e = typed(key, DataType::kFloat32);
   if (e.shape != expected_shape)
     throw InvalidArgument(str_cat("state_dict key '", key, "' has shape ", shape_to_string(e.shape),
@@ -187,10 +193,12 @@ std::vector<uint8_t> serialize_state_dict(const StateDict& dict) {
 StateDict parse_state_dict(std::span<const uint8_t> bytes, const std::string& source) {
   Reader in(bytes, source);
   auto magic = in.take(8, "the magic number");
-  if (std::memcmp(magic.data(), kMagic, 8) != 0) in.corrupt("bad magic number: not a collie state_dict");
+  if (std::memcmp(magic.data(), kMagic, 8) != 0)
+    in.corrupt("bad magic number: not a collie state_dict");
   const auto version = in.get<uint32_t>("the version");
   if (version != kStateDictVersion)
-    in.corrupt(str_cat("unsupported version ", version, " (this build reads version ", kStateDictVersion, ")"));
+    in.corrupt(str_cat("unsupported version ", version, " (this build reads version ",
+                       kStateDictVersion, ")"));
   if (in.get<uint32_t>("the flags") != 0) in.corrupt("unknown flags set");
   const auto count = in.get<uint64_t>("the entry count");
   const auto payload_bytes = in.get<uint64_t>("the payload size");
@@ -198,26 +206,31 @@ StateDict parse_state_dict(std::span<const uint8_t> bytes, const std::string& so
   if (count > kMaxStateDictEntries)
     in.corrupt(str_cat("entry count ", count, " exceeds the limit of ", kMaxStateDictEntries));
   if (payload_bytes != in.left())
-    in.corrupt(str_cat("header declares ", payload_bytes, " payload bytes but ", in.left(), " follow it",
+    in.corrupt(str_cat("header declares ", payload_bytes, " payload bytes but ", in.left(),
+                       " follow it",
                        payload_bytes > in.left() ? " (truncated file)" : " (trailing garbage)"));
-  if (fnv1a64(bytes.subspan(in.pos())) != checksum) in.corrupt("checksum mismatch: the data was modified or damaged");
+  if (fnv1a64(bytes.subspan(in.pos())) != checksum)
+    in.corrupt("checksum mismatch: the data was modified or damaged");
 
   StateDict dict;
   for (uint64_t i = 0; i < count; ++i) {
     const std::string entry = str_cat("entry ", i);
     const auto key_len = in.get<uint32_t>("a key length");
     if (key_len == 0 || key_len > kMaxStateDictKeyBytes)
-      in.corrupt(str_cat(entry, " has a key of ", key_len, " bytes (limit ", kMaxStateDictKeyBytes, ")"));
+      in.corrupt(
+          str_cat(entry, " has a key of ", key_len, " bytes (limit ", kMaxStateDictKeyBytes, ")"));
     auto key_bytes = in.take(key_len, str_cat(entry, "'s key"));
     const std::string key(key_bytes.begin(), key_bytes.end());
     const std::string what = str_cat(entry, " ('", key, "')");
     if (dict.contains(key)) in.corrupt(str_cat(what, " repeats a key"));
     StateDict::Entry e;
     const auto dtype = in.get<uint8_t>("a dtype");
-    if (!is_valid(static_cast<DataType>(dtype))) in.corrupt(str_cat(what, " has unknown dtype ", int(dtype)));
+    if (!is_valid(static_cast<DataType>(dtype)))
+      in.corrupt(str_cat(what, " has unknown dtype ", int(dtype)));
     e.dtype = static_cast<DataType>(dtype);
     const auto ndim = in.get<uint8_t>("a dimension count");
-    if (ndim > kMaxTensorDims) in.corrupt(str_cat(what, " has ", int(ndim), " dimensions (limit ", kMaxTensorDims, ")"));
+    if (ndim > kMaxTensorDims)
+      in.corrupt(str_cat(what, " has ", int(ndim), " dimensions (limit ", kMaxTensorDims, ")"));
     in.get<uint16_t>("reserved bytes");
     // Multiply with an overflow check: dims come from the file.
     uint64_t numel = 1;
@@ -236,7 +249,8 @@ StateDict parse_state_dict(std::span<const uint8_t> bytes, const std::string& so
     e.bytes.assign(data.begin(), data.end());
     dict.set_entry(key, std::move(e));
   }
-  if (in.left() != 0) in.corrupt(str_cat(in.left(), " bytes after the last of ", count, " entries"));
+  if (in.left() != 0)
+    in.corrupt(str_cat(in.left(), " bytes after the last of ", count, " entries"));
   return dict;
 }
 
@@ -244,17 +258,21 @@ void save_state_dict(const StateDict& dict, const std::string& path) {
   write_file_atomically(path, serialize_state_dict(dict));
 }
 
-StateDict load_state_dict(const std::string& path) { return parse_state_dict(read_file(path), path); }
+StateDict load_state_dict(const std::string& path) {
+  return parse_state_dict(read_file(path), path);
+}
 
 void save_module_state(Module& module, StateDict& out, const std::string& prefix) {
-  for (auto& [name, p] : module.named_parameters()) out.set_floats(prefix + name, p->shape(), p->value().span());
+  for (auto& [name, p] : module.named_parameters())
+    out.set_floats(prefix + name, p->shape(), p->value().span());
 }
 
 void load_module_state(Module& module, const StateDict& in, const std::string& prefix) {
   // Check everything before changing anything, so a bad checkpoint leaves the
   // model as it was.
   std::vector<std::vector<float>> values;
-  for (auto& [name, p] : module.named_parameters()) values.push_back(in.get_floats(prefix + name, p->shape()));
+  for (auto& [name, p] : module.named_parameters())
+    values.push_back(in.get_floats(prefix + name, p->shape()));
   size_t i = 0;
   for (auto* p : module.parameters()) std::copy(values[i].begin(), values[i].end(), p->data()), ++i;
 }

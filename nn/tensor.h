@@ -35,7 +35,8 @@ class BasicTensor {
   // Zero-filled.
   explicit BasicTensor(Shape shape) : shape_(std::move(shape)), data_(shape_numel(shape_)) {}
   BasicTensor(Shape shape, std::vector<T> data) : shape_(std::move(shape)), data_(std::move(data)) {
-    COLLIE_ARG_CHECK_EQ(data_.size(), shape_numel(shape_), "data for shape ", shape_to_string(shape_));
+    COLLIE_ARG_CHECK_EQ(data_.size(), shape_numel(shape_), "data for shape ",
+                        shape_to_string(shape_));
   }
 
   const Shape& shape() const { return shape_; }
@@ -69,7 +70,9 @@ class BasicTensor {
   MatrixMap matrix() { return MatrixMap(data(), rows(), cols()); }
   ConstMatrixMap matrix() const { return ConstMatrixMap(data(), rows(), cols()); }
   VectorMap vector() { return VectorMap(data(), static_cast<Eigen::Index>(numel())); }
-  ConstVectorMap vector() const { return ConstVectorMap(data(), static_cast<Eigen::Index>(numel())); }
+  ConstVectorMap vector() const {
+    return ConstVectorMap(data(), static_cast<Eigen::Index>(numel()));
+  }
 
  private:
   Eigen::Index rows() const { return shape_.empty() ? 1 : static_cast<Eigen::Index>(shape_[0]); }

@@ -67,8 +67,7 @@ int64_t FileStore::add_locked(const std::string& raw, const std::string& shown, 
   return value;
 }
 
-void FileStore::poll_until_present(const std::vector<std::string>& keys,
-                                   const Deadline& deadline,
+void FileStore::poll_until_present(const std::vector<std::string>& keys, const Deadline& deadline,
                                    const std::function<void()>& on_ready) {
   std::vector<std::string> raw;
   raw.reserve(keys.size());

@@ -47,8 +47,8 @@ FileStoreLog::Lock::Lock(FileStoreLog& log, const Deadline& deadline) : log_(log
     if (errno != EWOULDBLOCK)
       throw StoreError(str_cat("FileStore ", log_.path_, ": flock failed: ", errno_text()));
     if (deadline.expired())
-      throw TimeoutError(str_cat("FileStore ", log_.path_,
-                                 ": another process held the file lock ", deadline.describe()));
+      throw TimeoutError(str_cat("FileStore ", log_.path_, ": another process held the file lock ",
+                                 deadline.describe()));
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, deadline.remaining()));
     pause = std::min(pause * 2, kMaxLockPause);
   }
@@ -65,7 +65,8 @@ void FileStoreLog::read_exact(uint64_t at, void* buf, size_t n, uint64_t record)
   while (n > 0) {
     ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(at));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) corrupt(record, got < 0 ? "read failed: " + errno_text() : "unexpected end of file");
+    if (got <= 0)
+      corrupt(record, got < 0 ? "read failed: " + errno_text() : "unexpected end of file");
     p += got;
     at += static_cast<uint64_t>(got);
     n -= static_cast<size_t>(got);
@@ -75,14 +76,16 @@ void FileStoreLog::read_exact(uint64_t at, void* buf, size_t n, uint64_t record)
 // One field: a uint32 length, checked against the bytes left and the cap
 // before anything is allocated, then the bytes.
 Bytes FileStoreLog::read_field(uint64_t record, uint64_t& at, uint64_t size, const char* what) {
-  if (size - at < 4) corrupt(record, str_cat("truncated ", what, " length at byte ", at, " of ", size));
+  if (size - at < 4)
+    corrupt(record, str_cat("truncated ", what, " length at byte ", at, " of ", size));
   uint8_t raw[4];
   read_exact(at, raw, 4, record);
-  const uint64_t len = uint64_t{raw[0]} | uint64_t{raw[1]} << 8 | uint64_t{raw[2]} << 16 |
-                       uint64_t{raw[3]} << 24;
+  const uint64_t len =
+      uint64_t{raw[0]} | uint64_t{raw[1]} << 8 | uint64_t{raw[2]} << 16 | uint64_t{raw[3]} << 24;
   at += 4;
   if (len > max_field_bytes_)
-    corrupt(record, str_cat(what, " length ", len, " exceeds the cap of ", max_field_bytes_, " bytes"));
+    corrupt(record,
+            str_cat(what, " length ", len, " exceeds the cap of ", max_field_bytes_, " bytes"));
   if (size - at < len)
     corrupt(record, str_cat(what, " of ", len, " bytes runs past the end of the file (", size - at,
                             " bytes left)"));
@@ -141,7 +144,8 @@ void FileStoreLog::append(const std::vector<Record>& records) {
         COLLIE_LOG(kError) << "FileStore " << path_ << ": could not cut a partial record at "
                            << offset_ << ": " << errno_text();
       }
-      throw StoreError(str_cat("FileStore ", path_, ": write of ", buf.size(), " bytes failed: ", why));
+      throw StoreError(
+          str_cat("FileStore ", path_, ": write of ", buf.size(), " bytes failed: ", why));
     }
     done += static_cast<size_t>(n);
   }

@@ -82,8 +82,8 @@ void HashStore::append(const std::string& key, std::span<const uint8_t> value) {
   cv_.notify_all();
 }
 
-void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                            const Deadline& deadline) {
+void HashStore::wait_locked(std::unique_lock<std::mutex>& lock,
+                            const std::vector<std::string>& keys, const Deadline& deadline) {
   auto all_present = [&] {
     return std::ranges::all_of(keys, [&](const std::string& k) { return map_.contains(k); });
   };
@@ -91,8 +91,8 @@ void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vecto
   std::vector<std::string> missing;
   for (const auto& k : keys)
     if (!map_.contains(k)) missing.push_back(k);
-  throw TimeoutError(str_cat("HashStore: timed out waiting for key(s) [", join(missing, ", "),
-                             "] ", deadline.describe()));
+  throw TimeoutError(str_cat("HashStore: timed out waiting for key(s) [", join(missing, ", "), "] ",
+                             deadline.describe()));
 }
 
 }  // namespace collie

@@ -46,7 +46,8 @@ class UrlParser {
         out.rank_given = true;
       } else if (key == "world_size") {
         if (out.world_size_given) fail("query parameter 'world_size' is given twice");
-        out.world_size = with_context([&] { return detail::parse_non_negative("world_size", value); });
+        out.world_size =
+            with_context([&] { return detail::parse_non_negative("world_size", value); });
         out.world_size_given = true;
       } else {
         fail(str_cat("unknown query parameter '", key, "' (expected rank and world_size)"));
@@ -73,8 +74,9 @@ class UrlParser {
         fail(str_cat("missing port after host '", body, "'"));
       }
       if (body.find(':', colon + 1) != std::string_view::npos)
-        fail(str_cat("host '", body, "' looks like an IPv6 address: put it in brackets, e.g. "
-                                      "tcp://[::1]:29500"));
+        fail(str_cat("host '", body,
+                     "' looks like an IPv6 address: put it in brackets, e.g. "
+                     "tcp://[::1]:29500"));
       out.host = std::string(body.substr(0, colon));
       port = body.substr(colon + 1);
     }
@@ -90,7 +92,8 @@ class UrlParser {
     auto addr = env("MASTER_ADDR");
     if (!addr) fail("MASTER_ADDR is not set (env:// needs MASTER_ADDR and MASTER_PORT)");
     std::string_view host = *addr;
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
     if (host.empty()) fail(str_cat("MASTER_ADDR='", *addr, "' is empty"));
     out.host = std::string(host);
     auto port = env("MASTER_PORT");
@@ -105,7 +108,8 @@ class UrlParser {
     }
     if (!out.world_size_given) {
       if (auto size = env("WORLD_SIZE")) {
-        out.world_size = with_context([&] { return detail::parse_non_negative("WORLD_SIZE", *size); });
+        out.world_size =
+            with_context([&] { return detail::parse_non_negative("WORLD_SIZE", *size); });
         out.world_size_given = true;
       }
     }
@@ -130,8 +134,10 @@ void check_consistent(const InitMethod& m, const UrlParser& p) {
   if (m.rank_given && m.world_size_given && m.rank >= m.world_size)
     p.fail(str_cat("rank=", m.rank, " is not below world_size=", m.world_size));
   if (m.scheme != InitScheme::kFile && m.port == 0 && m.rank_given && m.rank != 0)
-    p.fail(str_cat("port 0 (an ephemeral port) only works for rank 0, which hosts the store; "
-                   "rank ", m.rank, " needs the port rank 0 bound"));
+    p.fail(
+        str_cat("port 0 (an ephemeral port) only works for rank 0, which hosts the store; "
+                "rank ",
+                m.rank, " needs the port rank 0 bound"));
 }
 
 }  // namespace
@@ -153,7 +159,9 @@ std::string InitMethod::address() const {
 void InitMethod::validate_complete() const {
   UrlParser p(url);
   const bool env = scheme == InitScheme::kEnv;
-  if (!rank_given) p.fail(env ? "the rank is not given: set RANK or add ?rank=N" : "the rank is not given: add ?rank=N");
+  if (!rank_given)
+    p.fail(env ? "the rank is not given: set RANK or add ?rank=N"
+               : "the rank is not given: add ?rank=N");
   if (!world_size_given)
     p.fail(env ? "the world size is not given: set WORLD_SIZE or add ?world_size=N"
                : "the world size is not given: add ?world_size=N");

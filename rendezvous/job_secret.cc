@@ -57,8 +57,8 @@ JobSecret JobSecret::from_hex(std::string_view hex, const char* where) {
     const int hi = hex_value(hex[2 * i]);
     const int lo = hex_value(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      throw InvalidArgument(str_cat(where, " must be hex digits; character ",
-                                    hi < 0 ? 2 * i : 2 * i + 1, " is not"));
+      throw InvalidArgument(
+          str_cat(where, " must be hex digits; character ", hi < 0 ? 2 * i : 2 * i + 1, " is not"));
     }
     s.key_[i] = static_cast<uint8_t>(hi * 16 + lo);
   }

@@ -24,8 +24,8 @@ struct LauncherVars {
 // allocation is seen as torchrun.
 constexpr LauncherVars kLaunchers[] = {
     {LaunchSource::kTorchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"},
-    {LaunchSource::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-     "SLURM_NTASKS_PER_NODE", "SLURM_NODEID"},
+    {LaunchSource::kSlurm, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+     "SLURM_NODEID"},
     {LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
 };
@@ -139,8 +139,8 @@ int parse_non_negative(const std::string& name, const std::string& value) {
   const char* end = begin + value.size();
   auto [ptr, ec] = std::from_chars(begin, end, out);
   if (value.empty() || ec != std::errc() || ptr != end || out < 0) {
-    const char* why = ec == std::errc::result_out_of_range ? "is out of range"
-                                                           : "is not a non-negative integer";
+    const char* why =
+        ec == std::errc::result_out_of_range ? "is out of range" : "is not a non-negative integer";
     throw InvalidArgument(str_cat(name, "='", value, "' ", why));
   }
   return out;

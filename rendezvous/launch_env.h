@@ -46,7 +46,7 @@ struct LaunchEnv {
   // SLURM_NTASKS_PER_NODE, Open MPI has no node index).
   int local_rank = 0;
   int local_world_size = 1;
-  int group_rank = 0;  // the node's index: GROUP_RANK, SLURM_NODEID
+  int group_rank = 0;                   // the node's index: GROUP_RANK, SLURM_NODEID
   std::string master_addr;              // empty when MASTER_ADDR is unset
   std::optional<uint16_t> master_port;  // MASTER_PORT
   bool use_agent_store = false;         // TORCHELASTIC_USE_AGENT_STORE

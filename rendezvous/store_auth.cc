@@ -8,8 +8,8 @@
 namespace collie {
 namespace {
 
-constexpr size_t kAuth1Bytes = 1 + 4 + kNonceBytes;      // 37
-constexpr size_t kAuth2Bytes = 1 + kNonceBytes + 32;     // 65
+constexpr size_t kAuth1Bytes = 1 + 4 + kNonceBytes;   // 37
+constexpr size_t kAuth2Bytes = 1 + kNonceBytes + 32;  // 65
 constexpr size_t kAuth3Bytes = 32;
 constexpr const char* kServerLabel = "collie store server v1";
 constexpr const char* kClientLabel = "collie store client v1";
@@ -23,7 +23,8 @@ std::string describe_first_message(std::span<const uint8_t> in) {
   const uint8_t b = in[0];
   if (b == 0x00 && in.size() >= 5 && get_u32(in.data() + 1) == 0x3C85F7CE)
     return "a torch 2.x client (VALIDATE) without the job secret";
-  if (b == 0x04) return "a collie client without COLLIE_JOB_SECRET (dialect probe), or a torch 1.13 client";
+  if (b == 0x04)
+    return "a collie client without COLLIE_JOB_SECRET (dialect probe), or a torch 1.13 client";
   if (b <= 0x08) return "a torch 1.13 client (or another client without the job secret)";
   return str_cat("not a TCPStore client (first byte 0x", to_hex({&b, 1}), ")");
 }
@@ -46,9 +47,10 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
           return step;
         }
         step.status = S::kRefuse;
-        step.error = str_cat(describe_first_message(in),
-                             ": this store requires the job secret (docs/security.md; torch clients "
-                             "need collie-run --store-compat or COLLIE_STORE_COMPAT=1)");
+        step.error =
+            str_cat(describe_first_message(in),
+                    ": this store requires the job secret (docs/security.md; torch clients "
+                    "need collie-run --store-compat or COLLIE_STORE_COMPAT=1)");
         return step;
       }
       if (in.size() < kAuth1Bytes) {
@@ -79,8 +81,9 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
       }
       if (!policy_.secret.verify(kClientLabel, transcript_, in.first(kAuth3Bytes))) {
         step.status = S::kRefuse;
-        step.error = "its proof of the job secret is wrong (a client of another job, or a "
-                     "different COLLIE_JOB_SECRET)";
+        step.error =
+            "its proof of the job secret is wrong (a client of another job, or a "
+            "different COLLIE_JOB_SECRET)";
         return step;
       }
       step.consumed = kAuth3Bytes;
@@ -91,26 +94,27 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
       Bytes().swap(transcript_);
       return step;
     }
-    case State::kDone:
-      step.status = S::kDone;
-      return step;
+    case State::kDone: step.status = S::kDone; return step;
   }
   return step;
 }
 
-void authenticate_store_client(StoreSocket& socket, const JobSecret& secret, const Deadline& deadline,
+void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
+                               const Deadline& deadline,
                                const std::function<std::string(const std::string&)>& describe) {
   auto check = [&](const IoResult& r, const char* step) {
     if (r.ok()) return;
     if (r.kind == IoResult::Kind::kTimeout)
-      throw TimeoutError(describe(str_cat("authentication (", step, ") got no answer ", deadline.describe())));
+      throw TimeoutError(
+          describe(str_cat("authentication (", step, ") got no answer ", deadline.describe())));
     if (r.kind == IoResult::Kind::kClosed) {
-      throw StoreError(describe(str_cat(
-          "the server closed the connection during authentication (", step, "): ",
-          std::strcmp(step, "waiting for acceptance") == 0
-              ? "it refused our proof, so it has a different COLLIE_JOB_SECRET"
-              : "it does not authenticate (a torch TCPStore, or a collie store without "
-                "COLLIE_JOB_SECRET); unset COLLIE_JOB_SECRET in this process to connect unauthenticated")));
+      throw StoreError(describe(
+          str_cat("the server closed the connection during authentication (", step, "): ",
+                  std::strcmp(step, "waiting for acceptance") == 0
+                      ? "it refused our proof, so it has a different COLLIE_JOB_SECRET"
+                      : "it does not authenticate (a torch TCPStore, or a collie store without "
+                        "COLLIE_JOB_SECRET); unset COLLIE_JOB_SECRET in this process to connect "
+                        "unauthenticated")));
     }
     throw StoreError(describe(str_cat("authentication (", step, ") failed: ", r.describe())));
   };
@@ -130,16 +134,17 @@ void authenticate_store_client(StoreSocket& socket, const JobSecret& secret, con
   Bytes transcript(auth1, auth1 + kAuth1Bytes);
   transcript.insert(transcript.end(), auth2 + 1, auth2 + 1 + kNonceBytes);
   if (!secret.verify(kServerLabel, transcript, {auth2 + 1 + kNonceBytes, 32})) {
-    throw StoreError(describe("the server failed to prove knowledge of the job secret: it belongs "
-                              "to another job or has a different COLLIE_JOB_SECRET"));
+    throw StoreError(
+        describe("the server failed to prove knowledge of the job secret: it belongs "
+                 "to another job or has a different COLLIE_JOB_SECRET"));
   }
   const Sha256Digest proof = secret.prove(kClientLabel, transcript);
   check(socket.send_all(proof.data(), proof.size(), deadline.when()), "sending our proof");
   uint8_t verdict = 0xff;
   check(socket.recv_exact(&verdict, 1, deadline.when()), "waiting for acceptance");
   if (verdict != kStoreAuthAccepted) {
-    throw StoreError(describe(str_cat("unexpected verdict 0x", to_hex({&verdict, 1}),
-                                      " after authentication")));
+    throw StoreError(
+        describe(str_cat("unexpected verdict 0x", to_hex({&verdict, 1}), " after authentication")));
   }
 }
 

@@ -37,8 +37,8 @@ inline constexpr uint8_t kStoreAuthAccepted = 0x00;
 
 // What a server requires of its clients.
 struct StoreAuthPolicy {
-  JobSecret secret;                    // none: no authentication at all
-  bool accept_unauthenticated = false; // compatibility mode: torch clients too
+  JobSecret secret;                     // none: no authentication at all
+  bool accept_unauthenticated = false;  // compatibility mode: torch clients too
 };
 
 // The server's side of one connection: fed the connection's first bytes
@@ -75,7 +75,8 @@ class StoreAuthGate {
 // `fail` (which prefixes the server's address) when the server refuses our
 // proof, cannot prove the secret itself, or does not speak this exchange;
 // TimeoutError at the deadline.
-void authenticate_store_client(StoreSocket& socket, const JobSecret& secret, const Deadline& deadline,
+void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
+                               const Deadline& deadline,
                                const std::function<std::string(const std::string&)>& describe);
 
 }  // namespace collie

@@ -10,13 +10,13 @@ namespace {
 
 // Maps a wire byte of a known dialect to an Op; false for an unknown byte.
 bool op_of(uint8_t type, Dialect dialect, Op* op) {
-  static constexpr Op kV2Ops[] = {
-      Op::kValidate, Op::kSet,      Op::kCompareSet, Op::kGet,      Op::kAdd,
-      Op::kCheck,    Op::kWait,     Op::kNumKeys,    Op::kDeleteKey, Op::kAppend,
-      Op::kMultiGet, Op::kMultiSet, Op::kCancelWait, Op::kPing};
-  static constexpr Op kV1Ops[] = {Op::kSet,   Op::kCompareSet, Op::kGet,
-                                  Op::kAdd,   Op::kCheck,      Op::kWait,
-                                  Op::kNumKeys, Op::kWatchKey, Op::kDeleteKey};
+  static constexpr Op kV2Ops[] = {Op::kValidate,   Op::kSet,    Op::kCompareSet, Op::kGet,
+                                  Op::kAdd,        Op::kCheck,  Op::kWait,       Op::kNumKeys,
+                                  Op::kDeleteKey,  Op::kAppend, Op::kMultiGet,   Op::kMultiSet,
+                                  Op::kCancelWait, Op::kPing};
+  static constexpr Op kV1Ops[] = {Op::kSet,     Op::kCompareSet, Op::kGet,
+                                  Op::kAdd,     Op::kCheck,      Op::kWait,
+                                  Op::kNumKeys, Op::kWatchKey,   Op::kDeleteKey};
   if (dialect == Dialect::kV2 && type < std::size(kV2Ops)) {
     *op = kV2Ops[type];
     return true;
@@ -76,8 +76,8 @@ class FieldReader {
     uint64_t len = 0;
     if (!u64(&len)) return false;
     if (len > limits_.max_value_bytes) {
-      return fail(str_cat(what, " of ", len, " bytes exceeds the cap of ",
-                          limits_.max_value_bytes, " bytes"));
+      return fail(str_cat(what, " of ", len, " bytes exceeds the cap of ", limits_.max_value_bytes,
+                          " bytes"));
     }
     if (!have(static_cast<size_t>(len))) return false;
     const uint8_t* p = in_.data() + pos_;
@@ -130,14 +130,11 @@ bool read_body(Op op, FieldReader& r, Request* request) {
   uint64_t n = 0;
   switch (op) {
     case Op::kSet:
-    case Op::kAppend:
-      return r.key() && r.value();
-    case Op::kCompareSet:
-      return r.key() && r.value() && r.value();
+    case Op::kAppend: return r.key() && r.value();
+    case Op::kCompareSet: return r.key() && r.value() && r.value();
     case Op::kGet:
     case Op::kDeleteKey:
-    case Op::kWatchKey:
-      return r.key();
+    case Op::kWatchKey: return r.key();
     case Op::kAdd: {
       uint64_t delta = 0;
       if (!(r.key() && r.u64(&delta))) return false;
@@ -157,12 +154,10 @@ bool read_body(Op op, FieldReader& r, Request* request) {
       for (uint64_t i = 0; i < n; ++i)
         if (!(r.key() && r.value())) return false;
       return true;
-    case Op::kPing:
-      return r.u32(&request->nonce);
+    case Op::kPing: return r.u32(&request->nonce);
     case Op::kNumKeys:
     case Op::kCancelWait:
-    case Op::kValidate:
-      return true;
+    case Op::kValidate: return true;
   }
   return r.fail("unhandled op");
 }
@@ -188,10 +183,10 @@ const char* dialect_name(Dialect d) {
 }
 
 const char* op_name(Op op) {
-  static constexpr const char* kNames[] = {
-      "VALIDATE", "SET",       "COMPARE_SET", "GET",         "ADD",  "CHECK",
-      "WAIT",     "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET",
-      "MULTI_SET", "CANCEL_WAIT", "PING",     "WATCH_KEY",   "PROBE"};
+  static constexpr const char* kNames[] = {"VALIDATE",    "SET",    "COMPARE_SET", "GET",
+                                           "ADD",         "CHECK",  "WAIT",        "GETNUMKEYS",
+                                           "DELETE_KEY",  "APPEND", "MULTI_GET",   "MULTI_SET",
+                                           "CANCEL_WAIT", "PING",   "WATCH_KEY",   "PROBE"};
   return kNames[static_cast<size_t>(op)];
 }
 
@@ -309,8 +304,8 @@ uint8_t query_byte(Op op, Dialect dialect) {
     Op o;
     if (op_of(b, dialect, &o) && o == op) return b;
   }
-  throw InvalidArgument(str_cat("TCPStore ", dialect_name(dialect), " has no ", op_name(op),
-                                " query"));
+  throw InvalidArgument(
+      str_cat("TCPStore ", dialect_name(dialect), " has no ", op_name(op), " query"));
 }
 
 }  // namespace collie::store_protocol

@@ -29,15 +29,33 @@ inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 
 // Wire values of the 2.x dialect (torch's QueryType since 2.0).
 enum class V2Query : uint8_t {
-  kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAdd = 4, kCheck = 5, kWait = 6,
-  kGetNumKeys = 7, kDeleteKey = 8, kAppend = 9, kMultiGet = 10, kMultiSet = 11,
-  kCancelWait = 12, kPing = 13,
+  kValidate = 0,
+  kSet = 1,
+  kCompareSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kCheck = 5,
+  kWait = 6,
+  kGetNumKeys = 7,
+  kDeleteKey = 8,
+  kAppend = 9,
+  kMultiGet = 10,
+  kMultiSet = 11,
+  kCancelWait = 12,
+  kPing = 13,
 };
 
 // Wire values of the 1.13 dialect.
 enum class V1Query : uint8_t {
-  kSet = 0, kCompareSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kGetNumKeys = 6,
-  kWatchKey = 7, kDeleteKey = 8,
+  kSet = 0,
+  kCompareSet = 1,
+  kGet = 2,
+  kAdd = 3,
+  kCheck = 4,
+  kWait = 5,
+  kGetNumKeys = 6,
+  kWatchKey = 7,
+  kDeleteKey = 8,
 };
 
 // Reply bytes (the same in both dialects).
@@ -59,8 +77,22 @@ const char* dialect_name(Dialect d);
 
 // What a request asks, independent of the dialect's numbering.
 enum class Op : uint8_t {
-  kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kDeleteKey,
-  kAppend, kMultiGet, kMultiSet, kCancelWait, kPing, kWatchKey, kProbe,
+  kValidate,
+  kSet,
+  kCompareSet,
+  kGet,
+  kAdd,
+  kCheck,
+  kWait,
+  kNumKeys,
+  kDeleteKey,
+  kAppend,
+  kMultiGet,
+  kMultiSet,
+  kCancelWait,
+  kPing,
+  kWatchKey,
+  kProbe,
 };
 const char* op_name(Op op);
 
@@ -87,10 +119,10 @@ struct Limits {
 struct ParseResult {
   enum class Status { kNeedMore, kRequest, kError };
   Status status = Status::kNeedMore;
-  size_t consumed = 0;     // kRequest: bytes the request used
-  size_t need_bytes = 0;   // kNeedMore: parse again once this many bytes are buffered
-  Request request;         // kRequest
-  std::string error;       // kError: what was wrong, for the log
+  size_t consumed = 0;    // kRequest: bytes the request used
+  size_t need_bytes = 0;  // kNeedMore: parse again once this many bytes are buffered
+  Request request;        // kRequest
+  std::string error;      // kError: what was wrong, for the log
 };
 
 // Parses the first request in `in`, a connection's buffered bytes whose
@@ -105,7 +137,10 @@ ParseResult parse_request(std::span<const uint8_t> in, Dialect dialect, const Li
 class Writer {
  public:
   explicit Writer(Bytes& out) : out_(out) {}
-  Writer& u8(uint8_t v) { out_.push_back(v); return *this; }
+  Writer& u8(uint8_t v) {
+    out_.push_back(v);
+    return *this;
+  }
   Writer& u32(uint32_t v);
   Writer& u64(uint64_t v);
   Writer& i64(int64_t v) { return u64(static_cast<uint64_t>(v)); }

@@ -14,7 +14,8 @@ int64_t parse_counter(const std::string& key, std::span<const uint8_t> value) {
   int64_t out = 0;
   auto [ptr, ec] = std::from_chars(begin, end, out);
   if (ec != std::errc() || ptr != end || begin == end) {
-    std::string shown(reinterpret_cast<const char*>(value.data()), std::min<size_t>(value.size(), 32));
+    std::string shown(reinterpret_cast<const char*>(value.data()),
+                      std::min<size_t>(value.size(), 32));
     throw StoreError(str_cat("add on key '", key, "': the stored value '", shown,
                              value.size() > 32 ? "..." : "", "' is not an integer"));
   }

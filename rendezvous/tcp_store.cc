@@ -62,8 +62,8 @@ Bytes TcpStoreClient::get(const std::string& key) {
   // As torch's client does: WAIT for the key, then GET it (a torch server
   // would drop a GET of a missing key).
   if (!wait_locked({key}, deadline)) {
-    throw TimeoutError(describe(str_cat("get of key '", key, "' timed out: the key never came ",
-                                        deadline.describe())));
+    throw TimeoutError(describe(
+        str_cat("get of key '", key, "' timed out: the key never came ", deadline.describe())));
   }
   Bytes req = begin(Op::kGet);
   Writer(req).str(key);
@@ -127,7 +127,8 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
   if (r.ok()) {
     if (answer != store_protocol::kStopWaiting) {
       socket_.close();
-      throw StoreError(describe(str_cat("WAIT answered ", int{answer}, " (expected STOP_WAITING)")));
+      throw StoreError(
+          describe(str_cat("WAIT answered ", int{answer}, " (expected STOP_WAITING)")));
     }
     return true;
   }
@@ -210,9 +211,9 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
       Deadline deadline(timeout_);
       if (!wait_locked(keys, deadline)) {
         std::vector<std::string> missing = missing_locked(keys);
-        throw TimeoutError(describe(str_cat("multi_get timed out ", deadline.describe(),
-                                            "; key(s) that never came: [", join(missing, ", "),
-                                            "]")));
+        throw TimeoutError(
+            describe(str_cat("multi_get timed out ", deadline.describe(),
+                             "; key(s) that never came: [", join(missing, ", "), "]")));
       }
       Bytes req = begin(Op::kMultiGet);
       Writer(req).keys(keys);

@@ -29,8 +29,8 @@ enum class StoreProtocol {
 };
 
 struct TcpStoreServerOptions {
-  std::string host = "0.0.0.0";   // address to bind
-  uint16_t port = 0;              // 0: an ephemeral port, see port()
+  std::string host = "0.0.0.0";               // address to bind
+  uint16_t port = 0;                          // 0: an ephemeral port, see port()
   size_t max_value_bytes = size_t{64} << 20;  // cap on any key or value
   size_t max_connections = 4096;
   // The job secret clients must prove (docs/security.md); unset:

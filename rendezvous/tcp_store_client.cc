@@ -96,14 +96,16 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   };
   // With a job secret, prove it before anything else (store_auth.h).
   if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env(); secret)
-    authenticate_store_client(socket, secret, deadline, [this](const std::string& w) { return describe(w); });
+    authenticate_store_client(socket, secret, deadline,
+                              [this](const std::string& w) { return describe(w); });
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kV1_13)
     dialect_ = Dialect::kV1_13;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kDetect) {
     // The probe (store_protocol.h): a 1.13 CHECK of a reserved key, harmless
     // to every server that could be listening.
     Bytes probe;
-    Writer(probe).u8(static_cast<uint8_t>(store_protocol::V1Query::kCheck))
+    Writer(probe)
+        .u8(static_cast<uint8_t>(store_protocol::V1Query::kCheck))
         .keys({store_protocol::kProbeKey});
     check_io(socket.send_all(probe.data(), probe.size(), deadline.when()), "dialect probe");
     uint8_t answer = 0;
@@ -130,7 +132,8 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   // 2.x: VALIDATE then PING, whose nonce must come back.
   const uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5a5a0000u;
   Bytes hello;
-  Writer(hello).u8(static_cast<uint8_t>(store_protocol::V2Query::kValidate))
+  Writer(hello)
+      .u8(static_cast<uint8_t>(store_protocol::V2Query::kValidate))
       .u32(store_protocol::kValidationMagic)
       .u8(static_cast<uint8_t>(store_protocol::V2Query::kPing))
       .u32(nonce);
@@ -138,9 +141,9 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   uint8_t echoed[4];
   IoResult r = socket.recv_exact(echoed, 4, deadline.when());
   if (r.kind == IoResult::Kind::kClosed) {
-    throw StoreError(describe(
-        "the server closed the connection during the 2.x handshake (VALIDATE, PING); "
-        "if it is a PyTorch 1.13 server, use StoreProtocol::kV1_13 or kDetect"));
+    throw StoreError(
+        describe("the server closed the connection during the 2.x handshake (VALIDATE, PING); "
+                 "if it is a PyTorch 1.13 server, use StoreProtocol::kV1_13 or kDetect"));
   }
   check_io(r, "2.x handshake");
   if (store_protocol::load_u32(echoed) != nonce)

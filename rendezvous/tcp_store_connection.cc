@@ -55,15 +55,14 @@ void StoreConnection::read() {
   // (at most doubling what is buffered), so that a thousand clients that
   // each announce a large value and stall cost kilobytes, not their claims.
   const size_t missing = need_ > buffered ? need_ - buffered : 0;
-  const size_t want =
-      std::clamp(std::min(missing, std::max(buffered, kMinReadBytes)), kMinReadBytes, kMaxReadBytes);
+  const size_t want = std::clamp(std::min(missing, std::max(buffered, kMinReadBytes)),
+                                 kMinReadBytes, kMaxReadBytes);
   if (in_.size() < end_ + want) in_.resize(end_ + want);
 
   read_in_flight_ = true;
-  socket_.async_read_some(asio::buffer(in_.data() + end_, in_.size() - end_),
-                          [self = shared_from_this()](std::error_code ec, size_t n) {
-                            self->on_read(ec, n);
-                          });
+  socket_.async_read_some(
+      asio::buffer(in_.data() + end_, in_.size() - end_),
+      [self = shared_from_this()](std::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
 void StoreConnection::on_read(std::error_code ec, size_t n) {
@@ -112,15 +111,11 @@ void StoreConnection::process() {
       if (step.status == StoreAuthGate::Step::Status::kDone) auth_.reset();
       continue;
     }
-    ParseResult r = store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_,
-                                                  owner_.limits());
+    ParseResult r =
+        store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_, owner_.limits());
     switch (r.status) {
-      case ParseResult::Status::kNeedMore:
-        need_ = r.need_bytes;
-        return;
-      case ParseResult::Status::kError:
-        drop(r.error);
-        return;
+      case ParseResult::Status::kNeedMore: need_ = r.need_bytes; return;
+      case ParseResult::Status::kError: drop(r.error); return;
       case ParseResult::Status::kRequest:
         begin_ += r.consumed;
         need_ = 0;
@@ -190,23 +185,22 @@ void StoreConnection::flush() {
   writing_.swap(out_);
   out_.clear();
   write_in_flight_ = true;
-  asio::async_write(socket_, asio::buffer(writing_),
-                    [self = shared_from_this()](std::error_code ec, size_t) {
-                      self->write_in_flight_ = false;
-                      if (self->writing_.capacity() > kMaxReadBytes) Bytes().swap(self->writing_);
-                      self->writing_.clear();
-                      if (self->closed_) return;
-                      if (ec) {
-                        COLLIE_LOG(kDebug) << "TcpStoreServer " << self->owner_.address()
-                                           << ": write to " << self->peer_
-                                           << " failed: " << ec.message();
-                        self->close();
-                        return;
-                      }
-                      self->flush();
-                      if (self->closing_ && self->pending_output() == 0) self->close();
-                      self->read();
-                    });
+  asio::async_write(
+      socket_, asio::buffer(writing_), [self = shared_from_this()](std::error_code ec, size_t) {
+        self->write_in_flight_ = false;
+        if (self->writing_.capacity() > kMaxReadBytes) Bytes().swap(self->writing_);
+        self->writing_.clear();
+        if (self->closed_) return;
+        if (ec) {
+          COLLIE_LOG(kDebug) << "TcpStoreServer " << self->owner_.address() << ": write to "
+                             << self->peer_ << " failed: " << ec.message();
+          self->close();
+          return;
+        }
+        self->flush();
+        if (self->closing_ && self->pending_output() == 0) self->close();
+        self->read();
+      });
 }
 
 void StoreConnection::drop(const std::string& why) {
@@ -215,8 +209,10 @@ void StoreConnection::drop(const std::string& why) {
   // Replies to the requests before the bad one still go out (torch's server
   // answers each request as it reads it); then the connection closes.
   closing_ = true;
-  if (pending_output() == 0) close();
-  else flush();
+  if (pending_output() == 0)
+    close();
+  else
+    flush();
 }
 
 void StoreConnection::close() {

@@ -60,16 +60,16 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   StoreConnectionOwner& owner_;
   std::string peer_;
 
-  Bytes in_;               // in_[begin_, end_) is received, unparsed input
+  Bytes in_;  // in_[begin_, end_) is received, unparsed input
   size_t begin_ = 0;
   size_t end_ = 0;
-  size_t need_ = 0;        // don't re-parse before end_ - begin_ reaches this
-  Bytes out_;              // replies not yet handed to the socket
-  Bytes writing_;          // replies being written
+  size_t need_ = 0;  // don't re-parse before end_ - begin_ reaches this
+  Bytes out_;        // replies not yet handed to the socket
+  Bytes writing_;    // replies being written
   bool write_in_flight_ = false;
   bool read_in_flight_ = false;
-  bool blocked_ = false;   // a GET is parked: later requests wait behind it
-  bool closing_ = false;   // dropped: send what is queued, then close
+  bool blocked_ = false;  // a GET is parked: later requests wait behind it
+  bool closing_ = false;  // dropped: send what is queued, then close
   bool closed_ = false;
   store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
   std::unique_ptr<StoreAuthGate> auth_;  // until the job secret is proven

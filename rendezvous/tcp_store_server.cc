@@ -92,7 +92,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     }
     port_ = acceptor_.local_endpoint().port();
     COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_
-                      << (!auth_.secret ? " (unauthenticated)" : auth_.accept_unauthenticated ? " (job secret, torch-compatible: unauthenticated clients admitted)" : " (job secret required)");
+                      << (!auth_.secret ? " (unauthenticated)"
+                          : auth_.accept_unauthenticated
+                              ? " (job secret, torch-compatible: unauthenticated clients admitted)"
+                              : " (job secret required)");
   }
 
   void run() {
@@ -104,8 +107,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
         io_.run();
         return;
       } catch (const std::exception& e) {
-        COLLIE_LOG(kError) << "TcpStoreServer " << address() << ": event loop error: "
-                           << e.what();
+        COLLIE_LOG(kError) << "TcpStoreServer " << address() << ": event loop error: " << e.what();
       }
     }
   }
@@ -116,8 +118,8 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
       if (ec) {
         // Out of file descriptors (EMFILE) and the like: say so and try
         // again shortly instead of spinning on the same error.
-        COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": accept failed: "
-                          << ec.message() << "; retrying in 50ms";
+        COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": accept failed: " << ec.message()
+                          << "; retrying in 50ms";
         retry_timer_.expires_after(std::chrono::milliseconds(50));
         retry_timer_.async_wait([this](std::error_code e) {
           if (!e) accept();
@@ -127,8 +129,8 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
       if (connections_.size() >= options_.max_connections) {
         std::error_code ignored;
         COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": refusing a connection from "
-                          << socket.remote_endpoint(ignored) << ": already "
-                          << connections_.size() << " connections (max_connections)";
+                          << socket.remote_endpoint(ignored) << ": already " << connections_.size()
+                          << " connections (max_connections)";
         socket.close(ignored);
       } else {
         const ConnectionId id = next_id_++;

@@ -66,7 +66,8 @@ IoResult StoreSocket::connect(const std::string& host, uint16_t port, Clock::tim
   }
   IoResult last = io_error(ECONNREFUSED);
   for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) {
       last = io_error(errno);
       continue;
@@ -121,7 +122,8 @@ IoResult send_all(int fd, const void* data, size_t n, Clock::time_point until) {
       if (IoResult r = wait_socket(fd, POLLOUT, until); !r.ok()) return r;
       continue;
     }
-    if (sent < 0 && (errno == EPIPE || errno == ECONNRESET)) return {IoResult::Kind::kClosed, errno};
+    if (sent < 0 && (errno == EPIPE || errno == ECONNRESET))
+      return {IoResult::Kind::kClosed, errno};
     return io_error(errno);
   }
   return {};

@@ -17,9 +17,7 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
   auto& keys = request.keys;
   auto& values = request.values;
   switch (request.op) {
-    case Op::kSet:
-      write(keys[0], std::move(values[0]));
-      return Outcome::kDone;
+    case Op::kSet: write(keys[0], std::move(values[0])); return Outcome::kDone;
 
     case Op::kCompareSet: {
       // torch's semantics, including the missing-key cases: a missing key
@@ -105,22 +103,15 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       w.u8(store_protocol::kWaitCanceled);
       return Outcome::kDone;
 
-    case Op::kNumKeys:
-      w.i64(static_cast<int64_t>(map_.size()));
-      return Outcome::kDone;
+    case Op::kNumKeys: w.i64(static_cast<int64_t>(map_.size())); return Outcome::kDone;
 
-    case Op::kDeleteKey:
-      w.i64(static_cast<int64_t>(map_.erase(keys[0])));
-      return Outcome::kDone;
+    case Op::kDeleteKey: w.i64(static_cast<int64_t>(map_.erase(keys[0]))); return Outcome::kDone;
 
-    case Op::kPing:
-      w.u32(request.nonce);
-      return Outcome::kDone;
+    case Op::kPing: w.u32(request.nonce); return Outcome::kDone;
 
     case Op::kValidate:
     case Op::kProbe:
-    case Op::kWatchKey:
-      break;
+    case Op::kWatchKey: break;
   }
   throw StoreError(str_cat("TcpStoreState cannot serve ", store_protocol::op_name(request.op)));
 }

@@ -32,9 +32,9 @@ class TcpStoreState {
   explicit TcpStoreState(Deliver deliver) : deliver_(std::move(deliver)) {}
 
   enum class Outcome {
-    kDone,    // answered (reply appended) or needs no answer
-    kParked,  // a WAIT parked: the connection may go on sending requests
-    kBlocked, // a GET/MULTI_GET parked: the connection's next requests wait
+    kDone,     // answered (reply appended) or needs no answer
+    kParked,   // a WAIT parked: the connection may go on sending requests
+    kBlocked,  // a GET/MULTI_GET parked: the connection's next requests wait
   };
 
   // Applies one request. The immediate reply, if any, is appended to

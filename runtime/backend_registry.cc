@@ -41,11 +41,11 @@ std::string nccl_unavailable_reason() {
 // run instead of calling it unknown.
 std::map<std::string, BackendEntry> builtin_backends() {
   std::map<std::string, BackendEntry> entries;
-  entries["socket"] = BackendEntry{
-      [](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
-        return SocketProcessGroup::create(context);
-      },
-      [] { return std::string(); }};
+  entries["socket"] =
+      BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
+                     return SocketProcessGroup::create(context);
+                   },
+                   [] { return std::string(); }};
   entries["nccl"] = BackendEntry{
       [](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
         std::string reason = nccl_unavailable_reason();
@@ -114,7 +114,9 @@ std::string backend_unavailable_reason(const std::string& name) {
   return entry.unavailable_reason ? entry.unavailable_reason() : std::string();
 }
 
-bool is_backend_available(const std::string& name) { return backend_unavailable_reason(name).empty(); }
+bool is_backend_available(const std::string& name) {
+  return backend_unavailable_reason(name).empty();
+}
 
 std::string resolve_backend_name(const std::string& name) {
   std::string n = lower(name);
@@ -124,7 +126,8 @@ std::string resolve_backend_name(const std::string& name) {
   return is_backend_available("nccl") ? "nccl" : "socket";
 }
 
-std::shared_ptr<ProcessGroup> create_backend(const std::string& name, const BackendContext& context) {
+std::shared_ptr<ProcessGroup> create_backend(const std::string& name,
+                                             const BackendContext& context) {
   BackendEntry entry;
   if (!find_entry(lower(name), &entry))
     throw InvalidArgument(str_cat("unknown backend \"", name, "\" (known: ",

@@ -50,6 +50,7 @@ std::string resolve_backend_name(const std::string& name);
 // Builds a group of backend `name` (already resolved); throws BackendError
 // naming the backend and the reason when it cannot run here, InvalidArgument
 // when the name is unknown (listing the known ones).
-std::shared_ptr<ProcessGroup> create_backend(const std::string& name, const BackendContext& context);
+std::shared_ptr<ProcessGroup> create_backend(const std::string& name,
+                                             const BackendContext& context);
 
 }  // namespace collie

@@ -18,13 +18,12 @@ void check_tensor(const CallSite& site, std::string_view name, const TensorView&
     throw InvalidArgument(str_cat(where(site), ": ", name, " has an unknown dtype (",
                                   static_cast<int>(t.dtype), ")"));
   if (t.device.type != device_type)
-    throw InvalidArgument(str_cat(where(site), ": ", name, " is on ", t.device, " but the ",
-                                  site.backend, " backend takes ",
-                                  device_type == DeviceType::kCPU ? "host (cpu)" : "cuda",
-                                  " memory"));
+    throw InvalidArgument(str_cat(
+        where(site), ": ", name, " is on ", t.device, " but the ", site.backend, " backend takes ",
+        device_type == DeviceType::kCPU ? "host (cpu)" : "cuda", " memory"));
   if (t.count > 0 && t.data == nullptr)
-    throw InvalidArgument(str_cat(where(site), ": ", name, " has ", t.count,
-                                  " elements but a null data pointer"));
+    throw InvalidArgument(
+        str_cat(where(site), ": ", name, " has ", t.count, " elements but a null data pointer"));
 }
 
 void check_reduce_op(const CallSite& site, ReduceOp op, DataType dtype) {
@@ -51,16 +50,16 @@ void check_timeout(const CallSite& site, Timeout timeout) {
 void check_gather_shapes(const CallSite& site, const TensorView& big, std::string_view big_name,
                          const TensorView& small, std::string_view small_name, int size) {
   if (big.dtype != small.dtype)
-    throw InvalidArgument(str_cat(where(site), ": ", big_name, " is ", big.dtype, " but ", small_name,
-                                  " is ", small.dtype, "; they must match"));
+    throw InvalidArgument(str_cat(where(site), ": ", big_name, " is ", big.dtype, " but ",
+                                  small_name, " is ", small.dtype, "; they must match"));
   if (!(big.device == small.device))
     throw InvalidArgument(str_cat(where(site), ": ", big_name, " is on ", big.device, " but ",
                                   small_name, " is on ", small.device));
   if (big.count != small.count * static_cast<size_t>(size))
-    throw InvalidArgument(str_cat(where(site), ": ", big_name, " has ", big.count, " elements but ",
-                                  small_name, " has ", small.count, " and the group has ", size,
-                                  " ranks; expected ", big_name, ".count == ", size, " * ",
-                                  small_name, ".count = ", small.count * static_cast<size_t>(size)));
+    throw InvalidArgument(str_cat(
+        where(site), ": ", big_name, " has ", big.count, " elements but ", small_name, " has ",
+        small.count, " and the group has ", size, " ranks; expected ", big_name, ".count == ", size,
+        " * ", small_name, ".count = ", small.count * static_cast<size_t>(size)));
 }
 
 }  // namespace collie

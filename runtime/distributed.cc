@@ -31,8 +31,9 @@ State& state() {
 }
 
 [[noreturn]] void throw_not_initialized(const char* call) {
-  throw Error(str_cat(call, ": the default process group has not been initialized; call "
-                            "collie::init_process_group() first"));
+  throw Error(str_cat(call,
+                      ": the default process group has not been initialized; call "
+                      "collie::init_process_group() first"));
 }
 
 std::shared_ptr<ProcessGroup> default_group_or_throw(const char* call) {
@@ -81,9 +82,11 @@ void init_process_group(const InitOptions& options) {
                                   "\" (known: ", join(known, ", "), ", auto)"));
   // Fail before the rendezvous, not after a 30-minute wait for peers.
   if (std::string reason = backend_unavailable_reason(backend); !reason.empty())
-    throw BackendError(str_cat("init_process_group: backend \"", backend, "\" cannot run here: ", reason));
+    throw BackendError(
+        str_cat("init_process_group: backend \"", backend, "\" cannot run here: ", reason));
   Timeout timeout = resolve_timeout(options.timeout);
-  COLLIE_ARG_CHECK(timeout.count() >= 0, "init_process_group: negative timeout ", timeout.count(), "ms");
+  COLLIE_ARG_CHECK(timeout.count() >= 0, "init_process_group: negative timeout ", timeout.count(),
+                   "ms");
 
   Rendezvous rdzv = open_rendezvous(options, timeout);
   set_log_rank(rdzv.rank);
@@ -134,7 +137,9 @@ std::string get_backend(const Group& group) {
 
 bool is_main_process() { return !is_initialized() || get_rank() == 0; }
 
-std::shared_ptr<ProcessGroup> get_default_group() { return default_group_or_throw("get_default_group"); }
+std::shared_ptr<ProcessGroup> get_default_group() {
+  return default_group_or_throw("get_default_group");
+}
 
 Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& backend) {
   auto& s = state();
@@ -204,7 +209,8 @@ void destroy_process_group(const Group& group) {
   world->shutdown();
 }
 
-std::shared_ptr<Work> all_reduce(TensorView tensor, ReduceOp op, const Group& group, bool async_op) {
+std::shared_ptr<Work> all_reduce(TensorView tensor, ReduceOp op, const Group& group,
+                                 bool async_op) {
   auto pg = resolve(group, "all_reduce");
   if (!pg) return non_member_work("all_reduce");
   return finish(pg->all_reduce(tensor, {.op = op, .async_op = async_op}), async_op);
@@ -218,8 +224,8 @@ std::shared_ptr<Work> broadcast(TensorView tensor, int src, const Group& group, 
   if (!ranks.empty()) {
     auto it = std::find(ranks.begin(), ranks.end(), src);
     if (it == ranks.end())
-      throw InvalidArgument(str_cat("broadcast: src rank ", src, " is not in the group [",
-                                    join(ranks, ", "), "]"));
+      throw InvalidArgument(
+          str_cat("broadcast: src rank ", src, " is not in the group [", join(ranks, ", "), "]"));
     root = static_cast<int>(it - ranks.begin());
   }
   return finish(pg->broadcast(tensor, {.root = root, .async_op = async_op}), async_op);
@@ -231,7 +237,8 @@ std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
   return finish(pg->barrier({.async_op = async_op}), async_op);
 }
 
-std::shared_ptr<Work> all_gather(TensorView output, TensorView input, const Group& group, bool async_op) {
+std::shared_ptr<Work> all_gather(TensorView output, TensorView input, const Group& group,
+                                 bool async_op) {
   auto pg = resolve(group, "all_gather");
   if (!pg) return non_member_work("all_gather");
   return finish(pg->all_gather(output, input, {.async_op = async_op}), async_op);

@@ -24,7 +24,8 @@ class Group {
   // of the group's rank i; empty when the group's ranks are its own (then
   // broadcast's src is taken as a group rank).
   Group(std::shared_ptr<ProcessGroup> process_group, std::vector<int> global_ranks = {})  // NOLINT
-      : kind_(Kind::kMember), process_group_(std::move(process_group)),
+      : kind_(Kind::kMember),
+        process_group_(std::move(process_group)),
         global_ranks_(std::move(global_ranks)) {}
   static Group non_member(std::vector<int> global_ranks) {
     Group g;

@@ -14,8 +14,8 @@ namespace {
 void check_rank_and_size(int rank, int world_size, const std::string& source) {
   COLLIE_ARG_CHECK(world_size >= 1, "init_process_group (", source, "): world_size ", world_size,
                    " must be at least 1");
-  COLLIE_ARG_CHECK(rank >= 0 && rank < world_size, "init_process_group (", source, "): rank ",
-                   rank, " is out of range for world_size ", world_size);
+  COLLIE_ARG_CHECK(rank >= 0 && rank < world_size, "init_process_group (", source, "): rank ", rank,
+                   " is out of range for world_size ", world_size);
 }
 
 // Fills what the URL left out from the options, then the launcher's
@@ -48,15 +48,17 @@ Rendezvous open_rendezvous(const InitOptions& options, Timeout timeout, const En
   if (options.store) {
     Rendezvous r{options.store, options.rank, options.world_size, "caller's store"};
     if (r.rank < 0 || r.world_size < 0)
-      throw InvalidArgument(str_cat("init_process_group: with a store given, rank and world_size "
-                                    "must be given too (got rank ",
-                                    r.rank, ", world_size ", r.world_size, ")"));
+      throw InvalidArgument(
+          str_cat("init_process_group: with a store given, rank and world_size "
+                  "must be given too (got rank ",
+                  r.rank, ", world_size ", r.world_size, ")"));
     check_rank_and_size(r.rank, r.world_size, r.source);
     r.store->set_timeout(timeout);
     return r;
   }
   LaunchEnv launch = detect_launch_env(env);
-  InitMethod m = parse_init_method(options.init_method.empty() ? "env://" : options.init_method, env);
+  InitMethod m =
+      parse_init_method(options.init_method.empty() ? "env://" : options.init_method, env);
   complete(m, options, launch);
   Rendezvous r;
   r.rank = m.rank;
@@ -72,7 +74,8 @@ Rendezvous open_rendezvous(const InitOptions& options, Timeout timeout, const En
                                     m.url, " names no port for the launcher's store"));
     r.source = str_cat("agent store ", m.address(), " attempt ", launch.restart_count);
     std::shared_ptr<Store> tcp = TcpStore::connect(m.host, m.port, {.timeout = timeout});
-    r.store = std::make_shared<PrefixStore>(agent_store_prefix(launch.restart_count), std::move(tcp));
+    r.store =
+        std::make_shared<PrefixStore>(agent_store_prefix(launch.restart_count), std::move(tcp));
     return r;
   }
   r.source = m.url;

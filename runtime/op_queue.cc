@@ -33,7 +33,9 @@ OpQueue::OpQueue(std::string what) : what_(std::move(what)) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
-OpQueue::~OpQueue() { shutdown(Timeout(0), [] {}); }
+OpQueue::~OpQueue() {
+  shutdown(Timeout(0), [] {});
+}
 
 std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
   if (broken_error_ && !broken_by_.empty())
@@ -41,7 +43,8 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
         str_cat(description, " refused: ", what_, " is broken since ", broken_by_,
                 " failed: ", what_of(broken_error_), ". Destroy it and create a new group.")));
   if (broken_error_)  // broken by a shutdown that had to abort
-    return std::make_exception_ptr(BackendError(str_cat(description, " refused: ", what_of(broken_error_))));
+    return std::make_exception_ptr(
+        BackendError(str_cat(description, " refused: ", what_of(broken_error_))));
   return std::make_exception_ptr(
       BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
 }
@@ -66,7 +69,8 @@ std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string
 }
 
 std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std::string& details,
-                                             Timeout timeout, std::function<void(const Deadline&)> op) {
+                                             Timeout timeout,
+                                             std::function<void(const Deadline&)> op) {
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
@@ -95,8 +99,8 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   if (error && !is_invalid_argument(error) && !broken_error_) {
     broken_error_ = error;
     broken_by_ = op.work->description();
-    COLLIE_LOG(kError) << what_ << ": " << broken_by_ << " failed, the group is broken: "
-                       << what_of(error);
+    COLLIE_LOG(kError) << what_ << ": " << broken_by_
+                       << " failed, the group is broken: " << what_of(error);
   }
   // Wakes the worker only when it has something to do: ops queued behind an
   // inline one, or a shutdown. An unconditional notify costs a futex wake-up
@@ -137,8 +141,8 @@ void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
   stopping_ = true;
   cv_.notify_all();
   Deadline deadline(grace);
-  bool drained = idle_cv_.wait_until(lock, deadline.when(),
-                                     [&] { return queue_.empty() && !running_op_; });
+  bool drained =
+      idle_cv_.wait_until(lock, deadline.when(), [&] { return queue_.empty() && !running_op_; });
   if (!drained) {
     COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (running_op_ ? 1 : 0)
                       << " collective(s) unfinished " << deadline.describe() << "; aborting them";

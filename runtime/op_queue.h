@@ -38,8 +38,8 @@ class OpQueue {
   // queue's submissions from 1. The worker runs it under a Deadline of
   // `timeout` that starts when the op starts. When the queue is broken or
   // shut down, the returned Work has already failed.
-  std::shared_ptr<Work> submit(const std::string& kind, const std::string& details,
-                               Timeout timeout, std::function<void(const Deadline&)> op);
+  std::shared_ptr<Work> submit(const std::string& kind, const std::string& details, Timeout timeout,
+                               std::function<void(const Deadline&)> op);
   // Like submit, but when nothing is queued or running it runs `op` right
   // here on the caller's thread (the worker holds back anything submitted
   // meanwhile, so issue order is kept) and returns a completed Work. For

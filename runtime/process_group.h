@@ -60,9 +60,11 @@ class ProcessGroup {
   virtual std::string backend_name() const = 0;
 
   // In place: every rank ends with the reduction of all ranks' `tensor`.
-  virtual std::shared_ptr<Work> all_reduce(TensorView tensor, const AllReduceOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> all_reduce(TensorView tensor,
+                                           const AllReduceOptions& options = {}) = 0;
   // `tensor` on every rank becomes root's.
-  virtual std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> broadcast(TensorView tensor,
+                                          const BroadcastOptions& options = {}) = 0;
   virtual std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) = 0;
   // output.count == size() * input.count; rank r's input lands at offset
   // r * input.count. input may alias its slot in output (in place).

@@ -26,7 +26,8 @@ std::shared_ptr<SocketProcessGroup> SocketProcessGroup::create(const BackendCont
   // The group name keeps the groups' keys and message headers apart even if
   // two groups share one store.
   comm_options.store_prefix = str_cat("socket/", context.group_name);
-  auto communicator = Communicator::connect(*context.store, context.rank, context.size, comm_options);
+  auto communicator =
+      Communicator::connect(*context.store, context.rank, context.size, comm_options);
   COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size)
                     << " connected at " << communicator->address();
   return std::make_shared<SocketProcessGroup>(std::move(communicator), context.store,
@@ -49,20 +50,22 @@ CallSite SocketProcessGroup::site(std::string_view op) const {
   return CallSite{op, rank_, group_name_, kBackendName};
 }
 
-std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor, const AllReduceOptions& options) {
+std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor,
+                                                     const AllReduceOptions& options) {
   CallSite where = site("all_reduce");
   check_tensor(where, "tensor", tensor, DeviceType::kCPU);
   check_reduce_op(where, options.op, tensor.dtype);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op,
-      "all_reduce", str_cat(shape(tensor), ", ", options.op, ", ", to_string(options.algorithm)),
-      op_timeout(options.timeout), [comm, tensor, options](const Deadline& deadline) {
-        comm->all_reduce(tensor, tensor, options.op, deadline, options.algorithm);
-      });
+  return enqueue(options.async_op, "all_reduce",
+                 str_cat(shape(tensor), ", ", options.op, ", ", to_string(options.algorithm)),
+                 op_timeout(options.timeout), [comm, tensor, options](const Deadline& deadline) {
+                   comm->all_reduce(tensor, tensor, options.op, deadline, options.algorithm);
+                 });
 }
 
-std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor, const BroadcastOptions& options) {
+std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor,
+                                                    const BroadcastOptions& options) {
   CallSite where = site("broadcast");
   check_tensor(where, "tensor", tensor, DeviceType::kCPU);
   check_root(where, options.root, size_);
@@ -70,16 +73,17 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor, const Bro
   auto* comm = communicator_.get();
   int root = options.root;
   return enqueue(options.async_op, "broadcast", str_cat(shape(tensor), ", root ", root),
-                       op_timeout(options.timeout), [comm, tensor, root](const Deadline& deadline) {
-                         comm->broadcast(tensor, root, deadline);
-                       });
+                 op_timeout(options.timeout), [comm, tensor, root](const Deadline& deadline) {
+                   comm->broadcast(tensor, root, deadline);
+                 });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options) {
   check_timeout(site("barrier"), options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "barrier", str_cat(size_, size_ == 1 ? " rank" : " ranks"), op_timeout(options.timeout),
-                       [comm](const Deadline& deadline) { comm->barrier(deadline); });
+  return enqueue(options.async_op, "barrier", str_cat(size_, size_ == 1 ? " rank" : " ranks"),
+                 op_timeout(options.timeout),
+                 [comm](const Deadline& deadline) { comm->barrier(deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorView input,
@@ -91,9 +95,9 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorVi
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(options.async_op, "all_gather", shape(input), op_timeout(options.timeout),
-                       [comm, input, output](const Deadline& deadline) {
-                         comm->all_gather(input, output, deadline);
-                       });
+                 [comm, input, output](const Deadline& deadline) {
+                   comm->all_gather(input, output, deadline);
+                 });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, TensorView input,
@@ -107,9 +111,9 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, Tens
   auto* comm = communicator_.get();
   ReduceOp op = options.op;
   return enqueue(options.async_op, "reduce_scatter", str_cat(shape(output), " per rank, ", op),
-                       op_timeout(options.timeout), [comm, input, output, op](const Deadline& deadline) {
-                         comm->reduce_scatter(input, output, op, deadline);
-                       });
+                 op_timeout(options.timeout), [comm, input, output, op](const Deadline& deadline) {
+                   comm->reduce_scatter(input, output, op, deadline);
+                 });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const std::string& kind,

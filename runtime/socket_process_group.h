@@ -48,7 +48,8 @@ class SocketProcessGroup : public ProcessGroup {
   std::string address() const { return communicator_->address(); }
   bool broken() const { return queue_.broken(); }
 
-  std::shared_ptr<Work> all_reduce(TensorView tensor, const AllReduceOptions& options = {}) override;
+  std::shared_ptr<Work> all_reduce(TensorView tensor,
+                                   const AllReduceOptions& options = {}) override;
   std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) override;
   std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
   std::shared_ptr<Work> all_gather(TensorView output, TensorView input,

@@ -29,7 +29,8 @@ void CompletionWork::wait(Timeout timeout) {
   } else {
     Deadline deadline(timeout);
     if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_; }))
-      throw TimeoutError(str_cat("Work::wait on ", description_, " timed out ", deadline.describe()));
+      throw TimeoutError(
+          str_cat("Work::wait on ", description_, " timed out ", deadline.describe()));
   }
   if (error_) std::rethrow_exception(error_);
 }

@@ -33,9 +33,12 @@ double reduced_value(ReduceOp op, int world, size_t i) {
 
 bool close_enough(double got, double want, DataType dtype) {
   double tol = 0;
-  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) tol = 1e-2;
-  else if (dtype == DataType::kFloat32) tol = 1e-6;
-  else if (dtype == DataType::kFloat64) tol = 1e-12;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBFloat16)
+    tol = 1e-2;
+  else if (dtype == DataType::kFloat32)
+    tol = 1e-6;
+  else if (dtype == DataType::kFloat64)
+    tol = 1e-12;
   return std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
 }
 
@@ -52,7 +55,9 @@ void HostBuffer::set(size_t i, double v) {
     case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
     case DataType::kFloat64: *static_cast<double*>(p) = v; break;
     case DataType::kFloat16: *static_cast<Half*>(p) = to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16: *static_cast<BFloat16*>(p) = to_bfloat16(static_cast<float>(v)); break;
+    case DataType::kBFloat16:
+      *static_cast<BFloat16*>(p) = to_bfloat16(static_cast<float>(v));
+      break;
     case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
     case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
     case DataType::kUInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
@@ -78,7 +83,8 @@ void HostBuffer::fill_input(ReduceOp op, int rank, size_t begin, size_t n) {
 }
 
 void report_first_wrong(size_t index, double got, double want) {
-  std::fprintf(stderr, "collie-bench: rank %d: element %zu is %g, expected %g\n", log_rank(), index, got, want);
+  std::fprintf(stderr, "collie-bench: rank %d: element %zu is %g, expected %g\n", log_rank(), index,
+               got, want);
 }
 
 void HostBuffer::zero() {

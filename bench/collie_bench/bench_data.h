@@ -52,7 +52,8 @@ int64_t count_wrong(const HostBuffer& buf, size_t begin, size_t n, DataType dtyp
   int64_t wrong = 0;
   for (size_t k = 0; k < n; ++k) {
     double got = buf.get(begin + k), expected = want(begin + k);
-    if (!close_enough(got, expected, dtype) && wrong++ == 0) report_first_wrong(begin + k, got, expected);
+    if (!close_enough(got, expected, dtype) && wrong++ == 0)
+      report_first_wrong(begin + k, got, expected);
   }
   return wrong;
 }

@@ -18,9 +18,10 @@ double bus_factor(const std::string& collective, int world) {
 }
 
 void print_header(const RunInfo& info, bool blocking) {
-  std::printf("# collie-bench: %s, %d ranks, backend %s, algorithm %s, %d %s iterations after %d warm-up\n",
-              info.collective.c_str(), info.world, info.backend.c_str(), info.algorithm.c_str(),
-              info.iters, blocking ? "blocking" : "back-to-back", info.warmup);
+  std::printf(
+      "# collie-bench: %s, %d ranks, backend %s, algorithm %s, %d %s iterations after %d warm-up\n",
+      info.collective.c_str(), info.world, info.backend.c_str(), info.algorithm.c_str(), info.iters,
+      blocking ? "blocking" : "back-to-back", info.warmup);
   std::printf("# %s\n#\n", build_info().c_str());
   std::printf("#%12s %13s %9s %7s %7s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root",
               "time", "algbw", "busbw", "#wrong");
@@ -45,7 +46,8 @@ void print_footer(const std::vector<Row>& rows) {
     sum += r.busbw_gbps;
     if (r.wrong > 0) wrong += r.wrong;
   }
-  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong),
+              wrong ? "FAILED" : "OK");
   std::printf("# Avg bus bandwidth    : %g\n#\n", rows.empty() ? 0.0 : sum / rows.size());
   std::fflush(stdout);
 }
@@ -59,10 +61,11 @@ void write_json(const std::string& path, const RunInfo& info, const std::vector<
       << build_info() << "\",\n  \"results\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \"" << r.dtype
-        << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root << ", \"time_us\": " << r.time_us
-        << ", \"algbw_gbps\": " << r.algbw_gbps << ", \"busbw_gbps\": " << r.busbw_gbps
-        << ", \"wrong\": " << r.wrong << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \""
+        << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
+        << ", \"time_us\": " << r.time_us << ", \"algbw_gbps\": " << r.algbw_gbps
+        << ", \"busbw_gbps\": " << r.busbw_gbps << ", \"wrong\": " << r.wrong << "}"
+        << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   if (!out) throw Error(str_cat("collie-bench: writing ", path, " failed"));

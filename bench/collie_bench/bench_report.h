@@ -9,15 +9,15 @@
 namespace collie::bench {
 
 struct Row {
-  uint64_t bytes = 0;   // the collective's full buffer (all_gather: output; reduce_scatter: input)
-  uint64_t count = 0;   // elements in that buffer
+  uint64_t bytes = 0;  // the collective's full buffer (all_gather: output; reduce_scatter: input)
+  uint64_t count = 0;  // elements in that buffer
   std::string dtype;
-  std::string op;       // "sum", "-" where the collective takes none
-  int root = -1;        // broadcast's root, -1 otherwise
-  double time_us = 0;   // per iteration, averaged over the ranks
+  std::string op;      // "sum", "-" where the collective takes none
+  int root = -1;       // broadcast's root, -1 otherwise
+  double time_us = 0;  // per iteration, averaged over the ranks
   double algbw_gbps = 0;
   double busbw_gbps = 0;
-  int64_t wrong = -1;   // -1: not checked
+  int64_t wrong = -1;  // -1: not checked
 };
 
 // nccl-tests' bus bandwidth factor: what each rank must move over its

@@ -41,7 +41,8 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   cenv.push_back(nullptr);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, argv[0].c_str(), nullptr, nullptr, cargv.data(), cenv.data());
-  if (rc != 0) throw Error(str_cat("collie-bench: cannot start ", argv[0], ": ", std::strerror(rc)));
+  if (rc != 0)
+    throw Error(str_cat("collie-bench: cannot start ", argv[0], ": ", std::strerror(rc)));
   return pid;
 }
 

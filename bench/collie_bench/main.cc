@@ -43,14 +43,19 @@ uint64_t parse_bytes(const std::string& text) {
   try {
     v = std::stoull(text, &used);
   } catch (const std::exception&) {
-    throw InvalidArgument(str_cat("collie-bench: '", text, "' is not a size (e.g. 8, 64K, 4M, 1G)"));
+    throw InvalidArgument(
+        str_cat("collie-bench: '", text, "' is not a size (e.g. 8, 64K, 4M, 1G)"));
   }
   std::string suffix = text.substr(used);
-  if (suffix == "K" || suffix == "k") v <<= 10;
-  else if (suffix == "M" || suffix == "m") v <<= 20;
-  else if (suffix == "G" || suffix == "g") v <<= 30;
+  if (suffix == "K" || suffix == "k")
+    v <<= 10;
+  else if (suffix == "M" || suffix == "m")
+    v <<= 20;
+  else if (suffix == "G" || suffix == "g")
+    v <<= 30;
   else if (!suffix.empty())
-    throw InvalidArgument(str_cat("collie-bench: '", text, "' has an unknown suffix '", suffix, "'"));
+    throw InvalidArgument(
+        str_cat("collie-bench: '", text, "' has an unknown suffix '", suffix, "'"));
   return v;
 }
 
@@ -64,8 +69,13 @@ AllReduceAlgorithm parse_algo(const std::string& name) {
 class Runner {
  public:
   Runner(const Options& o, DataType dtype, ReduceOp op)
-      : o_(o), dtype_(dtype), op_(op), pg_(get_default_group()), rank_(get_rank()),
-        world_(get_world_size()), timeout_(std::chrono::seconds(o.timeout_s)),
+      : o_(o),
+        dtype_(dtype),
+        op_(op),
+        pg_(get_default_group()),
+        rank_(get_rank()),
+        world_(get_world_size()),
+        timeout_(std::chrono::seconds(o.timeout_s)),
         algo_(parse_algo(o.algo)) {}
 
   // One size: check once, then time. Returns the row (rank 0's view), or
@@ -76,7 +86,8 @@ class Runner {
     const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter";
     if (gathers) per_rank /= static_cast<size_t>(world_);
     const size_t total = gathers ? per_rank * world_ : per_rank;
-    if (total == 0 && o_.collective != "barrier") return std::nullopt;  // nccl-tests skips these too
+    if (total == 0 && o_.collective != "barrier")
+      return std::nullopt;  // nccl-tests skips these too
     HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : 0);
 
     Row row;
@@ -84,7 +95,8 @@ class Runner {
     row.bytes = row.count * es;
     row.dtype = std::string(to_string(dtype_));
     row.op = (o_.collective == "all_reduce" || o_.collective == "reduce_scatter")
-                 ? std::string(to_string(op_)) : "-";
+                 ? std::string(to_string(op_))
+                 : "-";
     row.root = o_.collective == "broadcast" ? o_.root : -1;
     if (o_.check) row.wrong = check(big, small, per_rank);
     big.zero();
@@ -101,11 +113,14 @@ class Runner {
       for (int i = 0; i < o_.iters; ++i) works.push_back(issue(big, small));
       for (auto& w : works) w->wait();
     }
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                    .count() /
                 std::max(1, o_.iters);
     // Average over the ranks, like nccl-tests' default.
     double avg = us;
-    pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64}, {.op = ReduceOp::kAvg, .timeout = timeout_})->wait();
+    pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64},
+                    {.op = ReduceOp::kAvg, .timeout = timeout_})
+        ->wait();
     row.time_us = avg;
     row.algbw_gbps = avg > 0 ? static_cast<double>(row.bytes) / (avg * 1e3) : 0;
     row.busbw_gbps = row.algbw_gbps * bus_factor(o_.collective, world_);
@@ -118,13 +133,16 @@ class Runner {
     // --blocking: the caller waits at once, as torch's async_op=False.
     const bool async_op = !o_.blocking;
     if (c == "all_reduce")
-      return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_, .async_op = async_op});
+      return pg_->all_reduce(
+          big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_, .async_op = async_op});
     if (c == "broadcast")
-      return pg_->broadcast(big.view(), {.root = o_.root, .timeout = timeout_, .async_op = async_op});
+      return pg_->broadcast(big.view(),
+                            {.root = o_.root, .timeout = timeout_, .async_op = async_op});
     if (c == "all_gather")
       return pg_->all_gather(big.view(), small.view(), {.timeout = timeout_, .async_op = async_op});
     if (c == "reduce_scatter")
-      return pg_->reduce_scatter(small.view(), big.view(), {.op = op_, .timeout = timeout_, .async_op = async_op});
+      return pg_->reduce_scatter(small.view(), big.view(),
+                                 {.op = op_, .timeout = timeout_, .async_op = async_op});
     return pg_->barrier({.timeout = timeout_, .async_op = async_op});
   }
 
@@ -136,7 +154,8 @@ class Runner {
     if (c == "all_reduce") {
       big.fill_input(op_, rank_, 0, big.count());
       issue(big, small)->wait();
-      wrong = count_wrong(big, 0, big.count(), dtype_, [&](size_t i) { return reduced_value(op_, world_, i); });
+      wrong = count_wrong(big, 0, big.count(), dtype_,
+                          [&](size_t i) { return reduced_value(op_, world_, i); });
     } else if (c == "broadcast") {
       big.fill_input(ReduceOp::kSum, rank_, 0, big.count());
       issue(big, small)->wait();
@@ -151,8 +170,9 @@ class Runner {
     } else if (c == "reduce_scatter") {
       big.fill_input(op_, rank_, 0, big.count());
       issue(big, small)->wait();
-      wrong = count_wrong(small, 0, per_rank, dtype_,
-                          [&](size_t i) { return reduced_value(op_, world_, rank_ * per_rank + i); });
+      wrong = count_wrong(small, 0, per_rank, dtype_, [&](size_t i) {
+        return reduced_value(op_, world_, rank_ * per_rank + i);
+      });
     } else {
       issue(big, small)->wait();
     }
@@ -176,7 +196,8 @@ int run_rank(const Options& o) {
   if (!op) throw InvalidArgument(str_cat("collie-bench: unknown op '", o.op, "'"));
   const uint64_t min_bytes = parse_bytes(o.min_bytes), max_bytes = parse_bytes(o.max_bytes);
 
-  init_process_group({.backend = o.backend, .init_method = o.init_method,
+  init_process_group({.backend = o.backend,
+                      .init_method = o.init_method,
                       .timeout = std::chrono::seconds(o.timeout_s)});
   const bool main_rank = get_rank() == 0;
   RunInfo info{o.collective, get_backend(), o.algo, get_world_size(), o.iters, o.warmup};
@@ -208,45 +229,61 @@ int run_rank(const Options& o) {
 int main(int argc, char** argv) {
   using collie::bench::Options;
   Options o;
-  CLI::App app{"collie-bench: nccl-tests-style collective benchmark for collie.\n"
-               "Example: collie-bench --nproc 4 -b 8 -e 256M -f 2 -C all_reduce --json out.json"};
-  app.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K, M, G suffixes)")->capture_default_str();
+  CLI::App app{
+      "collie-bench: nccl-tests-style collective benchmark for collie.\n"
+      "Example: collie-bench --nproc 4 -b 8 -e 256M -f 2 -C all_reduce --json out.json"};
+  app.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K, M, G suffixes)")
+      ->capture_default_str();
   app.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
-  app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step")->capture_default_str()
+  app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step")
+      ->capture_default_str()
       ->check(CLI::Range(1.0001, 1e6));
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str()->check(CLI::Range(1, 1 << 24));
-  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")->capture_default_str()
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
   app.add_option("-o,--op", o.op, "sum, prod, min, max, avg")->capture_default_str();
-  app.add_option("-d,--datatype", o.dtype, "float, double, half, bfloat16, int32, int64, uint8")->capture_default_str();
+  app.add_option("-d,--datatype", o.dtype, "float, double, half, bfloat16, int32, int64, uint8")
+      ->capture_default_str();
   app.add_option("-c,--check", o.check, "check results (0/1)")->capture_default_str();
   app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
   app.add_option("-C,--collective", o.collective, "collective to time")
       ->capture_default_str()
-      ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
-  app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")->capture_default_str()
+      ->check(
+          CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
+  app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
+      ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "auto"}));
-  app.add_flag("--blocking", o.blocking,
-               "wait for each collective before issuing the next (latency as a blocking caller sees "
-               "it); default: issue all -n, then wait");
+  app.add_flag(
+      "--blocking", o.blocking,
+      "wait for each collective before issuing the next (latency as a blocking caller sees "
+      "it); default: issue all -n, then wait");
   app.add_option("--backend", o.backend, "socket, nccl or auto")->capture_default_str();
-  app.add_option("--init-method", o.init_method, "init_method URL (default env://, or the launcher's store)");
+  app.add_option("--init-method", o.init_method,
+                 "init_method URL (default env://, or the launcher's store)");
   app.add_option("--json", o.json, "also write the results as JSON to this file");
   app.add_option("--nproc", o.nproc, "start this many local ranks itself (no launcher needed)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--timeout", o.timeout_s, "per-collective timeout in seconds")->capture_default_str()
+  app.add_option("--timeout", o.timeout_s, "per-collective timeout in seconds")
+      ->capture_default_str()
       ->check(CLI::Range(1, 24 * 3600));
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const bool launched = std::getenv("RANK") != nullptr || std::getenv("SLURM_PROCID") != nullptr ||
+    const bool launched = std::getenv("RANK") != nullptr ||
+                          std::getenv("SLURM_PROCID") != nullptr ||
                           std::getenv("OMPI_COMM_WORLD_RANK") != nullptr;
     if (o.nproc > 0 || (!launched && o.init_method.empty())) {
       // Re-run ourselves once per rank, with the same arguments minus --nproc.
       std::vector<std::string> child{"/proc/self/exe"};
       for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        if (a == "--nproc") { ++i; continue; }
+        if (a == "--nproc") {
+          ++i;
+          continue;
+        }
         if (a.rfind("--nproc=", 0) == 0) continue;
         child.push_back(a);
       }

@@ -21,12 +21,14 @@
 
 int main(int argc, char** argv) {
   if (argc != 9) {
-    std::fprintf(stderr, "usage: %s RANK WORLD STORE_DIR MIN_BYTES MAX_BYTES FACTOR ITERS WARMUP\n", argv[0]);
+    std::fprintf(stderr, "usage: %s RANK WORLD STORE_DIR MIN_BYTES MAX_BYTES FACTOR ITERS WARMUP\n",
+                 argv[0]);
     return 2;
   }
   const int rank = std::atoi(argv[1]), world = std::atoi(argv[2]);
   const std::string store_dir = argv[3];
-  const size_t min_bytes = std::strtoull(argv[4], nullptr, 10), max_bytes = std::strtoull(argv[5], nullptr, 10);
+  const size_t min_bytes = std::strtoull(argv[4], nullptr, 10),
+               max_bytes = std::strtoull(argv[5], nullptr, 10);
   const double factor = std::atof(argv[6]);
   const int iters = std::atoi(argv[7]), warmup = std::atoi(argv[8]);
 
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
     gloo::AllreduceOptions opts(context);
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setOutput(data.data(), count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTag(tag++);
     gloo::allreduce(opts);
   };
@@ -54,10 +57,14 @@ int main(int argc, char** argv) {
       for (int i = 0; i < warmup; ++i) run(count);
       auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) run(count);
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / iters;
+      double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          iters;
       double algbw = count * sizeof(float) / (us * 1e3);
       if (rank == 0)
-        std::printf("%zu %.2f %.4f %.4f\n", count * sizeof(float), us, algbw, algbw * 2.0 * (world - 1) / world);
+        std::printf("%zu %.2f %.4f %.4f\n", count * sizeof(float), us, algbw,
+                    algbw * 2.0 * (world - 1) / world);
       std::fflush(stdout);
     }
     size_t next = static_cast<size_t>(bytes * factor);

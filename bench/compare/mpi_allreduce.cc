@@ -18,11 +18,13 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (argc != 6) {
-    if (rank == 0) std::fprintf(stderr, "usage: %s MIN_BYTES MAX_BYTES FACTOR ITERS WARMUP\n", argv[0]);
+    if (rank == 0)
+      std::fprintf(stderr, "usage: %s MIN_BYTES MAX_BYTES FACTOR ITERS WARMUP\n", argv[0]);
     MPI_Finalize();
     return 2;
   }
-  const size_t min_bytes = std::strtoull(argv[1], nullptr, 10), max_bytes = std::strtoull(argv[2], nullptr, 10);
+  const size_t min_bytes = std::strtoull(argv[1], nullptr, 10),
+               max_bytes = std::strtoull(argv[2], nullptr, 10);
   const double factor = std::atof(argv[3]);
   const int iters = std::atoi(argv[4]), warmup = std::atoi(argv[5]);
   std::vector<float> data(max_bytes / sizeof(float) + 1, 1.0f);
@@ -39,7 +41,9 @@ int main(int argc, char** argv) {
       MPI_Reduce(&us, &avg, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
       avg /= world;
       double algbw = count * sizeof(float) / (avg * 1e3);
-      if (rank == 0) std::printf("%zu %.2f %.4f %.4f\n", count * sizeof(float), avg, algbw, algbw * 2.0 * (world - 1) / world);
+      if (rank == 0)
+        std::printf("%zu %.2f %.4f %.4f\n", count * sizeof(float), avg, algbw,
+                    algbw * 2.0 * (world - 1) / world);
       std::fflush(stdout);
     }
     size_t next = static_cast<size_t>(bytes * factor);

@@ -108,7 +108,8 @@ int run_local_ranks(int nproc, int argc, char** argv) {
 }
 
 // Step times in ms, each the slowest rank's.
-std::vector<double> time_steps(const Options& o, ProcessGroup& group, const std::function<void()>& step) {
+std::vector<double> time_steps(const Options& o, ProcessGroup& group,
+                               const std::function<void()>& step) {
   for (int i = 0; i < o.warmup; ++i) step();
   std::vector<double> times;
   for (int i = 0; i < o.steps; ++i) {
@@ -170,14 +171,17 @@ int run_rank(const Options& o) {
   modes.push_back({"none", std::nullopt});
   modes.push_back({"flat", std::nullopt, true, {}, 1});
   modes.push_back({"per-param", DdpOptions{.bucket_cap_mb = 1e-9, .first_bucket_cap_mb = 1e-9}});
-  for (double mb : parse_doubles(o.caps)) modes.push_back({str_cat("ddp:", mb), DdpOptions{.bucket_cap_mb = mb}});
+  for (double mb : parse_doubles(o.caps))
+    modes.push_back({str_cat("ddp:", mb), DdpOptions{.bucket_cap_mb = mb}});
   // Rounds interleave the modes, so that load from elsewhere on the machine
   // spreads over all of them instead of skewing one.
   for (int round = 0; round < o.rounds; ++round) {
     for (auto& mode : modes) {
       std::vector<double> t;
       if (!mode.ddp) {
-        t = time_steps(o, group, [&] { plain_step(mode.flat ? std::function<void()>(flat_all_reduce) : [] {}); });
+        t = time_steps(o, group, [&] {
+          plain_step(mode.flat ? std::function<void()>(flat_all_reduce) : [] {});
+        });
       } else {
         DistributedDataParallel ddp(model, group, *mode.ddp);
         mode.buckets = ddp.reducer().buckets().size();
@@ -204,15 +208,17 @@ int run_rank(const Options& o) {
 
   if (group.rank() == 0) {
     const double none = rows[0].ms, flat_ms = rows[1].ms;
-    std::printf("# ddp_bench: %d ranks, MLP %s (%.2fM params, %.1f MB of gradients), batch %lld per rank\n",
-                group.size(), o.sizes.c_str(), mparams, mparams * 4, static_cast<long long>(o.batch));
+    std::printf(
+        "# ddp_bench: %d ranks, MLP %s (%.2fM params, %.1f MB of gradients), batch %lld per rank\n",
+        group.size(), o.sizes.c_str(), mparams, mparams * 4, static_cast<long long>(o.batch));
     std::printf("%-12s %8s %10s %10s %8s\n", "mode", "buckets", "step_ms", "comm_ms", "hidden");
     for (const auto& r : rows) {
       const double comm = r.ms - none;
       std::string hidden = "-";
       if (r.mode != "none" && r.mode != "flat" && flat_ms > none)
         hidden = str_cat(static_cast<int>(100 * (flat_ms - r.ms) / (flat_ms - none)), "%");
-      std::printf("%-12s %8zu %10.2f %10.2f %8s\n", r.mode.c_str(), r.buckets, r.ms, comm, hidden.c_str());
+      std::printf("%-12s %8zu %10.2f %10.2f %8s\n", r.mode.c_str(), r.buckets, r.ms, comm,
+                  hidden.c_str());
     }
   }
   destroy_process_group();
@@ -222,12 +228,14 @@ int run_rank(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DDP step time: no communication, one flat all_reduce, per-parameter, bucketed (sweep)"};
+  CLI::App app{
+      "DDP step time: no communication, one flat all_reduce, per-parameter, bucketed (sweep)"};
   Options o;
   app.add_option("--nproc", o.nproc, "start this many local ranks (else run under collie-run)");
   app.add_option("--sizes", o.sizes, "MLP layer sizes, comma-separated");
   app.add_option("--batch", o.batch, "examples per rank per step");
-  app.add_option("--steps", o.steps, "timed steps per mode and round (the median of all is reported)");
+  app.add_option("--steps", o.steps,
+                 "timed steps per mode and round (the median of all is reported)");
   app.add_option("--warmup", o.warmup, "untimed steps per mode and round");
   app.add_option("--rounds", o.rounds, "times the whole set of modes is run, interleaved");
   app.add_option("--caps", o.caps, "bucket_cap_mb values to sweep, comma-separated");

@@ -29,17 +29,17 @@ using namespace collie;
 
 namespace {
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    auto e_ = (x);                                                                \
-    if (e_ != 0) {                                                                \
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    auto e_ = (x);                                                                        \
+    if (e_ != 0) {                                                                        \
       std::fprintf(stderr, "%s failed (%d) at %s:%d\n", #x, (int)e_, __FILE__, __LINE__); \
-      std::exit(1);                                                               \
-    }                                                                             \
+      std::exit(1);                                                                       \
+    }                                                                                     \
   } while (0)
 
 struct Result {
-  double direct_us = 0, collie_us = 0;        // device time per call
+  double direct_us = 0, collie_us = 0;            // device time per call
   double direct_host_us = 0, collie_host_us = 0;  // host issue time per call
 };
 
@@ -53,13 +53,19 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string f = argv[i];
     size_t v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (f == "-b") a.min_bytes = v;
-    else if (f == "-e") a.max_bytes = v;
-    else if (f == "-f") a.factor = v;
-    else if (f == "-n") a.iters = static_cast<int>(v);
-    else if (f == "-w") a.warmup = static_cast<int>(v);
+    if (f == "-b")
+      a.min_bytes = v;
+    else if (f == "-e")
+      a.max_bytes = v;
+    else if (f == "-f")
+      a.factor = v;
+    else if (f == "-n")
+      a.iters = static_cast<int>(v);
+    else if (f == "-w")
+      a.warmup = static_cast<int>(v);
     else {
-      std::fprintf(stderr, "usage: nccl_overhead [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n");
+      std::fprintf(stderr,
+                   "usage: nccl_overhead [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n");
       std::exit(2);
     }
   }
@@ -142,9 +148,9 @@ int main(int argc, char** argv) {
               "nccl_host_us", "collie_host_us", "extra_host");
   size_t bytes = args.min_bytes;
   for (const auto& r : results) {
-    std::printf("%12zu %12.2f %12.2f %9.2f%% %14.2f %14.2f %12.2f\n", bytes, r.direct_us, r.collie_us,
-                100.0 * (r.collie_us / r.direct_us - 1.0), r.direct_host_us, r.collie_host_us,
-                r.collie_host_us - r.direct_host_us);
+    std::printf("%12zu %12.2f %12.2f %9.2f%% %14.2f %14.2f %12.2f\n", bytes, r.direct_us,
+                r.collie_us, 100.0 * (r.collie_us / r.direct_us - 1.0), r.direct_host_us,
+                r.collie_host_us, r.collie_host_us - r.direct_host_us);
     bytes *= args.factor;
   }
   return 0;

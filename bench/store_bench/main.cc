@@ -142,7 +142,8 @@ Sample measure(pid_t server_pid, uint16_t port, StoreProtocol protocol, const st
   options.protocol = protocol;
   options.timeout = std::chrono::seconds(60);
   std::vector<std::unique_ptr<collie::TcpStore>> stores;
-  for (int i = 0; i < clients; ++i) stores.push_back(collie::TcpStore::connect("127.0.0.1", port, options));
+  for (int i = 0; i < clients; ++i)
+    stores.push_back(collie::TcpStore::connect("127.0.0.1", port, options));
   const collie::Bytes value(value_bytes, 'v');
   for (int i = 0; i < clients; ++i) stores[i]->set(collie::str_cat("bench/", i), value);
 
@@ -158,9 +159,12 @@ Sample measure(pid_t server_pid, uint16_t port, StoreProtocol protocol, const st
       start.arrive_and_wait();
       while (!stop.load(std::memory_order_relaxed)) {
         for (int j = 0; j < 16; ++j) {
-          if (op == "set") store.set(key, value);
-          else if (op == "get") store.get(key);
-          else store.add("bench/counter", 1);
+          if (op == "set")
+            store.set(key, value);
+          else if (op == "get")
+            store.get(key);
+          else
+            store.add("bench/counter", 1);
         }
         n += 16;
       }
@@ -178,7 +182,8 @@ Sample measure(pid_t server_pid, uint16_t port, StoreProtocol protocol, const st
   const double cpu = cpu_seconds(server_pid) - cpu0;
   int64_t total = 0;
   for (auto c : counts) total += c;
-  return {static_cast<double>(total) / elapsed, total > 0 ? cpu * 1e6 / static_cast<double>(total) : 0};
+  return {static_cast<double>(total) / elapsed,
+          total > 0 ? cpu * 1e6 / static_cast<double>(total) : 0};
 }
 
 // Best of `repeat`: the highest rate, the lowest CPU cost.
@@ -223,14 +228,16 @@ int main(int argc, char** argv) {
     ServerProcess collie_server, torch_server;
     start_collie_server(collie_server);  // before any thread exists
     const bool have_torch = start_torch_server(torch_server);
-    if (!have_torch) std::fprintf(stderr, "store_bench: torch's server did not start; collie only\n");
+    if (!have_torch)
+      std::fprintf(stderr, "store_bench: torch's server did not start; collie only\n");
     const StoreProtocol collie_protocol =
         collie_dialect == "v2" ? StoreProtocol::kV2 : StoreProtocol::kV1_13;
 
     if (!json) {
-      std::printf("# TcpStore server ops/s, best of %d alternating %.1fs runs, %zu-byte values, "
-                  "collie client (%s to collie, 1.13 to torch)\n",
-                  repeat, seconds, value_bytes, collie_dialect.c_str());
+      std::printf(
+          "# TcpStore server ops/s, best of %d alternating %.1fs runs, %zu-byte values, "
+          "collie client (%s to collie, 1.13 to torch)\n",
+          repeat, seconds, value_bytes, collie_dialect.c_str());
       std::printf("%-4s %8s %14s %14s %12s %12s %12s\n", "op", "clients", "collie ops/s",
                   "torch ops/s", "collie/torch", "collie us/op", "torch us/op");
     }
@@ -238,20 +245,25 @@ int main(int argc, char** argv) {
       for (int clients : client_counts) {
         Sample cs, ts;
         for (int r = 0; r < repeat; ++r) {
-          keep_best(cs, measure(collie_server.pid, collie_server.port, collie_protocol, op,
-                                clients, seconds, value_bytes), r == 0);
+          keep_best(cs,
+                    measure(collie_server.pid, collie_server.port, collie_protocol, op, clients,
+                            seconds, value_bytes),
+                    r == 0);
           if (have_torch) {
-            keep_best(ts, measure(torch_server.pid, torch_server.port, StoreProtocol::kV1_13, op,
-                                  clients, seconds, value_bytes), r == 0);
+            keep_best(ts,
+                      measure(torch_server.pid, torch_server.port, StoreProtocol::kV1_13, op,
+                              clients, seconds, value_bytes),
+                      r == 0);
           }
         }
         const double c = cs.ops_per_s, t = ts.ops_per_s;
         if (json) {
-          std::printf("{\"op\": \"%s\", \"clients\": %d, \"collie_ops_per_s\": %.0f, "
-                      "\"torch_ops_per_s\": %.0f, \"ratio\": %.3f, "
-                      "\"collie_server_cpu_us_per_op\": %.2f, \"torch_server_cpu_us_per_op\": %.2f}\n",
-                      op.c_str(), clients, c, t, t > 0 ? c / t : 0.0, cs.server_us_per_op,
-                      ts.server_us_per_op);
+          std::printf(
+              "{\"op\": \"%s\", \"clients\": %d, \"collie_ops_per_s\": %.0f, "
+              "\"torch_ops_per_s\": %.0f, \"ratio\": %.3f, "
+              "\"collie_server_cpu_us_per_op\": %.2f, \"torch_server_cpu_us_per_op\": %.2f}\n",
+              op.c_str(), clients, c, t, t > 0 ? c / t : 0.0, cs.server_us_per_op,
+              ts.server_us_per_op);
         } else {
           std::printf("%-4s %8d %14.0f %14.0f %12.2f %12.2f %12.2f\n", op.c_str(), clients, c, t,
                       t > 0 ? c / t : 0.0, cs.server_us_per_op, ts.server_us_per_op);

@@ -102,8 +102,10 @@ void measure_stream() {
   reader.join();
   const double s = std::chrono::duration<double>(Clock::now() - start).count();
   const double cpu = cpu_seconds() - cpu_start;
-  std::printf("one loopback TCP stream: %.2f GB/s (%zu MiB in %.2f s); %.2f GB per CPU-second "
-              "(both ends together)\n", total / s / 1e9, total >> 20, s, total / cpu / 1e9);
+  std::printf(
+      "one loopback TCP stream: %.2f GB/s (%zu MiB in %.2f s); %.2f GB per CPU-second "
+      "(both ends together)\n",
+      total / s / 1e9, total >> 20, s, total / cpu / 1e9);
   ::close(fd);
   ::close(ls);
 }
@@ -128,8 +130,10 @@ double round_trip_us(size_t bytes, bool busy, int iters) {
       size_t got = 0;
       while (got < bytes) {
         ssize_t r = ::recv(fd, buf.data() + got, bytes - got, busy ? MSG_DONTWAIT : 0);
-        if (r > 0) got += static_cast<size_t>(r);
-        else if (r == 0) return;
+        if (r > 0)
+          got += static_cast<size_t>(r);
+        else if (r == 0)
+          return;
       }
     };
     for (int i = 0; i < iters; ++i) {
@@ -176,22 +180,26 @@ int run_rank(const Args& a) {
   const int P = a.ranks;
   const DataType dt = *parse_data_type(a.dtype);
   const size_t es = element_size(dt);
-  const auto algo = a.algo == "ring" ? AllReduceAlgorithm::kRing
-                    : a.algo == "small" ? AllReduceAlgorithm::kSmall : AllReduceAlgorithm::kAuto;
+  const auto algo = a.algo == "ring"    ? AllReduceAlgorithm::kRing
+                    : a.algo == "small" ? AllReduceAlgorithm::kSmall
+                                        : AllReduceAlgorithm::kAuto;
   const Deadline d(std::chrono::minutes(10));
   if (a.rank == 0) {
     std::printf("# %s, %d ranks, %s, algo %s, segment %zu, small %zu, spin %lldus, sockbuf %d\n",
                 a.collective.c_str(), P, a.dtype.c_str(), a.algo.c_str(), o.segment_bytes,
-                o.small_message_bytes, static_cast<long long>(o.spin.count()), o.socket_buffer_bytes);
-    std::printf("%12s %10s %10s %10s %12s %12s\n", "bytes", "time_us", "algbw", "busbw", "cpu_us/call",
-                "busB/cpu_ns");
+                o.small_message_bytes, static_cast<long long>(o.spin.count()),
+                o.socket_buffer_bytes);
+    std::printf("%12s %10s %10s %10s %12s %12s\n", "bytes", "time_us", "algbw", "busbw",
+                "cpu_us/call", "busB/cpu_ns");
   }
   for (size_t bytes = parse_size(a.min_bytes); bytes <= parse_size(a.max_bytes);
        bytes = std::max(bytes + es, static_cast<size_t>(bytes * a.factor))) {
     const size_t count = std::max<size_t>(1, bytes / es);
     const size_t per_rank = a.collective == "all_gather" || a.collective == "reduce_scatter"
-                                ? std::max<size_t>(1, count / P) : count;
-    std::vector<uint8_t> in(per_rank * P * es + count * es, 1), out(per_rank * P * es + count * es, 0);
+                                ? std::max<size_t>(1, count / P)
+                                : count;
+    std::vector<uint8_t> in(per_rank * P * es + count * es, 1),
+        out(per_rank * P * es + count * es, 0);
     auto call = [&] {
       if (a.collective == "all_reduce") {
         comm->all_reduce({in.data(), count, dt}, {in.data(), count, dt}, ReduceOp::kSum, d, algo);
@@ -200,12 +208,16 @@ int run_rank(const Args& a) {
       } else if (a.collective == "all_gather") {
         comm->all_gather({in.data(), per_rank, dt}, {out.data(), per_rank * P, dt}, d);
       } else if (a.collective == "reduce_scatter") {
-        comm->reduce_scatter({in.data(), per_rank * P, dt}, {out.data(), per_rank, dt}, ReduceOp::kSum, d);
+        comm->reduce_scatter({in.data(), per_rank * P, dt}, {out.data(), per_rank, dt},
+                             ReduceOp::kSum, d);
       } else {
         comm->barrier(d);
       }
     };
-    const int iters = a.iters > 0 ? a.iters : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / (bytes * 4 + 1), 5, 2000));
+    const int iters =
+        a.iters > 0
+            ? a.iters
+            : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / (bytes * 4 + 1), 5, 2000));
     for (int i = 0; i < a.warmup; ++i) call();
     comm->barrier(d);
     const auto start = Clock::now();
@@ -215,7 +227,9 @@ int run_rank(const Args& a) {
     double cpu_us = (cpu_seconds() - cpu_start) * 1e6 / iters;
     comm->all_reduce(view(&us, 1), view(&us, 1), ReduceOp::kMax, d);
     comm->all_reduce(view(&cpu_us, 1), view(&cpu_us, 1), ReduceOp::kSum, d);
-    const size_t total = a.collective == "all_gather" || a.collective == "reduce_scatter" ? per_rank * P * es : count * es;
+    const size_t total = a.collective == "all_gather" || a.collective == "reduce_scatter"
+                             ? per_rank * P * es
+                             : count * es;
     const double algbw = total / us / 1e3;
     if (a.rank == 0) {
       // Bus bytes per CPU nanosecond of all ranks together: compare with the
@@ -258,8 +272,8 @@ int main(int argc, char** argv) {
   }
   if (a.rtt) {
     for (size_t bytes : {size_t{1}, size_t{4}, size_t{44}, size_t{1024}}) {
-      std::printf("loopback round trip, %4zu bytes: blocking %6.1f us, busy-polling %6.1f us\n", bytes,
-                  round_trip_us(bytes, false, 20000), round_trip_us(bytes, true, 20000));
+      std::printf("loopback round trip, %4zu bytes: blocking %6.1f us, busy-polling %6.1f us\n",
+                  bytes, round_trip_us(bytes, false, 20000), round_trip_us(bytes, true, 20000));
     }
     return 0;
   }

@@ -54,14 +54,14 @@ struct CudaMlp::Impl {
   struct Layer {
     bool linear = false;  // else ReLU
     int64_t in = 0, out = 0;
-    size_t weight = 0, bias = 0;  // offsets into params/grads
+    size_t weight = 0, bias = 0;      // offsets into params/grads
     size_t w_index = 0, b_index = 0;  // parameter indices (named_parameters order)
   };
 
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   std::vector<Layer> layers;
-  std::vector<ParameterInfo> infos;  // named_parameters order
+  std::vector<ParameterInfo> infos;   // named_parameters order
   std::vector<size_t> param_offsets;  // each one's offset in params/grads/momentum/exp_avg*
   // Where each gradient lives now: its slice of `grads`, or a DDP bucket.
   std::vector<float*> grad_ptr;
@@ -73,7 +73,8 @@ struct CudaMlp::Impl {
   bool momentum_ready = false;
   DeviceArray<float> exp_avg, exp_avg_sq;
   std::vector<int64_t> adam_steps;  // empty until the first AdamW step or load
-  std::vector<std::unique_ptr<DeviceArray<float>>> acts;  // acts[0] input, acts[i+1] layer i's output
+  std::vector<std::unique_ptr<DeviceArray<float>>>
+      acts;  // acts[0] input, acts[i+1] layer i's output
   DeviceArray<float> grad_a, grad_b, ones, row_loss;
   DeviceArray<int64_t> labels;
 
@@ -82,7 +83,9 @@ struct CudaMlp::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  int64_t width_after(size_t i) const { return i == 0 ? in_features : (layers[i - 1].linear ? layers[i - 1].out : width_after(i - 1)); }
+  int64_t width_after(size_t i) const {
+    return i == 0 ? in_features : (layers[i - 1].linear ? layers[i - 1].out : width_after(i - 1));
+  }
 
   void ensure_batch(int64_t batch) {
     const size_t b = static_cast<size_t>(batch);
@@ -112,8 +115,9 @@ struct CudaMlp::Impl {
       const float* x = acts[i]->get();
       float* y = acts[i + 1]->get();
       if (l.linear) {
-        cublas_ok(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.out), static_cast<int>(batch),
-                              static_cast<int>(l.in), &one, params.get() + l.weight, static_cast<int>(l.in), x,
+        cublas_ok(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.out),
+                              static_cast<int>(batch), static_cast<int>(l.in), &one,
+                              params.get() + l.weight, static_cast<int>(l.in), x,
                               static_cast<int>(l.in), &zero, y, static_cast<int>(l.out)),
                   "sgemm (forward)");
         launch_add_bias(y, params.get() + l.bias, batch, l.out, stream);
@@ -128,8 +132,10 @@ struct CudaMlp::Impl {
     if (!adam_steps.empty()) return;
     exp_avg.reserve(num_params);
     exp_avg_sq.reserve(num_params);
-    collie::cuda::check(cudaMemsetAsync(exp_avg.get(), 0, num_params * sizeof(float), stream), "cudaMemsetAsync");
-    collie::cuda::check(cudaMemsetAsync(exp_avg_sq.get(), 0, num_params * sizeof(float), stream), "cudaMemsetAsync");
+    collie::cuda::check(cudaMemsetAsync(exp_avg.get(), 0, num_params * sizeof(float), stream),
+                        "cudaMemsetAsync");
+    collie::cuda::check(cudaMemsetAsync(exp_avg_sq.get(), 0, num_params * sizeof(float), stream),
+                        "cudaMemsetAsync");
     adam_steps.assign(infos.size(), 0);
   }
 
@@ -155,21 +161,26 @@ struct CudaMlp::Impl {
     const float* upstream = grad_logits;
     for (size_t k = layers.size(); k-- > first_linear;) {
       const Layer& l = layers[k];
-      float* downstream = (k == first_linear) ? nullptr : (upstream == grad_a.get() ? grad_b.get() : grad_a.get());
+      float* downstream =
+          (k == first_linear) ? nullptr : (upstream == grad_a.get() ? grad_b.get() : grad_a.get());
       if (l.linear) {
-        cublas_ok(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(l.in), static_cast<int>(l.out),
-                              static_cast<int>(batch), &one, acts[k]->get(), static_cast<int>(l.in), upstream,
-                              static_cast<int>(l.out), &one, grad_ptr[l.w_index], static_cast<int>(l.in)),
-                  "sgemm (weight gradient)");
-        cublas_ok(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(l.out), static_cast<int>(batch), &one, upstream,
-                              static_cast<int>(l.out), ones.get(), 1, &one, grad_ptr[l.b_index], 1),
+        cublas_ok(
+            cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(l.in),
+                        static_cast<int>(l.out), static_cast<int>(batch), &one, acts[k]->get(),
+                        static_cast<int>(l.in), upstream, static_cast<int>(l.out), &one,
+                        grad_ptr[l.w_index], static_cast<int>(l.in)),
+            "sgemm (weight gradient)");
+        cublas_ok(cublasSgemv(handle, CUBLAS_OP_N, static_cast<int>(l.out), static_cast<int>(batch),
+                              &one, upstream, static_cast<int>(l.out), ones.get(), 1, &one,
+                              grad_ptr[l.b_index], 1),
                   "sgemv (bias gradient)");
         fire_ready(l.w_index);
         fire_ready(l.b_index);
         if (downstream)
-          cublas_ok(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(l.in), static_cast<int>(batch),
-                                static_cast<int>(l.out), &one, params.get() + l.weight, static_cast<int>(l.in),
-                                upstream, static_cast<int>(l.out), &zero, downstream, static_cast<int>(l.in)),
+          cublas_ok(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(l.in),
+                                static_cast<int>(batch), static_cast<int>(l.out), &one,
+                                params.get() + l.weight, static_cast<int>(l.in), upstream,
+                                static_cast<int>(l.out), &zero, downstream, static_cast<int>(l.in)),
                     "sgemm (input gradient)");
       } else if (downstream) {
         const int64_t n = batch * width_after(k);
@@ -184,7 +195,8 @@ struct CudaMlp::Impl {
     COLLIE_ARG_CHECK(input.ndim() >= 1 && input.dim(0) > 0, "CudaMlp needs a non-empty batch, got ",
                      shape_to_string(input.shape()));
     const int64_t batch = input.dim(0);
-    COLLIE_ARG_CHECK_EQ(static_cast<int64_t>(input.numel()) / batch, in_features, "CudaMlp input features");
+    COLLIE_ARG_CHECK_EQ(static_cast<int64_t>(input.numel()) / batch, in_features,
+                        "CudaMlp input features");
     ensure_batch(batch);
     collie::cuda::check(cudaMemcpyAsync(acts[0]->get(), input.data(), input.numel() * sizeof(float),
                                         cudaMemcpyHostToDevice, stream),
@@ -192,20 +204,23 @@ struct CudaMlp::Impl {
   }
 };
 
-CudaMlp::CudaMlp(Sequential& cpu_model, int device) : impl_(std::make_unique<Impl>()), device_(device) {
+CudaMlp::CudaMlp(Sequential& cpu_model, int device)
+    : impl_(std::make_unique<Impl>()), device_(device) {
   Impl& m = *impl_;
   for (size_t i = 0; i < cpu_model.size(); ++i) {
     auto& layer = cpu_model.layer(i);
     if (auto* linear = dynamic_cast<Linear*>(&layer)) {
-      COLLIE_ARG_CHECK(linear->bias() != nullptr, "CudaMlp: layer ", i, " is a Linear without bias");
-      Impl::Layer l{true, linear->in_features(), linear->out_features(), m.num_params,
-                    m.num_params + static_cast<size_t>(linear->in_features() * linear->out_features())};
+      COLLIE_ARG_CHECK(linear->bias() != nullptr, "CudaMlp: layer ", i,
+                       " is a Linear without bias");
+      Impl::Layer l{
+          true, linear->in_features(), linear->out_features(), m.num_params,
+          m.num_params + static_cast<size_t>(linear->in_features() * linear->out_features())};
       l.w_index = m.param_offsets.size();
       l.b_index = l.w_index + 1;
       m.param_offsets.push_back(l.weight);
       m.param_offsets.push_back(l.bias);
-      COLLIE_ARG_CHECK(m.layers.empty() || m.classes == 0 || m.classes == l.in, "CudaMlp: layer ", i,
-                       " expects ", l.in, " inputs but the previous Linear gives ", m.classes);
+      COLLIE_ARG_CHECK(m.layers.empty() || m.classes == 0 || m.classes == l.in, "CudaMlp: layer ",
+                       i, " expects ", l.in, " inputs but the previous Linear gives ", m.classes);
       if (m.in_features == 0) m.in_features = l.in;
       m.classes = l.out;
       m.num_params += static_cast<size_t>(l.in * l.out + l.out);
@@ -224,11 +239,13 @@ CudaMlp::CudaMlp(Sequential& cpu_model, int device) : impl_(std::make_unique<Imp
   COLLIE_CHECK_EQ(m.infos.size(), m.param_offsets.size(), "CudaMlp parameter list");
   for (size_t i = 0; i < m.infos.size(); ++i) {
     const size_t end = i + 1 < m.param_offsets.size() ? m.param_offsets[i + 1] : m.num_params;
-    COLLIE_CHECK_EQ(m.infos[i].numel(), end - m.param_offsets[i], "CudaMlp parameter ", m.infos[i].name);
+    COLLIE_CHECK_EQ(m.infos[i].numel(), end - m.param_offsets[i], "CudaMlp parameter ",
+                    m.infos[i].name);
   }
   m.hooks.resize(m.infos.size());
   collie::cuda::set_device(device);
-  collie::cuda::check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  collie::cuda::check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking),
+                      "cudaStreamCreate");
   cublas_ok(cublasCreate(&m.handle), "create");
   cublas_ok(cublasSetStream(m.handle, m.stream), "set stream");
   m.params.reserve(m.num_params);
@@ -239,8 +256,9 @@ CudaMlp::CudaMlp(Sequential& cpu_model, int device) : impl_(std::make_unique<Imp
   host.reserve(m.num_params);
   for (auto* p : cpu_model.parameters()) host.insert(host.end(), p->data(), p->data() + p->numel());
   COLLIE_CHECK_EQ(host.size(), m.num_params, "CudaMlp parameter count");
-  collie::cuda::check(cudaMemcpy(m.params.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-                      "cudaMemcpy (parameters)");
+  collie::cuda::check(
+      cudaMemcpy(m.params.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "cudaMemcpy (parameters)");
   zero_grad();
 }
 
@@ -254,9 +272,10 @@ void CudaMlp::forward(const Tensor& input, Tensor& logits) {
   m.forward(batch);
   m.last_batch = batch;
   logits.resize({batch, m.classes});
-  collie::cuda::check(cudaMemcpyAsync(logits.data(), m.acts.back()->get(), logits.numel() * sizeof(float),
-                                      cudaMemcpyDeviceToHost, m.stream),
-                      "cudaMemcpyAsync (logits)");
+  collie::cuda::check(
+      cudaMemcpyAsync(logits.data(), m.acts.back()->get(), logits.numel() * sizeof(float),
+                      cudaMemcpyDeviceToHost, m.stream),
+      "cudaMemcpyAsync (logits)");
   collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
 }
 
@@ -266,23 +285,25 @@ float CudaMlp::forward_backward(const Tensor& input, std::span<const int64_t> la
   const int64_t batch = input.ndim() ? input.dim(0) : 0;
   COLLIE_ARG_CHECK_EQ(labels.size(), static_cast<size_t>(batch), "one label per example");
   for (size_t i = 0; i < labels.size(); ++i)
-    COLLIE_ARG_CHECK(labels[i] >= 0 && labels[i] < m.classes, "label ", labels[i], " of example ", i,
-                     " is outside [0, ", m.classes, ")");
+    COLLIE_ARG_CHECK(labels[i] >= 0 && labels[i] < m.classes, "label ", labels[i], " of example ",
+                     i, " is outside [0, ", m.classes, ")");
   m.upload_input(input);
-  collie::cuda::check(cudaMemcpyAsync(m.labels.get(), labels.data(), labels.size_bytes(), cudaMemcpyHostToDevice,
-                                      m.stream),
+  collie::cuda::check(cudaMemcpyAsync(m.labels.get(), labels.data(), labels.size_bytes(),
+                                      cudaMemcpyHostToDevice, m.stream),
                       "cudaMemcpyAsync (labels)");
   m.forward(batch);
   m.last_batch = batch;
   // The logits' gradient goes to grad_b: backward's first downstream
   // buffer is then grad_a, and the two ping-pong from there.
   launch_softmax_cross_entropy(m.acts.back()->get(), m.labels.get(), batch, m.classes,
-                               1.0f / static_cast<float>(batch), m.grad_b.get(), m.row_loss.get(), m.stream);
+                               1.0f / static_cast<float>(batch), m.grad_b.get(), m.row_loss.get(),
+                               m.stream);
   m.backward(batch, m.grad_b.get());
   std::vector<float> losses(static_cast<size_t>(batch));
-  collie::cuda::check(cudaMemcpyAsync(losses.data(), m.row_loss.get(), losses.size() * sizeof(float),
-                                      cudaMemcpyDeviceToHost, m.stream),
-                      "cudaMemcpyAsync (loss)");
+  collie::cuda::check(
+      cudaMemcpyAsync(losses.data(), m.row_loss.get(), losses.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost, m.stream),
+      "cudaMemcpyAsync (loss)");
   collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
   double total = 0;
   for (float l : losses) total += l;
@@ -293,15 +314,17 @@ void CudaMlp::backward(const Tensor& input, const Tensor& logits, const Tensor& 
   Impl& m = *impl_;
   collie::cuda::set_device(device_);
   COLLIE_ARG_CHECK(m.last_batch > 0 && input.ndim() >= 1 && input.dim(0) == m.last_batch,
-                   "CudaMlp::backward: the input is not the last forward's (batch ", m.last_batch, ", got ",
-                   shape_to_string(input.shape()), ")");
+                   "CudaMlp::backward: the input is not the last forward's (batch ", m.last_batch,
+                   ", got ", shape_to_string(input.shape()), ")");
   COLLIE_ARG_CHECK_EQ(grad_logits.numel(), static_cast<size_t>(m.last_batch * m.classes),
-                      "CudaMlp::backward: d(loss)/d(logits) of shape ", shape_to_string(grad_logits.shape()),
-                      " for a batch of ", m.last_batch, " and ", m.classes, " classes");
+                      "CudaMlp::backward: d(loss)/d(logits) of shape ",
+                      shape_to_string(grad_logits.shape()), " for a batch of ", m.last_batch,
+                      " and ", m.classes, " classes");
   // The logits' gradient goes to grad_b, as in forward_backward.
-  collie::cuda::check(cudaMemcpyAsync(m.grad_b.get(), grad_logits.data(), grad_logits.numel() * sizeof(float),
-                                      cudaMemcpyHostToDevice, m.stream),
-                      "cudaMemcpyAsync (logits gradient)");
+  collie::cuda::check(
+      cudaMemcpyAsync(m.grad_b.get(), grad_logits.data(), grad_logits.numel() * sizeof(float),
+                      cudaMemcpyHostToDevice, m.stream),
+      "cudaMemcpyAsync (logits gradient)");
   m.backward(m.last_batch, m.grad_b.get());
 }
 
@@ -309,7 +332,8 @@ void CudaMlp::zero_grad() {
   Impl& m = *impl_;
   collie::cuda::set_device(device_);
   for (size_t i = 0; i < m.infos.size(); ++i)
-    collie::cuda::check(cudaMemsetAsync(m.grad_ptr[i], 0, m.numel(i) * sizeof(float), m.stream), "cudaMemsetAsync");
+    collie::cuda::check(cudaMemsetAsync(m.grad_ptr[i], 0, m.numel(i) * sizeof(float), m.stream),
+                        "cudaMemsetAsync");
 }
 
 // One launch per parameter: under DDP the gradients are slices of buckets,
@@ -321,10 +345,11 @@ void CudaMlp::sgd_step(const SgdOptions& o) {
   const bool first = !m.momentum_ready;
   for (size_t i = 0; i < m.infos.size(); ++i) {
     const size_t off = m.param_offsets[i];
-    launch_sgd_update(m.params.get() + off, m.grad_ptr[i], m.momentum.get() ? m.momentum.get() + off : nullptr,
-                      static_cast<int64_t>(m.numel(i)), static_cast<float>(o.lr), static_cast<float>(o.weight_decay),
-                      static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening), o.nesterov, first,
-                      m.stream);
+    launch_sgd_update(m.params.get() + off, m.grad_ptr[i],
+                      m.momentum.get() ? m.momentum.get() + off : nullptr,
+                      static_cast<int64_t>(m.numel(i)), static_cast<float>(o.lr),
+                      static_cast<float>(o.weight_decay), static_cast<float>(o.momentum),
+                      static_cast<float>(1.0 - o.dampening), o.nesterov, first, m.stream);
   }
   collie::cuda::check(cudaGetLastError(), "sgd_update launch");
   if (o.momentum != 0.0) m.momentum_ready = true;
@@ -341,10 +366,11 @@ void CudaMlp::adamw_step(const AdamWOptions& o, double lr) {
     const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
     const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
     const size_t off = m.param_offsets[i];
-    launch_adamw_update(m.params.get() + off, m.grad_ptr[i], m.exp_avg.get() + off, m.exp_avg_sq.get() + off,
-                        static_cast<int64_t>(m.numel(i)), decay, static_cast<float>(o.beta1),
-                        static_cast<float>(o.beta2), static_cast<float>(lr / bias_correction1),
-                        static_cast<float>(std::sqrt(bias_correction2)), static_cast<float>(o.eps), m.stream);
+    launch_adamw_update(
+        m.params.get() + off, m.grad_ptr[i], m.exp_avg.get() + off, m.exp_avg_sq.get() + off,
+        static_cast<int64_t>(m.numel(i)), decay, static_cast<float>(o.beta1),
+        static_cast<float>(o.beta2), static_cast<float>(lr / bias_correction1),
+        static_cast<float>(std::sqrt(bias_correction2)), static_cast<float>(o.eps), m.stream);
   }
   collie::cuda::check(cudaGetLastError(), "adamw_update launch");
 }
@@ -355,11 +381,12 @@ void CudaMlp::save_adamw_state(StateDict& out, const std::string& prefix, double
   std::vector<float> avg(m.num_params, 0.0f), avg_sq(m.num_params, 0.0f);
   collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
   if (!m.adam_steps.empty()) {
-    collie::cuda::check(cudaMemcpy(avg.data(), m.exp_avg.get(), m.num_params * sizeof(float), cudaMemcpyDeviceToHost),
+    collie::cuda::check(cudaMemcpy(avg.data(), m.exp_avg.get(), m.num_params * sizeof(float),
+                                   cudaMemcpyDeviceToHost),
                         "cudaMemcpy (exp_avg)");
-    collie::cuda::check(
-        cudaMemcpy(avg_sq.data(), m.exp_avg_sq.get(), m.num_params * sizeof(float), cudaMemcpyDeviceToHost),
-        "cudaMemcpy (exp_avg_sq)");
+    collie::cuda::check(cudaMemcpy(avg_sq.data(), m.exp_avg_sq.get(), m.num_params * sizeof(float),
+                                   cudaMemcpyDeviceToHost),
+                        "cudaMemcpy (exp_avg_sq)");
   }
   out.set_double(prefix + "lr", lr);
   for (size_t k = 0; k < m.infos.size(); ++k) {
@@ -367,7 +394,8 @@ void CudaMlp::save_adamw_state(StateDict& out, const std::string& prefix, double
     const size_t off = m.param_offsets[k], n = m.numel(k);
     out.set_int(base + "step", m.adam_steps.empty() ? 0 : m.adam_steps[k]);
     out.set_floats(base + "exp_avg", m.infos[k].shape, std::span<const float>(avg.data() + off, n));
-    out.set_floats(base + "exp_avg_sq", m.infos[k].shape, std::span<const float>(avg_sq.data() + off, n));
+    out.set_floats(base + "exp_avg_sq", m.infos[k].shape,
+                   std::span<const float>(avg_sq.data() + off, n));
   }
 }
 
@@ -387,16 +415,18 @@ void CudaMlp::load_adamw_state(const StateDict& in, const std::string& prefix) {
   }
   m.ensure_adam_state();
   collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
-  collie::cuda::check(cudaMemcpy(m.exp_avg.get(), avg.data(), avg.size() * sizeof(float), cudaMemcpyHostToDevice),
-                      "cudaMemcpy (exp_avg)");
   collie::cuda::check(
-      cudaMemcpy(m.exp_avg_sq.get(), avg_sq.data(), avg_sq.size() * sizeof(float), cudaMemcpyHostToDevice),
-      "cudaMemcpy (exp_avg_sq)");
+      cudaMemcpy(m.exp_avg.get(), avg.data(), avg.size() * sizeof(float), cudaMemcpyHostToDevice),
+      "cudaMemcpy (exp_avg)");
+  collie::cuda::check(cudaMemcpy(m.exp_avg_sq.get(), avg_sq.data(), avg_sq.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice),
+                      "cudaMemcpy (exp_avg_sq)");
   m.adam_steps = std::move(steps);
 }
 
 TensorView CudaMlp::parameters() {
-  return TensorView{impl_->params.get(), impl_->num_params, DataType::kFloat32, Device::cuda(device_)};
+  return TensorView{impl_->params.get(), impl_->num_params, DataType::kFloat32,
+                    Device::cuda(device_)};
 }
 
 TensorView CudaMlp::gradients() {
@@ -418,9 +448,10 @@ std::vector<float> CudaMlp::gradients_to_host() const {
   collie::cuda::set_device(device_);
   std::vector<float> out(m.num_params);
   for (size_t i = 0; i < m.infos.size(); ++i)
-    collie::cuda::check(cudaMemcpyAsync(out.data() + m.param_offsets[i], m.grad_ptr[i], m.numel(i) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, m.stream),
-                        "cudaMemcpyAsync (gradients)");
+    collie::cuda::check(
+        cudaMemcpyAsync(out.data() + m.param_offsets[i], m.grad_ptr[i], m.numel(i) * sizeof(float),
+                        cudaMemcpyDeviceToHost, m.stream),
+        "cudaMemcpyAsync (gradients)");
   collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
   return out;
 }
@@ -432,7 +463,8 @@ std::vector<ParameterInfo> CudaMlp::parameter_info() { return impl_->infos; }
 TensorView CudaMlp::parameter(size_t i) {
   Impl& m = *impl_;
   COLLIE_ARG_CHECK_LT(i, m.infos.size(), "CudaMlp parameter index");
-  return TensorView{m.params.get() + m.param_offsets[i], m.numel(i), DataType::kFloat32, Device::cuda(device_)};
+  return TensorView{m.params.get() + m.param_offsets[i], m.numel(i), DataType::kFloat32,
+                    Device::cuda(device_)};
 }
 
 void CudaMlp::use_grad_storage(size_t i, float* storage) {
@@ -440,8 +472,8 @@ void CudaMlp::use_grad_storage(size_t i, float* storage) {
   COLLIE_ARG_CHECK_LT(i, m.infos.size(), "CudaMlp parameter index");
   collie::cuda::set_device(device_);
   if (storage != m.grad_ptr[i])
-    collie::cuda::check(cudaMemcpyAsync(storage, m.grad_ptr[i], m.numel(i) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                        m.stream),
+    collie::cuda::check(cudaMemcpyAsync(storage, m.grad_ptr[i], m.numel(i) * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, m.stream),
                         "cudaMemcpyAsync (gradient into a DDP bucket)");
   m.grad_ptr[i] = storage;
 }
@@ -452,8 +484,8 @@ void CudaMlp::use_own_grad_storage(size_t i) noexcept {
   cudaSetDevice(device_);
   // Queued on the stream before the bucket's cudaFree (CudaOps::deallocate
   // waits for the stream first).
-  cudaError_t e = cudaMemcpyAsync(m.own_grad(i), m.grad_ptr[i], m.numel(i) * sizeof(float), cudaMemcpyDeviceToDevice,
-                                  m.stream);
+  cudaError_t e = cudaMemcpyAsync(m.own_grad(i), m.grad_ptr[i], m.numel(i) * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, m.stream);
   if (e != cudaSuccess) {
     COLLIE_LOG(kWarn) << "CudaMlp: copying gradient " << m.infos[i].name
                       << " back from its DDP bucket failed: " << cudaGetErrorString(e);
@@ -471,7 +503,8 @@ void CudaMlp::copy_parameters_to(Sequential& cpu_model) const {
                       "cudaMemcpy (parameters)");
   size_t pos = 0;
   for (auto* p : cpu_model.parameters()) {
-    COLLIE_ARG_CHECK_LE(pos + p->numel(), host.size(), "copy_parameters_to: a model of another size");
+    COLLIE_ARG_CHECK_LE(pos + p->numel(), host.size(),
+                        "copy_parameters_to: a model of another size");
     std::copy(host.begin() + pos, host.begin() + pos + p->numel(), p->data());
     pos += p->numel();
   }

@@ -31,7 +31,8 @@ void CudaOps::deallocate(void* data) noexcept {
   cudaSetDevice(device_);
   cudaError_t e = cudaStreamSynchronize(as_stream(stream_));
   if (e != cudaSuccess) {
-    COLLIE_LOG(kWarn) << "CudaOps: cudaStreamSynchronize before cudaFree: " << cudaGetErrorString(e);
+    COLLIE_LOG(kWarn) << "CudaOps: cudaStreamSynchronize before cudaFree: "
+                      << cudaGetErrorString(e);
   }
   e = cudaFree(data);
   if (e != cudaSuccess) {
@@ -42,7 +43,8 @@ void CudaOps::deallocate(void* data) noexcept {
 void CudaOps::copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   collie::cuda::set_device(device_);
-  collie::cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)), "cudaMemcpyAsync");
+  collie::cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(stream_)),
+                      "cudaMemcpyAsync");
   collie::cuda::check(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize (copy)");
 }
 

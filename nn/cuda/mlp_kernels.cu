@@ -33,8 +33,9 @@ __global__ void fill(float* x, float value, int64_t n) {
 }
 
 // One thread per row: classes are few (10), batches are what is wide.
-__global__ void softmax_cross_entropy(const float* z, const int64_t* labels, int64_t rows, int64_t classes,
-                                      float inv_rows, float* grad, float* row_loss) {
+__global__ void softmax_cross_entropy(const float* z, const int64_t* labels, int64_t rows,
+                                      int64_t classes, float inv_rows, float* grad,
+                                      float* row_loss) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const float* zr = z + r * classes;
@@ -45,12 +46,13 @@ __global__ void softmax_cross_entropy(const float* z, const int64_t* labels, int
   const float log_sum = logf(sum);
   const int64_t label = labels[r];
   row_loss[r] = log_sum + shift - zr[label];
-  for (int64_t c = 0; c < classes; ++c) grad[r * classes + c] = expf(zr[c] - shift - log_sum) * inv_rows;
+  for (int64_t c = 0; c < classes; ++c)
+    grad[r * classes + c] = expf(zr[c] - shift - log_sum) * inv_rows;
   grad[r * classes + label] -= inv_rows;
 }
 
-__global__ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum,
-                           float keep, bool nesterov, bool first) {
+__global__ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd,
+                           float momentum, float keep, bool nesterov, bool first) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float d = g[i];
@@ -68,8 +70,8 @@ __global__ void scale(float* x, float factor, int64_t n) {
 }
 
 // The same float operations, in the same order, as AdamW::step's loop.
-__global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                             float beta2, float step_size, float bc2_sqrt, float eps) {
+__global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay,
+                             float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float gi = g[i];
@@ -95,7 +97,8 @@ void launch_relu_forward(const float* x, float* y, int64_t n, cudaStream_t strea
   if (n > 0) relu_forward<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
 }
 
-void launch_relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
+void launch_relu_backward(const float* y, const float* dy, float* dx, int64_t n,
+                          cudaStream_t stream) {
   if (n > 0) relu_backward<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
 }
 
@@ -103,27 +106,31 @@ void launch_fill(float* x, float value, int64_t n, cudaStream_t stream) {
   if (n > 0) fill<<<blocks_for(n), kThreads, 0, stream>>>(x, value, n);
 }
 
-void launch_softmax_cross_entropy(const float* z, const int64_t* labels, int64_t rows, int64_t classes,
-                                  float inv_rows, float* grad, float* row_loss, cudaStream_t stream) {
+void launch_softmax_cross_entropy(const float* z, const int64_t* labels, int64_t rows,
+                                  int64_t classes, float inv_rows, float* grad, float* row_loss,
+                                  cudaStream_t stream) {
   if (rows > 0)
-    softmax_cross_entropy<<<blocks_for(rows), kThreads, 0, stream>>>(z, labels, rows, classes, inv_rows, grad,
-                                                                     row_loss);
+    softmax_cross_entropy<<<blocks_for(rows), kThreads, 0, stream>>>(z, labels, rows, classes,
+                                                                     inv_rows, grad, row_loss);
 }
 
-void launch_sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd, float momentum, float keep,
-                       bool nesterov, bool first, cudaStream_t stream) {
-  if (n > 0) sgd_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, buf, n, lr, wd, momentum, keep, nesterov, first);
+void launch_sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd,
+                       float momentum, float keep, bool nesterov, bool first, cudaStream_t stream) {
+  if (n > 0)
+    sgd_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, buf, n, lr, wd, momentum, keep,
+                                                       nesterov, first);
 }
 
 void launch_scale(float* x, float factor, int64_t n, cudaStream_t stream) {
   if (n > 0) scale<<<blocks_for(n), kThreads, 0, stream>>>(x, factor, n);
 }
 
-void launch_adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                         float beta2, float step_size, float bc2_sqrt, float eps, cudaStream_t stream) {
+void launch_adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay,
+                         float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
+                         cudaStream_t stream) {
   if (n > 0)
-    adamw_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, decay, beta1, beta2, step_size, bc2_sqrt,
-                                                         eps);
+    adamw_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, decay, beta1, beta2,
+                                                         step_size, bc2_sqrt, eps);
 }
 
 }  // namespace collie::nn::cuda

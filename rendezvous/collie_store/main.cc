@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
     std::cerr << "collie-store: " << e.what() << "\n";
     return 1;
   }
-  std::cout << "collie-store listening on " << server->host() << ":" << server->port()
-            << std::endl;
+  std::cout << "collie-store listening on " << server->host() << ":" << server->port() << std::endl;
 
   int sig = 0;
   if (timeout_s > 0) {
@@ -60,7 +59,9 @@ int main(int argc, char** argv) {
     sigwait(&stop_signals, &sig);
   }
   server->stop();
-  if (sig > 0) std::cerr << "collie-store: stopped by signal " << sig << "\n";
-  else std::cerr << "collie-store: stopped after --timeout " << timeout_s << "s\n";
+  if (sig > 0)
+    std::cerr << "collie-store: stopped by signal " << sig << "\n";
+  else
+    std::cerr << "collie-store: stopped after --timeout " << timeout_s << "s\n";
   return 0;
 }

@@ -36,24 +36,22 @@ template <typename E, typename... Args>
 
 }  // namespace collie::detail
 
-#define COLLIE_CHECK_IMPL_(E, cond, ...)                                     \
-  do {                                                                       \
-    if (!(cond)) [[unlikely]]                                                \
-      ::collie::detail::check_fail<E>(__FILE__, __LINE__,                    \
-                                      "Check failed: " #cond __VA_OPT__(, ) \
-                                          __VA_ARGS__);                      \
+#define COLLIE_CHECK_IMPL_(E, cond, ...)                                                  \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]]                                                             \
+      ::collie::detail::check_fail<E>(__FILE__, __LINE__,                                 \
+                                      "Check failed: " #cond __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
-#define COLLIE_CHECK_OP_IMPL_(E, op, a, b, ...)                                \
-  do {                                                                         \
-    const auto& collie_a_ = (a);                                               \
-    const auto& collie_b_ = (b);                                               \
-    if (!(collie_a_ op collie_b_)) [[unlikely]]                                \
-      ::collie::detail::check_fail<E>(                                         \
-          __FILE__, __LINE__,                                                  \
-          ::collie::detail::check_op_message(#a " " #op " " #b, collie_a_,     \
-                                             collie_b_) __VA_OPT__(, )         \
-              __VA_ARGS__);                                                    \
+#define COLLIE_CHECK_OP_IMPL_(E, op, a, b, ...)                                       \
+  do {                                                                                \
+    const auto& collie_a_ = (a);                                                      \
+    const auto& collie_b_ = (b);                                                      \
+    if (!(collie_a_ op collie_b_)) [[unlikely]]                                       \
+      ::collie::detail::check_fail<E>(                                                \
+          __FILE__, __LINE__,                                                         \
+          ::collie::detail::check_op_message(#a " " #op " " #b, collie_a_, collie_b_) \
+              __VA_OPT__(, ) __VA_ARGS__);                                            \
   } while (0)
 
 #define COLLIE_CHECK(cond, ...) COLLIE_CHECK_IMPL_(::collie::Error, cond, __VA_ARGS__)
@@ -65,9 +63,15 @@ template <typename E, typename... Args>
 #define COLLIE_CHECK_GE(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::Error, >=, a, b, __VA_ARGS__)
 
 #define COLLIE_ARG_CHECK(cond, ...) COLLIE_CHECK_IMPL_(::collie::InvalidArgument, cond, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_EQ(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, ==, a, b, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_NE(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, !=, a, b, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_LT(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, <, a, b, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_LE(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, <=, a, b, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_GT(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, >, a, b, __VA_ARGS__)
-#define COLLIE_ARG_CHECK_GE(a, b, ...) COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, >=, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_EQ(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, ==, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_NE(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, !=, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_LT(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, <, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_LE(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, <=, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_GT(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, >, a, b, __VA_ARGS__)
+#define COLLIE_ARG_CHECK_GE(a, b, ...) \
+  COLLIE_CHECK_OP_IMPL_(::collie::InvalidArgument, >=, a, b, __VA_ARGS__)

@@ -15,12 +15,15 @@ struct BFloat16 {
   uint16_t bits = 0;
 };
 
-inline float to_float(BFloat16 v) { return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16); }
+inline float to_float(BFloat16 v) {
+  return std::bit_cast<float>(static_cast<uint32_t>(v.bits) << 16);
+}
 
 inline BFloat16 to_bfloat16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return BFloat16{static_cast<uint16_t>((u >> 16) | 0x40)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                             // round to nearest even
   return BFloat16{static_cast<uint16_t>(u >> 16)};
 }
 
@@ -53,9 +56,9 @@ inline Half to_half(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (abs > 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7e00u)};   // NaN
   if (abs >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow -> inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {                     // result is subnormal or zero
     if (abs < 0x33000000u) return Half{sign};  // below half of the smallest subnormal
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

@@ -51,7 +51,9 @@ const char* basename_of(const char* path) {
 
 }  // namespace
 
-LogLevel log_level() { return static_cast<LogLevel>(level_storage().load(std::memory_order_relaxed)); }
+LogLevel log_level() {
+  return static_cast<LogLevel>(level_storage().load(std::memory_order_relaxed));
+}
 void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
 void set_log_rank(int rank) { rank_storage().store(rank); }
 int log_rank() { return rank_storage().load(std::memory_order_relaxed); }
@@ -75,7 +77,8 @@ LogLine::LogLine(LogLevel level, const char* file, int line) : level_(level) {
   static const char kLetters[] = "TDIWE";
   auto now = std::chrono::system_clock::now();
   auto t = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   localtime_r(&t, &tm);
   char stamp[32];

@@ -47,7 +47,7 @@ class LogLine {
 #define COLLIE_LOG_ENABLED(level) (::collie::LogLevel::level >= ::collie::log_level())
 
 // COLLIE_LOG(kInfo) << "connected to " << addr;
-#define COLLIE_LOG(level)                 \
-  if (!COLLIE_LOG_ENABLED(level)) {       \
-  } else                                  \
+#define COLLIE_LOG(level)           \
+  if (!COLLIE_LOG_ENABLED(level)) { \
+  } else                            \
     ::collie::detail::LogLine(::collie::LogLevel::level, __FILE__, __LINE__)

@@ -24,7 +24,9 @@ class Sha256 {
   // Pads and returns the digest; the object must not be updated afterwards.
   Sha256Digest finish();
 
-  static Sha256Digest digest(std::span<const uint8_t> data) { return Sha256().update(data).finish(); }
+  static Sha256Digest digest(std::span<const uint8_t> data) {
+    return Sha256().update(data).finish();
+  }
 
  private:
   void compress(const uint8_t* block);

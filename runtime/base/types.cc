@@ -59,7 +59,8 @@ bool is_valid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
 namespace {
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 }  // namespace
@@ -88,6 +89,8 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
 
 std::ostream& operator<<(std::ostream& out, DataType dtype) { return out << to_string(dtype); }
 std::ostream& operator<<(std::ostream& out, ReduceOp op) { return out << to_string(op); }
-std::ostream& operator<<(std::ostream& out, const Device& device) { return out << to_string(device); }
+std::ostream& operator<<(std::ostream& out, const Device& device) {
+  return out << to_string(device);
+}
 
 }  // namespace collie

@@ -42,9 +42,9 @@ struct Device {
 };
 
 size_t element_size(DataType dtype);
-std::string_view to_string(DataType dtype);    // "float32"
-std::string_view to_string(ReduceOp op);       // "sum"
-std::string to_string(Device device);          // "cpu", "cuda:0"
+std::string_view to_string(DataType dtype);  // "float32"
+std::string_view to_string(ReduceOp op);     // "sum"
+std::string to_string(Device device);        // "cpu", "cuda:0"
 bool is_floating_point(DataType dtype);
 // Parse torch-style names ("float32", "float", "fp16", "bfloat16", "int64",
 // "uint8", ...); std::nullopt when unknown.
@@ -74,11 +74,26 @@ struct TensorView {
 
 template <typename T>
 constexpr DataType data_type_of();
-template <> constexpr DataType data_type_of<float>() { return DataType::kFloat32; }
-template <> constexpr DataType data_type_of<double>() { return DataType::kFloat64; }
-template <> constexpr DataType data_type_of<int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType data_type_of<int64_t>() { return DataType::kInt64; }
-template <> constexpr DataType data_type_of<uint8_t>() { return DataType::kUInt8; }
+template <>
+constexpr DataType data_type_of<float>() {
+  return DataType::kFloat32;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+  return DataType::kFloat64;
+}
+template <>
+constexpr DataType data_type_of<int32_t>() {
+  return DataType::kInt32;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+  return DataType::kInt64;
+}
+template <>
+constexpr DataType data_type_of<uint8_t>() {
+  return DataType::kUInt8;
+}
 
 // A view of a host array of a native type: view(vec.data(), vec.size()).
 template <typename T>

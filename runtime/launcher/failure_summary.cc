@@ -29,7 +29,8 @@ std::string seconds_since(std::chrono::system_clock::time_point from,
 
 std::string format_utc(std::chrono::system_clock::time_point t) {
   std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];
@@ -40,8 +41,9 @@ std::string format_utc(std::chrono::system_clock::time_point t) {
 
 std::string format_failure_summary(const AttemptResult& r, const SummaryContext& c) {
   std::string out = kRule;
-  out += str_cat("collie-run: workers failed on node ", c.node_rank, " (", c.hostname, "), attempt ",
-                 c.attempt, " of run '", c.run_id, "' (max restarts ", c.max_restarts, ")\n");
+  out +=
+      str_cat("collie-run: workers failed on node ", c.node_rank, " (", c.hostname, "), attempt ",
+              c.attempt, " of run '", c.run_id, "' (max restarts ", c.max_restarts, ")\n");
   switch (r.outcome) {
     case AttemptOutcome::kFailed: {
       const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
@@ -58,8 +60,7 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
       out += str_cat("cause: collie-run received ", signal_name(r.signal),
                      " and stopped the workers\n");
       break;
-    case AttemptOutcome::kSucceeded:
-      break;
+    case AttemptOutcome::kSucceeded: break;
   }
   out += "------------------------------------------------------------------------------\n";
   out += " rank  local  node  pid       result                     time\n";
@@ -71,8 +72,10 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
       continue;
     }
     std::string note;
-    if (static_cast<int>(i) == r.first_failure) note = "  <- root cause";
-    else if (w.stopped_by_launcher) note = "  (stopped by collie-run)";
+    if (static_cast<int>(i) == r.first_failure)
+      note = "  <- root cause";
+    else if (w.stopped_by_launcher)
+      note = "  (stopped by collie-run)";
     std::string time = format_utc(w.exit_time).substr(11, 12);  // HH:MM:SS.mmm
     out += str_cat(" ", pad(std::to_string(w.place.global_rank), 4, true), "  ",
                    pad(std::to_string(w.place.local_rank), 5, true), "  ",
@@ -83,7 +86,8 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
   if (ok > 0) out += str_cat(" (", ok, " other worker", ok == 1 ? "" : "s", " exited 0)\n");
   for (size_t i = 0; i < r.workers.size(); ++i) {
     const WorkerResult& w = r.workers[i];
-    bool own_failure = !w.exit.ok() && (static_cast<int>(i) == r.first_failure || !w.stopped_by_launcher);
+    bool own_failure =
+        !w.exit.ok() && (static_cast<int>(i) == r.first_failure || !w.stopped_by_launcher);
     if (!own_failure) continue;
     out += "------------------------------------------------------------------------------\n";
     if (w.stderr_tail.empty()) {

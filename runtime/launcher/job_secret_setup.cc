@@ -17,7 +17,8 @@ void set_up_job_secret(const LaunchOptions& options) {
   if (options.nnodes > 1) {
     COLLIE_LOG(kWarn) << "collie-run: a multi-node job without " << kJobSecretEnv
                       << " runs unauthenticated; export the same value on every node, e.g. "
-                      << kJobSecretEnv << "=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')";
+                      << kJobSecretEnv
+                      << "=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n')";
     return;
   }
   // Exported before any thread or child exists: the workers inherit it, and

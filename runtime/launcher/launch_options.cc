@@ -44,8 +44,8 @@ int parse_int(const std::string& text, const std::string& what) {
   std::string t = trim(text);
   char* end = nullptr;
   long v = std::strtol(t.c_str(), &end, 10);
-  require(!t.empty() && end != nullptr && *end == '\0' && v >= -(1L << 30) && v < (1L << 30),
-                   what, ": '", text, "' is not an integer");
+  require(!t.empty() && end != nullptr && *end == '\0' && v >= -(1L << 30) && v < (1L << 30), what,
+          ": '", text, "' is not an integer");
   return static_cast<int>(v);
 }
 
@@ -56,7 +56,8 @@ int count_nvidia_devices() {
     while (dirent* e = ::readdir(d)) {
       std::string name = e->d_name;
       if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
-          std::all_of(name.begin() + 6, name.end(), [](unsigned char c) { return std::isdigit(c); }))
+          std::all_of(name.begin() + 6, name.end(),
+                      [](unsigned char c) { return std::isdigit(c); }))
         ++n;
     }
     ::closedir(d);
@@ -99,7 +100,8 @@ std::set<int> parse_rank_list(const std::string& text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    std::string item =
+        trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (!item.empty()) {
       int r = parse_int(item, "--local-ranks-filter");
       require(r >= 0, "--local-ranks-filter: local ranks are >= 0, got ", r);
@@ -117,8 +119,9 @@ int parse_nnodes(const std::string& text) {
   int lo = parse_int(text.substr(0, colon), "--nnodes");
   int hi = parse_int(text.substr(colon + 1), "--nnodes");
   require(lo == hi, "--nnodes ", text,
-                   ": elastic node ranges are not supported; collie-run runs a fixed number of "
-                   "nodes (give one number, e.g. --nnodes ", hi, ")");
+          ": elastic node ranges are not supported; collie-run runs a fixed number of "
+          "nodes (give one number, e.g. --nnodes ",
+          hi, ")");
   return lo;
 }
 
@@ -136,16 +139,21 @@ int parse_nproc_per_node(const std::string& text) {
 std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag) {
   std::string t = trim(text);
   size_t digits = 0;
-  while (digits < t.size() && (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
+  while (digits < t.size() &&
+         (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
     ++digits;
   require(digits > 0, flag, ": '", text, "' is not a duration (e.g. 30, 30s, 500ms, 2m)");
   double value = std::strtod(t.substr(0, digits).c_str(), nullptr);
   std::string unit = t.substr(digits);
   double scale = 0;
-  if (unit.empty() || unit == "s") scale = 1000;
-  else if (unit == "ms") scale = 1;
-  else if (unit == "m" || unit == "min") scale = 60000;
-  else if (unit == "h") scale = 3600000;
+  if (unit.empty() || unit == "s")
+    scale = 1000;
+  else if (unit == "ms")
+    scale = 1;
+  else if (unit == "m" || unit == "min")
+    scale = 60000;
+  else if (unit == "h")
+    scale = 3600000;
   require(scale > 0, flag, ": unknown unit '", unit, "' in '", text, "' (use ms, s, m or h)");
   return std::chrono::milliseconds(static_cast<int64_t>(value * scale));
 }
@@ -199,7 +207,8 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
                  "Job id: TORCHELASTIC_RUN_ID, the store's key namespace and the log folder "
                  "(e.g. --run-id job42)")
       ->envname(env("RDZV_ID"));
-  app.add_option("--role", o.role, "ROLE_NAME of the workers (e.g. --role trainer)")->envname(env("ROLE"));
+  app.add_option("--role", o.role, "ROLE_NAME of the workers (e.g. --role trainer)")
+      ->envname(env("ROLE"));
   app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout,
                  "How long launchers wait to reach node 0 and for one another "
                  "(e.g. --rdzv-timeout 120 or 90s, 500ms, 5m; default 600s)")
@@ -264,30 +273,31 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
   } catch (const CLI::CallForVersion& e) {
     return {std::nullopt, std::string(e.what()) + "\n", 0};
   } catch (const CLI::ParseError& e) {
-    return {std::nullopt, str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
+    return {std::nullopt,
+            str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
   }
   try {
     std::vector<std::string> rest = app.remaining();
     if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-    require(!module, "--module is not supported: collie-run runs programs; give the "
-                     "program's path");
+    require(!module,
+            "--module is not supported: collie-run runs programs; give the "
+            "program's path");
     require(!rest.empty(), "no program given: collie-run [FLAGS] PROGRAM [ARGS...]");
-    require(rest.front().empty() || rest.front()[0] != '-', "unknown flag '",
-                     rest.front(), "' (the program path must come after the launcher's flags)");
+    require(rest.front().empty() || rest.front()[0] != '-', "unknown flag '", rest.front(),
+            "' (the program path must come after the launcher's flags)");
     o.program = std::move(rest);
     o.nnodes = parse_nnodes(nnodes);
     o.nproc_per_node = parse_nproc_per_node(nproc);
     require(o.nnodes >= 1, "--nnodes must be >= 1, got ", o.nnodes);
     require(o.nproc_per_node >= 1, "--nproc-per-node must be >= 1, got ", o.nproc_per_node);
     require(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
-                     " is outside [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
+            " is outside [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
     require(o.max_restarts >= 0, "--max-restarts must be >= 0, got ", o.max_restarts);
     require(port >= 0 && port <= 65535, "--master-port ", port, " is not a TCP port");
     o.master_port = static_cast<uint16_t>(port);
     if (!rdzv_endpoint.empty()) {
       size_t colon = rdzv_endpoint.rfind(':');
-      require(colon != std::string::npos, "--rdzv-endpoint '", rdzv_endpoint,
-                       "' needs HOST:PORT");
+      require(colon != std::string::npos, "--rdzv-endpoint '", rdzv_endpoint, "' needs HOST:PORT");
       o.master_addr = rdzv_endpoint.substr(0, colon);
       int p = parse_int(rdzv_endpoint.substr(colon + 1), "--rdzv-endpoint port");
       require(p >= 0 && p <= 65535, "--rdzv-endpoint port ", p, " is not a TCP port");
@@ -295,12 +305,14 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
     }
     o.rdzv_timeout = parse_duration(rdzv_timeout, "--rdzv-timeout");
     for (const auto& item : CLI::detail::split(rdzv_conf, ',')) {
-      if (item.rfind("timeout=", 0) == 0) o.rdzv_timeout = parse_duration(item.substr(8), "--rdzv-conf timeout");
+      if (item.rfind("timeout=", 0) == 0)
+        o.rdzv_timeout = parse_duration(item.substr(8), "--rdzv-conf timeout");
     }
     o.grace_period = parse_duration(grace, "--grace-period");
     if (!tee_text.empty()) {
       o.tee = parse_int(tee_text, "--tee");
-      require(o.tee >= 0 && o.tee <= 3, "--tee ", o.tee, ": expected 0..3 (1 stdout, 2 stderr, 3 both)");
+      require(o.tee >= 0 && o.tee <= 3, "--tee ", o.tee,
+              ": expected 0..3 (1 stdout, 2 stderr, 3 both)");
     }
     if (!filter.empty()) o.local_ranks_filter = parse_rank_list(filter);
     if (no_use_env) o.use_env = false;
@@ -309,10 +321,11 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
       o.master_addr = "127.0.0.1";
       o.master_port = 0;
     }
-    require(!o.run_id.empty() && o.run_id.find('/') == std::string::npos, "--run-id '",
-                     o.run_id, "' must be non-empty and contain no '/' (it names a log folder)");
+    require(!o.run_id.empty() && o.run_id.find('/') == std::string::npos, "--run-id '", o.run_id,
+            "' must be non-empty and contain no '/' (it names a log folder)");
   } catch (const InvalidArgument& e) {
-    return {std::nullopt, str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
+    return {std::nullopt,
+            str_cat("collie-run: ", e.what(), "\nRun 'collie-run --help' for the flags.\n"), 2};
   }
   result.options = std::move(o);
   return result;

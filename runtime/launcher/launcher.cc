@@ -28,7 +28,8 @@ std::string hostname() {
 // "rank 3 (local rank 1 on node 1, host h, pid 42) ended with exit code 3"
 std::string describe_failure(const AttemptResult& r, int node_rank, const std::string& host) {
   if (r.outcome == AttemptOutcome::kInterrupted)
-    return str_cat("the launcher of node ", node_rank, " (", host, ") received ", signal_name(r.signal));
+    return str_cat("the launcher of node ", node_rank, " (", host, ") received ",
+                   signal_name(r.signal));
   const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
   return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
                  node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
@@ -55,7 +56,8 @@ GroupSpec Launcher::group_spec(const std::string& program_path, const NodeRendez
               .run_id = o.run_id,
               .role = o.role,
               .default_omp_threads = default_omp};
-  if (!log_dir.empty()) spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
+  if (!log_dir.empty())
+    spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
   spec.tee = o.tee;
   spec.local_ranks_filter = o.local_ranks_filter;
   spec.line_prefix_template = o.line_prefix_template;
@@ -113,8 +115,8 @@ int Launcher::run() {
     return signals.empty() ? 0 : signals.front();
   });
   if (o.node_rank == 0)
-    say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(), " (node 0 of ",
-                o.nnodes, ", run id '", o.run_id, "')\n"));
+    say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
+                " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
   try {
     rdzv->join();
   } catch (const RendezvousInterrupted& e) {
@@ -128,7 +130,9 @@ int Launcher::run() {
     return 1;
   }
 
-  SummaryContext summary{.node_rank = o.node_rank, .hostname = host, .max_restarts = o.max_restarts,
+  SummaryContext summary{.node_rank = o.node_rank,
+                         .hostname = host,
+                         .max_restarts = o.max_restarts,
                          .run_id = o.run_id};
   for (int attempt = 0;; ++attempt) {
     GroupSpec spec = group_spec(program_path, *rdzv, attempt, log_dir, default_omp);
@@ -152,7 +156,8 @@ int Launcher::run() {
         // No barrier can be passed without node 0's store: give up at once
         // rather than retry the connection for the whole rendezvous timeout.
         say(format_failure_summary(result, summary));
-        say(str_cat("collie-run: node ", o.node_rank, " gives up: the job cannot go on without node 0\n"));
+        say(str_cat("collie-run: node ", o.node_rank,
+                    " gives up: the job cannot go on without node 0\n"));
         return 1;
       }
       if (result.outcome == AttemptOutcome::kFailed)
@@ -177,11 +182,12 @@ int Launcher::run() {
       return 0;
     }
     if (result.outcome != AttemptOutcome::kSucceeded) {
-      if (result.outcome == AttemptOutcome::kRemoteFailed && failure) result.remote_reason = *failure;
+      if (result.outcome == AttemptOutcome::kRemoteFailed && failure)
+        result.remote_reason = *failure;
       say(format_failure_summary(result, summary));
     } else {
-      say(str_cat("collie-run: node ", o.node_rank, "'s workers succeeded, but another node failed: ",
-                  *failure, "\n"));
+      say(str_cat("collie-run: node ", o.node_rank,
+                  "'s workers succeeded, but another node failed: ", *failure, "\n"));
     }
     if (attempt >= o.max_restarts) {
       say(str_cat("collie-run: job failed after ", attempt + 1, " attempt", attempt == 0 ? "" : "s",

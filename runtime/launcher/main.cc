@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/launch_options.h"
 #include "runtime/launcher/job_secret_setup.h"
+#include "runtime/launcher/launch_options.h"
 #include "runtime/launcher/launcher.h"
 #include "runtime/launcher/worker_stream.h"
 
@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   auto parsed = collie::launcher::parse_launch_options(args);
   if (!parsed.options) {
-    collie::launcher::write_all(parsed.exit_code == 0 ? STDOUT_FILENO : STDERR_FILENO, parsed.message);
+    collie::launcher::write_all(parsed.exit_code == 0 ? STDOUT_FILENO : STDERR_FILENO,
+                                parsed.message);
     return parsed.exit_code;
   }
   try {

@@ -106,15 +106,16 @@ void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
   auto pause = std::chrono::milliseconds(1);
   while (!store_->check({key(name + "/done")})) {
     if (int sig = interrupt_check_ ? interrupt_check_() : 0)
-      throw RendezvousInterrupted(sig, str_cat("collie-run: node ", options_.node_rank,
-                                               " was interrupted while waiting for all ", n,
-                                               " nodes to ", what));
+      throw RendezvousInterrupted(
+          sig, str_cat("collie-run: node ", options_.node_rank,
+                       " was interrupted while waiting for all ", n, " nodes to ", what));
     if (deadline.expired()) {
       int64_t arrived = store_->add(key(name + "/count"), 0);
       std::string missing;
       if (name == "join") {
         for (int i = 0; i < n; ++i)
-          if (!store_->check({key(str_cat("node/", i))})) missing += str_cat(missing.empty() ? "" : ", ", i);
+          if (!store_->check({key(str_cat("node/", i))}))
+            missing += str_cat(missing.empty() ? "" : ", ", i);
         missing = str_cat("; missing node ranks: ", missing);
       }
       throw TimeoutError(str_cat("collie-run: node ", options_.node_rank, " waited ",

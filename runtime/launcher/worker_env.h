@@ -34,7 +34,8 @@ struct AttemptEnv {
 
 // The variables collie-run sets for one worker (only those, not the whole
 // environment): RANK, LOCAL_RANK, ..., TORCHELASTIC_USE_AGENT_STORE=True.
-std::map<std::string, std::string> worker_variables(const WorkerPlace& place, const AttemptEnv& attempt);
+std::map<std::string, std::string> worker_variables(const WorkerPlace& place,
+                                                    const AttemptEnv& attempt);
 
 // The launcher's environment with `variables` set on top, as "K=V" strings.
 std::vector<std::string> merged_environment(const std::map<std::string, std::string>& variables);

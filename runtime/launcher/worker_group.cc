@@ -21,8 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr milliseconds kTick{100};               // wake-up for reaping and deadlines
-constexpr milliseconds kDyingGrace{1000};        // how long a dying worker may take to exit
+constexpr milliseconds kTick{100};         // wake-up for reaping and deadlines
+constexpr milliseconds kDyingGrace{1000};  // how long a dying worker may take to exit
 constexpr milliseconds kRemoteCheckInterval{200};
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr size_t kStderrTailLines = 12;
@@ -105,19 +105,20 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
       dir = str_cat(s.attempt_log_dir, "/", slot.place.global_rank);
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
-      if (ec) throw Error(str_cat("collie-run: cannot create log folder ", dir, ": ", ec.message()));
+      if (ec)
+        throw Error(str_cat("collie-run: cannot create log folder ", dir, ": ", ec.message()));
     }
     std::string prefix = expand_prefix(s.line_prefix_template, slot.place, s.env.role);
-    slot.out = std::make_unique<WorkerStream>(WorkerStreamOptions{
-        .console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
-        .prefix = prefix,
-        .log_path = files ? dir + "/stdout.log" : "",
-        .tail_lines = 0});
-    slot.err = std::make_unique<WorkerStream>(WorkerStreamOptions{
-        .console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
-        .prefix = prefix,
-        .log_path = files ? dir + "/stderr.log" : "",
-        .tail_lines = kStderrTailLines});
+    slot.out = std::make_unique<WorkerStream>(
+        WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
+                            .prefix = prefix,
+                            .log_path = files ? dir + "/stdout.log" : "",
+                            .tail_lines = 0});
+    slot.err = std::make_unique<WorkerStream>(
+        WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
+                            .prefix = prefix,
+                            .log_path = files ? dir + "/stderr.log" : "",
+                            .tail_lines = kStderrTailLines});
   }
   for (Slot& slot : slots) {
     std::vector<std::string> argv = s.program_argv;
@@ -203,7 +204,8 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
       slot.recorded = true;
       if (!slot.proc->exit_info().ok() && !slot.signalled && !stopping) {
         const bool by_signal = slot.proc->exit_info().signal != 0;
-        if (root < 0 || (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
+        if (root < 0 ||
+            (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
           root = static_cast<int>(i);
       }
     }

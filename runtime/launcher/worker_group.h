@@ -22,14 +22,14 @@ namespace collie::launcher {
 class SignalRelay;
 
 struct GroupSpec {
-  std::string program_path;              // resolved executable
+  std::string program_path;               // resolved executable
   std::vector<std::string> program_argv;  // argv[0] as the user wrote it, then the arguments
   bool use_env = true;                    // false: pass --local_rank=N (legacy launch)
 
   int node_rank = 0;
   int nnodes = 1;
   int nproc = 1;
-  int rank_base = 0;   // global rank of local rank 0
+  int rank_base = 0;  // global rank of local rank 0
   int world_size = 1;
   AttemptEnv env;
 

@@ -68,7 +68,8 @@ std::string ExitInfo::describe() const {
 std::string resolve_program(const std::string& program) {
   if (program.find('/') != std::string::npos) {
     if (!is_executable_file(program))
-      throw InvalidArgument(str_cat("collie-run: program '", program, "' is not an executable file"));
+      throw InvalidArgument(
+          str_cat("collie-run: program '", program, "' is not an executable file"));
     return program;
   }
   const char* path_env = std::getenv("PATH");
@@ -76,13 +77,15 @@ std::string resolve_program(const std::string& program) {
   size_t start = 0;
   while (start <= path.size()) {
     size_t colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string dir =
+        path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
     if (is_executable_file(candidate)) return candidate;
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
-  throw InvalidArgument(str_cat("collie-run: program '", program, "' not found on PATH (", path, ")"));
+  throw InvalidArgument(
+      str_cat("collie-run: program '", program, "' not found on PATH (", path, ")"));
 }
 
 std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
@@ -96,7 +99,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
   envp.push_back(nullptr);
 
   int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error(str_cat("collie-run: pipe: ", strerror(errno)));
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+    throw Error(str_cat("collie-run: pipe: ", strerror(errno)));
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     ::close(out_pipe[0]);
     ::close(out_pipe[1]);
@@ -108,7 +112,8 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const std::string& path,
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   pid_t pid = ::fork();
-  if (pid == 0) exec_child(parent, out_pipe[1], err_pipe[1], null_fd, path.c_str(), args.data(), envp.data());
+  if (pid == 0)
+    exec_child(parent, out_pipe[1], err_pipe[1], null_fd, path.c_str(), args.data(), envp.data());
   int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(out_pipe[1]);
@@ -154,12 +159,15 @@ bool WorkerProcess::poll_exit() {
   if (exited_) return true;
   siginfo_t info{};
   // WNOWAIT: learn the status but keep the zombie (see the header).
-  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return false;
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
+    return false;
   if (info.si_pid != pid_) return false;
   exited_ = true;
   exit_time_ = std::chrono::system_clock::now();
-  if (info.si_code == CLD_EXITED) exit_.exit_code = info.si_status;
-  else exit_.signal = info.si_status;
+  if (info.si_code == CLD_EXITED)
+    exit_.exit_code = info.si_status;
+  else
+    exit_.signal = info.si_status;
   return true;
 }
 
@@ -210,8 +218,10 @@ void WorkerProcess::reap() {
   if (!exited_) {
     exited_ = true;
     exit_time_ = std::chrono::system_clock::now();
-    if (WIFSIGNALED(st)) exit_.signal = WTERMSIG(st);
-    else exit_.exit_code = WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+      exit_.signal = WTERMSIG(st);
+    else
+      exit_.exit_code = WEXITSTATUS(st);
   }
 }
 

@@ -14,10 +14,10 @@
 namespace collie::launcher {
 
 struct WorkerStreamOptions {
-  int console_fd = -1;      // 1 or 2; -1: not shown on the console
-  std::string prefix;       // e.g. "[rank3]: "
-  std::string log_path;     // empty: no file
-  size_t tail_lines = 0;    // how many last lines to keep
+  int console_fd = -1;    // 1 or 2; -1: not shown on the console
+  std::string prefix;     // e.g. "[rank3]: "
+  std::string log_path;   // empty: no file
+  size_t tail_lines = 0;  // how many last lines to keep
 };
 
 class WorkerStream {

@@ -53,7 +53,8 @@ Timeout default_timeout(Timeout requested) {
     char* end = nullptr;
     double seconds = std::strtod(env, &end);
     if (end == env || *end != '\0' || seconds <= 0)
-      throw InvalidArgument(str_cat("COLLIE_NCCL_TIMEOUT='", env, "' is not a positive number of seconds"));
+      throw InvalidArgument(
+          str_cat("COLLIE_NCCL_TIMEOUT='", env, "' is not a positive number of seconds"));
     return Timeout(static_cast<int64_t>(seconds * 1000));
   }
   return kDefaultTimeout;
@@ -61,8 +62,8 @@ Timeout default_timeout(Timeout requested) {
 
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 ||
-                          std::strcmp(v, "True") == 0);
+  return v != nullptr &&
+         (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0 || std::strcmp(v, "True") == 0);
 }
 
 }  // namespace
@@ -80,13 +81,13 @@ struct NcclShared {
   int device = 0;
   ncclComm_t comm = nullptr;
   std::atomic<bool> broken{false};
-  std::mutex mu;        // guards error and the communicator's abort
-  std::string error;    // why the group broke
+  std::mutex mu;      // guards error and the communicator's abort
+  std::string error;  // why the group broke
 
   std::string describe_nccl(ncclResult_t r, const char* op) {
     const char* last = comm ? ncclGetLastError(comm) : "";
-    return str_cat("nccl backend: ", op, " failed on rank ", rank, " (cuda:", device, "): ",
-                   ncclGetErrorString(r), (last && *last ? str_cat(" (", last, ")") : ""),
+    return str_cat("nccl backend: ", op, " failed on rank ", rank, " (cuda:", device,
+                   "): ", ncclGetErrorString(r), (last && *last ? str_cat(" (", last, ")") : ""),
                    "; NCCL ", NcclProcessGroup::nccl_version());
   }
 
@@ -110,8 +111,11 @@ class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclShared> shared, cudaEvent_t done, Deadline deadline,
            std::string description, bool blocking)
-      : shared_(std::move(shared)), done_(done), deadline_(deadline),
-        description_(std::move(description)), blocking_(blocking) {}
+      : shared_(std::move(shared)),
+        done_(done),
+        deadline_(deadline),
+        description_(std::move(description)),
+        blocking_(blocking) {}
   ~NcclWork() override {
     if (done_ != nullptr) cudaEventDestroy(done_);
   }
@@ -140,7 +144,8 @@ class NcclWork : public Work {
     Deadline own(timeout == kUnsetTimeout ? deadline_.remaining() : timeout);
     while (!event_done()) {
       throw_if_failed();
-      if (shared_->broken) throw BackendError(str_cat(description_, ": ", shared_->broken_message()));
+      if (shared_->broken)
+        throw BackendError(str_cat(description_, ": ", shared_->broken_message()));
       if (deadline_.expired()) {
         std::string why = str_cat(description_, " timed out ", deadline_.describe());
         shared_->abort(why);
@@ -186,10 +191,10 @@ struct NcclProcessGroup::Impl {
   Timeout timeout{};
   bool blocking_wait = false;
   cudaStream_t stream = nullptr;
-  cudaEvent_t ready = nullptr;    // recorded on the caller's stream at each launch
+  cudaEvent_t ready = nullptr;  // recorded on the caller's stream at each launch
   float* barrier_buffer = nullptr;
   uint64_t seq = 0;
-  std::mutex launch_mu;           // NCCL calls on one communicator are serialised
+  std::mutex launch_mu;  // NCCL calls on one communicator are serialised
 
   std::mutex pending_mu;
   std::condition_variable stop_cv;
@@ -264,7 +269,8 @@ struct NcclProcessGroup::Impl {
     cudaEvent_t done = nullptr;
     cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
     cuda::check(cudaEventRecord(done, stream), "cudaEventRecord(nccl stream)");
-    auto work = std::make_shared<NcclWork>(shared, done, deadline, description, blocking_wait || synchronize);
+    auto work = std::make_shared<NcclWork>(shared, done, deadline, description,
+                                           blocking_wait || synchronize);
     {
       std::lock_guard plock(pending_mu);
       pending.push_back(work);
@@ -275,12 +281,14 @@ struct NcclProcessGroup::Impl {
 
   void check_tensor(const TensorView& t, const char* what, const char* role) {
     if (!t.device.is_cuda())
-      throw InvalidArgument(str_cat("nccl backend: ", what, ": the ", role, " tensor is on ", t.device,
-                                    "; the nccl backend takes CUDA device buffers (cuda:", shared->device,
-                                    " on rank ", shared->rank, "); use the socket backend for host buffers"));
+      throw InvalidArgument(
+          str_cat("nccl backend: ", what, ": the ", role, " tensor is on ", t.device,
+                  "; the nccl backend takes CUDA device buffers (cuda:", shared->device,
+                  " on rank ", shared->rank, "); use the socket backend for host buffers"));
     if (t.device.index != shared->device)
-      throw InvalidArgument(str_cat("nccl backend: ", what, ": the ", role, " tensor is on ", t.device,
-                                    " but rank ", shared->rank, "'s communicator is on cuda:", shared->device));
+      throw InvalidArgument(str_cat("nccl backend: ", what, ": the ", role, " tensor is on ",
+                                    t.device, " but rank ", shared->rank,
+                                    "'s communicator is on cuda:", shared->device));
     if (t.count == 0) return;
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, t.data) != cudaSuccess ||
@@ -313,8 +321,8 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create(std::shared_ptr<Store
     const char* local = std::getenv("LOCAL_RANK");
     device = local ? std::atoi(local) : rank % devices;
   }
-  COLLIE_ARG_CHECK(device >= 0 && device < devices, "nccl backend: rank ", rank, " asked for cuda:",
-                   device, " but ", devices, " device(s) are visible");
+  COLLIE_ARG_CHECK(device >= 0 && device < devices, "nccl backend: rank ", rank,
+                   " asked for cuda:", device, " but ", devices, " device(s) are visible");
   auto& shared = *impl->shared;
   shared.rank = rank;
   shared.size = size;
@@ -404,8 +412,10 @@ void NcclProcessGroup::shutdown(Timeout timeout) {
         std::this_thread::yield();
         ncclCommGetAsyncError(comm, &r);
       }
-      if (r == ncclSuccess) ncclCommDestroy(comm);
-      else ncclCommAbort(comm);
+      if (r == ncclSuccess)
+        ncclCommDestroy(comm);
+      else
+        ncclCommAbort(comm);
       impl.shared->comm = nullptr;
       impl.shared->broken = true;
       if (impl.shared->error.empty()) impl.shared->error = "the process group was destroyed";
@@ -429,7 +439,8 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduce
   impl_->check_tensor(t, "all_reduce", "input");
   COLLIE_ARG_CHECK(is_valid(options.op), "all_reduce: invalid reduce op");
   if (options.op == ReduceOp::kAvg && !is_floating_point(t.dtype))
-    throw InvalidArgument(str_cat("all_reduce: AVG is only defined for floating-point tensors, got ", t.dtype));
+    throw InvalidArgument(
+        str_cat("all_reduce: AVG is only defined for floating-point tensors, got ", t.dtype));
   const auto what = str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char* desc) {
     impl_->settle(ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype), to_nccl(options.op),
@@ -443,7 +454,8 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const Ten
   for (const auto& t : tensors) {
     impl_->check_tensor(t, "all_reduce_coalesced", "input");
     if (options.op == ReduceOp::kAvg && !is_floating_point(t.dtype))
-      throw InvalidArgument(str_cat("all_reduce_coalesced: AVG needs floating point, got ", t.dtype));
+      throw InvalidArgument(
+          str_cat("all_reduce_coalesced: AVG needs floating point, got ", t.dtype));
   }
   const auto what = str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {
@@ -474,19 +486,22 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(TensorView t, const BroadcastO
 
 std::shared_ptr<Work> NcclProcessGroup::barrier(const BarrierOptions& options) {
   // Like ProcessGroupNCCL: an all_reduce of one element, waited on the host.
-  return impl_->run("barrier", options.timeout, [&](const Deadline& d, const char*) {
-    impl_->settle(ncclAllReduce(impl_->barrier_buffer, impl_->barrier_buffer, 1, ncclFloat32, ncclSum,
-                                impl_->shared->comm, impl_->stream),
-                  "ncclAllReduce (barrier)", d);
-  }, /*synchronize=*/true);
+  return impl_->run(
+      "barrier", options.timeout,
+      [&](const Deadline& d, const char*) {
+        impl_->settle(ncclAllReduce(impl_->barrier_buffer, impl_->barrier_buffer, 1, ncclFloat32,
+                                    ncclSum, impl_->shared->comm, impl_->stream),
+                      "ncclAllReduce (barrier)", d);
+      },
+      /*synchronize=*/true);
 }
 
 std::shared_ptr<Work> NcclProcessGroup::all_gather(TensorView output, TensorView input,
                                                    const AllGatherOptions& options) {
   impl_->check_tensor(input, "all_gather", "input");
   impl_->check_tensor(output, "all_gather", "output");
-  COLLIE_ARG_CHECK(input.dtype == output.dtype, "all_gather: input is ", input.dtype, " but output is ",
-                   output.dtype);
+  COLLIE_ARG_CHECK(input.dtype == output.dtype, "all_gather: input is ", input.dtype,
+                   " but output is ", output.dtype);
   COLLIE_ARG_CHECK(output.count == input.count * size(), "all_gather: output has ", output.count,
                    " elements, expected world size ", size(), " x input count ", input.count);
   const auto what = str_cat("all_gather(", input.dtype, ", ", input.count, ")");
@@ -507,7 +522,8 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, Tensor
                    " elements, expected world size ", size(), " x output count ", output.count);
   if (options.op == ReduceOp::kAvg && !is_floating_point(input.dtype))
     throw InvalidArgument(str_cat("reduce_scatter: AVG needs floating point, got ", input.dtype));
-  const auto what = str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")");
+  const auto what =
+      str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {
     impl_->settle(ncclReduceScatter(input.data, output.data, output.count, to_nccl(input.dtype),
                                     to_nccl(options.op), impl_->shared->comm, impl_->stream),

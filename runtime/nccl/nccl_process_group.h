@@ -55,7 +55,8 @@ class NcclProcessGroup : public ProcessGroup {
   std::string backend_name() const override { return "nccl"; }
   int device() const;
 
-  std::shared_ptr<Work> all_reduce(TensorView tensor, const AllReduceOptions& options = {}) override;
+  std::shared_ptr<Work> all_reduce(TensorView tensor,
+                                   const AllReduceOptions& options = {}) override;
   std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) override;
   std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
   std::shared_ptr<Work> all_gather(TensorView output, TensorView input,

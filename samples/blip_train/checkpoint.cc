@@ -15,7 +15,8 @@ void save_checkpoint(const std::string& path, nn::Module& model, const nn::Optim
   nn::save_state_dict(dict, path);  // atomic: tmp + fsync + rename
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, nn::Optimizer& optimizer) {
+CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model,
+                               nn::Optimizer& optimizer) {
   nn::StateDict dict = nn::load_state_dict(path);
   nn::load_module_state(model, dict, "model.");
   optimizer.load_state(dict, "optimizer.");

@@ -13,7 +13,7 @@
 namespace collie::samples {
 
 struct CheckpointInfo {
-  int64_t epoch = -1;          // the last finished epoch
+  int64_t epoch = -1;  // the last finished epoch
   double best_acc = 0.0;
   std::string config_json;
 };
@@ -21,6 +21,7 @@ struct CheckpointInfo {
 void save_checkpoint(const std::string& path, nn::Module& model, const nn::Optimizer& optimizer,
                      const CheckpointInfo& info);
 // Loads into model and optimizer (shapes checked); errors name the file.
-CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model, nn::Optimizer& optimizer);
+CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model,
+                               nn::Optimizer& optimizer);
 
 }  // namespace collie::samples

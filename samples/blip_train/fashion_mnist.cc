@@ -22,9 +22,11 @@ ImageDataset load_fashion_mnist(const std::string& dir, bool train) {
   IdxArray images = read_idx_file(image_path);
   IdxArray labels = read_idx_file(label_path);
   if (images.dims.size() != 3 || images.dims[1] != kImageSide || images.dims[2] != kImageSide)
-    throw Error(str_cat(image_path, ": expected N x 28 x 28 images, got ", images.dims.size(), " dimensions"));
+    throw Error(str_cat(image_path, ": expected N x 28 x 28 images, got ", images.dims.size(),
+                        " dimensions"));
   if (labels.dims.size() != 1)
-    throw Error(str_cat(label_path, ": expected a 1-dimensional label array, got ", labels.dims.size()));
+    throw Error(
+        str_cat(label_path, ": expected a 1-dimensional label array, got ", labels.dims.size()));
   if (images.dims[0] != labels.dims[0])
     throw Error(str_cat(image_path, " has ", images.dims[0], " images but ", label_path, " has ",
                         labels.dims[0], " labels"));
@@ -32,7 +34,8 @@ ImageDataset load_fashion_mnist(const std::string& dir, bool train) {
   out.labels.resize(labels.dims[0]);
   for (size_t i = 0; i < out.labels.size(); ++i) {
     if (labels.data[i] >= kNumClasses)
-      throw Error(str_cat(label_path, ": label ", int(labels.data[i]), " at index ", i, " is not a class (0-9)"));
+      throw Error(str_cat(label_path, ": label ", int(labels.data[i]), " at index ", i,
+                          " is not a class (0-9)"));
     out.labels[i] = labels.data[i];
   }
   out.images.resize(images.data.size());

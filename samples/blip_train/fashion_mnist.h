@@ -15,8 +15,8 @@ inline constexpr int kImagePixels = kImageSide * kImageSide;
 inline constexpr int kNumClasses = 10;
 
 struct ImageDataset {
-  std::vector<float> images;   // size() x 784, normalised (x/255 - mean) / std
-  std::vector<int32_t> labels; // size() labels in [0, 10)
+  std::vector<float> images;    // size() x 784, normalised (x/255 - mean) / std
+  std::vector<int32_t> labels;  // size() labels in [0, 10)
   size_t size() const { return labels.size(); }
   const float* image(size_t i) const { return images.data() + i * kImagePixels; }
 };

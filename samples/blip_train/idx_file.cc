@@ -14,7 +14,8 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   auto fail = [&](const std::string& what) -> Error {
     return Error(str_cat(name, ": not a valid IDX file: ", what));
   };
-  if (bytes.size() < 4) throw fail(str_cat("only ", bytes.size(), " bytes, shorter than the 4-byte magic"));
+  if (bytes.size() < 4)
+    throw fail(str_cat("only ", bytes.size(), " bytes, shorter than the 4-byte magic"));
   if (bytes[0] != 0 || bytes[1] != 0)
     throw fail(str_cat("magic starts with ", int(bytes[0]), ",", int(bytes[1]), " instead of 0,0"));
   if (bytes[2] != 0x08)
@@ -23,7 +24,8 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   if (ndims == 0 || ndims > 4) throw fail(str_cat(ndims, " dimensions (expected 1 to 4)"));
   const size_t header = 4 + 4 * ndims;
   if (bytes.size() < header)
-    throw fail(str_cat("header needs ", header, " bytes for ", ndims, " dimensions, file has ", bytes.size()));
+    throw fail(str_cat("header needs ", header, " bytes for ", ndims, " dimensions, file has ",
+                       bytes.size()));
   IdxArray out;
   size_t elements = 1;
   for (size_t d = 0; d < ndims; ++d) {
@@ -37,8 +39,9 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   if (bytes.size() - header != elements) {
     std::string shape;
     for (size_t d = 0; d < ndims; ++d) shape += (d ? "x" : "") + std::to_string(out.dims[d]);
-    throw fail(str_cat("header says ", shape, " = ", elements, " bytes of data but ", bytes.size() - header,
-                       " follow", bytes.size() - header < elements ? " (truncated?)" : " (trailing bytes)"));
+    throw fail(str_cat("header says ", shape, " = ", elements, " bytes of data but ",
+                       bytes.size() - header, " follow",
+                       bytes.size() - header < elements ? " (truncated?)" : " (trailing bytes)"));
   }
   out.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return out;
@@ -67,7 +70,8 @@ IdxArray read_idx_file(const std::string& path) {
   }
   // gzread stops quietly at a truncated stream; gzclose reports it.
   int rc = gzclose(f);
-  if (rc != Z_OK) throw Error(str_cat(path, ": truncated or corrupt gzip stream (zlib error ", rc, ")"));
+  if (rc != Z_OK)
+    throw Error(str_cat(path, ": truncated or corrupt gzip stream (zlib error ", rc, ")"));
   return parse_idx(bytes, path);
 }
 

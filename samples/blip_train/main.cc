@@ -95,10 +95,11 @@ void init_distributed_mode(Args& args) {
 
 std::string config_json(const Args& a) {
   return str_cat("{\"epochs\": ", a.epochs, ", \"batch_size\": ", a.batch_size, ", \"lr\": ", a.lr,
-                 ", \"min_lr\": ", a.min_lr, ", \"weight_decay\": ", a.weight_decay, ", \"seed\": ", a.seed,
-                 ", \"backend\": \"", a.backend, "\", \"device\": \"", a.device, "\", \"world_size\": ",
-                 a.world_size, ", \"synthetic\": ", a.synthetic ? "true" : "false",
-                 ", \"hidden\": [", join(a.hidden, ", "), "]}");
+                 ", \"min_lr\": ", a.min_lr, ", \"weight_decay\": ", a.weight_decay,
+                 ", \"seed\": ", a.seed, ", \"backend\": \"", a.backend, "\", \"device\": \"",
+                 a.device, "\", \"world_size\": ", a.world_size,
+                 ", \"synthetic\": ", a.synthetic ? "true" : "false", ", \"hidden\": [",
+                 join(a.hidden, ", "), "]}");
 }
 
 nn::InMemoryDataset to_dataset(const ImageDataset& d) {
@@ -138,30 +139,36 @@ struct TrainStats {
   double loss = 0, lr = 0, samples_per_s = 0;
 };
 
-TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model, nn::Optimizer& optimizer,
-                           const nn::Dataset& data, const nn::DistributedSampler& sampler, int epoch,
-                           const Args& args) {
+TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
+                           nn::Optimizer& optimizer, const nn::Dataset& data,
+                           const nn::DistributedSampler& sampler, int epoch, const Args& args) {
   MetricLogger logger;
   logger.meter("lr", 1, "{value:.6f}");
   logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
-  nn::DataLoader loader(data, sampler.indices(), {.batch_size = static_cast<size_t>(args.batch_size)});
+  nn::DataLoader loader(data, sampler.indices(),
+                        {.batch_size = static_cast<size_t>(args.batch_size)});
   int64_t steps = static_cast<int64_t>(loader.num_batches());
   if (args.max_steps >= 0) steps = std::min(steps, args.max_steps);
   nn::Tensor grad;
   int64_t samples = 0;
   const auto start = std::chrono::steady_clock::now();
   logger.log_every(
-      {.header = str_cat("Train Epoch: [", epoch, "]"), .total = steps, .print_freq = args.print_freq},
+      {.header = str_cat("Train Epoch: [", epoch, "]"),
+       .total = steps,
+       .print_freq = args.print_freq},
       [&](int64_t) {
         auto t0 = std::chrono::steady_clock::now();
         auto batch = loader.next();
-        double data_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double data_time =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (!batch) throw Error("the data loader ran out of batches early");
         const nn::Tensor& logits = ddp ? ddp->forward(batch->inputs) : model.forward(batch->inputs);
         float loss = nn::cross_entropy(logits, batch->labels, &grad);
         model.zero_grad();
-        if (ddp) ddp->backward(grad);
-        else model.backward(grad);
+        if (ddp)
+          ddp->backward(grad);
+        else
+          model.backward(grad);
         model.step();
         samples += static_cast<int64_t>(batch->labels.size());
         logger.update("loss", loss);
@@ -169,7 +176,8 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model, 
         return data_time;
       },
       [](const std::string& line) { print(line); });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double throughput[1] = {static_cast<double>(samples) / seconds};
   if (ddp) {
     // Everyone's samples per second: the job's throughput. Through the
@@ -192,11 +200,13 @@ int run(Args& args) {
     const std::string why = cuda_unavailable_reason();
     if (!why.empty()) throw BackendError(str_cat("--device cuda: ", why));
     if (args.backend == "socket")
-      throw InvalidArgument("--device cuda --backend socket: the socket backend reduces host buffers, but with "
-                            "--device cuda DDP's gradient buckets live on the GPU; use --backend nccl (or auto)");
+      throw InvalidArgument(
+          "--device cuda --backend socket: the socket backend reduces host buffers, but with "
+          "--device cuda DDP's gradient buckets live on the GPU; use --backend nccl (or auto)");
   } else if (args.backend == "nccl") {
-    throw InvalidArgument("--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
-                          "cpu DDP's gradient buckets are host memory; use --backend socket (or --device cuda)");
+    throw InvalidArgument(
+        "--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
+        "cpu DDP's gradient buckets are host memory; use --backend socket (or --device cuda)");
   }
   init_distributed_mode(args);
   const int rank = args.distributed ? get_rank() : 0;
@@ -225,7 +235,8 @@ int run(Args& args) {
   std::vector<int64_t> sizes{kImagePixels};
   sizes.insert(sizes.end(), args.hidden.begin(), args.hidden.end());
   sizes.push_back(kNumClasses);
-  nn::Sequential model = nn::make_mlp<float>({.sizes = sizes, .seed = args.seed, .dropout_seed = rank_seed});
+  nn::Sequential model =
+      nn::make_mlp<float>({.sizes = sizes, .seed = args.seed, .dropout_seed = rank_seed});
   nn::AdamW optimizer(model.parameters(), {.lr = args.lr, .weight_decay = args.weight_decay});
 
   int start_epoch = 0;
@@ -240,13 +251,15 @@ int run(Args& args) {
   // The model that trains: the Sequential itself, or its copy on this
   // rank's GPU (after the resume, so it starts from the checkpoint).
   const nn::AdamWOptions adamw_options{.lr = args.lr, .weight_decay = args.weight_decay};
-  std::unique_ptr<TrainModel> train_model = cuda ? make_cuda_train_model(model, optimizer, adamw_options, args.gpu)
-                                                 : make_cpu_train_model(model, optimizer);
+  std::unique_ptr<TrainModel> train_model =
+      cuda ? make_cuda_train_model(model, optimizer, adamw_options, args.gpu)
+           : make_cpu_train_model(model, optimizer);
   if (cuda) print("training on", args.device, "(CUDA model, DDP buckets in device memory)");
 
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (args.distributed)
-    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(), *get_default_group());
+    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(),
+                                                        *get_default_group());
   nn::Sequential& model_without_ddp = model;
   print("model parameters:", model_without_ddp.num_parameters());
 
@@ -263,7 +276,8 @@ int run(Args& args) {
     if (!args.evaluate) {
       train_sampler.set_epoch(static_cast<uint64_t>(epoch));
       nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
-      train = train_one_epoch(ddp.get(), *train_model, optimizer, train_data, train_sampler, epoch, args);
+      train = train_one_epoch(ddp.get(), *train_model, optimizer, train_data, train_sampler, epoch,
+                              args);
     }
     // Evaluation and checkpoints read the host model and optimizer.
     train_model->sync_to_host();
@@ -271,20 +285,22 @@ int run(Args& args) {
       // Rank r holds sampler positions r, r + R, ...: the real ones are < N.
       const size_t n = test_data.size();
       const size_t valid = n > static_cast<size_t>(rank) ? (n - rank + world - 1) / world : 0;
-      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256, ddp ? &ddp->group() : nullptr,
-                      train_model->ddp_model().ops());
+      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256,
+                      ddp ? &ddp->group() : nullptr, train_model->ddp_model().ops());
     } else if (main_process) {
       std::vector<int64_t> all(test_data.size());
       for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr, train_model->ddp_model().ops());
+      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr,
+                      train_model->ddp_model().ops());
     }
     if (main_process) {
       const bool best = test.acc > best_acc;
       best_acc = std::max(best_acc, test.acc);
-      std::string log = str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss, ", \"train_lr\": ",
-                                train.lr, ", \"test_acc\": ", test.acc, ", \"test_loss\": ", test.loss,
-                                ", \"test_count\": ", test.count, ", \"world_size\": ", world,
-                                ", \"samples_per_s\": ", train.samples_per_s, "}");
+      std::string log =
+          str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss,
+                  ", \"train_lr\": ", train.lr, ", \"test_acc\": ", test.acc,
+                  ", \"test_loss\": ", test.loss, ", \"test_count\": ", test.count,
+                  ", \"world_size\": ", world, ", \"samples_per_s\": ", train.samples_per_s, "}");
       std::ofstream(fs::path(args.output_dir) / "log.txt", std::ios::app) << log << "\n";
       print(log);
       if (!args.evaluate) {
@@ -293,17 +309,21 @@ int run(Args& args) {
         std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
         const std::string path = (fs::path(args.output_dir) / name).string();
         save_checkpoint(path, model_without_ddp, optimizer, info);
-        if (best) save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(), model_without_ddp, optimizer, info);
+        if (best)
+          save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(),
+                          model_without_ddp, optimizer, info);
         print("saved checkpoint", path);
       }
     }
     if (args.evaluate) break;
     if (args.distributed) barrier();
   }
-  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count() / 60;
+  const double minutes =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count() / 60;
   print(str_cat("Training time ", format_eta(minutes * 60)));
   print(str_cat("final test accuracy ", test.acc, " (best ", best_acc, ") on ", test.count,
-                " test examples; logs and checkpoints in ", fs::absolute(args.output_dir).string()));
+                " test examples; logs and checkpoints in ",
+                fs::absolute(args.output_dir).string()));
   // DDP gives the gradients back to the model before the model goes.
   ddp.reset();
   train_model.reset();
@@ -317,22 +337,34 @@ int main(int argc, char** argv) {
   Args args;
   CLI::App app{"blip_train: BLIP's distributed training loop on Fashion-MNIST (collie + DDP)"};
   app.add_option("--epochs", args.epochs, "epochs to train")->capture_default_str();
-  app.add_option("--batch-size,--batch_size", args.batch_size, "batch size per rank")->capture_default_str();
+  app.add_option("--batch-size,--batch_size", args.batch_size, "batch size per rank")
+      ->capture_default_str();
   app.add_option("--lr", args.lr, "initial learning rate (cosine schedule)")->capture_default_str();
   app.add_option("--min-lr,--min_lr", args.min_lr, "final learning rate")->capture_default_str();
-  app.add_option("--weight-decay,--weight_decay", args.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--weight-decay,--weight_decay", args.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
   app.add_option("--seed", args.seed, "seed (each rank adds its rank)")->capture_default_str();
-  app.add_option("--output-dir,--output_dir", args.output_dir, "log.txt, config.json, checkpoints")->capture_default_str();
+  app.add_option("--output-dir,--output_dir", args.output_dir, "log.txt, config.json, checkpoints")
+      ->capture_default_str();
   app.add_option("--resume", args.resume, "checkpoint to resume from");
   app.add_flag("--evaluate", args.evaluate, "only evaluate");
-  app.add_option("--dist-url,--dist_url", args.dist_url, "init_method: env://, tcp://host:port, file:///path")->capture_default_str();
-  app.add_option("--backend", args.backend, "socket | nccl | auto (default: socket for --device cpu, nccl for cuda)")->check(CLI::IsMember({"socket", "nccl", "auto"}));
-  app.add_option("--device", args.device, "cpu | cuda (the CUDA model, DDP over nccl)")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--data-dir,--data_dir", args.data_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--dist-url,--dist_url", args.dist_url,
+                 "init_method: env://, tcp://host:port, file:///path")
+      ->capture_default_str();
+  app.add_option("--backend", args.backend,
+                 "socket | nccl | auto (default: socket for --device cpu, nccl for cuda)")
+      ->check(CLI::IsMember({"socket", "nccl", "auto"}));
+  app.add_option("--device", args.device, "cpu | cuda (the CUDA model, DDP over nccl)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--data-dir,--data_dir", args.data_dir, "Fashion-MNIST IDX files")
+      ->capture_default_str();
   app.add_flag("--synthetic", args.synthetic, "synthetic data instead of Fashion-MNIST");
-  app.add_option("--synthetic-size", args.synthetic_size, "synthetic training examples")->capture_default_str();
+  app.add_option("--synthetic-size", args.synthetic_size, "synthetic training examples")
+      ->capture_default_str();
   app.add_flag("--dist-eval,--dist_eval", args.dist_eval, "every rank evaluates its shard");
-  app.add_option("--print-freq,--print_freq", args.print_freq, "progress line every N steps")->capture_default_str();
+  app.add_option("--print-freq,--print_freq", args.print_freq, "progress line every N steps")
+      ->capture_default_str();
   app.add_option("--max-steps", args.max_steps, "at most N steps per epoch (quick runs)");
   app.add_option("--hidden", args.hidden, "hidden layer sizes")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

@@ -61,8 +61,11 @@ std::string SmoothedValue::str() const {
     const auto& m = *it;
     out += fmt_.substr(last, static_cast<size_t>(m.position()) - last);
     const std::string name = m[1];
-    double v = name == "median" ? median() : name == "avg" ? avg() : name == "global_avg" ? global_avg()
-             : name == "max" ? max() : value();
+    double v = name == "median"       ? median()
+               : name == "avg"        ? avg()
+               : name == "global_avg" ? global_avg()
+               : name == "max"        ? max()
+                                      : value();
     int precision = m[2].matched ? std::stoi(m[2]) : 6;
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.*f", precision, v);
@@ -78,7 +81,9 @@ SmoothedValue& MetricLogger::meter(const std::string& name, size_t window, const
   return it->second;
 }
 
-void MetricLogger::update(const std::string& name, double value, int64_t n) { meter(name).update(value, n); }
+void MetricLogger::update(const std::string& name, double value, int64_t n) {
+  meter(name).update(value, n);
+}
 
 const SmoothedValue& MetricLogger::at(const std::string& name) const {
   auto it = meters_.find(name);
@@ -134,13 +139,14 @@ void MetricLogger::log_every(const Progress& progress, const std::function<doubl
       char step[64];
       std::snprintf(step, sizeof step, "[%*lld/%lld]", width, static_cast<long long>(i),
                     static_cast<long long>(progress.total));
-      print(str_cat(progress.header, "  ", step, "  eta: ", format_eta(eta), delimiter_, str(), delimiter_,
-                    "time: ", iter_time.str(), delimiter_, "data: ", data_time.str()));
+      print(str_cat(progress.header, "  ", step, "  eta: ", format_eta(eta), delimiter_, str(),
+                    delimiter_, "time: ", iter_time.str(), delimiter_, "data: ", data_time.str()));
     }
   }
   double total = std::chrono::duration<double>(Clock::now() - start).count();
   char per[32];
-  std::snprintf(per, sizeof per, "%.4f", progress.total ? total / static_cast<double>(progress.total) : 0.0);
+  std::snprintf(per, sizeof per, "%.4f",
+                progress.total ? total / static_cast<double>(progress.total) : 0.0);
   print(str_cat(progress.header, " Total time: ", format_eta(total), " (", per, " s / it)"));
 }
 

@@ -37,7 +37,8 @@ class SmoothedValue {
   // Sums count and total over every rank of `pg` (the window stays local,
   // as in BLIP). The two numbers travel in a buffer on `device` (BLIP puts
   // them in a cuda tensor; the nccl backend takes no host buffers).
-  void synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device = nn::HostOps::instance());
+  void synchronize_between_processes(ProcessGroup& pg,
+                                     nn::DeviceOps& device = nn::HostOps::instance());
   // The format: "{median:.4f} ({global_avg:.4f})", "{value:.6f}", "{avg:.4f}".
   std::string str() const;
 
@@ -57,7 +58,8 @@ class MetricLogger {
                        const std::string& fmt = "{median:.4f} ({global_avg:.4f})");
   void update(const std::string& name, double value, int64_t n = 1);
   const SmoothedValue& at(const std::string& name) const;
-  void synchronize_between_processes(ProcessGroup& pg, nn::DeviceOps& device = nn::HostOps::instance());
+  void synchronize_between_processes(ProcessGroup& pg,
+                                     nn::DeviceOps& device = nn::HostOps::instance());
   // "loss: 0.4123 (0.5012)  lr: 0.000100"
   std::string str() const;
   // "Averaged stats: lr: 0.000100  loss: 0.5012": global averages.

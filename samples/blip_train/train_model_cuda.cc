@@ -14,7 +14,8 @@ namespace {
 
 class CudaTrainModel final : public TrainModel {
  public:
-  CudaTrainModel(nn::Sequential& model, nn::AdamW& optimizer, const nn::AdamWOptions& options, int device)
+  CudaTrainModel(nn::Sequential& model, nn::AdamW& optimizer, const nn::AdamWOptions& options,
+                 int device)
       : model_(model), optimizer_(optimizer), options_(options), gpu_(model, device) {
     // The optimizer's state as loaded (zeros and step 0 on a fresh start).
     nn::StateDict state;
@@ -61,7 +62,8 @@ std::unique_ptr<TrainModel> make_cuda_train_model(nn::Sequential& model, nn::Ada
                                                   const nn::AdamWOptions& options, int device) {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw BackendError("--device cuda: " + why);
-  return std::make_unique<CudaTrainModel>(model, optimizer, options, device % collie::cuda::device_count());
+  return std::make_unique<CudaTrainModel>(model, optimizer, options,
+                                          device % collie::cuda::device_count());
 }
 
 }  // namespace collie::samples

@@ -30,6 +30,7 @@ int main() {
 
   collie::barrier();
   collie::destroy_process_group();
-  if (rank == 0) std::printf("embed_app: %d ranks, replicas identical: %s\n", world, same ? "yes" : "NO");
+  if (rank == 0)
+    std::printf("embed_app: %d ranks, replicas identical: %s\n", world, same ? "yes" : "NO");
   return same ? 0 : 1;
 }

@@ -104,8 +104,8 @@ struct Worker {
 
 int run_parent(int nproc, int timeout_s) {
   auto server = collie::TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-  std::printf("rendezvous_demo: %d workers rendezvous through a TcpStore at 127.0.0.1:%u\n",
-              nproc, server->port());
+  std::printf("rendezvous_demo: %d workers rendezvous through a TcpStore at 127.0.0.1:%u\n", nproc,
+              server->port());
   std::fflush(stdout);
 
   // SIGCHLD is blocked and taken with sigtimedwait: the parent sleeps until a
@@ -156,11 +156,10 @@ int run_parent(int nproc, int timeout_s) {
       const int rank = running[pid];
       running.erase(pid);
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        failure = WIFSIGNALED(status)
-                      ? collie::str_cat("rank ", rank, " (pid ", pid, ") killed by signal ",
-                                        WTERMSIG(status))
-                      : collie::str_cat("rank ", rank, " (pid ", pid, ") exited with ",
-                                        WEXITSTATUS(status));
+        failure = WIFSIGNALED(status) ? collie::str_cat("rank ", rank, " (pid ", pid,
+                                                        ") killed by signal ", WTERMSIG(status))
+                                      : collie::str_cat("rank ", rank, " (pid ", pid,
+                                                        ") exited with ", WEXITSTATUS(status));
       }
       continue;
     }

@@ -80,19 +80,24 @@ TEST_CASE("the bind address comes from the option, COLLIE_SOCKET_IFNAME or MASTE
   CHECK_THROWS_WITH(resolve_bind_host(""), Contains("COLLIE_SOCKET_IFNAME=no-such-if0"));
 }
 
-TEST_CASE("a stale address from an earlier group of the same name is re-read until the new one comes") {
+TEST_CASE(
+    "a stale address from an earlier group of the same name is re-read until the new one comes") {
   HashStore store;
   store.set("reused/collectives/addr/0", "127.0.0.1:" + std::to_string(closed_port()));
   CommunicatorOptions o;
   o.store_prefix = "reused";
   o.timeout = 30s;
   // Rank 1 starts first and finds the stale address; rank 0 then publishes.
-  auto rank1 = std::async(std::launch::async, [&] { return Communicator::connect(store, 1, 2, o); });
-  auto rank0 = std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
+  auto rank1 =
+      std::async(std::launch::async, [&] { return Communicator::connect(store, 1, 2, o); });
+  auto rank0 =
+      std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
   auto c0 = rank0.get();
   auto c1 = rank1.get();
   std::vector<int64_t> a{1, 2}, b{10, 20};
-  auto f = std::async(std::launch::async, [&] { c1->all_reduce(view(b.data(), 2), view(b.data(), 2), ReduceOp::kSum, Deadline(30s)); });
+  auto f = std::async(std::launch::async, [&] {
+    c1->all_reduce(view(b.data(), 2), view(b.data(), 2), ReduceOp::kSum, Deadline(30s));
+  });
   c0->all_reduce(view(a.data(), 2), view(a.data(), 2), ReduceOp::kSum, Deadline(30s));
   f.get();
   CHECK(a == std::vector<int64_t>{11, 22});
@@ -110,7 +115,8 @@ TEST_CASE("wiring up times out naming the ranks that never came") {
   // Rank 2 of 3 waits for rank 0's address... which the attempts above left
   // behind, so use a fresh prefix: it waits for rank 0 to publish.
   o.store_prefix = "lonely2";
-  CHECK_THROWS_WITH(Communicator::connect(store, 2, 3, o), Contains("for rank 0 to publish its address"));
+  CHECK_THROWS_WITH(Communicator::connect(store, 2, 3, o),
+                    Contains("for rank 0 to publish its address"));
 }
 
 TEST_CASE("running out of descriptors is named as such, with the limit and what the world needs") {
@@ -118,5 +124,6 @@ TEST_CASE("running out of descriptors is named as such, with the limit and what 
   CHECK_THAT(text, Contains("socket(): Too many open files") && Contains("RLIMIT_NOFILE is ") &&
                        Contains("a world of 6 needs 6 descriptors"));
   // Other errors are just their errno text.
-  CHECK(describe_fd_failure("accept()", ECONNRESET, 6) == std::string("accept(): ") + std::strerror(ECONNRESET));
+  CHECK(describe_fd_failure("accept()", ECONNRESET, 6) ==
+        std::string("accept(): ") + std::strerror(ECONNRESET));
 }

@@ -20,7 +20,8 @@ using namespace std::chrono_literals;
 namespace {
 
 // Connects `size` communicators on threads and returns them.
-std::vector<std::unique_ptr<Communicator>> connect_all(HashStore& store, int size, const std::string& prefix) {
+std::vector<std::unique_ptr<Communicator>> connect_all(HashStore& store, int size,
+                                                       const std::string& prefix) {
   std::vector<std::unique_ptr<Communicator>> comms(size);
   std::vector<std::thread> threads;
   CommunicatorOptions o;
@@ -62,19 +63,24 @@ TEST_CASE("bad arguments throw InvalidArgument and leave the communicator usable
   const Deadline d(30s);
   std::vector<int32_t> ints(8);
   std::vector<float> floats(8), small(3);
-  CHECK_THROWS_AS(c.all_reduce(view(ints.data(), 8), view(ints.data(), 8), ReduceOp::kAvg, d), InvalidArgument);
+  CHECK_THROWS_AS(c.all_reduce(view(ints.data(), 8), view(ints.data(), 8), ReduceOp::kAvg, d),
+                  InvalidArgument);
   CHECK_THROWS_WITH(c.all_reduce(view(ints.data(), 8), view(ints.data(), 8), ReduceOp::kAvg, d),
                     Contains("AVG needs a floating-point dtype, got int32"));
   TensorView gpu = view(floats.data(), 8);
   gpu.device = Device::cuda(0);
   CHECK_THROWS_WITH(c.broadcast(gpu, 0, d), Contains("cuda:0") && Contains("CPU buffers only"));
-  CHECK_THROWS_AS(c.all_reduce(view(floats.data(), 8), view(small.data(), 3), ReduceOp::kSum, d), InvalidArgument);
+  CHECK_THROWS_AS(c.all_reduce(view(floats.data(), 8), view(small.data(), 3), ReduceOp::kSum, d),
+                  InvalidArgument);
   CHECK_THROWS_WITH(c.broadcast(view(floats.data(), 8), 2, d), Contains("root 2"));
-  CHECK_THROWS_WITH(c.all_gather(view(floats.data(), 4), view(floats.data(), 7), d), Contains("size x in"));
-  CHECK_THROWS_WITH(c.reduce_scatter(view(floats.data(), 8), view(floats.data() + 1, 4), ReduceOp::kSum, d),
-                    Contains("overlaps"));
-  CHECK_THROWS_WITH(c.all_reduce(view(floats.data(), 4), view(floats.data() + 2, 4), ReduceOp::kSum, d),
-                    Contains("overlap"));
+  CHECK_THROWS_WITH(c.all_gather(view(floats.data(), 4), view(floats.data(), 7), d),
+                    Contains("size x in"));
+  CHECK_THROWS_WITH(
+      c.reduce_scatter(view(floats.data(), 8), view(floats.data() + 1, 4), ReduceOp::kSum, d),
+      Contains("overlaps"));
+  CHECK_THROWS_WITH(
+      c.all_reduce(view(floats.data(), 4), view(floats.data() + 2, 4), ReduceOp::kSum, d),
+      Contains("overlap"));
   CHECK_FALSE(c.broken());
   // Still works: both ranks run one all_reduce.
   auto other = std::async(std::launch::async, [&] {
@@ -110,7 +116,8 @@ TEST_CASE("a peer that never comes trips the deadline naming the call and the pe
     comms[0]->barrier(Deadline(300ms));
     FAIL("no timeout");
   } catch (const TimeoutError& e) {
-    CHECK_THAT(e.what(), Contains("barrier() as op #1 on rank 0 timed out") && Contains("limit 300.0ms") &&
+    CHECK_THAT(e.what(), Contains("barrier() as op #1 on rank 0 timed out") &&
+                             Contains("limit 300.0ms") &&
                              Contains("receive from rank 1 (127.0.0.1:"));
   }
   CHECK(Clock::now() - start < 2s);
@@ -141,7 +148,8 @@ TEST_CASE("a rank outside the call: the timeout probe makes every other rank nam
     std::vector<float> v(3000, 1.0f);
     const auto start = Clock::now();
     try {
-      comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(400ms));
+      comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum,
+                           Deadline(400ms));
     } catch (const TimeoutError& e) {
       return std::pair{std::string(e.what()), Clock::now() - start};
     }
@@ -150,7 +158,8 @@ TEST_CASE("a rank outside the call: the timeout probe makes every other rank nam
   auto one = std::async(std::launch::async, run, 1);
   const auto [zero_what, zero_took] = run(0);
   const auto [one_what, one_took] = one.get();
-  for (const auto& [what, took] : {std::pair{zero_what, zero_took}, std::pair{one_what, one_took}}) {
+  for (const auto& [what, took] :
+       {std::pair{zero_what, zero_took}, std::pair{one_what, one_took}}) {
     INFO(what);
     CHECK_THAT(what, Contains("all_reduce(float32, 3000, sum") && Contains("as op #1") &&
                          Contains("ranks 0,1 answered a timeout probe, rank 2 (127.0.0.1:") &&
@@ -161,7 +170,8 @@ TEST_CASE("a rank outside the call: the timeout probe makes every other rank nam
   CHECK(comms[1]->broken());
 }
 
-TEST_CASE("abort() from another thread ends a blocked call promptly; the peer gets a NetworkError") {
+TEST_CASE(
+    "abort() from another thread ends a blocked call promptly; the peer gets a NetworkError") {
   HashStore store;
   auto comms = connect_all(store, 2, "abort");
   std::atomic<bool> entered{false};
@@ -176,8 +186,9 @@ TEST_CASE("abort() from another thread ends a blocked call promptly; the peer ge
   CHECK(Clock::now() - start < 2s);
   CHECK(comms[0]->broken());
   std::vector<float> v(4);
-  CHECK_THROWS_WITH(comms[0]->all_reduce(view(v.data(), 4), view(v.data(), 4), ReduceOp::kSum, Deadline(1s)),
-                    Contains("broken"));
+  CHECK_THROWS_WITH(
+      comms[0]->all_reduce(view(v.data(), 4), view(v.data(), 4), ReduceOp::kSum, Deadline(1s)),
+      Contains("broken"));
   const auto failure = first_failure(*comms[1]);
   CHECK(failure.type == "NetworkError");
   CHECK_THAT(failure.message, Contains("rank 0 (127.0.0.1:"));
@@ -188,7 +199,9 @@ TEST_CASE("a rank that leaves in order does not break a peer still finishing its
   auto comms = connect_all(store, 3, "goodbye");
   auto run = [&](int r) {
     std::vector<float> v(100000, 1.0f);
-    for (int i = 0; i < 3; ++i) comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(60s));
+    for (int i = 0; i < 3; ++i)
+      comms[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum,
+                           Deadline(60s));
     comms[r].reset();  // says goodbye while the others may still be running
     return v[0];
   };
@@ -203,8 +216,8 @@ TEST_CASE("the wire header is 40 bytes, names the call and matches only the same
   CallInfo call{CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 0, 1024, 17};
   call.algorithm = static_cast<uint8_t>(AllReduceAlgorithm::kRing);
   CHECK(call.describe_with_seq() == "all_reduce(float32, 1024, sum, ring) as op #17");
-  CHECK(CallInfo{CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum, 3, 1000, 2}.describe() ==
-        "broadcast(float32, 1000, root 3)");
+  CHECK(CallInfo{CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum, 3, 1000, 2}
+            .describe() == "broadcast(float32, 1000, root 3)");
   const uint32_t group = group_hash("default_pg");
   CHECK(group != group_hash("group_1"));
   WireHeader h = WireHeader::data(group, call, 4096);
@@ -231,14 +244,16 @@ TEST_CASE("two communicators over the same ranks run concurrently without cross-
         std::vector<float> v(50000);
         for (int i = 0; i < 20; ++i) {
           std::fill(v.begin(), v.end(), static_cast<float>(r + i));
-          group_a[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum, Deadline(60s));
+          group_a[r]->all_reduce(view(v.data(), v.size()), view(v.data(), v.size()), ReduceOp::kSum,
+                                 Deadline(60s));
         }
         return v.back();
       });
       std::vector<double> w(777);
       for (int i = 0; i < 50; ++i) {
         std::fill(w.begin(), w.end(), 1.0 + r);
-        group_b[r]->all_reduce(view(w.data(), w.size()), view(w.data(), w.size()), ReduceOp::kMax, Deadline(60s));
+        group_b[r]->all_reduce(view(w.data(), w.size()), view(w.data(), w.size()), ReduceOp::kMax,
+                               Deadline(60s));
       }
       return std::make_pair(a.get(), w.front());
     }));

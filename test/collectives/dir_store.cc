@@ -24,7 +24,8 @@ void DirStore::set(const std::string& key, std::span<const uint8_t> value) {
   const std::string tmp = str_cat(path(key), ".tmp.", ::getpid());
   {
     std::ofstream out(tmp, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(value.data()), static_cast<std::streamsize>(value.size()));
+    out.write(reinterpret_cast<const char*>(value.data()),
+              static_cast<std::streamsize>(value.size()));
   }
   std::filesystem::rename(tmp, path(key));
 }
@@ -47,7 +48,8 @@ void DirStore::wait(const std::vector<std::string>& keys, Timeout timeout) {
   auto backoff = std::chrono::microseconds(200);
   while (!check(keys)) {
     if (deadline.expired()) {
-      throw TimeoutError(str_cat("DirStore: keys ", join(keys, ", "), " never appeared ", deadline.describe()));
+      throw TimeoutError(
+          str_cat("DirStore: keys ", join(keys, ", "), " never appeared ", deadline.describe()));
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::microseconds(20'000));
@@ -57,12 +59,14 @@ void DirStore::wait(const std::vector<std::string>& keys, Timeout timeout) {
 int64_t DirStore::add(const std::string& key, int64_t) {
   throw Error("DirStore (a test helper) does not implement add: " + key);
 }
-Bytes DirStore::compare_set(const std::string& key, std::span<const uint8_t>, std::span<const uint8_t>) {
+Bytes DirStore::compare_set(const std::string& key, std::span<const uint8_t>,
+                            std::span<const uint8_t>) {
   throw Error("DirStore (a test helper) does not implement compare_set: " + key);
 }
 bool DirStore::delete_key(const std::string& key) { return std::filesystem::remove(path(key)); }
 int64_t DirStore::num_keys() {
-  return std::distance(std::filesystem::directory_iterator(dir_), std::filesystem::directory_iterator());
+  return std::distance(std::filesystem::directory_iterator(dir_),
+                       std::filesystem::directory_iterator());
 }
 
 }  // namespace collie::test

@@ -76,7 +76,8 @@ void reduce_native(std::vector<uint8_t>& out, DataType dtype, ReduceOp op, int s
                    size_t offset) {
   for (size_t i = 0; i < count; ++i) {
     T acc = static_cast<T>(value_of(0, offset + i, op, dtype));
-    for (int p = 1; p < size; ++p) acc = apply(op, acc, static_cast<T>(value_of(p, offset + i, op, dtype)));
+    for (int p = 1; p < size; ++p)
+      acc = apply(op, acc, static_cast<T>(value_of(p, offset + i, op, dtype)));
     if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(size));
     put(out, i, acc);
   }
@@ -101,7 +102,8 @@ std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp 
   return out;
 }
 
-std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count, size_t offset) {
+std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count,
+                                      size_t offset) {
   std::vector<uint8_t> out(count * element_size(dtype));
   switch (dtype) {
     case DataType::kFloat32: reduce_native<float>(out, dtype, op, size, count, offset); break;
@@ -128,7 +130,8 @@ std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, siz
   return out;
 }
 
-std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DataType dtype) {
+std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                    DataType dtype) {
   if (got.size() != want.size()) return str_cat("size ", got.size(), " vs. ", want.size());
   const size_t es = element_size(dtype);
   for (size_t i = 0; i < got.size(); i += es) {
@@ -136,7 +139,8 @@ std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>&
       uint64_t g = 0, w = 0;
       std::memcpy(&g, got.data() + i, es);
       std::memcpy(&w, want.data() + i, es);
-      return str_cat("element ", i / es, " of ", got.size() / es, ": bits 0x", std::hex, g, " vs. expected 0x", w);
+      return str_cat("element ", i / es, " of ", got.size() / es, ": bits 0x", std::hex, g,
+                     " vs. expected 0x", w);
     }
   }
   return "";

@@ -27,21 +27,23 @@ std::string join_errors(const std::vector<std::string>& errors);
 double value_of(int rank, size_t i, ReduceOp op, DataType dtype);
 
 // count elements of dtype, element i = value_of(rank, offset + i).
-std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp op, size_t offset = 0);
+std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp op,
+                               size_t offset = 0);
 
 // Element i of the reduction over ranks 0..size-1 of value_of(p, offset + i).
 std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count,
                                       size_t offset = 0);
 
 // "" when equal, else where and how they differ.
-std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DataType dtype);
+std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                    DataType dtype);
 
 inline TensorView view_of(std::vector<uint8_t>& bytes, DataType dtype, size_t offset_elems = 0,
                           size_t count = SIZE_MAX) {
   const size_t es = element_size(dtype);
   const size_t total = bytes.size() / es;
-  return TensorView{bytes.data() + offset_elems * es, count == SIZE_MAX ? total - offset_elems : count,
-                    dtype, Device::cpu()};
+  return TensorView{bytes.data() + offset_elems * es,
+                    count == SIZE_MAX ? total - offset_elems : count, dtype, Device::cpu()};
 }
 
 }  // namespace collie::test

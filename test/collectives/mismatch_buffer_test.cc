@@ -33,8 +33,8 @@ struct Pair {
 float sentinel(int rank) { return 10.0f + static_cast<float>(rank); }
 
 TensorView fview(std::vector<float>& v, size_t offset = 0, size_t count = SIZE_MAX) {
-  return TensorView{v.data() + offset, count == SIZE_MAX ? v.size() - offset : count, DataType::kFloat32,
-                    Device::cpu()};
+  return TensorView{v.data() + offset, count == SIZE_MAX ? v.size() - offset : count,
+                    DataType::kFloat32, Device::cpu()};
 }
 
 void all_reduce_in_place(Communicator& c, std::vector<float>& v, AllReduceAlgorithm algorithm) {
@@ -50,9 +50,11 @@ void all_gather_in_place(Communicator& c, std::vector<float>& v) {
 }  // namespace
 
 TEST_CASE("a mismatched call leaves every rank's buffer untouched", "[mismatch]") {
-  constexpr size_t kSmall = 1000;      // below small_message_bytes: direct sends
-  constexpr size_t kLarge = 1 << 20;   // 4 MiB: ring / pipelined chain
-  auto bcast0 = [](Communicator& c, std::vector<float>& v) { c.broadcast(fview(v), 0, Deadline(30s)); };
+  constexpr size_t kSmall = 1000;     // below small_message_bytes: direct sends
+  constexpr size_t kLarge = 1 << 20;  // 4 MiB: ring / pipelined chain
+  auto bcast0 = [](Communicator& c, std::vector<float>& v) {
+    c.broadcast(fview(v), 0, Deadline(30s));
+  };
   auto small_ar = [](Communicator& c, std::vector<float>& v) {
     all_reduce_in_place(c, v, AllReduceAlgorithm::kSmall);
   };
@@ -90,7 +92,9 @@ TEST_CASE("a mismatched call leaves every rank's buffer untouched", "[mismatch]"
         failures[r] = e.what();
       }
     });
-    INFO(pair.name << "\n" << join_errors(errors) << "rank 0: " << failures[0] << "\nrank 1: " << failures[1]);
+    INFO(pair.name << "\n"
+                   << join_errors(errors) << "rank 0: " << failures[0]
+                   << "\nrank 1: " << failures[1]);
     CHECK(join_errors(errors).empty());
     for (int r = 0; r < 2; ++r) {
       CHECK_FALSE(failures[r].empty());

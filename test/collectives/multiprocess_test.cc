@@ -54,8 +54,10 @@ bool report(const char* phase, Fn&& fn) {
       if (c == '\n') c = ' ';
     }
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  std::printf("RESULT %s %s %lld | %s\n", phase, type.c_str(), static_cast<long long>(ms), message.c_str());
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  std::printf("RESULT %s %s %lld | %s\n", phase, type.c_str(), static_cast<long long>(ms),
+              message.c_str());
   std::fflush(stdout);
   return type == "OK";
 }
@@ -73,19 +75,22 @@ void run_correct(Communicator& c) {
     for (DataType dt : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
       auto buf = make_data(dt, n, r, ReduceOp::kMax);
       c.all_reduce(view_of(buf, dt), view_of(buf, dt), ReduceOp::kMax, d);
-      check_same(buf, reference_reduce(dt, ReduceOp::kMax, P, n), dt, str_cat("all_reduce ", dt, " ", n));
+      check_same(buf, reference_reduce(dt, ReduceOp::kMax, P, n), dt,
+                 str_cat("all_reduce ", dt, " ", n));
     }
     auto in = make_data(DataType::kFloat32, n, r, ReduceOp::kSum);
     std::vector<uint8_t> out(in.size() * P);
     c.all_gather(view_of(in, DataType::kFloat32), view_of(out, DataType::kFloat32), d);
     auto big = make_data(DataType::kFloat32, n * P, r, ReduceOp::kSum);
     std::vector<uint8_t> mine(in.size());
-    c.reduce_scatter(view_of(big, DataType::kFloat32), view_of(mine, DataType::kFloat32), ReduceOp::kSum, d);
-    check_same(mine, reference_reduce(DataType::kFloat32, ReduceOp::kSum, P, n, n * r), DataType::kFloat32,
-               "reduce_scatter");
+    c.reduce_scatter(view_of(big, DataType::kFloat32), view_of(mine, DataType::kFloat32),
+                     ReduceOp::kSum, d);
+    check_same(mine, reference_reduce(DataType::kFloat32, ReduceOp::kSum, P, n, n * r),
+               DataType::kFloat32, "reduce_scatter");
     auto b = make_data(DataType::kUInt8, n, r == P - 1 ? 99 : r, ReduceOp::kSum);
     c.broadcast(view_of(b, DataType::kUInt8), P - 1, d);
-    check_same(b, make_data(DataType::kUInt8, n, 99, ReduceOp::kSum), DataType::kUInt8, "broadcast");
+    check_same(b, make_data(DataType::kUInt8, n, 99, ReduceOp::kSum), DataType::kUInt8,
+               "broadcast");
   }
   c.barrier(d);
 }
@@ -113,7 +118,8 @@ void run_mismatch(Communicator& c, const std::string& what) {
       const size_t n = culprit ? 1000 : 1024;
       c.all_reduce(view(buf.data(), n), view(buf.data(), n), ReduceOp::kSum, d);
     } else if (what == "op") {
-      c.all_reduce(view(buf.data(), 1024), view(buf.data(), 1024), culprit ? ReduceOp::kMax : ReduceOp::kSum, d);
+      c.all_reduce(view(buf.data(), 1024), view(buf.data(), 1024),
+                   culprit ? ReduceOp::kMax : ReduceOp::kSum, d);
     } else if (what == "root") {
       c.broadcast(view(buf.data(), 1000), culprit ? 1 : 0, d);
     } else if (what == "ring_count") {  // large: the ring, not the direct exchange
@@ -191,8 +197,8 @@ std::map<std::string, Result> results_of(const std::string& out) {
 std::vector<Subprocess> spawn_ranks(const TempDir& dir, int size, const std::string& scenario) {
   std::vector<Subprocess> ranks;
   for (int r = 0; r < size; ++r) {
-    ranks.push_back(Subprocess::spawn(
-        child_argv("collectives_rank", {dir.path(), std::to_string(r), std::to_string(size), scenario})));
+    ranks.push_back(Subprocess::spawn(child_argv(
+        "collectives_rank", {dir.path(), std::to_string(r), std::to_string(size), scenario})));
   }
   return ranks;
 }
@@ -212,19 +218,21 @@ TEST_CASE("collectives are correct across processes", "[multiprocess]") {
   }
 }
 
-TEST_CASE("a mismatched call fails on every rank with both calls named", "[multiprocess][mismatch]") {
+TEST_CASE("a mismatched call fails on every rank with both calls named",
+          "[multiprocess][mismatch]") {
   struct Case {
     const char* scenario;
     const char* others;
     const char* culprit;
   };
-  const Case c = GENERATE(Case{"mismatch_kind", "all_reduce(float32, 1024, sum", "broadcast(float32, 1000, root 0)"},
-                          Case{"mismatch_dtype", "all_reduce(float32, 1024, sum", "all_reduce(float64, 1024, sum"},
-                          Case{"mismatch_count", "all_reduce(float32, 1024, sum", "all_reduce(float32, 1000, sum"},
-                          Case{"mismatch_op", "all_reduce(float32, 1024, sum", "all_reduce(float32, 1024, max"},
-                          Case{"mismatch_root", "broadcast(float32, 1000, root 0)", "broadcast(float32, 1000, root 1)"},
-                          Case{"mismatch_ring_count", "all_reduce(float32, 1048576, sum, ring)",
-                               "all_reduce(float32, 1048575, sum, ring)"});
+  const Case c = GENERATE(
+      Case{"mismatch_kind", "all_reduce(float32, 1024, sum", "broadcast(float32, 1000, root 0)"},
+      Case{"mismatch_dtype", "all_reduce(float32, 1024, sum", "all_reduce(float64, 1024, sum"},
+      Case{"mismatch_count", "all_reduce(float32, 1024, sum", "all_reduce(float32, 1000, sum"},
+      Case{"mismatch_op", "all_reduce(float32, 1024, sum", "all_reduce(float32, 1024, max"},
+      Case{"mismatch_root", "broadcast(float32, 1000, root 0)", "broadcast(float32, 1000, root 1)"},
+      Case{"mismatch_ring_count", "all_reduce(float32, 1048576, sum, ring)",
+           "all_reduce(float32, 1048575, sum, ring)"});
   INFO(c.scenario);
   TempDir dir;
   auto ranks = spawn_ranks(dir, 3, c.scenario);
@@ -243,7 +251,8 @@ TEST_CASE("a mismatched call fails on every rank with both calls named", "[multi
   }
 }
 
-TEST_CASE("a peer killed mid-collective is reported at once, naming it", "[multiprocess][failure]") {
+TEST_CASE("a peer killed mid-collective is reported at once, naming it",
+          "[multiprocess][failure]") {
   TempDir dir;
   auto ranks = spawn_ranks(dir, 3, "kill");
   for (auto& p : ranks) p.wait_for_output("STARTED", 60s);
@@ -265,7 +274,8 @@ TEST_CASE("a peer killed mid-collective is reported at once, naming it", "[multi
   }
 }
 
-TEST_CASE("a hung peer trips the deadline, naming the call and the missing peer", "[multiprocess][failure]") {
+TEST_CASE("a hung peer trips the deadline, naming the call and the missing peer",
+          "[multiprocess][failure]") {
   TempDir dir;
   auto ranks = spawn_ranks(dir, 3, "hang");
   for (int r : {0, 2}) {
@@ -276,7 +286,8 @@ TEST_CASE("a hung peer trips the deadline, naming the call and the missing peer"
     CHECK(res["main"].type == "TimeoutError");
     CHECK(res["main"].ms >= 1400);
     CHECK(res["main"].ms < 5000);
-    CHECK_THAT(res["main"].message, Contains("barrier() as op #2") && Contains("rank 1 (127.0.0.1:"));
+    CHECK_THAT(res["main"].message,
+               Contains("barrier() as op #2") && Contains("rank 1 (127.0.0.1:"));
     CHECK(res["later"].type == "BackendError");
     CHECK(res["later"].ms < 500);  // refused at once (the deadline is 60 s)
   }

@@ -17,7 +17,7 @@ using namespace collie::test;
 
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                 DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
                                 DataType::kUInt8};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,
@@ -30,8 +30,8 @@ std::vector<size_t> counts_for(int P) {
 CommunicatorOptions sweep_options() {
   CommunicatorOptions o;
   o.store_prefix = "sweep";
-  o.segment_bytes = 1024;        // 3001 float64 = 24 KB: dozens of segments
-  o.small_message_bytes = 64;    // below: direct exchange; above: ring
+  o.segment_bytes = 1024;      // 3001 float64 = 24 KB: dozens of segments
+  o.small_message_bytes = 64;  // below: direct exchange; above: ring
   o.timeout = std::chrono::seconds(60);
   return o;
 }
@@ -41,9 +41,9 @@ const Deadline& deadline() {
   return d;
 }
 
-#define EXPECT_SAME(got, want, dtype, ...)                                          \
-  do {                                                                              \
-    const std::string diff_ = compare(got, want, dtype);                            \
+#define EXPECT_SAME(got, want, dtype, ...)                                           \
+  do {                                                                               \
+    const std::string diff_ = compare(got, want, dtype);                             \
     if (!diff_.empty()) throw std::runtime_error(str_cat(__VA_ARGS__, ": ", diff_)); \
   } while (0)
 
@@ -59,7 +59,8 @@ void sweep_all_reduce(Communicator& c, AllReduceAlgorithm algo) {
           std::vector<uint8_t> out(in.size(), 0xab);
           if (in_place) {
             c.all_reduce(view_of(in, dt), view_of(in, dt), op, deadline(), algo);
-            EXPECT_SAME(in, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n, " in place");
+            EXPECT_SAME(in, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n,
+                        " in place");
           } else {
             const auto in_copy = in;
             c.all_reduce(view_of(in, dt), view_of(out, dt), op, deadline(), algo);
@@ -119,8 +120,8 @@ void sweep_all_gather_and_broadcast(Communicator& c) {
       for (int root : {0, P - 1, P / 2}) {
         auto t = make_data(dt, n, r == root ? 1000 + root : r, ReduceOp::kSum);
         c.broadcast(view_of(t, dt), root, deadline());
-        EXPECT_SAME(t, make_data(dt, n, 1000 + root, ReduceOp::kSum), dt, "broadcast ", dt, " n=", n,
-                    " root ", root);
+        EXPECT_SAME(t, make_data(dt, n, 1000 + root, ReduceOp::kSum), dt, "broadcast ", dt,
+                    " n=", n, " root ", root);
       }
     }
   }
@@ -131,7 +132,8 @@ void sweep_all_gather_and_broadcast(Communicator& c) {
 
 TEST_CASE("all_reduce matches the reference for every dtype, op, size and count", "[sweep]") {
   const int P = GENERATE(1, 2, 3, 4, 5, 8);
-  const auto algo = GENERATE(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kSmall, AllReduceAlgorithm::kAuto);
+  const auto algo =
+      GENERATE(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kSmall, AllReduceAlgorithm::kAuto);
   INFO("world size " << P << ", " << to_string(algo));
   auto errors = run_ranks(P, sweep_options(), [&](Communicator& c) { sweep_all_reduce(c, algo); });
   REQUIRE(join_errors(errors) == "");
@@ -144,10 +146,12 @@ TEST_CASE("reduce_scatter matches the reference for every dtype, op, size and co
   REQUIRE(join_errors(errors) == "");
 }
 
-TEST_CASE("all_gather and broadcast deliver every rank's data for every dtype, size and count", "[sweep]") {
+TEST_CASE("all_gather and broadcast deliver every rank's data for every dtype, size and count",
+          "[sweep]") {
   const int P = GENERATE(1, 2, 3, 4, 5, 8);
   INFO("world size " << P);
-  auto errors = run_ranks(P, sweep_options(), [&](Communicator& c) { sweep_all_gather_and_broadcast(c); });
+  auto errors =
+      run_ranks(P, sweep_options(), [&](Communicator& c) { sweep_all_gather_and_broadcast(c); });
   REQUIRE(join_errors(errors) == "");
 }
 
@@ -164,7 +168,8 @@ TEST_CASE("default options: multi-megabyte all_reduce, broadcast and all_gather"
     }
     auto t = make_data(DataType::kInt64, n / 2, c.rank() == 1 ? 77 : c.rank(), ReduceOp::kSum);
     c.broadcast(view_of(t, DataType::kInt64), 1, deadline());
-    EXPECT_SAME(t, make_data(DataType::kInt64, n / 2, 77, ReduceOp::kSum), DataType::kInt64, "big broadcast");
+    EXPECT_SAME(t, make_data(DataType::kInt64, n / 2, 77, ReduceOp::kSum), DataType::kInt64,
+                "big broadcast");
   });
   REQUIRE(join_errors(errors) == "");
 }

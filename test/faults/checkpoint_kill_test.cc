@@ -3,8 +3,8 @@
 // one of the saves the process made (the last it reported, or the one it
 // was finishing when it died), never older than before. nn::save_state_dict
 // writes a temporary file, fsyncs it and renames it over the checkpoint.
-#include <catch2/catch.hpp>
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -29,7 +29,8 @@ nn::StateDict make_checkpoint(int64_t step) {
   nn::StateDict d;
   d.set_int("step", step);
   std::vector<float> w(kFloats);
-  for (size_t i = 0; i < kFloats; ++i) w[i] = static_cast<float>((step * 31 + static_cast<int64_t>(i)) % 1009);
+  for (size_t i = 0; i < kFloats; ++i)
+    w[i] = static_cast<float>((step * 31 + static_cast<int64_t>(i)) % 1009);
   d.set_floats("model.weight", {static_cast<int64_t>(kFloats)}, w);
   d.set_string("note", str_cat("checkpoint of step ", step));
   return d;
@@ -39,9 +40,10 @@ nn::StateDict make_checkpoint(int64_t step) {
 int64_t load_and_verify(const std::string& path) {
   nn::StateDict d = nn::load_state_dict(path);
   const int64_t step = d.get_int("step");
-  COLLIE_CHECK(d.get_floats("model.weight", {static_cast<int64_t>(kFloats)}) ==
-                   make_checkpoint(step).get_floats("model.weight", {static_cast<int64_t>(kFloats)}),
-               path, " holds step ", step, " with another step's weights");
+  COLLIE_CHECK(
+      d.get_floats("model.weight", {static_cast<int64_t>(kFloats)}) ==
+          make_checkpoint(step).get_floats("model.weight", {static_cast<int64_t>(kFloats)}),
+      path, " holds step ", step, " with another step's weights");
   COLLIE_CHECK(d.get_string("note") == str_cat("checkpoint of step ", step));
   return step;
 }

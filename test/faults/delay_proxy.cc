@@ -83,7 +83,8 @@ COLLIE_TEST_CHILD(delay_proxy) {
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in any{};
   any.sin_family = AF_INET;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 || ::listen(listener, 64) != 0)
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 ||
+      ::listen(listener, 64) != 0)
     throw NetworkError("delay_proxy: cannot listen");
   socklen_t len = sizeof any;
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &len);

@@ -45,8 +45,8 @@ void print_caught(const std::exception& e) {
   std::string msg = e.what();
   for (char& c : msg)
     if (c == '\n') c = ' ';
-  std::printf("error_ns=%lld type=%s msg=%s\n", static_cast<long long>(monotonic_ns()), type_name(e),
-              msg.c_str());
+  std::printf("error_ns=%lld type=%s msg=%s\n", static_cast<long long>(monotonic_ns()),
+              type_name(e), msg.c_str());
   std::fflush(stdout);
 }
 
@@ -66,7 +66,8 @@ void all_reduce_once(int64_t k, Timeout timeout) {
   for (size_t i = 0; i < n; i += 97) {
     float want = 0;
     for (int r = 0; r < world; ++r) want += value(r, k, i);
-    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " element ", i, " is ", v[i], ", expected ", want);
+    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " element ", i, " is ", v[i], ", expected ",
+                 want);
   }
 }
 
@@ -97,9 +98,11 @@ COLLIE_TEST_CHILD(loop_rank) {
   init_process_group(options);
   const int rank = get_rank();
   if (args.at(4) != "-") test::write_pid_file(args.at(4), rank);
-  const Timeout call_timeout = std::stoi(args.at(5)) > 0 ? Timeout(std::stoi(args.at(5))) : kUnsetTimeout;
+  const Timeout call_timeout =
+      std::stoi(args.at(5)) > 0 ? Timeout(std::stoi(args.at(5))) : kUnsetTimeout;
 
-  nn::Sequential model = nn::make_mlp<float>({.sizes = {256, 512, 512, 10}, .seed = 7, .flatten = false});
+  nn::Sequential model =
+      nn::make_mlp<float>({.sizes = {256, 512, 512, 10}, .seed = 7, .flatten = false});
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (op == "ddp") ddp = std::make_unique<nn::DistributedDataParallel>(model, *get_default_group());
   nn::Tensor x({32, 256}), grad;
@@ -134,8 +137,10 @@ COLLIE_TEST_CHILD(loop_rank) {
       get_default_group()->barrier({.timeout = 30s})->wait();
       std::printf("later barrier succeeded\n");
     } catch (const std::exception& later) {
-      std::printf("later_ms=%lld\n", static_cast<long long>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
+      std::printf(
+          "later_ms=%lld\n",
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
     }
     std::fflush(stdout);
     std::_Exit(3);  // a broken group may not shut down cleanly; that is not under test here

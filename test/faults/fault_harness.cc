@@ -1,8 +1,8 @@
 #include "test/faults/fault_harness.h"
 
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +16,8 @@
 namespace collie::test {
 
 int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 void record(const std::string& name, const std::string& text) {
@@ -68,7 +69,8 @@ double detection_ms(const std::string& child_out, int64_t fault_ns) {
   return static_cast<double>(*ns - fault_ns) / 1e6;
 }
 
-std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags, const std::string& child,
+std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
+                                         const std::string& child,
                                          const std::vector<std::string>& args) {
   std::vector<std::string> argv{std::string(COLLIE_BIN_DIR) + "/collie-run"};
   argv.insert(argv.end(), flags.begin(), flags.end());

@@ -57,9 +57,9 @@ std::optional<int64_t> find_int(const std::string& text, const std::string& key)
 // Fails the test when the child printed none.
 double detection_ms(const std::string& child_out, int64_t fault_ns);
 
-
 // {build/bin/collie-run, flags..., this exe, --collie-child, child, args...}
-std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags, const std::string& child,
+std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
+                                         const std::string& child,
                                          const std::vector<std::string>& args = {});
 // Polls stderr until it holds needle; returns it.
 std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout);

@@ -12,8 +12,8 @@
 // turn, and the rank that never answers is the one each survivor names. So
 // the test requires, of EVERY survivor, the exact verdict "ranks <all the
 // survivors> answered a timeout probe, rank <stopped> (<address>) did not".
-#include <catch2/catch.hpp>
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
@@ -31,8 +31,13 @@ void stop_one_rank_mid_all_reduce(int world, int stopped) {
   constexpr int kGraceMs = kCallTimeoutMs / 2;
   TempDir dir;
   auto procs = spawn_ranks(world, "loop_rank", [&](int rank) {
-    return std::vector<std::string>{"file:" + dir.file("rdzv"), "all_reduce", std::to_string(rank),
-                                    std::to_string(world), "-", std::to_string(kCallTimeoutMs), "60"};
+    return std::vector<std::string>{"file:" + dir.file("rdzv"),
+                                    "all_reduce",
+                                    std::to_string(rank),
+                                    std::to_string(world),
+                                    "-",
+                                    std::to_string(kCallTimeoutMs),
+                                    "60"};
   });
   std::vector<int> all;
   for (int r = 0; r < world; ++r) all.push_back(r);
@@ -45,8 +50,8 @@ void stop_one_rank_mid_all_reduce(int world, int stopped) {
     if (r == stopped) continue;
     survivors += str_cat(survivors.empty() ? "" : ",", r);
   }
-  const std::string verdict = str_cat("ranks ", survivors, " answered a timeout probe, rank ", stopped,
-                                      " (127.0.0.1:");
+  const std::string verdict =
+      str_cat("ranks ", survivors, " answered a timeout probe, rank ", stopped, " (127.0.0.1:");
   for (int rank = 0; rank < world; ++rank) {
     if (rank == stopped) continue;
     auto st = procs[rank].wait(std::chrono::seconds(30));
@@ -67,9 +72,10 @@ void stop_one_rank_mid_all_reduce(int world, int stopped) {
     REQUIRE(later.has_value());
     CHECK(*later < 1000);
     size_t t = out.find("type=");
-    record(str_cat("SIGSTOP rank ", stopped, " of ", world, " during all_reduce (call timeout 2 s)"),
-           str_cat("rank ", rank, " failed after ", static_cast<int64_t>(ms), " ms: ",
-                   out.substr(t, out.find('\n', t) - t)));
+    record(
+        str_cat("SIGSTOP rank ", stopped, " of ", world, " during all_reduce (call timeout 2 s)"),
+        str_cat("rank ", rank, " failed after ", static_cast<int64_t>(ms),
+                " ms: ", out.substr(t, out.find('\n', t) - t)));
   }
   procs[stopped].kill(SIGCONT);
   procs[stopped].kill(SIGKILL);
@@ -82,7 +88,8 @@ TEST_CASE("a rank stopped by SIGSTOP mid-all_reduce: every other rank names it",
   stop_one_rank_mid_all_reduce(3, 2);
 }
 
-TEST_CASE("4 ranks, one in the middle of the ring stopped: every other rank names it", "[faults][hang]") {
+TEST_CASE("4 ranks, one in the middle of the ring stopped: every other rank names it",
+          "[faults][hang]") {
   // Rank 1: ranks 2 and 3 wait on it only through a live neighbour.
   stop_one_rank_mid_all_reduce(4, 1);
 }

@@ -2,10 +2,10 @@
 // in each rank before init_process_group) and a full disk while saving a
 // checkpoint (a 1 MiB tmpfs). Both must end in a clear error, promptly; the
 // full disk must leave the previous checkpoint intact.
-#include <catch2/catch.hpp>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -41,8 +41,11 @@ COLLIE_TEST_CHILD(fd_limited_rank) {
   if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) throw Error("setrlimit failed");
   std::printf("nofile=%llu\n", static_cast<unsigned long long>(limit));
   try {
-    init_process_group({.backend = "socket", .init_method = "file://" + args.at(0), .world_size = world,
-                        .rank = rank, .timeout = std::chrono::seconds(10)});
+    init_process_group({.backend = "socket",
+                        .init_method = "file://" + args.at(0),
+                        .world_size = world,
+                        .rank = rank,
+                        .timeout = std::chrono::seconds(10)});
     std::vector<float> v(1000, 1.0f);
     all_reduce(view(v.data(), v.size()));
     std::printf("all_reduce ok sum %g\n", static_cast<double>(v[0]));
@@ -59,7 +62,8 @@ TEST_CASE("a file-descriptor limit too low for the world size is a clear error o
   TempDir dir;
   const auto start = Clock::now();
   auto procs = spawn_ranks(kWorld, "fd_limited_rank", [&](int rank) {
-    return std::vector<std::string>{dir.file("rdzv"), std::to_string(rank), std::to_string(kWorld), "3"};
+    return std::vector<std::string>{dir.file("rdzv"), std::to_string(rank), std::to_string(kWorld),
+                                    "3"};
   });
   int clear = 0;
   for (int rank = 0; rank < kWorld; ++rank) {
@@ -75,7 +79,8 @@ TEST_CASE("a file-descriptor limit too low for the world size is a clear error o
     CHECK_THAT(out, !Contains("Bad file descriptor"));
     size_t t = out.find("type=");
     if (t != std::string::npos)
-      record("RLIMIT_NOFILE = open + 3, world 6", str_cat("rank ", rank, ": ", out.substr(t, out.find('\n', t) - t)));
+      record("RLIMIT_NOFILE = open + 3, world 6",
+             str_cat("rank ", rank, ": ", out.substr(t, out.find('\n', t) - t)));
   }
   const auto secs = std::chrono::duration<double>(Clock::now() - start).count();
   // Ranks that hit EMFILE themselves say so; the others may only see their
@@ -116,7 +121,8 @@ TEST_CASE("a full disk while saving a checkpoint: a clear error, the previous ch
   } catch (const Error& e) {
     message = e.what();
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   INFO(message);
   CHECK_THAT(message, Contains(path) && Contains("No space left on device"));
   nn::StateDict back = nn::load_state_dict(path);

@@ -28,8 +28,11 @@ using Catch::Matchers::Contains;
 COLLIE_TEST_CHILD(mismatch_rank) {
   const int rank = std::stoi(args.at(1));
   const std::string kind = args.at(2);
-  init_process_group({.backend = "socket", .init_method = "file://" + args.at(0), .world_size = 2,
-                      .rank = rank, .timeout = std::chrono::seconds(30)});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + args.at(0),
+                      .world_size = 2,
+                      .rank = rank,
+                      .timeout = std::chrono::seconds(30)});
   std::vector<float> f(1001, static_cast<float>(rank + 10));
   std::vector<double> d(1000, rank + 10.0);
   const auto start = Clock::now();
@@ -61,13 +64,16 @@ COLLIE_TEST_CHILD(mismatch_rank) {
     std::printf("next ");
     print_caught(e);
   }
-  std::printf("call_ms=%lld\n", static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    Clock::now() - start).count()));
+  std::printf(
+      "call_ms=%lld\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
   bool intact = true;
   for (size_t i = 0; i < f.size(); ++i)
     if (intact && f[i] != static_cast<float>(rank + 10)) {
       intact = false;
-      std::printf("buffer changed: float element %zu is %g, was %d\n", i, static_cast<double>(f[i]), rank + 10);
+      std::printf("buffer changed: float element %zu is %g, was %d\n", i, static_cast<double>(f[i]),
+                  rank + 10);
     }
   for (double x : d) intact = intact && x == rank + 10.0;
   std::printf("data_intact=%d\n", intact ? 1 : 0);
@@ -108,6 +114,7 @@ TEST_CASE("mismatched calls through the public API fail on every rank, data unto
                        t == std::string::npos ? out : out.substr(t, out.find('\n', t) - t)));
       }
     }
-    record(str_cat("mismatch (", kind, ")"), str_cat("both ranks failed, slowest after ", worst, " ms"));
+    record(str_cat("mismatch (", kind, ")"),
+           str_cat("both ranks failed, slowest after ", worst, " ms"));
   }
 }

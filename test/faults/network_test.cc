@@ -12,8 +12,8 @@
 // veth, the rules and the qdisc) are removed at the end, even on failure.
 // Added latency: no netem either, so each namespace redirects its outgoing
 // connections into a small delaying proxy (delay_proxy.cc) with nftables.
-#include <catch2/catch.hpp>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 
@@ -32,7 +32,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 // Rank 0 in namespace a, rank 1 in b, each bound to its veth end.
-std::vector<Subprocess> start_pair(NetnsPair& ns, const std::string& rdzv, const std::vector<std::string>& args) {
+std::vector<Subprocess> start_pair(NetnsPair& ns, const std::string& rdzv,
+                                   const std::vector<std::string>& args) {
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < 2; ++rank) {
     std::vector<std::string> argv = ns.exec_in(rank == 0 ? ns.a : ns.b);
@@ -49,13 +50,15 @@ std::vector<Subprocess> start_pair(NetnsPair& ns, const std::string& rdzv, const
 // the seconds rank 0 took, failing the test on any error.
 double timed_run(NetnsPair& ns, const std::string& what, int iterations, int count) {
   TempDir dir;
-  auto procs = start_pair(ns, dir.file("rdzv"), {std::to_string(iterations), std::to_string(count), "0"});
+  auto procs =
+      start_pair(ns, dir.file("rdzv"), {std::to_string(iterations), std::to_string(count), "0"});
   std::string report;
   bool ok = true;
   for (int rank = 0; rank < 2; ++rank) {
     auto st = procs[rank].wait(std::chrono::seconds(120));
     ok = ok && st.ok();
-    report += str_cat("rank ", rank, " ", st.describe(), "\n", procs[rank].out(), procs[rank].err());
+    report +=
+        str_cat("rank ", rank, " ", st.describe(), "\n", procs[rank].out(), procs[rank].err());
   }
   INFO(what << "\n" << report);
   REQUIRE(ok);
@@ -75,18 +78,23 @@ COLLIE_TEST_CHILD(net_rank) {
   const int iterations = std::stoi(args.at(2));
   const size_t count = std::stoul(args.at(3));
   const int call_ms = std::stoi(args.at(4));
-  init_process_group({.backend = "socket", .init_method = "file://" + args.at(0), .world_size = 2,
-                      .rank = rank, .timeout = std::chrono::seconds(60)});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + args.at(0),
+                      .world_size = 2,
+                      .rank = rank,
+                      .timeout = std::chrono::seconds(60)});
   const auto start = Clock::now();
   std::vector<float> v(count);
   try {
     for (int k = 0; iterations == 0 || k < iterations; ++k) {
       for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank * 5 + (i + k) % 11);
-      get_default_group()->all_reduce(view(v.data(), count),
-                                      {.timeout = call_ms > 0 ? Timeout(call_ms) : kUnsetTimeout})->wait();
+      get_default_group()
+          ->all_reduce(view(v.data(), count),
+                       {.timeout = call_ms > 0 ? Timeout(call_ms) : kUnsetTimeout})
+          ->wait();
       for (size_t i = 0; i < count; ++i)
-        COLLIE_CHECK(v[i] == static_cast<float>(5 + 2 * ((i + k) % 11)), "all_reduce #", k, " element ", i,
-                     " is ", v[i]);
+        COLLIE_CHECK(v[i] == static_cast<float>(5 + 2 * ((i + k) % 11)), "all_reduce #", k,
+                     " element ", i, " is ", v[i]);
       if (k == 3) {
         std::printf("looping\n");
         std::fflush(stdout);
@@ -96,14 +104,17 @@ COLLIE_TEST_CHILD(net_rank) {
     print_caught(e);
     std::_Exit(3);
   }
-  std::printf("run_ms=%lld\n", static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   Clock::now() - start).count()));
+  std::printf(
+      "run_ms=%lld\n",
+      static_cast<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
   std::fflush(stdout);
   std::_Exit(0);  // no teardown handshake: the scenarios below may have cut the link
 }
 
-TEST_CASE("between network namespaces: loss and rate limits keep results exact, a downed link errors",
-          "[faults][netns][slow]") {
+TEST_CASE(
+    "between network namespaces: loss and rate limits keep results exact, a downed link errors",
+    "[faults][netns][slow]") {
   // a (10.231.9.1) and b (10.231.9.2).
   NetnsPair ns("f", "10.231.9");
   if (!ns.ok) {
@@ -125,11 +136,13 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
     // veth segments are large (GRO), so 10% of packets is a modest share
     // of the bytes; the counter records how many were really dropped.
     timed_run(ns, "10% packet loss into b", 3 * kIters, kCount);
-    auto [rc, out] = shell(str_cat(ip_path(), " netns exec ", ns.b, " nft list table inet collie_faults"));
+    auto [rc, out] =
+        shell(str_cat(ip_path(), " netns exec ", ns.b, " nft list table inet collie_faults"));
     const size_t at = out.find("packets");
     REQUIRE(at != std::string::npos);
     CHECK(std::stoll(out.substr(at + 8)) > 0);
-    record("netns: 10% packet loss into b", "nftables dropped " + out.substr(at, out.find(" drop", at) - at));
+    record("netns: 10% packet loss into b",
+           "nftables dropped " + out.substr(at, out.find(" drop", at) - at));
   }
   SECTION("5 ms added each way by a delaying proxy in both namespaces") {
     // No netem here: each namespace redirects its outgoing connections to
@@ -143,7 +156,8 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
       const auto port = *find_int(out, "port");
       for (const std::string& step :
            {std::string("nft add table ip collie_delay"),
-            std::string("nft add chain ip collie_delay out '{ type nat hook output priority -100; }'"),
+            std::string(
+                "nft add chain ip collie_delay out '{ type nat hook output priority -100; }'"),
             str_cat("nft add rule ip collie_delay out meta mark != 0x2a ip daddr ", peer,
                     " tcp dport 1-65535 redirect to :", port)}) {
         auto [rc, sout] = shell(str_cat(ip_path(), " netns exec ", in_ns, " ", step));
@@ -154,13 +168,17 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
     timed_run(ns, "5 ms each way through delaying proxies", kIters, kCount);
     size_t proxied = 0;
     for (auto& p : proxies)
-      for (size_t at = p.out().find("proxied"); at != std::string::npos; at = p.out().find("proxied", at + 1)) ++proxied;
+      for (size_t at = p.out().find("proxied"); at != std::string::npos;
+           at = p.out().find("proxied", at + 1))
+        ++proxied;
     CHECK(proxied >= 1);
-    record("netns: 5 ms each way through delaying proxies", str_cat(proxied, " connection(s) went through the proxies"));
+    record("netns: 5 ms each way through delaying proxies",
+           str_cat(proxied, " connection(s) went through the proxies"));
   }
   SECTION("b's egress limited to 100 Mbit/s (tc tbf)") {
     auto [rc, out] = shell(str_cat("ip -n ", ns.b, " link set ", ns.dev_b, " up && tc -n ", ns.b,
-                                   " qdisc add dev ", ns.dev_b, " root tbf rate 100mbit burst 64kb latency 200ms"));
+                                   " qdisc add dev ", ns.dev_b,
+                                   " root tbf rate 100mbit burst 64kb latency 200ms"));
     INFO(out);
     REQUIRE(rc == 0);
     timed_run(ns, "b's egress at 100 Mbit/s (tbf)", kIters, kCount);
@@ -168,7 +186,8 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
   SECTION("the link goes down mid-all_reduce: a clear error at the call's deadline, no hang") {
     TempDir dir;
     constexpr int kCallMs = 3000;
-    auto procs = start_pair(ns, dir.file("rdzv"), {"0", std::to_string(kCount), std::to_string(kCallMs)});
+    auto procs =
+        start_pair(ns, dir.file("rdzv"), {"0", std::to_string(kCount), std::to_string(kCallMs)});
     wait_all_output(procs, {0, 1}, "looping", std::chrono::seconds(60));
     const int64_t fault_ns = monotonic_ns();
     auto [rc, out] = shell(str_cat("ip -n ", ns.b, " link set ", ns.dev_b, " down"));
@@ -184,7 +203,8 @@ TEST_CASE("between network namespaces: loss and rate limits keep results exact, 
       CHECK(ms < kCallMs + 10000);
       size_t t = o.find("type=");
       record("netns: link down mid-all_reduce (call timeout 3 s)",
-             str_cat("rank ", rank, " failed after ", static_cast<int64_t>(ms), " ms: ", o.substr(t, o.find('\n', t) - t)));
+             str_cat("rank ", rank, " failed after ", static_cast<int64_t>(ms),
+                     " ms: ", o.substr(t, o.find('\n', t) - t)));
     }
   }
 }

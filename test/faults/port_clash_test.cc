@@ -4,11 +4,11 @@
 // other completes. Never a mix: every rank's all_reduce input carries its
 // job's token, so a rank that rendezvoused with the other job's ranks would
 // compute a wrong sum and fail.
-#include <catch2/catch.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 
@@ -60,18 +60,24 @@ COLLIE_TEST_CHILD(token_job) {
   return 0;
 }
 
-TEST_CASE("two collie-run jobs asking for the same master port: both correct or one refuses, never a mix",
-          "[faults][ports][launcher]") {
+TEST_CASE(
+    "two collie-run jobs asking for the same master port: both correct or one refuses, never a mix",
+    "[faults][ports][launcher]") {
   const uint16_t port = free_port_now();
   auto flags = [&] {
-    return std::vector<std::string>{"--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                                    "--master-port", std::to_string(port)};
+    return std::vector<std::string>{
+        "--nnodes",      "1",         "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", "--master-port",    std::to_string(port)};
   };
-  auto a = Subprocess::spawn(collie_run_argv(flags(), "token_job", {"1"}), {.env = clean_env(), .new_process_group = true});
-  auto b = Subprocess::spawn(collie_run_argv(flags(), "token_job", {"2"}), {.env = clean_env(), .new_process_group = true});
+  auto a = Subprocess::spawn(collie_run_argv(flags(), "token_job", {"1"}),
+                             {.env = clean_env(), .new_process_group = true});
+  auto b = Subprocess::spawn(collie_run_argv(flags(), "token_job", {"2"}),
+                             {.env = clean_env(), .new_process_group = true});
   auto sa = a.wait(std::chrono::seconds(90));
   auto sb = b.wait(std::chrono::seconds(90));
-  INFO("job 1: " << sa.describe() << "\n" << a.err() << a.out() << "\njob 2: " << sb.describe() << "\n" << b.err() << b.out());
+  INFO("job 1: " << sa.describe() << "\n"
+                 << a.err() << a.out() << "\njob 2: " << sb.describe() << "\n"
+                 << b.err() << b.out());
   const bool a_done = sa.ok() && a.out().find("job 1 done") != std::string::npos;
   const bool b_done = sb.ok() && b.out().find("job 2 done") != std::string::npos;
   const std::string port_text = std::to_string(port);
@@ -82,9 +88,11 @@ TEST_CASE("two collie-run jobs asking for the same master port: both correct or 
   CHECK_THAT(a.err() + a.out() + b.err() + b.out(), !Contains("data from another job"));
   std::string refusal;
   for (Subprocess* p : {&a, &b})
-    if (size_t at = p->err().find(port_text); at != std::string::npos && !(p == &a ? sa : sb).ok()) {
+    if (size_t at = p->err().find(port_text);
+        at != std::string::npos && !(p == &a ? sa : sb).ok()) {
       size_t s = p->err().rfind('\n', at);
-      refusal = p->err().substr(s == std::string::npos ? 0 : s + 1, p->err().find('\n', at) - (s == std::string::npos ? 0 : s + 1));
+      refusal = p->err().substr(s == std::string::npos ? 0 : s + 1,
+                                p->err().find('\n', at) - (s == std::string::npos ? 0 : s + 1));
     }
   record("two collie-run jobs, same --master-port",
          a_done && b_done ? std::string("both completed correctly")

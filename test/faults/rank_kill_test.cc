@@ -3,8 +3,8 @@
 // within seconds (the socket's EOF/reset, not the 60 s group timeout), a
 // later call must be refused at once, and under collie-run the launcher must
 // stop the job, print its summary and exit non-zero with no process left.
-#include <catch2/catch.hpp>
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include <string>
 
@@ -26,8 +26,13 @@ constexpr double kDetectBoundMs = 10000;
 void kill_during(const std::string& op) {
   TempDir dir;
   auto procs = spawn_ranks(kWorld, "loop_rank", [&](int rank) {
-    return std::vector<std::string>{"file:" + dir.file("rdzv"), op, std::to_string(rank),
-                                    std::to_string(kWorld), "-", "0", "60"};
+    return std::vector<std::string>{"file:" + dir.file("rdzv"),
+                                    op,
+                                    std::to_string(rank),
+                                    std::to_string(kWorld),
+                                    "-",
+                                    "0",
+                                    "60"};
   });
   wait_all_output(procs, {0, 1, 2}, "looping", std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
@@ -52,9 +57,11 @@ void kill_during(const std::string& op) {
     CHECK(*later < 1000);
     record(str_cat("SIGKILL rank 1 of 3 during ", op),
            str_cat("rank ", rank, " detected after ", static_cast<int64_t>(ms), " ms: ",
-                   out.substr(out.find("type="), out.find('\n', out.find("type=")) - out.find("type="))));
+                   out.substr(out.find("type="),
+                              out.find('\n', out.find("type=")) - out.find("type="))));
   }
-  record(str_cat("SIGKILL during ", op), str_cat("worst detection ", static_cast<int64_t>(worst), " ms"));
+  record(str_cat("SIGKILL during ", op),
+         str_cat("worst detection ", static_cast<int64_t>(worst), " ms"));
 }
 
 }  // namespace
@@ -64,11 +71,13 @@ TEST_CASE("a rank SIGKILLed during all_reduce is named by every survivor within 
   kill_during("all_reduce");
 }
 
-TEST_CASE("a rank SIGKILLed during broadcast is named by every survivor within seconds", "[faults][kill]") {
+TEST_CASE("a rank SIGKILLed during broadcast is named by every survivor within seconds",
+          "[faults][kill]") {
   kill_during("broadcast");
 }
 
-TEST_CASE("a rank SIGKILLed during barrier is named by every survivor within seconds", "[faults][kill]") {
+TEST_CASE("a rank SIGKILLed during barrier is named by every survivor within seconds",
+          "[faults][kill]") {
   kill_during("barrier");
 }
 
@@ -80,14 +89,15 @@ TEST_CASE("a rank SIGKILLed during DDP backward is named by every survivor withi
 TEST_CASE("under collie-run, a rank SIGKILLed mid-all_reduce stops the job with a summary",
           "[faults][kill][launcher]") {
   TempDir pids;
-  auto launcher = Subprocess::spawn(
-      collie_run_argv({"--standalone", "--nproc-per-node", "3"}, "loop_rank",
-                      {"env", "all_reduce", "-1", "-1", pids.path(), "0", "60"}),
-      {.env = clean_env(), .new_process_group = true});
+  auto launcher =
+      Subprocess::spawn(collie_run_argv({"--standalone", "--nproc-per-node", "3"}, "loop_rank",
+                                        {"env", "all_reduce", "-1", "-1", pids.path(), "0", "60"}),
+                        {.env = clean_env(), .new_process_group = true});
   auto workers = wait_for_pid_files(pids.path(), kWorld, std::chrono::seconds(60));
   // Every rank prints "looping" (rank-prefixed by collie-run) once under way.
   for (int rank = 0; rank < kWorld; ++rank)
-    launcher.wait_for_output(str_cat("[rank", rank, "]: looping rank ", rank), std::chrono::seconds(60));
+    launcher.wait_for_output(str_cat("[rank", rank, "]: looping rank ", rank),
+                             std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
   REQUIRE(::kill(workers[kVictim], SIGKILL) == 0);
   auto st = launcher.wait(std::chrono::seconds(30));

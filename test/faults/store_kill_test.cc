@@ -3,9 +3,9 @@
 // blocked in a wait or busy with adds must fail with a StoreError or
 // NetworkError naming the store's host:port within seconds, not at the end
 // of their 60 s store timeout.
-#include <catch2/catch.hpp>
 #include <signal.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 
@@ -26,7 +26,8 @@ constexpr double kDetectBoundMs = 10000;
 // Rank 0 of 3: hosts the store as torch's rank 0 does, joins the group,
 // runs one all_reduce, then idles until killed.
 COLLIE_TEST_CHILD(store_host) {
-  std::shared_ptr<Store> store = TcpStore::create("127.0.0.1", 0, true, {.timeout = std::chrono::seconds(60)});
+  std::shared_ptr<Store> store =
+      TcpStore::create("127.0.0.1", 0, true, {.timeout = std::chrono::seconds(60)});
   std::printf("port=%u\n", static_cast<unsigned>(dynamic_cast<TcpStore&>(*store).port()));
   std::fflush(stdout);
   init_process_group({.backend = "socket", .world_size = 3, .rank = 0, .store = store});
@@ -42,7 +43,8 @@ COLLIE_TEST_CHILD(store_host) {
 COLLIE_TEST_CHILD(store_client) {
   const uint16_t port = static_cast<uint16_t>(std::stoi(args.at(0)));
   const int rank = std::stoi(args.at(1));
-  std::shared_ptr<Store> store = TcpStore::connect("127.0.0.1", port, {.timeout = std::chrono::seconds(60)});
+  std::shared_ptr<Store> store =
+      TcpStore::connect("127.0.0.1", port, {.timeout = std::chrono::seconds(60)});
   if (rank >= 0) {
     init_process_group({.backend = "socket", .world_size = 3, .rank = rank, .store = store});
     std::vector<float> v(16, 1.0f);
@@ -66,7 +68,8 @@ COLLIE_TEST_CHILD(store_client) {
 
 namespace {
 
-void check_clients(std::vector<Subprocess*> clients, int64_t fault_ns, uint16_t port, const std::string& what) {
+void check_clients(std::vector<Subprocess*> clients, int64_t fault_ns, uint16_t port,
+                   const std::string& what) {
   for (size_t i = 0; i < clients.size(); ++i) {
     auto st = clients[i]->wait(std::chrono::seconds(90));
     std::string out = clients[i]->out();
@@ -77,14 +80,15 @@ void check_clients(std::vector<Subprocess*> clients, int64_t fault_ns, uint16_t 
     double ms = detection_ms(out, fault_ns);
     CHECK(ms < kDetectBoundMs);
     size_t t = out.find("type=");
-    record(what, str_cat("client ", i, " failed after ", static_cast<int64_t>(ms), " ms: ",
-                         out.substr(t, out.find('\n', t) - t)));
+    record(what, str_cat("client ", i, " failed after ", static_cast<int64_t>(ms),
+                         " ms: ", out.substr(t, out.find('\n', t) - t)));
   }
 }
 
 }  // namespace
 
-TEST_CASE("rank 0 hosting the TcpStore is killed: clients fail naming the address", "[faults][store]") {
+TEST_CASE("rank 0 hosting the TcpStore is killed: clients fail naming the address",
+          "[faults][store]") {
   auto host = Subprocess::spawn(child_argv("store_host"), {.env = clean_env()});
   std::string out = host.wait_for_output("\n", std::chrono::seconds(30));
   auto port = static_cast<uint16_t>(*find_int(out, "port"));
@@ -92,28 +96,33 @@ TEST_CASE("rank 0 hosting the TcpStore is killed: clients fail naming the addres
                                   {.env = clean_env()});
   auto adder = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "2", "add"}),
                                  {.env = clean_env()});
-  for (Subprocess* p : {&host, &waiter, &adder}) p->wait_for_output("looping", std::chrono::seconds(60));
+  for (Subprocess* p : {&host, &waiter, &adder})
+    p->wait_for_output("looping", std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
   host.kill(SIGKILL);
   check_clients({&waiter, &adder}, fault_ns, port, "SIGKILL rank 0 hosting the TcpStore");
 }
 
-TEST_CASE("collie-run hosting the agent store is killed: clients fail naming the address, workers die",
-          "[faults][store][launcher]") {
+TEST_CASE(
+    "collie-run hosting the agent store is killed: clients fail naming the address, workers die",
+    "[faults][store][launcher]") {
   TempDir pids;
   // The agent store requires the job secret; the outside clients (another
   // node's agent, a monitoring tool of the same job) are given it.
   const EnvOverrides env = clean_env({{"COLLIE_JOB_SECRET", std::string(64, 'c')}});
-  auto launcher = Subprocess::spawn(
-      collie_run_argv({"--standalone", "--nproc-per-node", "2"}, "loop_rank",
-                      {"env", "barrier", "-1", "-1", pids.path(), "0", "60"}),
-      {.env = env, .new_process_group = true});
+  auto launcher =
+      Subprocess::spawn(collie_run_argv({"--standalone", "--nproc-per-node", "2"}, "loop_rank",
+                                        {"env", "barrier", "-1", "-1", pids.path(), "0", "60"}),
+                        {.env = env, .new_process_group = true});
   auto workers = wait_for_pid_files(pids.path(), 2, std::chrono::seconds(60));
-  uint16_t port = agent_store_port(wait_for_stderr(launcher, "agent store listening", std::chrono::seconds(30)));
+  uint16_t port = agent_store_port(
+      wait_for_stderr(launcher, "agent store listening", std::chrono::seconds(30)));
   // Clients outside the launcher's process tree (another node's agent, a
   // monitoring tool): only the socket can tell them.
-  auto waiter = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "wait"}), {.env = env});
-  auto adder = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "add"}), {.env = env});
+  auto waiter = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "wait"}),
+                                  {.env = env});
+  auto adder = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "add"}),
+                                 {.env = env});
   for (Subprocess* p : {&waiter, &adder}) p->wait_for_output("looping", std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
   launcher.kill(SIGKILL);

@@ -36,7 +36,9 @@ constexpr const char* kTarget = "file_store_log_fuzz";
 struct Scratch {
   std::string dir;
   Scratch() {
-    const char* base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char* base = ::access("/dev/shm", W_OK) == 0
+                           ? "/dev/shm"
+                           : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     std::string tmpl = std::string(base) + "/collie-fslog-fuzz-XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) collie::fuzz::broken(kTarget, "mkdtemp failed");
     dir = tmpl;
@@ -49,7 +51,8 @@ struct Scratch {
 };
 
 void write_file(const std::string& path, const uint8_t* data, size_t size, bool append) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0600);
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0600);
   if (fd < 0) collie::fuzz::broken(kTarget, "cannot open " + path);
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);

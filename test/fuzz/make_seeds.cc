@@ -5,8 +5,8 @@
 // cases by hand. The committed corpus under test/fuzz/corpus/ was produced by
 //   build/bin/fuzz_make_seeds test/fuzz/corpus [target...]
 // (no target: all of them) and then grew by the crash reproducers and the
-// merged inputs of the fuzzers' runs (see docs/reliability.md). Each input starts with the driver's mode bytes; see
-// the layout comment at the top of each <target>_fuzz.cc.
+// merged inputs of the fuzzers' runs (see docs/reliability.md). Each input starts with the driver's
+// mode bytes; see the layout comment at the top of each <target>_fuzz.cc.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,8 +32,9 @@ std::filesystem::path g_out;
 void emit(const std::string& target, const std::string& name, const Bytes& bytes) {
   const auto dir = g_out / target;
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                     static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(dir / name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 Bytes cat(std::initializer_list<Bytes> parts) {
@@ -59,10 +60,9 @@ Bytes header_bytes(const collie::WireHeader& h) {
   return out;
 }
 
-
 Bytes data_frame(uint64_t count, uint64_t seq) {
-  Bytes f = header_bytes(collie::WireHeader::data(collie::group_hash("fuzz/group"), fuzz_call(count, seq),
-                                                 static_cast<uint32_t>(count * 4)));
+  Bytes f = header_bytes(collie::WireHeader::data(
+      collie::group_hash("fuzz/group"), fuzz_call(count, seq), static_cast<uint32_t>(count * 4)));
   for (uint64_t i = 0; i < count * 4; ++i) f.push_back(static_cast<uint8_t>(i * 7 + seq));
   return f;
 }
@@ -77,16 +77,20 @@ Bytes abort_frame(const std::string& text, uint32_t declared) {
 
 void wire_seeds() {
   const uint32_t group = collie::group_hash("fuzz/group");
-  const Bytes goodbye = header_bytes(collie::WireHeader::control(group, collie::FrameType::kGoodbye, 0));
+  const Bytes goodbye =
+      header_bytes(collie::WireHeader::control(group, collie::FrameType::kGoodbye, 0));
   const std::string why = "rank 2: all_reduce(float32, 3, sum) as op #2 timed out after 1s";
   // byte 0: bit 0 hung up first, bits 1-2 receives - 1; byte 1: count.
   emit("wire_header", "one_frame", cat({{0, 3}, data_frame(3, 1)}));
-  emit("wire_header", "four_frames", cat({{6, 3}, data_frame(3, 1), data_frame(3, 2), data_frame(3, 3), data_frame(3, 4)}));
+  emit("wire_header", "four_frames",
+       cat({{6, 3}, data_frame(3, 1), data_frame(3, 2), data_frame(3, 3), data_frame(3, 4)}));
   emit("wire_header", "empty_payloads", cat({{2, 0}, data_frame(0, 1), data_frame(0, 2)}));
-  emit("wire_header", "frame_then_abort", cat({{2, 3}, data_frame(3, 1), abort_frame(why, uint32_t(why.size()))}));
+  emit("wire_header", "frame_then_abort",
+       cat({{2, 3}, data_frame(3, 1), abort_frame(why, uint32_t(why.size()))}));
   emit("wire_header", "frame_then_goodbye", cat({{2, 3}, data_frame(3, 1), goodbye}));
   emit("wire_header", "hangup_abort", cat({{1, 3}, abort_frame(why, uint32_t(why.size()))}));
-  emit("wire_header", "hangup_frames_abort", cat({{3, 3}, data_frame(3, 1), abort_frame(why, uint32_t(why.size()))}));
+  emit("wire_header", "hangup_frames_abort",
+       cat({{3, 3}, data_frame(3, 1), abort_frame(why, uint32_t(why.size()))}));
   emit("wire_header", "hangup_goodbye", cat({{1, 3}, goodbye}));
   emit("wire_header", "abort_text_cut", cat({{0, 3}, abort_frame("short", 4096)}));
   emit("wire_header", "hangup_abort_text_cut", cat({{1, 3}, abort_frame("short", 4096)}));
@@ -99,10 +103,13 @@ void wire_seeds() {
   bad_enums[37] = 250;  // algorithm
   emit("wire_header", "bad_enums", cat({{0, 3}, bad_enums}));
   // A timeout probe where data was expected, and behind a frame on a hang-up.
-  const Bytes probe = header_bytes(collie::WireHeader::make_probe(group, fuzz_call(3, 1), collie::ProbeReason::kTimedOut));
+  const Bytes probe = header_bytes(
+      collie::WireHeader::make_probe(group, fuzz_call(3, 1), collie::ProbeReason::kTimedOut));
   emit("wire_header", "probe_where_data_expected", cat({{0, 3}, probe}));
-  emit("wire_header", "frame_probe_abort", cat({{2, 3}, data_frame(3, 1), probe, abort_frame(why, uint32_t(why.size()))}));
-  emit("wire_header", "hangup_probe_abort", cat({{1, 3}, probe, abort_frame(why, uint32_t(why.size()))}));
+  emit("wire_header", "frame_probe_abort",
+       cat({{2, 3}, data_frame(3, 1), probe, abort_frame(why, uint32_t(why.size()))}));
+  emit("wire_header", "hangup_probe_abort",
+       cat({{1, 3}, probe, abort_frame(why, uint32_t(why.size()))}));
   Bytes bad_magic = data_frame(3, 1);
   bad_magic[0] ^= 0xff;
   emit("wire_header", "bad_magic", cat({{0, 3}, bad_magic}));
@@ -178,7 +185,8 @@ void state_dict_seeds() {
   };
   emit("state_dict", "negative_dim", one_entry(1, 0, {-4}, 0));
   emit("state_dict", "dims_overflow", one_entry(1, 0, {int64_t{1} << 40, int64_t{1} << 40}, 0));
-  emit("state_dict", "zero_then_huge_dims", one_entry(1, 0, {0, int64_t{1} << 62, int64_t{1} << 62}, 0));
+  emit("state_dict", "zero_then_huge_dims",
+       one_entry(1, 0, {0, int64_t{1} << 62, int64_t{1} << 62}, 0));
   emit("state_dict", "empty_key", one_entry(0, 0, {1}, 4));
   emit("state_dict", "bad_dtype", one_entry(1, 250, {1}, 1));
   emit("state_dict", "nine_dims", one_entry(1, 0, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 4));
@@ -219,8 +227,9 @@ Bytes record(const std::string& key, const std::string& value) {
 }
 
 void file_store_log_seeds() {
-  const Bytes log = cat({record("/worker/0", "10.0.0.1:29500"), record("counter", "1"), record("counter", "2"),
-                         record("-counter", ""), record("", ""), record("ready", std::string(40, 'x'))});
+  const Bytes log =
+      cat({record("/worker/0", "10.0.0.1:29500"), record("counter", "1"), record("counter", "2"),
+           record("-counter", ""), record("", ""), record("ready", std::string(40, 'x'))});
   emit("file_store_log", "records", cat({{0, 255}, log}));
   emit("file_store_log", "records_cut_mid", cat({{0, 100}, log}));
   emit("file_store_log", "records_cut_start", cat({{0, 0}, log}));
@@ -240,7 +249,8 @@ void file_store_log_seeds() {
 // The fuzz driver's identity: group_hash("fuzz/peer_auth"), size 4, rank 1.
 Bytes peer_auth1(uint32_t magic, uint32_t version, uint32_t size, uint32_t rank, uint32_t target) {
   Bytes out;
-  for (uint32_t v : {magic, version, collie::group_hash("fuzz/peer_auth"), size, rank, target}) put<uint32_t>(out, v);
+  for (uint32_t v : {magic, version, collie::group_hash("fuzz/peer_auth"), size, rank, target})
+    put<uint32_t>(out, v);
   for (int i = 0; i < 32; ++i) out.push_back(static_cast<uint8_t>(i * 13 + 1));  // Nc
   return out;
 }
@@ -271,14 +281,16 @@ void peer_auth_seeds() {
   put<uint32_t>(hello, collie::kWireMagic);
   put<uint32_t>(hello, 2);
   emit("peer_auth", "unauthenticated_hello", cat({{0, 0}, hello}));
-  emit("peer_auth", "http_get", cat({{0, 0}, Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'}}));
+  emit("peer_auth", "http_get",
+       cat({{0, 0}, Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'}}));
   emit("peer_auth", "three_bytes", cat({{0, 0}, Bytes{0x31, 0x41, 0x4c}}));
   emit("peer_auth", "empty", {0, 0});
   // The connector's side: what the acceptor answers (64 bytes, or less).
   Bytes answer;
   for (int i = 0; i < 64; ++i) answer.push_back(static_cast<uint8_t>(i * 31 + 7));
   emit("peer_auth", "connector_answer", cat({{1, 0}, answer}));
-  emit("peer_auth", "connector_answer_cut", cat({{1, 0}, Bytes(answer.begin(), answer.begin() + 40)}));
+  emit("peer_auth", "connector_answer_cut",
+       cat({{1, 0}, Bytes(answer.begin(), answer.begin() + 40)}));
   emit("peer_auth", "connector_nothing", {1, 0});
 }
 
@@ -311,7 +323,8 @@ void store_auth_seeds() {
   emit("store_auth", "torch2_validate", cat({{0, 0}, validate}));
   emit("store_auth", "torch2_validate_compat", cat({{1, 0}, validate}));
   emit("store_auth", "collie_dialect_probe", cat({{0, 0}, Bytes{0x04, 0, 0, 0, 0}}));
-  emit("store_auth", "torch113_set", cat({{1, 0}, Bytes{0x00, 3, 0, 0, 0, 0, 0, 0, 0, 'k', 'e', 'y'}}));
+  emit("store_auth", "torch113_set",
+       cat({{1, 0}, Bytes{0x00, 3, 0, 0, 0, 0, 0, 0, 0, 'k', 'e', 'y'}}));
   emit("store_auth", "stranger", cat({{0, 0}, Bytes{0xff, 0xfe}}));
   emit("store_auth", "empty", {0, 0});
 }
@@ -325,9 +338,12 @@ int main(int argc, char** argv) {
   }
   g_out = argv[1];
   const std::vector<std::string> only(argv + 2, argv + argc);
-  const std::pair<const char*, void (*)()> targets[] = {
-      {"wire_header", wire_seeds}, {"state_dict", state_dict_seeds}, {"idx", idx_seeds},
-      {"file_store_log", file_store_log_seeds}, {"peer_auth", peer_auth_seeds}, {"store_auth", store_auth_seeds}};
+  const std::pair<const char*, void (*)()> targets[] = {{"wire_header", wire_seeds},
+                                                        {"state_dict", state_dict_seeds},
+                                                        {"idx", idx_seeds},
+                                                        {"file_store_log", file_store_log_seeds},
+                                                        {"peer_auth", peer_auth_seeds},
+                                                        {"store_auth", store_auth_seeds}};
   for (const auto& [name, make] : targets) {
     if (only.empty() || std::find(only.begin(), only.end(), name) != only.end()) make();
   }

@@ -47,8 +47,8 @@ constexpr const char* kTarget = "peer_auth_fuzz";
 constexpr size_t kMaxStream = 16 << 10;
 
 const collie::JobSecret& secret() {
-  static const collie::JobSecret s =
-      collie::JobSecret::from_hex("00112233445566778899aabbccddeeff0123456789abcdeffedcba9876543210");
+  static const collie::JobSecret s = collie::JobSecret::from_hex(
+      "00112233445566778899aabbccddeeff0123456789abcdeffedcba9876543210");
   return s;
 }
 
@@ -56,7 +56,6 @@ const collie::PeerIdentity& self() {
   static const collie::PeerIdentity id{collie::group_hash("fuzz/peer_auth"), 4, 1, "fuzz:1"};
   return id;
 }
-
 
 std::vector<uint8_t> join(const std::vector<uint8_t>& a, const uint8_t* b, size_t n) {
   std::vector<uint8_t> t = a;
@@ -87,8 +86,9 @@ Outcome run_acceptor(std::vector<uint8_t> stream, size_t chunk, bool honest) {
     if (step.status == Status::kNeedMore) {
       check(step.consumed == n && acc.wanted() > 0, kTarget, "wants more but left input unread");
     }
-    (reading_proof ? auth3 : auth1).insert((reading_proof ? auth3 : auth1).end(), stream.begin() + pos,
-                                           stream.begin() + pos + step.consumed);
+    (reading_proof ? auth3 : auth1)
+        .insert((reading_proof ? auth3 : auth1).end(), stream.begin() + pos,
+                stream.begin() + pos + step.consumed);
     pos += step.consumed;
     out.consumed += step.consumed;
     if (step.status == Status::kNeedMore) continue;
@@ -97,8 +97,9 @@ Outcome run_acceptor(std::vector<uint8_t> stream, size_t chunk, bool honest) {
       case Status::kRefuse:
         check(!step.error.empty() && step.reply.empty(), kTarget, "a refusal without a reason");
         check(acc.wanted() == 0, kTarget, "a refused peer can still send");
-        check(acc.feed({stream.data(), std::min<size_t>(stream.size(), 1)}).status == Status::kRefuse, kTarget,
-              "a refusal is not final");
+        check(
+            acc.feed({stream.data(), std::min<size_t>(stream.size(), 1)}).status == Status::kRefuse,
+            kTarget, "a refusal is not final");
         return out;
       case Status::kReply: {
         check(auth1.size() == 56 && step.reply.size() == 64, kTarget, "AUTH2 of the wrong size");
@@ -106,7 +107,8 @@ Outcome run_acceptor(std::vector<uint8_t> stream, size_t chunk, bool honest) {
         const int rank = static_cast<int>(u32(a + 16));
         check(u32(a) == collie::kPeerAuthMagic && u32(a + 4) == collie::kPeerAuthVersion &&
                   u32(a + 8) == self().group && static_cast<int>(u32(a + 12)) == self().size &&
-                  static_cast<int>(u32(a + 20)) == self().rank && rank > self().rank && rank < self().size,
+                  static_cast<int>(u32(a + 20)) == self().rank && rank > self().rank &&
+                  rank < self().size,
               kTarget, "answered an introduction that does not fit this rank");
         check(secret().verify("collie data acceptor v1", join(auth1, step.reply.data(), 32),
                               {step.reply.data() + 32, 32}),
@@ -115,24 +117,26 @@ Outcome run_acceptor(std::vector<uint8_t> stream, size_t chunk, bool honest) {
         if (honest) {
           const collie::Sha256Digest proof =
               secret().prove("collie data connector v1", join(auth1, reply.data(), 32));
-          stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(pos), proof.begin(), proof.end());
+          stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(pos), proof.begin(),
+                        proof.end());
         }
         break;
       }
       case Status::kDone: {
-        check(auth3.size() == 32 && reply.size() == 64, kTarget, "admitted before the whole handshake");
+        check(auth3.size() == 32 && reply.size() == 64, kTarget,
+              "admitted before the whole handshake");
         const collie::Sha256Digest want_proof =
             secret().prove("collie data connector v1", join(auth1, reply.data(), 32));
         check(std::equal(auth3.begin(), auth3.end(), want_proof.begin()), kTarget,
               "admitted a peer whose proof is wrong");
-        check(acc.rank() == static_cast<int>(u32(auth1.data() + 16)), kTarget, "admitted as the wrong rank");
+        check(acc.rank() == static_cast<int>(u32(auth1.data() + 16)), kTarget,
+              "admitted as the wrong rank");
         check(acc.wanted() == 0 && acc.feed({stream.data(), 1}).consumed == 0, kTarget,
               "took bytes after the handshake (the hello is the caller's)");
         out.rank = acc.rank();
         return out;
       }
-      case Status::kNeedMore:
-        break;
+      case Status::kNeedMore: break;
     }
   }
   return out;
@@ -140,7 +144,8 @@ Outcome run_acceptor(std::vector<uint8_t> stream, size_t chunk, bool honest) {
 
 void run_connector(const uint8_t* stream, size_t size) {
   int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) collie::fuzz::broken(kTarget, "socketpair");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    collie::fuzz::broken(kTarget, "socketpair");
   for (size_t done = 0; done < size;) {
     const ssize_t n = ::write(fds[1], stream + done, size - done);
     if (n <= 0) collie::fuzz::broken(kTarget, "write to the socketpair");
@@ -183,7 +188,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // How much a refused peer got in depends on how its bytes came (the
   // connection is closed anyway); everything else must not.
   const bool refused = !whole.statuses.empty() && whole.statuses.back() == Status::kRefuse;
-  check(cut.statuses == whole.statuses && (refused || cut.consumed == whole.consumed) && cut.rank == whole.rank,
+  check(cut.statuses == whole.statuses && (refused || cut.consumed == whole.consumed) &&
+            cut.rank == whole.rank,
         kTarget, "cutting the stream differently changed the outcome");
   return 0;
 }

@@ -39,7 +39,8 @@ bool same_entries(const collie::nn::StateDict& a, const collie::nn::StateDict& b
   for (size_t i = 0; i < a.size(); ++i) {
     const auto& [ka, ea] = a.entries()[i];
     const auto& [kb, eb] = b.entries()[i];
-    if (ka != kb || ea.dtype != eb.dtype || ea.shape != eb.shape || ea.bytes != eb.bytes) return false;
+    if (ka != kb || ea.dtype != eb.dtype || ea.shape != eb.shape || ea.bytes != eb.bytes)
+      return false;
   }
   return true;
 }
@@ -52,13 +53,15 @@ void read_back(const collie::nn::StateDict& dict) {
     collie::fuzz::check(e.bytes.size() == numel * collie::element_size(e.dtype), kTarget,
                         "entry '" + key + "' bytes do not match its dtype and shape");
     if (e.dtype == DataType::kFloat32) {
-      collie::fuzz::check(dict.get_floats(key, e.shape).size() == numel, kTarget, "get_floats size");
+      collie::fuzz::check(dict.get_floats(key, e.shape).size() == numel, kTarget,
+                          "get_floats size");
     } else if (e.dtype == DataType::kInt64 && e.shape.empty()) {
       (void)dict.get_int(key);
     } else if (e.dtype == DataType::kFloat64 && e.shape.empty()) {
       (void)dict.get_double(key);
     } else if (e.dtype == DataType::kUInt8) {
-      collie::fuzz::check(dict.get_string(key).size() == e.bytes.size(), kTarget, "get_string size");
+      collie::fuzz::check(dict.get_string(key).size() == e.bytes.size(), kTarget,
+                          "get_string size");
     }
   }
 }
@@ -85,7 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   read_back(dict);
   const std::vector<uint8_t> again = collie::nn::serialize_state_dict(dict);
   const collie::nn::StateDict reparsed = collie::nn::parse_state_dict(again, "reserialized");
-  collie::fuzz::check(same_entries(dict, reparsed), kTarget, "serialize then parse changed the entries");
+  collie::fuzz::check(same_entries(dict, reparsed), kTarget,
+                      "serialize then parse changed the entries");
   collie::fuzz::check(collie::nn::serialize_state_dict(reparsed) == again, kTarget,
                       "serialization is not stable");
   return 0;

@@ -40,11 +40,10 @@ constexpr const char* kTarget = "store_auth_fuzz";
 constexpr size_t kMaxStream = 16 << 10;
 
 const collie::JobSecret& secret() {
-  static const collie::JobSecret s =
-      collie::JobSecret::from_hex("ffeeddccbbaa99887766554433221100fedcba98765432100123456789abcdef");
+  static const collie::JobSecret s = collie::JobSecret::from_hex(
+      "ffeeddccbbaa99887766554433221100fedcba98765432100123456789abcdef");
   return s;
 }
-
 
 struct Outcome {
   std::vector<Status> statuses;  // every status but kNeedMore, in order
@@ -81,8 +80,8 @@ Outcome run(std::vector<uint8_t> stream, size_t chunk, bool compat, bool honest)
       out.consumed += step.consumed;
       switch (step.status) {
         case Status::kRefuse:
-          check(!step.error.empty() && step.reply.empty() && !gate.done() && !gate.authenticated(), kTarget,
-                "a refusal without a reason, or with an answer");
+          check(!step.error.empty() && step.reply.empty() && !gate.done() && !gate.authenticated(),
+                kTarget, "a refusal without a reason, or with an answer");
           return out;
         case Status::kProgress: {
           check(!proof_next && step.consumed == 37 && in[0] == collie::kStoreAuthQuery &&
@@ -92,11 +91,12 @@ Outcome run(std::vector<uint8_t> stream, size_t chunk, bool compat, bool honest)
                 "AUTH2 of the wrong shape");
           transcript.assign(in, in + 37);
           transcript.insert(transcript.end(), step.reply.begin() + 1, step.reply.begin() + 33);
-          check(secret().verify("collie store server v1", transcript, {step.reply.data() + 33, 32}), kTarget,
-                "AUTH2's proof does not verify");
+          check(secret().verify("collie store server v1", transcript, {step.reply.data() + 33, 32}),
+                kTarget, "AUTH2's proof does not verify");
           if (honest) {
             const collie::Sha256Digest proof = secret().prove("collie store client v1", transcript);
-            stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(begin + 37), proof.begin(), proof.end());
+            stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(begin + 37), proof.begin(),
+                          proof.end());
             arrived += proof.size();  // it arrives with what was already read
           }
           break;
@@ -113,12 +113,12 @@ Outcome run(std::vector<uint8_t> stream, size_t chunk, bool compat, bool honest)
           } else {
             check(compat && !proof_next && step.consumed == 0 && in[0] != collie::kStoreAuthQuery &&
                       step.reply.empty(),
-                  kTarget, "admitted unauthenticated outside compatibility mode, or took TCPStore bytes");
+                  kTarget,
+                  "admitted unauthenticated outside compatibility mode, or took TCPStore bytes");
           }
           out.authenticated = gate.authenticated();
           break;
-        case Status::kNeedMore:
-          break;
+        case Status::kNeedMore: break;
       }
       begin += step.consumed;
       if (gate.done()) {
@@ -140,7 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> stream(data + 2, data + 2 + std::min(size - 2, kMaxStream));
   if ((mode & 4) && stream.size() >= 5) {
     stream[0] = collie::kStoreAuthQuery;
-    for (int i = 0; i < 4; ++i) stream[1 + i] = static_cast<uint8_t>(collie::kStoreAuthMagic >> (8 * i));
+    for (int i = 0; i < 4; ++i)
+      stream[1 + i] = static_cast<uint8_t>(collie::kStoreAuthMagic >> (8 * i));
   }
   const bool compat = mode & 1, honest = mode & 2;
   const Outcome cut = run(stream, chunk, compat, honest);

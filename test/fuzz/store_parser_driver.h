@@ -62,7 +62,8 @@ inline ParsedStream parse_stream(const uint8_t* data, size_t size, store_protoco
       continue;
     }
     require(r.consumed > 0 && r.consumed <= in.size(), "consumed outside (0, buffered]");
-    for (const auto& k : r.request.keys) require(k.size() <= limits.max_value_bytes, "key over cap");
+    for (const auto& k : r.request.keys)
+      require(k.size() <= limits.max_value_bytes, "key over cap");
     for (const auto& v : r.request.values)
       require(v.size() <= limits.max_value_bytes, "value over cap");
     if (dialect == store_protocol::Dialect::kUnknown &&

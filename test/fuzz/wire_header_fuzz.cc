@@ -42,7 +42,6 @@ using collie::fuzz::check;
 constexpr const char* kTarget = "wire_header_fuzz";
 constexpr size_t kMaxStream = 64 << 10;  // below any socketpair buffer: the write never blocks
 
-
 // What a rank puts in an error message about a header it did not expect.
 void describe(const WireHeader& h) {
   const std::string text = h.call().describe_with_seq();
@@ -62,7 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t group = collie::group_hash("fuzz/group");
 
   int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) collie::fuzz::broken(kTarget, "socketpair");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    collie::fuzz::broken(kTarget, "socketpair");
   int sndbuf = 1 << 20;
   ::setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   for (size_t done = 0; done < stream_size;) {
@@ -80,8 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const RecvProblem p = conn.absorb(&text);
     check(p != RecvProblem::kNone, kTarget, "absorb after EOF reported nothing");
     if (p == RecvProblem::kAbort) {
-      check(text.size() <= conn.received_header().payload_bytes && text.size() <= stream_size, kTarget,
-            "abort text longer than its frame");
+      check(text.size() <= conn.received_header().payload_bytes && text.size() <= stream_size,
+            kTarget, "abort text longer than its frame");
       describe(conn.received_header());
     }
     // Transport's check at a frame boundary: an abort frame next is taken.
@@ -112,16 +112,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(problem != RecvProblem::kNone, kTarget, "a failed receive without a problem");
       if (problem == RecvProblem::kAbort) {
         const std::string text = conn.read_abort_text();
-        check(text.size() <= conn.received_header().payload_bytes, kTarget, "abort text longer than its frame");
+        check(text.size() <= conn.received_header().payload_bytes, kTarget,
+              "abort text longer than its frame");
       }
-      if (problem == RecvProblem::kMismatch || problem == RecvProblem::kAbort) describe(conn.received_header());
+      if (problem == RecvProblem::kMismatch || problem == RecvProblem::kAbort)
+        describe(conn.received_header());
       return 0;
     }
     const size_t frame = collie::kHeaderBytes + payload;
     check(pos + frame <= stream_size, kTarget, "a receive completed beyond the bytes sent");
     check(std::memcmp(stream + pos, &expected, collie::kHeaderBytes) == 0, kTarget,
           "a receive completed on a header other than the expected one");
-    check(payload == 0 || std::memcmp(stream + pos + collie::kHeaderBytes, buffer.data(), payload) == 0,
+    check(payload == 0 ||
+              std::memcmp(stream + pos + collie::kHeaderBytes, buffer.data(), payload) == 0,
           kTarget, "the payload received differs from the bytes sent");
     pos += frame;
   }

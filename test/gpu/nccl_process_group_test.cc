@@ -4,8 +4,8 @@
 // CUDA device the executable exits 77 with the reason, so ctest reports
 // "skipped", never "passed".
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -55,7 +55,9 @@ void run_ranks(int world, const std::function<void(int, NcclProcessGroup&)>& fn,
     if (e) std::rethrow_exception(e);
 }
 
-double value_for(int rank, size_t i) { return static_cast<double>((rank + 1) * 3 + static_cast<int>(i % 7)); }
+double value_for(int rank, size_t i) {
+  return static_cast<double>((rank + 1) * 3 + static_cast<int>(i % 7));
+}
 
 // Host element of dtype `dt` at index i as double, and back.
 double load(const std::vector<uint8_t>& buf, DataType dt, size_t i) {
@@ -78,7 +80,9 @@ void store_value(std::vector<uint8_t>& buf, DataType dt, size_t i, double v) {
     case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
     case DataType::kFloat64: *static_cast<double*>(p) = v; break;
     case DataType::kFloat16: *static_cast<Half*>(p) = to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16: *static_cast<BFloat16*>(p) = to_bfloat16(static_cast<float>(v)); break;
+    case DataType::kBFloat16:
+      *static_cast<BFloat16*>(p) = to_bfloat16(static_cast<float>(v));
+      break;
     case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
     case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
     case DataType::kUInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
@@ -90,7 +94,8 @@ double reference(ReduceOp op, int world, size_t i) {
   for (int r = 1; r < world; ++r) {
     double v = value_for(r, i);
     switch (op) {
-      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
       case ReduceOp::kProduct: acc *= v; break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
@@ -121,10 +126,12 @@ TEST_CASE("all_reduce: every dtype and op, on a user stream, matches the host re
         cuda_ok(cudaMalloc(&dev, host.size()), "cudaMalloc");
         // The copy is queued on the user's stream; the collective must be
         // ordered after it without any host synchronisation.
-        cuda_ok(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream), "h2d");
+        cuda_ok(cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, stream),
+                "h2d");
         auto work = pg.all_reduce(TensorView{dev, count, dt, Device::cuda(rank)}, {.op = op});
         work->wait();
-        cuda_ok(cudaMemcpyAsync(host.data(), dev, host.size(), cudaMemcpyDeviceToHost, stream), "d2h");
+        cuda_ok(cudaMemcpyAsync(host.data(), dev, host.size(), cudaMemcpyDeviceToHost, stream),
+                "d2h");
         cuda_ok(cudaStreamSynchronize(stream), "sync");
         CHECK(work->is_completed());
         for (size_t i = 0; i < count; ++i) {
@@ -132,7 +139,8 @@ TEST_CASE("all_reduce: every dtype and op, on a user stream, matches the host re
           double rel = dt == DataType::kFloat16 || dt == DataType::kBFloat16 ? 1e-2 : 1e-6;
           double tol = std::max(1e-9, std::abs(want) * rel);
           if (std::abs(load(host, dt, i) - want) > tol) {
-            FAIL("rank " << rank << " element " << i << ": got " << load(host, dt, i) << " want " << want);
+            FAIL("rank " << rank << " element " << i << ": got " << load(host, dt, i) << " want "
+                         << want);
           }
         }
         cudaFree(dev);
@@ -162,7 +170,8 @@ TEST_CASE("broadcast, all_gather, reduce_scatter, barrier and coalesced all_redu
     for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(rank * 1000 + i);
     cuda_ok(cudaMemcpy(in, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "h2d");
     pg.all_gather(TensorView{out, n * world, DataType::kFloat32, dev},
-                  TensorView{in, n, DataType::kFloat32, dev})->wait();
+                  TensorView{in, n, DataType::kFloat32, dev})
+        ->wait();
     cuda_ok(cudaMemcpy(host.data(), out, n * world * sizeof(float), cudaMemcpyDeviceToHost), "d2h");
     for (int r = 0; r < world; ++r)
       for (size_t i = 0; i < n; ++i) REQUIRE(host[r * n + i] == static_cast<float>(r * 1000 + i));
@@ -170,7 +179,8 @@ TEST_CASE("broadcast, all_gather, reduce_scatter, barrier and coalesced all_redu
     for (size_t i = 0; i < n * world; ++i) host[i] = static_cast<float>(i + rank);
     cuda_ok(cudaMemcpy(in, host.data(), n * world * sizeof(float), cudaMemcpyHostToDevice), "h2d");
     pg.reduce_scatter(TensorView{out, n, DataType::kFloat32, dev},
-                      TensorView{in, n * world, DataType::kFloat32, dev})->wait();
+                      TensorView{in, n * world, DataType::kFloat32, dev})
+        ->wait();
     cuda_ok(cudaMemcpy(host.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost), "d2h");
     float rank_sum = static_cast<float>(world * (world - 1) / 2);
     for (size_t i = 0; i < n; ++i)
@@ -182,7 +192,8 @@ TEST_CASE("broadcast, all_gather, reduce_scatter, barrier and coalesced all_redu
     std::vector<float> ones(n * world, 1.0f);
     cuda_ok(cudaMemcpy(in, ones.data(), n * sizeof(float), cudaMemcpyHostToDevice), "h2d");
     cuda_ok(cudaMemcpy(out, ones.data(), n * world * sizeof(float), cudaMemcpyHostToDevice), "h2d");
-    TensorView views[] = {{in, n, DataType::kFloat32, dev}, {out, n * world, DataType::kFloat32, dev}};
+    TensorView views[] = {{in, n, DataType::kFloat32, dev},
+                          {out, n * world, DataType::kFloat32, dev}};
     pg.all_reduce_coalesced(views)->wait();
     cuda_ok(cudaDeviceSynchronize(), "sync");
     cuda_ok(cudaMemcpy(host.data(), out, n * world * sizeof(float), cudaMemcpyDeviceToHost), "d2h");
@@ -198,8 +209,9 @@ TEST_CASE("bad input: host buffers, wrong device, AVG on integers, bad counts") 
     CHECK_THROWS_WITH(pg.all_reduce(view(host.data(), host.size())),
                       Contains("takes CUDA device buffers"));
     // A host pointer labelled as device memory is caught, not handed to NCCL.
-    CHECK_THROWS_WITH(pg.all_reduce(TensorView{host.data(), 16, DataType::kFloat32, Device::cuda(0)}),
-                      Contains("is not CUDA device memory"));
+    CHECK_THROWS_WITH(
+        pg.all_reduce(TensorView{host.data(), 16, DataType::kFloat32, Device::cuda(0)}),
+        Contains("is not CUDA device memory"));
     int32_t* dev = nullptr;
     cuda_ok(cudaMalloc(&dev, 64), "malloc");
     CHECK_THROWS_WITH(pg.all_reduce(TensorView{dev, 16, DataType::kInt32, Device::cuda(0)},
@@ -208,8 +220,9 @@ TEST_CASE("bad input: host buffers, wrong device, AVG on integers, bad counts") 
     CHECK_THROWS_AS(pg.all_gather(TensorView{dev, 3, DataType::kInt32, Device::cuda(0)},
                                   TensorView{dev, 2, DataType::kInt32, Device::cuda(0)}),
                     InvalidArgument);
-    CHECK_THROWS_WITH(pg.broadcast(TensorView{dev, 1, DataType::kInt32, Device::cuda(0)}, {.root = 5}),
-                      Contains("root 5"));
+    CHECK_THROWS_WITH(
+        pg.broadcast(TensorView{dev, 1, DataType::kInt32, Device::cuda(0)}, {.root = 5}),
+        Contains("root 5"));
     cudaFree(dev);
   });
 }
@@ -218,8 +231,8 @@ TEST_CASE("a rank that never joins makes init time out with a clear error") {
   auto store = std::make_shared<HashStore>();
   auto start = std::chrono::steady_clock::now();
   try {
-    NcclProcessGroup::create(store, 0, 2,
-                             {.device = 0, .timeout = std::chrono::seconds(5), .group_name = "lonely"});
+    NcclProcessGroup::create(
+        store, 0, 2, {.device = 0, .timeout = std::chrono::seconds(5), .group_name = "lonely"});
     FAIL("init of a 2-rank communicator with one rank succeeded");
   } catch (const TimeoutError& e) {
     CHECK_THAT(e.what(), Contains("never joined"));

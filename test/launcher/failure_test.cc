@@ -39,7 +39,7 @@ TEST_CASE("a worker exiting 3 stops the group and is named in the summary", "[la
   CHECK_THAT(err, Contains("root cause: rank 1 (local rank 1, pid "));
   CHECK_THAT(err, Contains(") ended with exit code 3 at "));
   CHECK_THAT(err, Contains("loss is NaN at step 7"));  // its stderr tail
-  CHECK_THAT(err, Contains("signal 15 (SIGTERM)"));     // the peers we stopped
+  CHECK_THAT(err, Contains("signal 15 (SIGTERM)"));    // the peers we stopped
   CHECK_THAT(err, Contains("(stopped by collie-run)"));
   CHECK_THAT(err, Contains("job failed after 1 attempt"));
   check_none_alive(wait_for_pid_files(pids.path(), 3));
@@ -62,8 +62,8 @@ TEST_CASE("a worker killed by SIGKILL is reported by signal name", "[launcher][f
 TEST_CASE("peers that ignore SIGTERM are killed after the grace period", "[launcher][failure]") {
   TempDir pids;
   auto start = std::chrono::steady_clock::now();
-  auto p = start_launcher({"--standalone", "--nproc-per-node", "3", "--grace-period", "300ms"}, "fail",
-                          {pids.path(), "2", "exit3", "ignore_term"});
+  auto p = start_launcher({"--standalone", "--nproc-per-node", "3", "--grace-period", "300ms"},
+                          "fail", {pids.path(), "2", "exit3", "ignore_term"});
   auto st = p.wait(kLaunchTimeout);
   auto elapsed = std::chrono::steady_clock::now() - start;
   std::string err = p.err();
@@ -90,7 +90,8 @@ TEST_CASE("SIGINT and SIGTERM to the launcher reach every worker", "[launcher][f
     std::string err = p.err();
     INFO(err);
     CHECK(st.exit_code == 128 + sig);
-    CHECK_THAT(err, Contains(str_cat("collie-run received ", sig == SIGINT ? "SIGINT" : "SIGTERM")));
+    CHECK_THAT(err,
+               Contains(str_cat("collie-run received ", sig == SIGINT ? "SIGINT" : "SIGTERM")));
     // The workers died of the launcher's own signal.
     CHECK_THAT(err, Contains(sig == SIGINT ? "signal 2 (SIGINT)" : "signal 15 (SIGTERM)"));
     check_none_alive(workers);
@@ -108,7 +109,8 @@ TEST_CASE("workers die with a launcher that is SIGKILLed", "[launcher][failure]"
   CHECK(wait_until_dead(workers, std::chrono::seconds(10)).empty());
 }
 
-TEST_CASE("max restarts restarts the whole group with the next restart count", "[launcher][restart]") {
+TEST_CASE("max restarts restarts the whole group with the next restart count",
+          "[launcher][restart]") {
   auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2"}, "flaky",
                           {"1"});
   auto st = p.wait(kLaunchTimeout);
@@ -139,7 +141,8 @@ TEST_CASE("log files are kept per attempt across a restart", "[launcher][restart
                            "--log-dir", dir.path(), "--run-id", "r"},
                           "flaky", {"1"});
   REQUIRE(p.wait(kLaunchTimeout).ok());
-  CHECK_THAT(read_text_file(dir.path() + "/r/attempt_0/1/stderr.log"), Contains("failing on attempt 0"));
+  CHECK_THAT(read_text_file(dir.path() + "/r/attempt_0/1/stderr.log"),
+             Contains("failing on attempt 0"));
   CHECK_THAT(read_text_file(dir.path() + "/r/attempt_1/1/stdout.log"), Contains("restart_count=1"));
   // Without --tee the console showed no worker output.
   CHECK(lines_with_prefix(p.out(), "[rank").empty());

@@ -24,7 +24,8 @@ bool executable(const char* path) { return ::access(path, X_OK) == 0; }
 
 }  // namespace
 
-TEST_CASE("collie workers rendezvous through torchrun's agent store", "[launcher][interop][torchrun]") {
+TEST_CASE("collie workers rendezvous through torchrun's agent store",
+          "[launcher][interop][torchrun]") {
   if (!executable("/usr/bin/python3")) {
     WARN("skipped: /usr/bin/python3 (with python3-torch) is not installed");
     return;
@@ -32,8 +33,8 @@ TEST_CASE("collie workers rendezvous through torchrun's agent store", "[launcher
   // torchrun's static rendezvous hands its port to the workers as given, so
   // it needs a concrete port: one that was free a moment ago.
   uint16_t port = probe_free_port();
-  std::vector<std::string> argv{"/usr/bin/python3", "-m", "torch.distributed.run", "--nproc_per_node",
-                                "2", "--master_port", std::to_string(port),
+  std::vector<std::string> argv{"/usr/bin/python3", "-m", "torch.distributed.run",
+                                "--nproc_per_node", "2", "--master_port", std::to_string(port),
                                 // torch 1.13 on Python 3.11 cannot map the
                                 // default redirects "0" (IntFlag iteration
                                 // skips 0 since 3.11, Std.from_str returns
@@ -53,7 +54,8 @@ TEST_CASE("collie workers rendezvous through torchrun's agent store", "[launcher
   }
 }
 
-TEST_CASE("workers started SLURM-style rendezvous on rank 0's store", "[launcher][interop][slurm]") {
+TEST_CASE("workers started SLURM-style rendezvous on rank 0's store",
+          "[launcher][interop][slurm]") {
   const int n = 3;
   uint16_t port = probe_free_port();
   std::vector<Subprocess> ranks;
@@ -82,8 +84,15 @@ TEST_CASE("workers started by mpirun rendezvous on rank 0's store", "[launcher][
     return;
   }
   uint16_t port = probe_free_port();
-  std::vector<std::string> argv{"/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                                "-x", "MASTER_ADDR=127.0.0.1", "-x", str_cat("MASTER_PORT=", port)};
+  std::vector<std::string> argv{"/usr/bin/mpirun",
+                                "--allow-run-as-root",
+                                "--oversubscribe",
+                                "-np",
+                                "2",
+                                "-x",
+                                "MASTER_ADDR=127.0.0.1",
+                                "-x",
+                                str_cat("MASTER_PORT=", port)};
   for (auto& a : child_argv("store_rdv", {"-1", "allreduce"})) argv.push_back(a);
   auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
   auto st = p.wait(std::chrono::seconds(120));
@@ -112,15 +121,17 @@ TEST_CASE("torch workers under collie-run find its agent store", "[launcher][int
          "dist.init_process_group('gloo')\n"
          "t = torch.ones(4) * (dist.get_rank() + 1)\n"
          "dist.all_reduce(t)\n"
-         "print(f'torch rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t[0])}', flush=True)\n"
+         "print(f'torch rank {dist.get_rank()} of {dist.get_world_size()} sum {int(t[0])}', "
+         "flush=True)\n"
          "dist.destroy_process_group()\n";
   }
   // torch's TCPStore cannot prove the job secret collie-run generates, so
   // its agent store admits torch workers only with --store-compat
   // (docs/security.md).
   SECTION("with --store-compat they are served") {
-    std::vector<std::string> argv{collie_run_path(), "--standalone", "--store-compat",
-                                  "--nproc-per-node", "2", "/usr/bin/python3", script};
+    std::vector<std::string> argv{
+        collie_run_path(),  "--standalone", "--store-compat", "--nproc-per-node", "2",
+        "/usr/bin/python3", script};
     auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
     auto st = p.wait(std::chrono::seconds(120));
     INFO(p.out() << "\n--- stderr ---\n" << p.err());
@@ -129,7 +140,7 @@ TEST_CASE("torch workers under collie-run find its agent store", "[launcher][int
     CHECK(lines_with_prefix(p.out(), "[rank1]: torch rank 1 of 2 sum 3").size() == 1);
   }
   SECTION("without it the store refuses them, naming their address and the flag") {
-    std::vector<std::string> argv{collie_run_path(), "--standalone", "--nproc-per-node", "2",
+    std::vector<std::string> argv{collie_run_path(),  "--standalone", "--nproc-per-node", "2",
                                   "/usr/bin/python3", script};
     auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
     auto st = p.wait(std::chrono::seconds(120));

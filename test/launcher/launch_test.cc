@@ -111,8 +111,8 @@ TEST_CASE("every line arrives whole with its rank prefix, and partial last lines
     std::smatch m;
     INFO(line.substr(0, 200));
     REQUIRE(std::regex_match(line, m, line_re));
-    CHECK(m[1] == m[2]);                  // the prefix names the writer
-    CHECK(m[4].length() == 5000);         // nothing lost or mixed in
+    CHECK(m[1] == m[2]);                               // the prefix names the writer
+    CHECK(m[4].length() == 5000);                      // nothing lost or mixed in
     CHECK(count[std::stoi(m[1])] == std::stoi(m[3]));  // in order
     ++count[std::stoi(m[1])];
   }
@@ -136,14 +136,15 @@ TEST_CASE("the local ranks filter keeps only those ranks on the console", "[laun
 TEST_CASE("a log dir gets one file per rank and stream per attempt, and tee also shows them",
           "[launcher][output]") {
   TempDir dir;
-  auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path(),
-                           "--run-id", "logs"},
-                          "chatter", {"4", "3"});
+  auto p = start_launcher(
+      {"--standalone", "--nproc-per-node", "2", "--log-dir", dir.path(), "--run-id", "logs"},
+      "chatter", {"4", "3"});
   REQUIRE(p.wait(kLaunchTimeout).ok());
   CHECK(lines_with_prefix(p.out(), "[rank").empty());  // files only
   for (int r = 0; r < 2; ++r) {
     std::string base = str_cat(dir.path(), "/logs/attempt_0/", r, "/");
-    std::string out = read_text_file(base + "stdout.log"), err = read_text_file(base + "stderr.log");
+    std::string out = read_text_file(base + "stdout.log"),
+                err = read_text_file(base + "stderr.log");
     CHECK(lines_with_prefix(out, str_cat("rank ", r, " line ")).size() == 4);
     CHECK_THAT(out, Contains(str_cat("partial last line of rank ", r)));
     CHECK(lines_with_prefix(err, str_cat("err ", r, " line ")).size() == 4);
@@ -157,18 +158,21 @@ TEST_CASE("a log dir gets one file per rank and stream per attempt, and tee also
   CHECK(lines_with_prefix(t.out(), "[rank0]: rank 0 line").size() == 4);
   CHECK(lines_with_prefix(t.out(), "[rank1]").empty());
   // The filter is for the console only: rank 1 still has its files.
-  CHECK(lines_with_prefix(read_text_file(dir.path() + "/teed/attempt_0/1/stdout.log"), "rank 1 line")
-            .size() == 4);
+  CHECK(
+      lines_with_prefix(read_text_file(dir.path() + "/teed/attempt_0/1/stdout.log"), "rank 1 line")
+          .size() == 4);
 
   // --tee 2: stderr on the console and in the file, stdout in the file only.
-  auto e = start_launcher({"--standalone", "--log-dir", dir.path(), "--run-id", "tee2", "--tee", "2"},
-                          "chatter", {"2", "3"});
+  auto e =
+      start_launcher({"--standalone", "--log-dir", dir.path(), "--run-id", "tee2", "--tee", "2"},
+                     "chatter", {"2", "3"});
   REQUIRE(e.wait(kLaunchTimeout).ok());
   CHECK(lines_with_prefix(e.out(), "[rank0]").empty());
   CHECK(lines_with_prefix(e.err(), "[rank0]: err 0 line").size() == 2);
 }
 
-TEST_CASE("legacy torch.distributed.launch mode passes --local_rank=N first", "[launcher][legacy]") {
+TEST_CASE("legacy torch.distributed.launch mode passes --local_rank=N first",
+          "[launcher][legacy]") {
   // The flag goes right after the program path, as torch.distributed.launch
   // does, so the worker here is a script that hands it on to the test child.
   TempDir dir;
@@ -180,7 +184,7 @@ TEST_CASE("legacy torch.distributed.launch mode passes --local_rank=N first", "[
   ::chmod(script.c_str(), 0755);
   auto env = clean_launch_env();
   std::vector<std::string> argv{collie_run_path(), "--standalone", "--nproc-per-node", "2",
-                                "--legacy", script, "--epochs", "3"};
+                                "--legacy",        script,         "--epochs",         "3"};
   auto p = Subprocess::spawn(argv, {.env = env});
   REQUIRE(p.wait(kLaunchTimeout).ok());
   CHECK(lines_with_prefix(p.out(), "[rank0]: args=--local_rank=0 --epochs 3").size() == 1);
@@ -206,14 +210,16 @@ TEST_CASE("usage errors and a missing program exit 2 with a message", "[launcher
   CHECK_THAT(h.out(), Contains("--nproc-per-node"));
 }
 
-TEST_CASE("tee without a log dir logs to a temporary folder it names, like torchrun", "[launcher][output]") {
+TEST_CASE("tee without a log dir logs to a temporary folder it names, like torchrun",
+          "[launcher][output]") {
   auto p = start_launcher({"--standalone", "--tee", "1"}, "chatter", {"2", "3"});
   REQUIRE(p.wait(kLaunchTimeout).ok());
   std::smatch m;
   std::string err = p.err();
   REQUIRE(std::regex_search(err, m, std::regex("logging to (/tmp/collie-run-[A-Za-z0-9]+)")));
   const std::string dir = m[1];
-  CHECK(lines_with_prefix(read_text_file(dir + "/none/attempt_0/0/stdout.log"), "rank 0 line").size() == 2);
+  CHECK(lines_with_prefix(read_text_file(dir + "/none/attempt_0/0/stdout.log"), "rank 0 line")
+            .size() == 2);
   CHECK(lines_with_prefix(p.out(), "[rank0]: rank 0 line").size() == 2);  // teed
   CHECK(lines_with_prefix(p.err(), "[rank0]: err 0").empty());            // stderr: file only
   std::filesystem::remove_all(dir);

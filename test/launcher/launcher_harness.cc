@@ -19,7 +19,8 @@ namespace collie::test {
 
 std::string collie_run_path() { return std::string(COLLIE_BIN_DIR) + "/collie-run"; }
 
-std::vector<std::string> launcher_argv(const std::vector<std::string>& flags, const std::string& child,
+std::vector<std::string> launcher_argv(const std::vector<std::string>& flags,
+                                       const std::string& child,
                                        const std::vector<std::string>& child_args) {
   std::vector<std::string> argv{collie_run_path()};
   argv.insert(argv.end(), flags.begin(), flags.end());

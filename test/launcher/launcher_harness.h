@@ -21,7 +21,8 @@ inline constexpr std::chrono::seconds kLaunchTimeout{60};
 std::string collie_run_path();
 
 // {collie-run, flags..., <this exe>, --collie-child, child, child_args...}
-std::vector<std::string> launcher_argv(const std::vector<std::string>& flags, const std::string& child,
+std::vector<std::string> launcher_argv(const std::vector<std::string>& flags,
+                                       const std::string& child,
                                        const std::vector<std::string>& child_args = {});
 
 // Starts collie-run in its own process group, with the launch variables of
@@ -31,11 +32,11 @@ Subprocess start_launcher(const std::vector<std::string>& flags, const std::stri
                           std::map<std::string, std::optional<std::string>> env = {});
 
 // Polls the child's stderr until it contains needle; returns stderr.
-std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout = kLaunchTimeout);
+std::string wait_for_stderr(Subprocess& p, const std::string& needle,
+                            Timeout timeout = kLaunchTimeout);
 
 // The port in "agent store listening on HOST:PORT".
 uint16_t agent_store_port(const std::string& launcher_stderr);
-
 
 // Lines of `text` that start with prefix.
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);

@@ -23,7 +23,8 @@ using namespace collie::test;
 using Catch::Matchers::Contains;
 
 TEST_CASE("workers rendezvous and all_reduce through the agent store", "[launcher][store]") {
-  auto p = start_launcher({"--standalone", "--nproc-per-node", "3"}, "store_rdv", {"-1", "allreduce"});
+  auto p =
+      start_launcher({"--standalone", "--nproc-per-node", "3"}, "store_rdv", {"-1", "allreduce"});
   auto st = p.wait(kLaunchTimeout);
   INFO(p.err());
   REQUIRE(st.ok());
@@ -31,16 +32,18 @@ TEST_CASE("workers rendezvous and all_reduce through the agent store", "[launche
     CHECK(lines_with_prefix(p.out(), str_cat("[rank", r, "]: rdv ok rank ", r, " of 3 local ", r,
                                              " attempt 0 via agent store"))
               .size() == 1);
-    CHECK(lines_with_prefix(p.out(), str_cat("[rank", r, "]: allreduce ok rank ", r, " sum 6")).size() == 1);
+    CHECK(lines_with_prefix(p.out(), str_cat("[rank", r, "]: allreduce ok rank ", r, " sum 6"))
+              .size() == 1);
   }
 }
 
-TEST_CASE("a restarted attempt rendezvous on fresh keys under /worker/attempt_1", "[launcher][store][restart]") {
+TEST_CASE("a restarted attempt rendezvous on fresh keys under /worker/attempt_1",
+          "[launcher][store][restart]") {
   // Rank 1 fails after attempt 0's rendezvous; attempt 1 must not see
   // attempt 0's 'joined' counter or addresses (store_rdv checks the counter
   // stays within the world size and that the raw key carries the prefix).
-  auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"}, "store_rdv",
-                          {"1"});
+  auto p = start_launcher({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
+                          "store_rdv", {"1"});
   auto st = p.wait(kLaunchTimeout);
   INFO(p.err());
   REQUIRE(st.ok());
@@ -54,10 +57,10 @@ TEST_CASE("two launchers on loopback form one job with global ranks", "[launcher
                                "--master-port", "0", "--nproc-per-node", "2", "--run-id", "mn"},
                               "store_rdv", {"-1", "allreduce"});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
-                               "--master-port", std::to_string(port), "--nproc-per-node", "2",
-                               "--run-id", "mn"},
-                              "store_rdv", {"-1", "allreduce"});
+  auto node1 = start_launcher(
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+       std::to_string(port), "--nproc-per-node", "2", "--run-id", "mn"},
+      "store_rdv", {"-1", "allreduce"});
   auto s1 = node1.wait(kLaunchTimeout);
   auto s0 = node0.wait(kLaunchTimeout);
   INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
@@ -70,11 +73,13 @@ TEST_CASE("two launchers on loopback form one job with global ranks", "[launcher
   CHECK(lines_with_prefix(node1.out(), "[rank3]: allreduce ok rank 3 sum 10").size() == 1);
 }
 
-TEST_CASE("nodes with different worker counts get torchrun's prefix-sum ranks", "[launcher][multinode]") {
-  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "env_dump");
+TEST_CASE("nodes with different worker counts get torchrun's prefix-sum ranks",
+          "[launcher][multinode]") {
+  auto node0 =
+      start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "env_dump");
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port),
-                               "--nproc-per-node", "2"},
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port",
+                               std::to_string(port), "--nproc-per-node", "2"},
                               "env_dump");
   REQUIRE(node1.wait(kLaunchTimeout).ok());
   REQUIRE(node0.wait(kLaunchTimeout).ok());
@@ -85,13 +90,15 @@ TEST_CASE("nodes with different worker counts get torchrun's prefix-sum ranks", 
   CHECK(lines_with_prefix(node1.out(), "[rank2]: LOCAL_WORLD_SIZE=2").size() == 1);
 }
 
-TEST_CASE("a second launcher with the same node rank, or other flags, is refused", "[launcher][multinode][failure]") {
-  auto node0 = start_launcher({"--nnodes", "3", "--node-rank", "0", "--master-port", "0",
-                               "--rdzv-timeout", "20s"},
-                              "env_dump");
+TEST_CASE("a second launcher with the same node rank, or other flags, is refused",
+          "[launcher][multinode][failure]") {
+  auto node0 = start_launcher(
+      {"--nnodes", "3", "--node-rank", "0", "--master-port", "0", "--rdzv-timeout", "20s"},
+      "env_dump");
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  std::vector<std::string> as_node1{"--nnodes", "3", "--node-rank", "1", "--master-port",
-                                    std::to_string(port), "--rdzv-timeout", "20s"};
+  std::vector<std::string> as_node1{
+      "--nnodes",       "3",  "--node-rank", "1", "--master-port", std::to_string(port),
+      "--rdzv-timeout", "20s"};
   auto first = start_launcher(as_node1, "env_dump");
   auto second = start_launcher(as_node1, "env_dump");
   // One of the two claims node rank 1 first; the other is refused at once.
@@ -100,21 +107,23 @@ TEST_CASE("a second launcher with the same node rank, or other flags, is refused
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   Subprocess& refused = first.running() ? second : first;
   CHECK(refused.wait(kLaunchTimeout).exit_code == 2);
-  CHECK_THAT(refused.err(), Contains("another launcher already joined run 'none' as --node-rank 1"));
+  CHECK_THAT(refused.err(),
+             Contains("another launcher already joined run 'none' as --node-rank 1"));
 
-  auto other = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)},
-                              "env_dump");
+  auto other = start_launcher(
+      {"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)}, "env_dump");
   CHECK(other.wait(kLaunchTimeout).exit_code == 2);
-  CHECK_THAT(other.err(), Contains("node 1 was started with nnodes=2 max_restarts=0 but another node with "
-                                   "nnodes=3 max_restarts=0"));
+  CHECK_THAT(other.err(),
+             Contains("node 1 was started with nnodes=2 max_restarts=0 but another node with "
+                      "nnodes=3 max_restarts=0"));
 }
 
 TEST_CASE("a failure on node 1 stops node 0's workers too", "[launcher][multinode][failure]") {
   TempDir pids;
   // Rank 3 (node 1) exits 3 once all four workers are up.
-  auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
-                               "--nproc-per-node", "2"},
-                              "fail", {pids.path(), "3", "exit3", "wait"});
+  auto node0 = start_launcher(
+      {"--nnodes", "2", "--node-rank", "0", "--master-port", "0", "--nproc-per-node", "2"}, "fail",
+      {pids.path(), "3", "exit3", "wait"});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
   auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port",
                                std::to_string(port), "--nproc-per-node", "2"},
@@ -134,8 +143,9 @@ TEST_CASE("losing node 0 stops the workers on node 1", "[launcher][multinode][fa
   auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "fail",
                               {pids.path(), "-1", "none", "wait"});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)},
-                              "fail", {pids.path(), "-1", "none", "wait"});
+  auto node1 =
+      start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port)},
+                     "fail", {pids.path(), "-1", "none", "wait"});
   auto workers = wait_for_pid_files(pids.path(), 2);
   node0.kill(SIGKILL);  // the store goes with it
   auto st = node1.wait(kLaunchTimeout);
@@ -145,15 +155,17 @@ TEST_CASE("losing node 0 stops the workers on node 1", "[launcher][multinode][fa
   CHECK(wait_until_dead(workers, std::chrono::seconds(10)).empty());
 }
 
-TEST_CASE("a failure on one node restarts the group on every node", "[launcher][multinode][restart]") {
+TEST_CASE("a failure on one node restarts the group on every node",
+          "[launcher][multinode][restart]") {
   // Rank 3 (node 1) fails on attempt 0 only; both nodes run attempt 1.
   auto node0 = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
                                "--nproc-per-node", "2", "--max-restarts", "1"},
                               "flaky", {"3"});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port),
-                               "--nproc-per-node", "2", "--max-restarts", "1"},
-                              "flaky", {"3"});
+  auto node1 =
+      start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port", std::to_string(port),
+                      "--nproc-per-node", "2", "--max-restarts", "1"},
+                     "flaky", {"3"});
   auto s1 = node1.wait(kLaunchTimeout);
   auto s0 = node0.wait(kLaunchTimeout);
   INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
@@ -165,34 +177,40 @@ TEST_CASE("a failure on one node restarts the group on every node", "[launcher][
   CHECK(lines_with_prefix(node1.out(), "[rank3]: restart_count=1").size() == 1);
 }
 
-TEST_CASE("a launcher that cannot reach node 0 fails naming the address", "[launcher][multinode][failure]") {
+TEST_CASE("a launcher that cannot reach node 0 fails naming the address",
+          "[launcher][multinode][failure]") {
   uint16_t port = probe_free_port();  // nothing listens there
   auto p = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
                            "--master-port", std::to_string(port), "--rdzv-timeout", "1s"},
                           "env_dump");
   auto st = p.wait(kLaunchTimeout);
   CHECK(st.exit_code == 1);
-  CHECK_THAT(p.err(), Contains(str_cat("could not reach the agent store of node 0 at 127.0.0.1:", port)));
+  CHECK_THAT(p.err(),
+             Contains(str_cat("could not reach the agent store of node 0 at 127.0.0.1:", port)));
   CHECK(lines_with_prefix(p.out(), "[rank").empty());
 }
 
-TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout", "[launcher][multinode][failure]") {
-  auto p = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0",
-                           "--rdzv-timeout", "500ms"},
-                          "env_dump");
+TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout",
+          "[launcher][multinode][failure]") {
+  auto p = start_launcher(
+      {"--nnodes", "2", "--node-rank", "0", "--master-port", "0", "--rdzv-timeout", "500ms"},
+      "env_dump");
   auto st = p.wait(kLaunchTimeout);
   CHECK(st.exit_code == 1);
-  CHECK_THAT(p.err(), Contains("for all 2 nodes to join the job, but only 1 did; missing node ranks: 1"));
+  CHECK_THAT(p.err(),
+             Contains("for all 2 nodes to join the job, but only 1 did; missing node ranks: 1"));
 
   // Ctrl-C while waiting ends the wait at once.
   auto q = start_launcher({"--nnodes", "2", "--node-rank", "0", "--master-port", "0"}, "env_dump");
   wait_for_stderr(q, "agent store listening");
   q.kill(SIGINT);
   CHECK(q.wait(std::chrono::seconds(10)).exit_code == 130);
-  CHECK_THAT(q.err(), Contains("node 0 was interrupted while waiting for all 2 nodes to join the job"));
+  CHECK_THAT(q.err(),
+             Contains("node 0 was interrupted while waiting for all 2 nodes to join the job"));
 }
 
-TEST_CASE("two network namespaces joined by a veth pair run one job", "[launcher][multinode][netns]") {
+TEST_CASE("two network namespaces joined by a veth pair run one job",
+          "[launcher][multinode][netns]") {
   NetnsPair ns("v", "10.231.7");
   if (!ns.ok) {
     WARN("skipped: " << ns.why);
@@ -200,19 +218,22 @@ TEST_CASE("two network namespaces joined by a veth pair run one job", "[launcher
   }
   // addr_a (10.231.7.1) exists only inside namespace a: node 1 reaches node 0 over the veth.
   auto node0_argv = ns.exec_in(ns.a);
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
-                                "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
-                               "store_rdv", {"-1", "allreduce"}))
+  for (auto& s :
+       launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
+                      "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
+                     "store_rdv", {"-1", "allreduce"}))
     node0_argv.push_back(s);
-  auto node0 = Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto node0 =
+      Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
   auto node1_argv = ns.exec_in(ns.b);
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr", ns.addr_a,
-                                "--master-port", std::to_string(port), "--nproc-per-node", "2",
-                                "--rdzv-timeout", "30s"},
-                               "store_rdv", {"-1", "allreduce"}))
+  for (auto& s : launcher_argv(
+           {"--nnodes", "2", "--node-rank", "1", "--master-addr", ns.addr_a, "--master-port",
+            std::to_string(port), "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
+           "store_rdv", {"-1", "allreduce"}))
     node1_argv.push_back(s);
-  auto node1 = Subprocess::spawn(node1_argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto node1 =
+      Subprocess::spawn(node1_argv, {.env = clean_launch_env(), .new_process_group = true});
   auto s1 = node1.wait(kLaunchTimeout);
   auto s0 = node0.wait(kLaunchTimeout);
   INFO(node0.err() << "\n--- node 1 ---\n" << node1.err() << node1.out());

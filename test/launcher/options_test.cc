@@ -41,8 +41,9 @@ TEST_CASE("flags parse in torchrun's dash and underscore spellings", "[launcher]
   auto a = parse_ok({"--nproc-per-node", "4", "--nnodes", "2", "--node-rank", "1", "--master-addr",
                      "10.0.0.1", "--master-port", "1234", "--max-restarts", "3", "./train", "--lr",
                      "0.1"});
-  auto b = parse_ok({"--nproc_per_node=4", "--nnodes=2:2", "--node_rank=1", "--master_addr=10.0.0.1",
-                     "--master_port=1234", "--max_restarts=3", "./train", "--lr", "0.1"});
+  auto b =
+      parse_ok({"--nproc_per_node=4", "--nnodes=2:2", "--node_rank=1", "--master_addr=10.0.0.1",
+                "--master_port=1234", "--max_restarts=3", "./train", "--lr", "0.1"});
   for (const auto& o : {a, b}) {
     CHECK(o.nproc_per_node == 4);
     CHECK(o.nnodes == 2);
@@ -61,15 +62,18 @@ TEST_CASE("flags parse in torchrun's dash and underscore spellings", "[launcher]
 }
 
 TEST_CASE("the program's own flags are passed through untouched", "[launcher][options]") {
-  auto o = parse_ok({"--nproc-per-node", "2", "./train", "--nproc-per-node", "9", "--tee", "--help"});
+  auto o =
+      parse_ok({"--nproc-per-node", "2", "./train", "--nproc-per-node", "9", "--tee", "--help"});
   CHECK(o.nproc_per_node == 2);
   CHECK(o.tee == 0);
-  CHECK(o.program == std::vector<std::string>{"./train", "--nproc-per-node", "9", "--tee", "--help"});
+  CHECK(o.program ==
+        std::vector<std::string>{"./train", "--nproc-per-node", "9", "--tee", "--help"});
   auto p = parse_ok({"--standalone", "--", "./train", "-x"});
   CHECK(p.program == std::vector<std::string>{"./train", "-x"});
 }
 
-TEST_CASE("standalone, tee, filter, legacy mode, durations and the rdzv spellings", "[launcher][options]") {
+TEST_CASE("standalone, tee, filter, legacy mode, durations and the rdzv spellings",
+          "[launcher][options]") {
   auto s = parse_ok({"--standalone", "--nproc-per-node", "2", "./t"});
   CHECK(s.master_port == 0);
   CHECK(s.master_addr == "127.0.0.1");
@@ -82,9 +86,11 @@ TEST_CASE("standalone, tee, filter, legacy mode, durations and the rdzv spelling
   CHECK_FALSE(parse_ok({"--no-use-env", "./t"}).use_env);
   CHECK_FALSE(parse_ok({"--no_use_env", "./t"}).use_env);
   CHECK(parse_ok({"--use_env", "--no_python", "./t"}).use_env);
-  CHECK(parse_ok({"--grace-period", "250ms", "./t"}).grace_period == std::chrono::milliseconds(250));
+  CHECK(parse_ok({"--grace-period", "250ms", "./t"}).grace_period ==
+        std::chrono::milliseconds(250));
   CHECK(parse_ok({"--grace_period", "2", "./t"}).grace_period == std::chrono::seconds(2));
-  CHECK(parse_ok({"--rdzv-timeout", "1.5s", "./t"}).rdzv_timeout == std::chrono::milliseconds(1500));
+  CHECK(parse_ok({"--rdzv-timeout", "1.5s", "./t"}).rdzv_timeout ==
+        std::chrono::milliseconds(1500));
   CHECK(parse_ok({"--rdzv_conf", "timeout=90", "./t"}).rdzv_timeout == std::chrono::seconds(90));
   auto e = parse_ok({"--rdzv_endpoint", "node0:4000", "--rdzv_id", "job7", "./t"});
   CHECK(e.master_addr == "node0");
@@ -98,7 +104,8 @@ TEST_CASE("standalone, tee, filter, legacy mode, durations and the rdzv spelling
 TEST_CASE("bad flags are usage errors that name the flag", "[launcher][options]") {
   CHECK_THAT(parse_bad({"--nproc-per-node", "two", "./t"}).message, Contains("--nproc-per-node"));
   CHECK_THAT(parse_bad({"--nnodes", "1:4", "./t"}).message, Contains("elastic"));
-  CHECK_THAT(parse_bad({"--nnodes", "2", "--node-rank", "2", "./t"}).message, Contains("--node-rank 2"));
+  CHECK_THAT(parse_bad({"--nnodes", "2", "--node-rank", "2", "./t"}).message,
+             Contains("--node-rank 2"));
   CHECK_THAT(parse_bad({"--nproc-per-node", "2"}).message, Contains("no program"));
   CHECK_THAT(parse_bad({"--nproc-per-nod", "2", "./t"}).message, Contains("--nproc-per-nod"));
   CHECK_THAT(parse_bad({"--standalone", "--nnodes", "2", "./t"}).message, Contains("--standalone"));
@@ -113,9 +120,10 @@ TEST_CASE("help documents every flag with an example", "[launcher][options]") {
   REQUIRE_FALSE(r.options);
   CHECK(r.exit_code == 0);
   for (const char* flag :
-       {"--nnodes", "--node-rank", "--nproc-per-node", "--master-addr", "--master-port", "--standalone",
-        "--max-restarts", "--log-dir", "--tee", "--local-ranks-filter", "--run-id", "--no-python",
-        "--legacy", "--use-env", "--grace-period", "--rdzv-timeout", "--rdzv-endpoint", "--role"}) {
+       {"--nnodes", "--node-rank", "--nproc-per-node", "--master-addr", "--master-port",
+        "--standalone", "--max-restarts", "--log-dir", "--tee", "--local-ranks-filter", "--run-id",
+        "--no-python", "--legacy", "--use-env", "--grace-period", "--rdzv-timeout",
+        "--rdzv-endpoint", "--role"}) {
     INFO(flag);
     CHECK_THAT(r.message, Contains(flag));
   }
@@ -123,9 +131,12 @@ TEST_CASE("help documents every flag with an example", "[launcher][options]") {
   std::vector<std::string> blocks;
   std::istringstream in(r.message);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("  -", 0) == 0) blocks.push_back(line);
-    else if (!blocks.empty() && line.rfind("      ", 0) == 0) blocks.back() += line;
-    else if (line.empty() && !blocks.empty()) break;
+    if (line.rfind("  -", 0) == 0)
+      blocks.push_back(line);
+    else if (!blocks.empty() && line.rfind("      ", 0) == 0)
+      blocks.back() += line;
+    else if (line.empty() && !blocks.empty())
+      break;
   }
   CHECK(blocks.size() >= 25);
   for (const auto& b : blocks) {
@@ -154,10 +165,19 @@ TEST_CASE("LineSplitter hands on whole lines whatever the chunking", "[launcher]
 }
 
 TEST_CASE("worker variables and line prefixes", "[launcher][env]") {
-  WorkerPlace p{.local_rank = 1, .global_rank = 5, .world_size = 8, .local_world_size = 4,
-                .group_rank = 1, .group_world_size = 2};
-  AttemptEnv a{.master_addr = "10.1.1.1", .master_port = 4242, .restart_count = 2,
-               .max_restarts = 3, .run_id = "j", .role = "trainer", .default_omp_threads = true};
+  WorkerPlace p{.local_rank = 1,
+                .global_rank = 5,
+                .world_size = 8,
+                .local_world_size = 4,
+                .group_rank = 1,
+                .group_world_size = 2};
+  AttemptEnv a{.master_addr = "10.1.1.1",
+               .master_port = 4242,
+               .restart_count = 2,
+               .max_restarts = 3,
+               .run_id = "j",
+               .role = "trainer",
+               .default_omp_threads = true};
   auto v = worker_variables(p, a);
   CHECK(v.at("RANK") == "5");
   CHECK(v.at("LOCAL_RANK") == "1");
@@ -178,8 +198,12 @@ TEST_CASE("the failure summary names the root cause and shows its stderr", "[lau
   r.start_time = std::chrono::system_clock::now();
   for (int i = 0; i < 3; ++i) {
     WorkerResult w;
-    w.place = {.local_rank = i, .global_rank = 4 + i, .world_size = 8, .local_world_size = 3,
-               .group_rank = 1, .group_world_size = 2};
+    w.place = {.local_rank = i,
+               .global_rank = 4 + i,
+               .world_size = 8,
+               .local_world_size = 3,
+               .group_rank = 1,
+               .group_world_size = 2};
     w.pid = 100 + i;
     w.exit_time = r.start_time + std::chrono::milliseconds(1500);
     r.workers.push_back(w);
@@ -190,8 +214,8 @@ TEST_CASE("the failure summary names the root cause and shows its stderr", "[lau
   r.workers[0].stopped_by_launcher = true;
   r.workers[2].exit.exit_code = 0;
   r.first_failure = 1;
-  std::string s = format_failure_summary(r, {.node_rank = 1, .hostname = "h", .attempt = 0,
-                                             .max_restarts = 0, .run_id = "j"});
+  std::string s = format_failure_summary(
+      r, {.node_rank = 1, .hostname = "h", .attempt = 0, .max_restarts = 0, .run_id = "j"});
   CHECK_THAT(s, Contains("root cause: rank 5 (local rank 1, pid 101) ended with exit code 3"));
   CHECK_THAT(s, Contains("1.50s after the start"));
   CHECK_THAT(s, Contains("signal 15 (SIGTERM)"));

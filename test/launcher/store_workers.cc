@@ -25,7 +25,8 @@ COLLIE_TEST_CHILD(store_rdv) {
   const bool do_all_reduce = args.size() > 1 && args[1] == "allreduce";
   const LaunchEnv le = detect_launch_env();
   if (!le.distributed) throw Error("store_rdv: no launcher detected");
-  if (le.master_addr.empty() || !le.master_port) throw Error("store_rdv: MASTER_ADDR/MASTER_PORT unset");
+  if (le.master_addr.empty() || !le.master_port)
+    throw Error("store_rdv: MASTER_ADDR/MASTER_PORT unset");
   const int rank = le.rank, world = le.world_size, attempt = le.restart_count;
   TcpStoreOptions options;
   options.timeout = std::chrono::seconds(60);

@@ -5,8 +5,8 @@
 #include <atomic>
 
 #include "nn/data_loader.h"
-#include "runtime/base/error.h"
 #include "nn/distributed_sampler.h"
+#include "runtime/base/error.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -36,7 +36,9 @@ class RecordingOps final : public DeviceOps {
     live.erase(p);
     HostOps::instance().deallocate(p);
   }
-  void copy(void* dst, const void* src, size_t bytes) override { HostOps::instance().copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    HostOps::instance().copy(dst, src, bytes);
+  }
   void scale(float* data, size_t count, float factor) override {
     ++scales;
     if (!owns(data, count * sizeof(float))) ++violations;
@@ -82,7 +84,9 @@ class RecordingModel final : public DdpModel {
     inner_.use_grad_storage(i, storage);
   }
   void use_own_grad_storage(size_t i) noexcept override { inner_.use_own_grad_storage(i); }
-  void set_grad_ready_hook(size_t i, Hook hook) override { inner_.set_grad_ready_hook(i, std::move(hook)); }
+  void set_grad_ready_hook(size_t i, Hook hook) override {
+    inner_.set_grad_ready_hook(i, std::move(hook));
+  }
   void forward(const Tensor& input, Tensor& output) override { inner_.forward(input, output); }
   void backward(const Tensor& input, const Tensor& output, const Tensor& grad) override {
     inner_.backward(input, output, grad);
@@ -118,7 +122,8 @@ class TwinGroup final : public ProcessGroup {
   std::shared_ptr<Work> all_reduce(TensorView t, const AllReduceOptions& o) override {
     check(t);
     ++all_reduces;
-    COLLIE_CHECK(o.op == ReduceOp::kSum && t.dtype == DataType::kFloat32, "DDP reduces float32 sums");
+    COLLIE_CHECK(o.op == ReduceOp::kSum && t.dtype == DataType::kFloat32,
+                 "DDP reduces float32 sums");
     for (size_t i = 0; i < t.count; ++i) t.as<float>()[i] *= 2.0f;
     return std::make_shared<CheckedWork>(ops_);
   }
@@ -127,15 +132,20 @@ class TwinGroup final : public ProcessGroup {
     ++broadcasts;
     return std::make_shared<CheckedWork>(ops_);
   }
-  std::shared_ptr<Work> all_gather(TensorView out, TensorView in, const AllGatherOptions&) override {
+  std::shared_ptr<Work> all_gather(TensorView out, TensorView in,
+                                   const AllGatherOptions&) override {
     check(in);
     check(out);
     ++all_gathers;
-    for (int r = 0; r < 2; ++r) ops_.copy(static_cast<char*>(out.data) + r * in.nbytes(), in.data, in.nbytes());
+    for (int r = 0; r < 2; ++r)
+      ops_.copy(static_cast<char*>(out.data) + r * in.nbytes(), in.data, in.nbytes());
     return std::make_shared<CheckedWork>(ops_);
   }
-  std::shared_ptr<Work> barrier(const BarrierOptions&) override { return std::make_shared<CheckedWork>(ops_); }
-  std::shared_ptr<Work> reduce_scatter(TensorView, TensorView, const ReduceScatterOptions&) override {
+  std::shared_ptr<Work> barrier(const BarrierOptions&) override {
+    return std::make_shared<CheckedWork>(ops_);
+  }
+  std::shared_ptr<Work> reduce_scatter(TensorView, TensorView,
+                                       const ReduceScatterOptions&) override {
     throw Error("DDP does not reduce_scatter");
   }
   void shutdown(Timeout) override {}
@@ -145,7 +155,8 @@ class TwinGroup final : public ProcessGroup {
  private:
   // On the model's device, in its memory, launched with its stream current.
   void check(const TensorView& t) {
-    if (t.device != ops_.device() || !ops_.owns(t.data, t.nbytes()) || ops_.current == 0) ++ops_.violations;
+    if (t.device != ops_.device() || !ops_.owns(t.data, t.nbytes()) || ops_.current == 0)
+      ++ops_.violations;
   }
   RecordingOps& ops_;
 };
@@ -160,7 +171,8 @@ void batch(int step, Tensor& x, std::vector<int64_t>& labels) {
 
 }  // namespace
 
-TEST_CASE("DDP drives a device model through its DeviceOps: memory, labels, stream ordering", "[ddp]") {
+TEST_CASE("DDP drives a device model through its DeviceOps: memory, labels, stream ordering",
+          "[ddp]") {
   Sequential plain = make_mlp<float>({.sizes = {8, 16, 16, 3}, .seed = 4, .flatten = false});
   Sequential wrapped = make_mlp<float>({.sizes = {8, 16, 16, 3}, .seed = 4, .flatten = false});
   Sgd plain_opt(plain.parameters(), {.lr = 0.1, .momentum = 0.9});
@@ -174,7 +186,7 @@ TEST_CASE("DDP drives a device model through its DeviceOps: memory, labels, stre
     CHECK(group.all_gathers == 2);  // the shape check
     CHECK(group.broadcasts == 1);   // rank 0's parameters
     REQUIRE(ddp.reducer().buckets().size() == 6);
-    CHECK(ops.live.size() == 6);  // the scratch buffers are gone, the buckets stay
+    CHECK(ops.live.size() == 6);           // the scratch buffers are gone, the buckets stay
     CHECK_THROWS_AS(ddp.module(), Error);  // a DdpModel, not a host Module
     for (int step = 0; step < 3; ++step) {
       Tensor x, grad;

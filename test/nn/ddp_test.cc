@@ -32,7 +32,7 @@ namespace {
 const std::vector<int64_t> kSizes{20, 32, 16, 5};
 constexpr int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3, 4
 constexpr int kSteps = 5;
-constexpr int kMicroBatches = 3;      // for the no_sync scenario
+constexpr int kMicroBatches = 3;  // for the no_sync scenario
 
 // Examples [begin, begin + count) of an endless deterministic dataset.
 void make_examples(int64_t begin, int64_t count, Tensor& x, std::vector<int64_t>& labels) {
@@ -43,11 +43,14 @@ Sequential make_model(uint64_t seed, std::vector<int64_t> sizes = kSizes) {
   return make_mlp<float>({.sizes = std::move(sizes), .seed = seed, .flatten = false});
 }
 
-Sgd make_optimizer(Module& m) { return Sgd(m.parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}); }
+Sgd make_optimizer(Module& m) {
+  return Sgd(m.parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+}
 
 // One training step's gradient on examples [begin, begin + count), scaled.
 void accumulate(const std::function<const Tensor&(const Tensor&)>& forward,
-                const std::function<void(const Tensor&)>& backward, int64_t begin, int64_t count, float scale) {
+                const std::function<void(const Tensor&)>& backward, int64_t begin, int64_t count,
+                float scale) {
   Tensor x, grad;
   std::vector<int64_t> labels;
   make_examples(begin, count, x, labels);
@@ -65,13 +68,14 @@ Sequential train_reference(int micro) {
     opt.zero_grad();
     const int64_t count = kGlobalBatch * micro;
     accumulate([&](const Tensor& x) -> const Tensor& { return model.forward(x); },
-               [&](const Tensor& g) { model.backward(g); }, step * count, count, 1.0f);
+               [&](const Tensor& g) { model.backward(g); }, step* count, count, 1.0f);
     opt.step();
   }
   return model;
 }
 
-std::vector<Subprocess> spawn_ranks(int world, const std::function<std::vector<std::string>(int)>& args) {
+std::vector<Subprocess> spawn_ranks(int world,
+                                    const std::function<std::vector<std::string>(int)>& args) {
   std::vector<Subprocess> procs;
   for (int r = 0; r < world; ++r) {
     SpawnOptions options;
@@ -93,17 +97,19 @@ std::vector<std::string> wait_ranks(std::vector<Subprocess>& procs) {
     auto status = procs[r].wait(deadline.remaining());
     ok = ok && status.ok();
     outs.push_back(procs[r].out());
-    report += str_cat("--- rank ", r, ": ", status.describe(), "\n", procs[r].out(), procs[r].err(), "\n");
+    report += str_cat("--- rank ", r, ": ", status.describe(), "\n", procs[r].out(), procs[r].err(),
+                      "\n");
   }
   INFO(report);
   REQUIRE(ok);
   return outs;
 }
 
-std::vector<std::string> run_ranks(int world, const std::string& scenario, const test::TempDir& dir) {
+std::vector<std::string> run_ranks(int world, const std::string& scenario,
+                                   const test::TempDir& dir) {
   auto procs = spawn_ranks(world, [&](int r) {
-    return std::vector<std::string>{scenario, std::to_string(r), std::to_string(world), dir.file("rdzv"),
-                                    dir.file(str_cat("rank", r, ".pth"))};
+    return std::vector<std::string>{scenario, std::to_string(r), std::to_string(world),
+                                    dir.file("rdzv"), dir.file(str_cat("rank", r, ".pth"))};
   });
   return wait_ranks(procs);
 }
@@ -125,8 +131,11 @@ void check_close_to(Sequential& reference, const std::string& path) {
 COLLIE_TEST_CHILD(ddp_rank) {
   const std::string scenario = args.at(0);
   const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
-  init_process_group({.backend = "socket", .init_method = "file://" + args.at(3), .world_size = world,
-                      .rank = rank, .timeout = std::chrono::seconds(60)});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + args.at(3),
+                      .world_size = world,
+                      .rank = rank,
+                      .timeout = std::chrono::seconds(60)});
   ProcessGroup& group = *get_default_group();
   int rc = 0;
   if (scenario == "mismatch") {
@@ -159,14 +168,16 @@ COLLIE_TEST_CHILD(ddp_rank) {
         if (m + 1 < micro) guard.emplace(ddp.no_sync());
         // Micro-batch m of the big batch, split across ranks.
         accumulate([&](const Tensor& x) -> const Tensor& { return ddp.forward(x); },
-                   [&](const Tensor& g) { ddp.backward(g); }, step_begin + m * kGlobalBatch + rank * shard, shard,
+                   [&](const Tensor& g) { ddp.backward(g); },
+                   step_begin + m * kGlobalBatch + rank * shard, shard,
                    1.0f / static_cast<float>(micro));
       }
       if (scenario == "buckets") {
         auto& buckets = ddp.reducer().buckets();
         COLLIE_CHECK_EQ(buckets.size(), 2u);
         // The first bucket went out while backward was still computing.
-        COLLIE_CHECK(buckets[0].launched_at < ddp.last_backward_compute_end(), "first bucket launched after backward");
+        COLLIE_CHECK(buckets[0].launched_at < ddp.last_backward_compute_end(),
+                     "first bucket launched after backward");
         COLLIE_CHECK(buckets[1].launched_at >= buckets[0].launched_at);
       }
       opt.step();
@@ -185,7 +196,8 @@ TEST_CASE("bucket assignment follows c10d: reverse order, first bucket capped sm
   std::vector<size_t> reverse{5, 4, 3, 2, 1, 0};
   CHECK(compute_bucket_assignment(bytes, reverse, {100, 900}) ==
         std::vector<std::vector<size_t>>{{5, 4}, {3, 2, 1}, {0}});
-  CHECK(compute_bucket_assignment(bytes, reverse, {10000, 10000}) == std::vector<std::vector<size_t>>{{5, 4, 3, 2, 1, 0}});
+  CHECK(compute_bucket_assignment(bytes, reverse, {10000, 10000}) ==
+        std::vector<std::vector<size_t>>{{5, 4, 3, 2, 1, 0}});
   // A bucket closes as soon as it reaches its cap, so one big tensor is alone.
   CHECK(compute_bucket_assignment(bytes, reverse, {1, 1}) ==
         std::vector<std::vector<size_t>>{{5}, {4}, {3}, {2}, {1}, {0}});
@@ -194,7 +206,10 @@ TEST_CASE("bucket assignment follows c10d: reverse order, first bucket capped sm
 
 TEST_CASE("DDP's default buckets for an MLP, with gradients living inside them", "[ddp]") {
   test::TempDir dir;
-  init_process_group({.backend = "socket", .init_method = "file://" + dir.file("rdzv"), .world_size = 1, .rank = 0});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + dir.file("rdzv"),
+                      .world_size = 1,
+                      .rank = 0});
   {
     // Reverse order: 6.bias, 6.weight, 4.bias, 4.weight (1 MiB) close the
     // first bucket at 1,071,144 bytes; the rest fit in one 25 MiB bucket.
@@ -208,14 +223,17 @@ TEST_CASE("DDP's default buckets for an MLP, with gradients living inside them",
       for (size_t p : b.params) out.push_back(names[p].first);
       return out;
     };
-    CHECK(names_of(buckets[0]) == std::vector<std::string>{"6.bias", "6.weight", "4.bias", "4.weight"});
-    CHECK(names_of(buckets[1]) == std::vector<std::string>{"2.bias", "2.weight", "0.bias", "0.weight"});
+    CHECK(names_of(buckets[0]) ==
+          std::vector<std::string>{"6.bias", "6.weight", "4.bias", "4.weight"});
+    CHECK(names_of(buckets[1]) ==
+          std::vector<std::string>{"2.bias", "2.weight", "0.bias", "0.weight"});
     for (auto& b : buckets)
       for (size_t k = 0; k < b.params.size(); ++k)
         CHECK(names[b.params[k]].second->grad() == b.data.data() + b.offsets[k]);
     // Smaller caps: [6.*, 4.*] reach 0.25 MiB, [2.*] and [0.*] each reach 0.5 MiB.
     Sequential small = make_mlp<float>({.sizes = {256, 512, 512, 512, 10}, .flatten = false});
-    DistributedDataParallel ddp_small(small, *get_default_group(), {.bucket_cap_mb = 0.5, .first_bucket_cap_mb = 0.25});
+    DistributedDataParallel ddp_small(small, *get_default_group(),
+                                      {.bucket_cap_mb = 0.5, .first_bucket_cap_mb = 0.25});
     CHECK(ddp_small.reducer().buckets().size() == 3);
   }
   // Once DDP is gone the gradients are the parameters' own again.
@@ -239,7 +257,8 @@ TEST_CASE("DDP on N ranks equals one process on the whole batch", "[ddp]") {
   }
 }
 
-TEST_CASE("DDP with several buckets launches the first before backward ends, same result", "[ddp]") {
+TEST_CASE("DDP with several buckets launches the first before backward ends, same result",
+          "[ddp]") {
   Sequential reference = train_reference(1);
   test::TempDir dir;
   run_ranks(2, "buckets", dir);
@@ -257,7 +276,9 @@ TEST_CASE("DDP refuses replicas whose parameter shapes differ, naming both ranks
   test::TempDir dir;
   auto outs = run_ranks(3, "mismatch", dir);
   for (const auto& out : outs)
-    CHECK_THAT(out, Contains("parameter 0 ('0.weight') has shape [32, 20] on rank 0 but [33, 20] on rank 1"));
+    CHECK_THAT(
+        out,
+        Contains("parameter 0 ('0.weight') has shape [32, 20] on rank 0 but [33, 20] on rank 1"));
 }
 
 namespace {
@@ -269,8 +290,12 @@ class ForgetfulLinear : public Module {
   ForgetfulLinear() : inner_(3, 2, generator_) {}
   std::string describe() const override { return "ForgetfulLinear"; }
   void forward(const Tensor& in, Tensor& out) override { inner_.forward(in, out); }
-  void backward(const Tensor&, const Tensor&, const Tensor&, Tensor*) override { inner_.weight().mark_grad_ready(); }
-  std::vector<std::pair<std::string, Parameter*>> named_parameters() override { return inner_.named_parameters(); }
+  void backward(const Tensor&, const Tensor&, const Tensor&, Tensor*) override {
+    inner_.weight().mark_grad_ready();
+  }
+  std::vector<std::pair<std::string, Parameter*>> named_parameters() override {
+    return inner_.named_parameters();
+  }
 
  private:
   Generator generator_;
@@ -281,14 +306,18 @@ class ForgetfulLinear : public Module {
 
 TEST_CASE("DDP names a parameter that got no gradient, and recovers for the next step", "[ddp]") {
   test::TempDir dir;
-  init_process_group({.backend = "socket", .init_method = "file://" + dir.file("rdzv"), .world_size = 1, .rank = 0});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + dir.file("rdzv"),
+                      .world_size = 1,
+                      .rank = 0});
   {
     ForgetfulLinear model;
     DistributedDataParallel ddp(model, *get_default_group(), {.first_bucket_cap_mb = 1e-6});
     REQUIRE(ddp.reducer().buckets().size() == 2);  // bias, then weight
     Tensor x({4, 3}), g({4, 2});
     ddp.forward(x);
-    CHECK_THROWS_WITH(ddp.backward(g), Contains("without gradients for 1 parameter(s): bias (index 1)"));
+    CHECK_THROWS_WITH(ddp.backward(g),
+                      Contains("without gradients for 1 parameter(s): bias (index 1)"));
     // An evaluation forward without backward does not wedge the next step.
     model.eval();
     ddp.forward(x);

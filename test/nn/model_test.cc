@@ -27,7 +27,8 @@ BasicTensor<T> make_input(Shape shape, uint64_t seed) {
   return x;
 }
 
-double loss_of(BasicSequential<double>& model, const DTensor& x, const std::vector<int64_t>& labels) {
+double loss_of(BasicSequential<double>& model, const DTensor& x,
+               const std::vector<int64_t>& labels) {
   return cross_entropy(model.forward(x), labels);
 }
 
@@ -66,7 +67,8 @@ TEST_CASE("make_mlp names parameters like torch's nn.Sequential state_dict") {
   auto model = make_mlp<float>({.sizes = {784, 256, 128, 10}, .seed = 1});
   std::vector<std::string> names;
   for (auto& [name, p] : model.named_parameters()) names.push_back(name);
-  CHECK(names == std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"});
+  CHECK(names ==
+        std::vector<std::string>{"1.weight", "1.bias", "3.weight", "3.bias", "5.weight", "5.bias"});
   CHECK(model.num_parameters() == 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
   // U(-1/sqrt(fan_in), 1/sqrt(fan_in)): every value inside the bound, and spread out.
   auto* w = model.parameters()[0];
@@ -87,7 +89,8 @@ TEST_CASE("cross_entropy is stable for huge logits and its gradient sums to zero
   float loss = cross_entropy(logits, labels, &grad);
   CHECK(std::isfinite(loss));
   CHECK(loss == Approx((0 + std::log(3.0)) / 2));
-  for (int r = 0; r < 2; ++r) CHECK(grad[r * 3] + grad[r * 3 + 1] + grad[r * 3 + 2] == Approx(0).margin(1e-7));
+  for (int r = 0; r < 2; ++r)
+    CHECK(grad[r * 3] + grad[r * 3 + 1] + grad[r * 3 + 2] == Approx(0).margin(1e-7));
   CHECK(count_correct(logits, labels) == 1);  // row 1 is a tie: argmax picks class 0
   CHECK_THROWS_AS(cross_entropy(logits, std::vector<int64_t>{0, 3}), InvalidArgument);
 }
@@ -150,7 +153,7 @@ TEST_CASE("Dropout's backward uses the forward's mask, and eval is the identity"
   // mask the forward used: finite differences through a fixed mask equal the
   // gradient when the mask is frozen by evaluating with the same draw. We
   // check instead the structural property: dropped units get no gradient.
-  auto* w2 = model.parameters()[2];  // [3, 8]
+  auto* w2 = model.parameters()[2];     // [3, 8]
   const DTensor& h = model.forward(x);  // draws a new mask; only shape matters now
   CHECK(h.shape() == Shape{3, 3});
   int zero_columns = 0;
@@ -170,7 +173,8 @@ TEST_CASE("Dropout's backward uses the forward's mask, and eval is the identity"
 TEST_CASE("backward announces each parameter once, last layer first, and accumulates") {
   auto model = make_mlp<float>({.sizes = {4, 3, 2}, .seed = 1});
   std::vector<std::string> order;
-  for (auto& [name, p] : model.named_parameters()) p->set_grad_ready_hook([&order, n = name] { order.push_back(n); });
+  for (auto& [name, p] : model.named_parameters())
+    p->set_grad_ready_hook([&order, n = name] { order.push_back(n); });
   Tensor x = make_input<float>({2, 4}, 3);
   std::vector<int64_t> labels{0, 1};
   Tensor g;
@@ -178,10 +182,12 @@ TEST_CASE("backward announces each parameter once, last layer first, and accumul
   cross_entropy(model.forward(x), labels, &g);
   model.backward(g);
   CHECK(order == std::vector<std::string>{"3.bias", "3.weight", "1.bias", "1.weight"});
-  std::vector<float> once(model.parameters()[0]->grad_span().begin(), model.parameters()[0]->grad_span().end());
+  std::vector<float> once(model.parameters()[0]->grad_span().begin(),
+                          model.parameters()[0]->grad_span().end());
   model.forward(x);
   model.backward(g);
-  for (size_t i = 0; i < once.size(); ++i) CHECK(model.parameters()[0]->grad()[i] == Approx(2 * once[i]));
+  for (size_t i = 0; i < once.size(); ++i)
+    CHECK(model.parameters()[0]->grad()[i] == Approx(2 * once[i]));
 }
 
 TEST_CASE("Linear initialisation equals torch's nn.Linear after torch.manual_seed") {
@@ -202,7 +208,8 @@ for t in (fc1.weight, fc1.bias, fc2.weight, fc2.bias):
   for (size_t k = 0; k < 4; ++k) {
     REQUIRE(rows[k].size() == ours[k]->numel());
     size_t mismatches = 0;
-    for (size_t i = 0; i < rows[k].size(); ++i) mismatches += ours[k]->data()[i] != static_cast<float>(rows[k][i]);
+    for (size_t i = 0; i < rows[k].size(); ++i)
+      mismatches += ours[k]->data()[i] != static_cast<float>(rows[k][i]);
     CHECK(mismatches == 0);
   }
 }

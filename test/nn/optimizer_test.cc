@@ -36,18 +36,29 @@ std::vector<Config> configs() {
       {"sgd", "torch.optim.SGD([p], lr=0.1)",
        [](auto ps) { return std::make_unique<Sgd>(ps, SgdOptions{.lr = 0.1}); }},
       {"sgd momentum+wd", "torch.optim.SGD([p], lr=0.05, momentum=0.9, weight_decay=0.01)",
-       [](auto ps) { return std::make_unique<Sgd>(ps, SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01}); }},
-      {"sgd dampening", "torch.optim.SGD([p], lr=0.05, momentum=0.8, dampening=0.3)",
-       [](auto ps) { return std::make_unique<Sgd>(ps, SgdOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3}); }},
-      {"sgd nesterov", "torch.optim.SGD([p], lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.001)",
        [](auto ps) {
-         return std::make_unique<Sgd>(ps, SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.001, .nesterov = true});
+         return std::make_unique<Sgd>(
+             ps, SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
        }},
-      {"adamw defaults", "torch.optim.AdamW([p])", [](auto ps) { return std::make_unique<AdamW>(ps); }},
-      {"adamw custom", "torch.optim.AdamW([p], lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)",
+      {"sgd dampening", "torch.optim.SGD([p], lr=0.05, momentum=0.8, dampening=0.3)",
        [](auto ps) {
-         return std::make_unique<AdamW>(ps, AdamWOptions{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6,
-                                                          .weight_decay = 0.05});
+         return std::make_unique<Sgd>(ps,
+                                      SgdOptions{.lr = 0.05, .momentum = 0.8, .dampening = 0.3});
+       }},
+      {"sgd nesterov",
+       "torch.optim.SGD([p], lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.001)",
+       [](auto ps) {
+         return std::make_unique<Sgd>(
+             ps, SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.001, .nesterov = true});
+       }},
+      {"adamw defaults", "torch.optim.AdamW([p])",
+       [](auto ps) { return std::make_unique<AdamW>(ps); }},
+      {"adamw custom",
+       "torch.optim.AdamW([p], lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.05)",
+       [](auto ps) {
+         return std::make_unique<AdamW>(
+             ps, AdamWOptions{
+                     .lr = 0.01, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.05});
        }},
   };
 }
@@ -58,10 +69,13 @@ TEST_CASE("SGD and AdamW follow torch 1.13 step by step") {
   std::string script = str_cat(R"(
 import math, torch
 def run(make):
-    p = torch.nn.Parameter(torch.tensor([0.1 * i - 0.5 for i in range()", kNumel, R"()], dtype=torch.float32))
+    p = torch.nn.Parameter(torch.tensor([0.1 * i - 0.5 for i in range()",
+                               kNumel, R"()], dtype=torch.float32))
     opt = make(p)
-    for t in range()", kSteps, R"():
-        p.grad = torch.tensor([math.sin(0.37 * i + 1.3 * t) for i in range()", kNumel, R"()], dtype=torch.float32)
+    for t in range()",
+                               kSteps, R"():
+        p.grad = torch.tensor([math.sin(0.37 * i + 1.3 * t) for i in range()",
+                               kNumel, R"()], dtype=torch.float32)
         opt.step()
         print(' '.join(repr(v) for v in p.detach().tolist()))
 )");

@@ -62,16 +62,17 @@ def emit(n, r, shuffle, seed, epoch, drop_last):
         print(len(s), *idx)
 )";
   for (const auto& a : cases)
-    script += str_cat("emit(", a.len, ", ", a.replicas, ", ", a.shuffle ? "True" : "False", ", ", a.seed, ", ",
-                      a.epoch, ", ", a.drop_last ? "True" : "False", ")\n");
+    script += str_cat("emit(", a.len, ", ", a.replicas, ", ", a.shuffle ? "True" : "False", ", ",
+                      a.seed, ", ", a.epoch, ", ", a.drop_last ? "True" : "False", ")\n");
   auto out = test::run_torch(script);
   if (!out) return;
   auto rows = test::parse_int_rows(*out);
   size_t row = 0;
   for (const auto& a : cases) {
     for (int rank = 0; rank < a.replicas; ++rank, ++row) {
-      INFO("len " << a.len << " replicas " << a.replicas << " rank " << rank << " shuffle " << a.shuffle << " seed "
-                  << a.seed << " epoch " << a.epoch << " drop_last " << a.drop_last);
+      INFO("len " << a.len << " replicas " << a.replicas << " rank " << rank << " shuffle "
+                  << a.shuffle << " seed " << a.seed << " epoch " << a.epoch << " drop_last "
+                  << a.drop_last);
       REQUIRE(row < rows.size());
       DistributedSampler s(a.len, a.replicas, rank, a.shuffle, a.seed, a.drop_last);
       s.set_epoch(a.epoch);
@@ -89,15 +90,19 @@ TEST_CASE("randperm matches torch for a permutation larger than 2^24") {
   auto out = test::run_torch(str_cat(R"(
 import torch
 g = torch.Generator(); g.manual_seed(7)
-p = torch.randperm()", n, R"(, generator=g)
-print(int((p * torch.arange()", n, R"()).sum()), *p[:8].tolist(), *p[-4:].tolist())
+p = torch.randperm()",
+                                     n, R"(, generator=g)
+print(int((p * torch.arange()",
+                                     n, R"()).sum()), *p[:8].tolist(), *p[-4:].tolist())
 )"));
   if (!out) return;
   auto row = test::parse_int_rows(*out).at(0);
   Generator g(7);
   auto p = randperm(n, g);
   int64_t weighted = 0;  // wraps like torch's int64 sum
-  for (int64_t i = 0; i < n; ++i) weighted = static_cast<int64_t>(static_cast<uint64_t>(weighted) + static_cast<uint64_t>(p[i] * i));
+  for (int64_t i = 0; i < n; ++i)
+    weighted =
+        static_cast<int64_t>(static_cast<uint64_t>(weighted) + static_cast<uint64_t>(p[i] * i));
   CHECK(weighted == row[0]);
   for (int i = 0; i < 8; ++i) CHECK(p[i] == row[1 + i]);
   for (int i = 0; i < 4; ++i) CHECK(p[n - 4 + i] == row[9 + i]);

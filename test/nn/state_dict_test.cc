@@ -43,7 +43,8 @@ TEST_CASE("a state_dict round-trips through bytes and files in key order") {
     CHECK(d.get_string("config") == R"({"epochs": 10})");
   }
   auto d = parse_state_dict(bytes);
-  CHECK_THROWS_WITH(d.get_floats("model.1.weight", {3, 2}), Contains("'model.1.weight' has shape [2, 3], expected [3, 2]"));
+  CHECK_THROWS_WITH(d.get_floats("model.1.weight", {3, 2}),
+                    Contains("'model.1.weight' has shape [2, 3], expected [3, 2]"));
   CHECK_THROWS_WITH(d.get_int("model.1.bias"), Contains("holds float32[2], expected int64"));
   CHECK_THROWS_WITH(d.get_int("missing"), Contains("no key 'missing'"));
   // Only the final file is left in the directory: no temporaries.
@@ -58,9 +59,11 @@ TEST_CASE("every truncation of a valid state_dict is rejected, none crashes") {
     INFO("prefix of " << n << " bytes");
     CHECK_THROWS_AS(parse_state_dict(std::span(bytes).first(n), "ckpt.pth"), Error);
   }
-  CHECK_THROWS_WITH(parse_state_dict(std::span(bytes).first(40), "ckpt.pth"),
-                    Contains("state_dict 'ckpt.pth' is corrupt: header declares") && Contains("truncated"));
-  CHECK_THROWS_WITH(parse_state_dict(std::span(bytes).first(4), "ckpt.pth"), Contains("truncated: the magic number"));
+  CHECK_THROWS_WITH(
+      parse_state_dict(std::span(bytes).first(40), "ckpt.pth"),
+      Contains("state_dict 'ckpt.pth' is corrupt: header declares") && Contains("truncated"));
+  CHECK_THROWS_WITH(parse_state_dict(std::span(bytes).first(4), "ckpt.pth"),
+                    Contains("truncated: the magic number"));
 }
 
 TEST_CASE("corrupt state_dicts get errors saying what is wrong") {
@@ -72,9 +75,11 @@ TEST_CASE("corrupt state_dicts get errors saying what is wrong") {
   };
   CHECK_THROWS_WITH(parse_state_dict(with(0, {'X'}), "f"), Contains("bad magic"));
   CHECK_THROWS_WITH(parse_state_dict(with(8, {9}), "f"), Contains("unsupported version 9"));
-  CHECK_THROWS_WITH(parse_state_dict(with(16, {0xff, 0xff, 0xff, 0xff}), "f"), Contains("entry count"));
+  CHECK_THROWS_WITH(parse_state_dict(with(16, {0xff, 0xff, 0xff, 0xff}), "f"),
+                    Contains("entry count"));
   // A flipped bit in tensor data fails the checksum.
-  CHECK_THROWS_WITH(parse_state_dict(with(good.size() - 20, {0x55}), "f"), Contains("checksum mismatch"));
+  CHECK_THROWS_WITH(parse_state_dict(with(good.size() - 20, {0x55}), "f"),
+                    Contains("checksum mismatch"));
   auto extra = good;
   extra.push_back(0);
   CHECK_THROWS_WITH(parse_state_dict(extra, "f"), Contains("trailing garbage"));
@@ -106,7 +111,8 @@ TEST_CASE("load_state_dict names the file that is missing or corrupt") {
   test::TempDir dir;
   CHECK_THROWS_WITH(load_state_dict(dir.file("nope.pth")), Contains("nope.pth"));
   std::ofstream(dir.file("junk.pth")) << "not a checkpoint at all, definitely not";
-  CHECK_THROWS_WITH(load_state_dict(dir.file("junk.pth")), Contains("junk.pth") && Contains("bad magic"));
+  CHECK_THROWS_WITH(load_state_dict(dir.file("junk.pth")),
+                    Contains("junk.pth") && Contains("bad magic"));
 }
 
 TEST_CASE("module state loads strictly and leaves the model untouched on error") {
@@ -120,7 +126,8 @@ TEST_CASE("module state loads strictly and leaves the model untouched on error")
       CHECK(a.parameters()[k]->data()[i] == b.parameters()[k]->data()[i]);
   auto wide = make_mlp<float>({.sizes = {4, 5, 2}, .seed = 3});
   const float before = wide.parameters()[0]->data()[0];
-  CHECK_THROWS_WITH(load_module_state(wide, d, "model."), Contains("'model.1.weight' has shape [3, 4], expected [5, 4]"));
+  CHECK_THROWS_WITH(load_module_state(wide, d, "model."),
+                    Contains("'model.1.weight' has shape [3, 4], expected [5, 4]"));
   CHECK(wide.parameters()[0]->data()[0] == before);
 }
 
@@ -131,6 +138,7 @@ TEST_CASE("write_file_atomically replaces a file whole and reports failures") {
   write_file_atomically(path, one);
   write_file_atomically(path, two);
   CHECK(read_file(path) == two);
-  CHECK_THROWS_WITH(write_file_atomically(dir.file("no/such/dir/f"), two), Contains("no/such/dir/f"));
+  CHECK_THROWS_WITH(write_file_atomically(dir.file("no/such/dir/f"), two),
+                    Contains("no/such/dir/f"));
   CHECK_THROWS_WITH(read_file(path, 5), Contains("more than the limit of 5"));
 }

@@ -18,7 +18,8 @@ bool torch_available() {
   static const bool available = [] {
     auto p = Subprocess::spawn({kPython, "-c", "import torch"});
     auto status = p.wait(std::chrono::seconds(120));
-    if (!status.ok()) WARN("skipping torch comparisons: " << kPython << " cannot import torch: " << p.err());
+    if (!status.ok())
+      WARN("skipping torch comparisons: " << kPython << " cannot import torch: " << p.err());
     return status.ok();
   }();
   return available;

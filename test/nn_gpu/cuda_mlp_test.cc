@@ -56,7 +56,8 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
     const float gpu_loss = gpu.forward_backward(x, labels);
     CHECK(gpu_loss == Approx(cpu_loss).epsilon(1e-5));
     std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters()) cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
+    for (auto* p : cpu.parameters())
+      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
     check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
     cpu_opt.step();
     gpu.sgd_step(sgd);
@@ -64,11 +65,13 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
   Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
   gpu.copy_parameters_to(back);
   for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(), "parameters");
+    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
+                "parameters");
   CHECK(gpu.gradients().device == Device::cuda(0));
 }
 
-TEST_CASE("CudaMlp backward from the logits' gradient and AdamW match the Eigen MLP and nn::AdamW") {
+TEST_CASE(
+    "CudaMlp backward from the logits' gradient and AdamW match the Eigen MLP and nn::AdamW") {
   // The path DDP and blip_train --device cuda take: forward to host logits,
   // the loss on the host, backward from its gradient, AdamW on the device.
   const MlpOptions options{.sizes = {784, 64, 10}, .seed = 5};
@@ -88,7 +91,8 @@ TEST_CASE("CudaMlp backward from the logits' gradient and AdamW match the Eigen 
     cross_entropy(gpu_logits, labels, &gpu_grad);
     gpu.backward(x, gpu_logits, gpu_grad);
     std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters()) cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
+    for (auto* p : cpu.parameters())
+      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
     check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
     cpu_opt.step();
     gpu.adamw_step(adam, cpu_opt.lr());
@@ -96,7 +100,8 @@ TEST_CASE("CudaMlp backward from the logits' gradient and AdamW match the Eigen 
   Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
   gpu.copy_parameters_to(back);
   for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(), "parameters");
+    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
+                "parameters");
   // The device state under AdamW's keys loads into a host AdamW (and back).
   StateDict from_gpu, from_cpu;
   gpu.save_adamw_state(from_gpu, "optimizer.", cpu_opt.lr());

@@ -48,7 +48,9 @@ constexpr int kSteps = 4;
 constexpr int kMicroBatches = 3;
 const SgdOptions kSgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
 
-Sequential make_model(uint64_t seed) { return make_mlp<float>({.sizes = kSizes, .seed = seed, .flatten = false}); }
+Sequential make_model(uint64_t seed) {
+  return make_mlp<float>({.sizes = kSizes, .seed = seed, .flatten = false});
+}
 
 // Examples [begin, begin + count) of an endless deterministic dataset.
 void make_examples(int64_t begin, int64_t count, Tensor& x, std::vector<int64_t>& labels) {
@@ -66,8 +68,8 @@ std::vector<float> host_parameters(const nn::cuda::CudaMlp& gpu) {
 // One step's gradient on examples [begin, begin + count), scaled, through
 // `forward`/`backward` (DDP's or the plain model's).
 void accumulate(const std::function<const Tensor&(const Tensor&)>& forward,
-                const std::function<void(const Tensor&, const Tensor&)>& backward, int64_t begin, int64_t count,
-                float scale) {
+                const std::function<void(const Tensor&, const Tensor&)>& backward, int64_t begin,
+                int64_t count, float scale) {
   Tensor x, grad;
   std::vector<int64_t> labels;
   make_examples(begin, count, x, labels);
@@ -84,8 +86,13 @@ std::vector<float> train_reference(int micro) {
   for (int step = 0; step < kSteps; ++step) {
     gpu.zero_grad();
     const int64_t count = kGlobalBatch * micro;
-    accumulate([&](const Tensor& x) -> const Tensor& { gpu.forward(x, logits); return logits; },
-               [&](const Tensor& x, const Tensor& g) { gpu.backward(x, logits, g); }, step * count, count, 1.0f);
+    accumulate(
+        [&](const Tensor& x) -> const Tensor& {
+          gpu.forward(x, logits);
+          return logits;
+        },
+        [&](const Tensor& x, const Tensor& g) { gpu.backward(x, logits, g); }, step* count, count,
+        1.0f);
     gpu.sgd_step(kSgd);
   }
   return host_parameters(gpu);
@@ -103,8 +110,9 @@ void run_ranks(const std::function<void(int, NcclProcessGroup&)>& fn) {
     threads.emplace_back([&, r] {
       try {
         collie::cuda::set_device(r);
-        auto pg = NcclProcessGroup::create(store, r, g_world,
-                                           {.device = r, .timeout = std::chrono::seconds(120), .group_name = name});
+        auto pg = NcclProcessGroup::create(
+            store, r, g_world,
+            {.device = r, .timeout = std::chrono::seconds(120), .group_name = name});
         fn(r, *pg);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -141,14 +149,15 @@ std::vector<RankResult> train_ddp(int micro, DdpOptions options = {}) {
         if (m + 1 < micro) guard.emplace(ddp.no_sync());
         accumulate([&](const Tensor& x) -> const Tensor& { return ddp.forward(x); },
                    [&](const Tensor&, const Tensor& g) { ddp.backward(g); },
-                   step_begin + m * kGlobalBatch + rank * shard, shard, 1.0f / static_cast<float>(micro));
+                   step_begin + m * kGlobalBatch + rank * shard, shard,
+                   1.0f / static_cast<float>(micro));
       }
       if (ddp.reducer().buckets().size() > 1) {
         auto& buckets = ddp.reducer().buckets();
         // The first bucket's all_reduce was queued while backward was still
         // queuing the earlier layers' products.
-        COLLIE_CHECK(buckets[0].launched_at < ddp.last_backward_compute_end(),
-                     "rank ", rank, ": the first bucket was launched after backward");
+        COLLIE_CHECK(buckets[0].launched_at < ddp.last_backward_compute_end(), "rank ", rank,
+                     ": the first bucket was launched after backward");
       }
       gpu.sgd_step(kSgd);
     }
@@ -157,7 +166,8 @@ std::vector<RankResult> train_ddp(int micro, DdpOptions options = {}) {
   return results;
 }
 
-void check_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+void check_close(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
   REQUIRE(got.size() == want.size());
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < got.size(); ++i)
@@ -177,7 +187,8 @@ void check_replicas(const std::vector<RankResult>& results, const std::vector<fl
   for (int r = 0; r < g_world; ++r) {
     INFO("rank " << r << " of " << g_world);
     CHECK(results[r].initial == rank0_start);  // the broadcast (exact)
-    check_close(results[r].final, reference, "parameters after DDP training vs one process on the whole batch");
+    check_close(results[r].final, reference,
+                "parameters after DDP training vs one process on the whole batch");
     CHECK(results[r].final == results[0].final);  // replicas agree bit for bit
   }
 }
@@ -193,20 +204,22 @@ TEST_CASE("DDP buckets on the GPU: c10d's assignment, gradients as views into de
       DistributedDataParallel ddp(gpu, pg);
       auto& buckets = ddp.reducer().buckets();
       COLLIE_CHECK_EQ(buckets.size(), 2u, "default caps: 1 MiB first, 25 MiB after");
-      const std::vector<std::vector<std::string>> expected{{"4.bias", "4.weight", "2.bias", "2.weight"},
-                                                           {"0.bias", "0.weight"}};
+      const std::vector<std::vector<std::string>> expected{
+          {"4.bias", "4.weight", "2.bias", "2.weight"}, {"0.bias", "0.weight"}};
       for (size_t b = 0; b < buckets.size(); ++b) {
-        COLLIE_CHECK(buckets[b].storage.view().device == Device::cuda(rank), "bucket ", b, " is not on cuda:", rank);
+        COLLIE_CHECK(buckets[b].storage.view().device == Device::cuda(rank), "bucket ", b,
+                     " is not on cuda:", rank);
         COLLIE_CHECK_EQ(buckets[b].params.size(), expected[b].size(), "bucket ", b);
         for (size_t k = 0; k < buckets[b].params.size(); ++k) {
           const size_t p = buckets[b].params[k];
           COLLIE_CHECK_EQ(names[p].first, expected[b][k], "bucket ", b, " slot ", k);
           // No copy: the gradient the model writes *is* the bucket slice.
-          COLLIE_CHECK(gpu.gradient(p).data == buckets[b].data.data() + buckets[b].offsets[k], "gradient of ",
-                       names[p].first, " is not a view into bucket ", b);
+          COLLIE_CHECK(gpu.gradient(p).data == buckets[b].data.data() + buckets[b].offsets[k],
+                       "gradient of ", names[p].first, " is not a view into bucket ", b);
         }
       }
-      COLLIE_CHECK_EQ(buckets[0].data.size() * sizeof(float), size_t{1071144}, "first bucket bytes");
+      COLLIE_CHECK_EQ(buckets[0].data.size() * sizeof(float), size_t{1071144},
+                      "first bucket bytes");
     }
     {
       // Smaller caps: 4.* (20,520 bytes) close a 0.01 MiB first bucket; then
@@ -216,13 +229,15 @@ TEST_CASE("DDP buckets on the GPU: c10d's assignment, gradients as views into de
       COLLIE_CHECK_EQ(buckets.size(), 3u, "buckets with caps 0.01 / 0.5 MiB");
       for (size_t b = 0; b < 3; ++b) {
         COLLIE_CHECK_EQ(buckets[b].params.size(), 2u, "bucket ", b);
-        COLLIE_CHECK_EQ(names[buckets[b].params[0]].first, std::to_string(4 - 2 * b) + ".bias", "bucket ", b);
+        COLLIE_CHECK_EQ(names[buckets[b].params[0]].first, std::to_string(4 - 2 * b) + ".bias",
+                        "bucket ", b);
       }
     }
     // DDP gone: the gradients are the model's own flat array again.
     COLLIE_CHECK(gpu.gradients().data != nullptr, "gradients() after DDP");
     DistributedDataParallel tiny(gpu, pg, {.bucket_cap_mb = 1e-6, .first_bucket_cap_mb = 1e-6});
-    COLLIE_CHECK_EQ(tiny.reducer().buckets().size(), names.size(), "one bucket per parameter with tiny caps");
+    COLLIE_CHECK_EQ(tiny.reducer().buckets().size(), names.size(),
+                    "one bucket per parameter with tiny caps");
   });
 }
 
@@ -264,7 +279,9 @@ TEST_CASE("DDP over NCCL refuses replicas whose parameter shapes differ") {
     }
   });
   for (const auto& m : messages)
-    CHECK_THAT(m, Catch::Contains("parameter 0 ('0.weight') has shape [512, 256] on rank 0 but [513, 256] on rank 1"));
+    CHECK_THAT(
+        m, Catch::Contains(
+               "parameter 0 ('0.weight') has shape [512, 256] on rank 0 but [513, 256] on rank 1"));
 }
 
 int main(int argc, char** argv) {

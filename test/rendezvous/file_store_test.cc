@@ -95,8 +95,8 @@ TEST_CASE("FileStore: processes adding to one counter reach the exact total",
   constexpr int kProcs = 4, kAdds = 100;
   // The parent is one more user, so the file outlives the children.
   FileStore parent(path, kProcs + 1);
-  auto procs = spawn_all(kProcs, "file_store_adder", {path, std::to_string(kProcs + 1),
-                                                       std::to_string(kAdds)});
+  auto procs = spawn_all(kProcs, "file_store_adder",
+                         {path, std::to_string(kProcs + 1), std::to_string(kAdds)});
   require_all_ok(procs);
   CHECK(parent.add("counter", 0) == kProcs * kAdds);
 }
@@ -182,13 +182,16 @@ TEST_CASE("FileStore: corrupt files give a StoreError naming the path and offset
     CHECK_THAT(msg, Contains("truncated key length"));
   }
   SECTION("a huge length in a small file allocates nothing") {
-    std::string msg = open_error("huge", good + std::string("\xf0\xff\xff\xff" "xx", 6),
+    std::string msg = open_error("huge",
+                                 good + std::string("\xf0\xff\xff\xff"
+                                                    "xx",
+                                                    6),
                                  {.max_value_bytes = size_t{1} << 40});
     CHECK_THAT(msg, Contains("runs past the end of the file"));
   }
   SECTION("a length over the cap") {
-    std::string msg = open_error("cap", good + record("/big", std::string(100, 'x')),
-                                 {.max_value_bytes = 64});
+    std::string msg =
+        open_error("cap", good + record("/big", std::string(100, 'x')), {.max_value_bytes = 64});
     CHECK_THAT(msg, Contains("value length 100 exceeds the cap of 64"));
   }
   SECTION("a file that shrinks under an open store") {
@@ -277,7 +280,9 @@ TEST_CASE("FileStore: torch's FileStore and collie's share one file", "[file_sto
     if (!py.running()) {
       auto early = py.wait(kChildLimit);
       if (early.exit_code == 77 || early.exit_code == 127) {
-        WARN("skipped: /usr/bin/python3 cannot import torch.distributed (apt install python3-torch)");
+        WARN(
+            "skipped: /usr/bin/python3 cannot import torch.distributed (apt install "
+            "python3-torch)");
         return;
       }
       FAIL("the torch process exited early (" << early.describe() << "): " << py.err());

@@ -91,14 +91,16 @@ const std::vector<Implementation>& implementations() {
       {"PrefixStore(HashStore)", [] { return std::make_unique<PrefixOverHash>(); }},
       {"FileStore", [] { return std::make_unique<SharedFile>(); }},
       {"TcpStore", [] { return std::make_unique<TcpServerAndClients>(); }, false},
-      {"PrefixStore(TcpStore)", [] {
+      {"PrefixStore(TcpStore)",
+       [] {
          struct PrefixOverTcp : TcpServerAndClients {
            std::shared_ptr<Store> open() override {
              return std::make_shared<PrefixStore>("contract", TcpServerAndClients::open());
            }
          };
          return std::make_unique<PrefixOverTcp>();
-       }, false},
+       },
+       false},
   };
   return kAll;
 }
@@ -109,18 +111,18 @@ const std::vector<Implementation>& implementations() {
 // StoreUnderTest) and `store` (a first handle) in scope.
 #define CONTRACT_CAT2_(a, b) a##b
 #define CONTRACT_CAT_(a, b) CONTRACT_CAT2_(a, b)
-#define STORE_CONTRACT_CASE(title) STORE_CONTRACT_CASE_(title, CONTRACT_CAT_(contract_body_, __LINE__))
-#define STORE_CONTRACT_CASE_(title, body)                                                \
-  static void body(const Implementation& impl, StoreUnderTest& sut, Store& store);      \
-  TEST_CASE("Store contract: " title, "[store][contract]") {                             \
-    const auto& impl =                                                                   \
-        implementations()[GENERATE(range(size_t{0}, implementations().size()))];         \
-    INFO("implementation: " << impl.name);                                               \
-    auto sut = impl.make();                                                              \
-    auto store = sut->open();                                                            \
-    body(impl, *sut, *store);                                                            \
-  }                                                                                      \
-  static void body([[maybe_unused]] const Implementation& impl,                          \
+#define STORE_CONTRACT_CASE(title) \
+  STORE_CONTRACT_CASE_(title, CONTRACT_CAT_(contract_body_, __LINE__))
+#define STORE_CONTRACT_CASE_(title, body)                                                       \
+  static void body(const Implementation& impl, StoreUnderTest& sut, Store& store);              \
+  TEST_CASE("Store contract: " title, "[store][contract]") {                                    \
+    const auto& impl = implementations()[GENERATE(range(size_t{0}, implementations().size()))]; \
+    INFO("implementation: " << impl.name);                                                      \
+    auto sut = impl.make();                                                                     \
+    auto store = sut->open();                                                                   \
+    body(impl, *sut, *store);                                                                   \
+  }                                                                                             \
+  static void body([[maybe_unused]] const Implementation& impl,                                 \
                    [[maybe_unused]] StoreUnderTest& sut, Store& store)
 
 STORE_CONTRACT_CASE("set then get returns the value, and set overwrites") {

@@ -115,9 +115,9 @@ TEST_CASE("TcpStore server: a key or value over the cap closes that connection o
     TcpStoreOptions options;
     options.max_value_bytes = 4096;
     auto store = TcpStore::connect("127.0.0.1", server->port(), options);
-    CHECK_THROWS_WITH(store->set("x", Bytes(4097, 1)),
-                      Catch::Contains("'x'") && Catch::Contains("4097 bytes") &&
-                          Catch::Contains("cap of 4096"));
+    CHECK_THROWS_WITH(store->set("x", Bytes(4097, 1)), Catch::Contains("'x'") &&
+                                                           Catch::Contains("4097 bytes") &&
+                                                           Catch::Contains("cap of 4096"));
     CHECK(store->add("fine", 1) == 1);  // the connection is intact
   }
   CHECK(to_string(bystander->get("before")) == "1");

@@ -21,7 +21,8 @@ const std::string kCollieStore = std::string(COLLIE_BIN_DIR) + "/collie-store";
 uint16_t listening_port(Subprocess& p) {
   const std::string out = p.wait_for_output("\n", 30s);
   std::smatch m;
-  REQUIRE(std::regex_search(out, m, std::regex("collie-store listening on 127\\.0\\.0\\.1:(\\d+)")));
+  REQUIRE(
+      std::regex_search(out, m, std::regex("collie-store listening on 127\\.0\\.0\\.1:(\\d+)")));
   return static_cast<uint16_t>(std::stoi(m[1]));
 }
 
@@ -55,8 +56,8 @@ TEST_CASE("collie-store: a port in use fails naming it", "[tcp_store][cli]") {
 }
 
 TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
-  auto p = Subprocess::spawn(
-      {kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});
+  auto p =
+      Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});
   listening_port(p);
   CHECK(p.wait(30s).ok());
 }
@@ -80,7 +81,6 @@ TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store
   CHECK_THAT(p.out(), Catch::Contains("all 5 ranks met"));
   CHECK_THAT(p.out(), Catch::Contains("all 5 workers exited cleanly"));
 }
-
 
 TEST_CASE("rendezvous_demo: a failing worker fails the job and stops the others",
           "[tcp_store][cli]") {

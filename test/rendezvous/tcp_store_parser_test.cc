@@ -42,21 +42,40 @@ TEST_CASE("parser: VALIDATE starts the 2.x dialect; PING carries a nonce", "[tcp
 }
 
 TEST_CASE("parser: every 2.x query type parses its torch layout", "[tcp_store][parser]") {
-  struct Case { Bytes bytes; Op op; size_t keys; size_t values; };
-  auto make = [](auto fn) { Bytes b; Writer w(b); fn(w); return b; };
+  struct Case {
+    Bytes bytes;
+    Op op;
+    size_t keys;
+    size_t values;
+  };
+  auto make = [](auto fn) {
+    Bytes b;
+    Writer w(b);
+    fn(w);
+    return b;
+  };
   std::vector<Case> cases = {
       {make([](Writer& w) { w.u8(1).str("k").str("v"); }), Op::kSet, 1, 1},
       {make([](Writer& w) { w.u8(2).str("k").str("").str("d"); }), Op::kCompareSet, 1, 2},
       {make([](Writer& w) { w.u8(3).str("k"); }), Op::kGet, 1, 0},
       {make([](Writer& w) { w.u8(4).str("k").i64(-3); }), Op::kAdd, 1, 0},
-      {make([](Writer& w) { w.u8(5).keys({"a", "b"}); }), Op::kCheck, 2, 0},
-      {make([](Writer& w) { w.u8(6).keys({"a", "b", "c"}); }), Op::kWait, 3, 0},
+      {make([](Writer& w) {
+         w.u8(5).keys({"a", "b"});
+       }),
+       Op::kCheck, 2, 0},
+      {make([](Writer& w) {
+         w.u8(6).keys({"a", "b", "c"});
+       }),
+       Op::kWait, 3, 0},
       {make([](Writer& w) { w.u8(7); }), Op::kNumKeys, 0, 0},
       {make([](Writer& w) { w.u8(8).str("k"); }), Op::kDeleteKey, 1, 0},
       {make([](Writer& w) { w.u8(9).str("k").str("tail"); }), Op::kAppend, 1, 1},
-      {make([](Writer& w) { w.u8(10).keys({"a", "b"}); }), Op::kMultiGet, 2, 0},
-      {make([](Writer& w) { w.u8(11).u64(2).str("a").str("1").str("b").str("2"); }),
-       Op::kMultiSet, 2, 2},
+      {make([](Writer& w) {
+         w.u8(10).keys({"a", "b"});
+       }),
+       Op::kMultiGet, 2, 0},
+      {make([](Writer& w) { w.u8(11).u64(2).str("a").str("1").str("b").str("2"); }), Op::kMultiSet,
+       2, 2},
       {make([](Writer& w) { w.u8(12); }), Op::kCancelWait, 0, 0},
       {make([](Writer& w) { w.u8(13).u32(5); }), Op::kPing, 0, 0},
   };
@@ -81,7 +100,8 @@ TEST_CASE("parser: every 2.x query type parses its torch layout", "[tcp_store][p
   CHECK(add.request.delta == -3);
 }
 
-TEST_CASE("parser: 1.13 numbering, and a first message decides the dialect", "[tcp_store][parser]") {
+TEST_CASE("parser: 1.13 numbering, and a first message decides the dialect",
+          "[tcp_store][parser]") {
   // torch 1.13's first message from a client: ADD "init/" 1.
   Bytes add;
   Writer(add).u8(3).str("init/").i64(1);

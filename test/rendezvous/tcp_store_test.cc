@@ -258,7 +258,8 @@ class Strict2xServer {
         continue;
       }
       uint8_t buf[9];
-      if (read_exact(c, buf, 4) && store_protocol::load_u32(buf) == store_protocol::kValidationMagic &&
+      if (read_exact(c, buf, 4) &&
+          store_protocol::load_u32(buf) == store_protocol::kValidationMagic &&
           read_exact(c, buf, 5) && buf[0] == 13) {
         ::send(c, buf + 1, 4, MSG_NOSIGNAL);  // the nonce back
         while (read_exact(c, buf, 1) && buf[0] == 7) {
@@ -277,8 +278,7 @@ class Strict2xServer {
   std::thread thread_;
 };
 
-TEST_CASE("TcpStore: kDetect finds a strict 2.x server by its dropping the probe",
-          "[tcp_store]") {
+TEST_CASE("TcpStore: kDetect finds a strict 2.x server by its dropping the probe", "[tcp_store]") {
   Strict2xServer server;
   auto store = TcpStore::connect("127.0.0.1", server.port(), options_for(StoreProtocol::kDetect));
   CHECK(store->protocol() == StoreProtocol::kV2);
@@ -308,8 +308,8 @@ TEST_CASE("TcpStore: processes rendezvous through one server", "[tcp_store]") {
   std::vector<test::Subprocess> ranks;
   for (int r = 0; r < kWorld; ++r) {
     ranks.push_back(test::Subprocess::spawn(test::child_argv(
-        "tcp_store_rank", {std::to_string(server->port()), std::to_string(r),
-                           std::to_string(kWorld)})));
+        "tcp_store_rank",
+        {std::to_string(server->port()), std::to_string(r), std::to_string(kWorld)})));
   }
   for (auto& p : ranks) {
     auto status = p.wait(120s);

@@ -42,13 +42,13 @@ const std::string& torch_missing() {
   return reason;
 }
 
-#define SKIP_WITHOUT_TORCH()                                      \
-  do {                                                            \
-    if (!torch_missing().empty()) {                               \
-      WARN("skipped: " << torch_missing());                       \
-      SUCCEED("torch unavailable");                               \
-      return;                                                     \
-    }                                                             \
+#define SKIP_WITHOUT_TORCH()                \
+  do {                                      \
+    if (!torch_missing().empty()) {         \
+      WARN("skipped: " << torch_missing()); \
+      SUCCEED("torch unavailable");         \
+      return;                               \
+    }                                       \
   } while (0)
 
 std::string write_script(const test::TempDir& dir, const std::string& name,
@@ -134,9 +134,8 @@ TEST_CASE("torch interop: several torch clients rendezvous through collie's serv
   constexpr int kWorld = 3;
   std::vector<Subprocess> ranks;
   for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(Subprocess::spawn({kPython, script, "127.0.0.1",
-                                       std::to_string(server->port()), std::to_string(r),
-                                       std::to_string(kWorld)}));
+    ranks.push_back(Subprocess::spawn({kPython, script, "127.0.0.1", std::to_string(server->port()),
+                                       std::to_string(r), std::to_string(kWorld)}));
   }
   for (auto& p : ranks) {
     auto status = p.wait(180s);

@@ -54,9 +54,8 @@ TEST_CASE("agent store: every rank is a client under /worker/attempt_<restart co
   CHECK(agent_store_prefix(0) == "/worker/attempt_0");
 
   // tcp:// under the agent store names the launcher's store the same way.
-  Rendezvous t = open_rendezvous(InitOptions{.init_method = "tcp://127.0.0.1:" + port,
-                                             .world_size = 2, .rank = 1},
-                                 10s, env);
+  Rendezvous t = open_rendezvous(
+      InitOptions{.init_method = "tcp://127.0.0.1:" + port, .world_size = 2, .rank = 1}, 10s, env);
   CHECK(t.rank == 1);
   CHECK(to_string(t.store->get("probe")) == "hello");
 
@@ -66,8 +65,10 @@ TEST_CASE("agent store: every rank is a client under /worker/attempt_<restart co
   CHECK(o.world_size == 4);
 }
 
-TEST_CASE("env:// without an agent store: rank 0 hosts the store (port 0 for a job of one)", "[agent]") {
-  auto env = table({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "0"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+TEST_CASE("env:// without an agent store: rank 0 hosts the store (port 0 for a job of one)",
+          "[agent]") {
+  auto env = table(
+      {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "0"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
   Rendezvous r = open_rendezvous(InitOptions{}, 10s, env);
   r.store->set("k", "v");
   CHECK(to_string(r.store->get("k")) == "v");
@@ -98,7 +99,8 @@ TEST_CASE("init_process_group through an agent store hosted by the parent, 4 ran
   CHECK(raw->num_keys() > 0);
 }
 
-TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives", "[agent][torch]") {
+TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives",
+          "[agent][torch]") {
   if (std::system("/usr/bin/python3 -c 'import torch.distributed.run' >/dev/null 2>&1") != 0) {
     WARN("skipped: /usr/bin/python3 cannot import torch.distributed.run");
     return;
@@ -118,11 +120,12 @@ TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collect
       "from torch.distributed.run import main\n"
       "main()\n";
   // --standalone: torchrun picks a free port and hosts its agent store there.
-  auto argv = std::vector<std::string>{"/usr/bin/python3", "-c", torchrun, "--standalone",
-                                       "--nproc_per_node", "2", "--no_python"};
+  auto argv = std::vector<std::string>{"/usr/bin/python3", "-c", torchrun,     "--standalone",
+                                       "--nproc_per_node", "2",  "--no_python"};
   for (auto& a : child_argv("dist_rank", {"env", "collectives"})) argv.push_back(a);
   SpawnOptions options;
-  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"})
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE"})
     options.env[name] = std::nullopt;
   options.new_process_group = true;
   auto p = Subprocess::spawn(argv, options);

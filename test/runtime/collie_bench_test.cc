@@ -34,10 +34,31 @@ TEST_CASE("collie-bench --nproc runs every collective and checks the results", "
     WARN("skipped: " << kBench << " is not built");
     return;
   }
-  for (std::string collective : {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}) {
+  for (std::string collective :
+       {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}) {
     TempDir dir;
-    auto p = Subprocess::spawn({kBench, "--nproc", "3", "-b", "4", "-e", "96K", "-f", "8", "-n", "3", "-w",
-                                "1", "-C", collective, "-r", "1", "-d", "int32", "-o", "max", "--json",
+    auto p = Subprocess::spawn({kBench,
+                                "--nproc",
+                                "3",
+                                "-b",
+                                "4",
+                                "-e",
+                                "96K",
+                                "-f",
+                                "8",
+                                "-n",
+                                "3",
+                                "-w",
+                                "1",
+                                "-C",
+                                collective,
+                                "-r",
+                                "1",
+                                "-d",
+                                "int32",
+                                "-o",
+                                "max",
+                                "--json",
                                 dir.file("out.json")});
     auto status = p.wait(120s);
     INFO(collective << "\nstdout:\n" << p.out() << "\nstderr:\n" << p.err());
@@ -45,7 +66,8 @@ TEST_CASE("collie-bench --nproc runs every collective and checks the results", "
     CHECK_THAT(p.out(), Contains("#wrong") && Contains("busbw") && Contains("(GB/s)"));
     CHECK_THAT(p.out(), Contains("# Out of bounds values : 0 OK"));
     std::string json = read_file(dir.file("out.json"));
-    CHECK_THAT(json, Contains("\"collective\": \"" + collective + "\"") && Contains("\"world_size\": 3"));
+    CHECK_THAT(json,
+               Contains("\"collective\": \"" + collective + "\"") && Contains("\"world_size\": 3"));
     CHECK_THAT(json, Contains("\"busbw_gbps\"") && Contains("\"wrong\": 0"));
     if (collective == "all_reduce") {
       // 4 B, 32 B, 256 B, 2 KiB, 16 KiB (ring territory) rows, int32 max.

@@ -3,6 +3,7 @@
 // script does) and runs one scenario, checking results against values it
 // computes locally. A child prints "ok" and exits 0, or throws (exit 1 with
 // the error on stderr).
+#include <unistd.h>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -10,7 +11,6 @@
 #include <map>
 #include <numeric>
 #include <thread>
-#include <unistd.h>
 
 #include "rendezvous/file_store.h"
 #include "runtime/base/check.h"
@@ -36,7 +36,8 @@ std::vector<T> rank_input(int rank, size_t count) {
 }
 
 template <typename T>
-void expect_equal(const std::vector<T>& got, const std::function<double(size_t)>& want, const char* what) {
+void expect_equal(const std::vector<T>& got, const std::function<double(size_t)>& want,
+                  const char* what) {
   for (size_t i = 0; i < got.size(); ++i)
     COLLIE_CHECK(static_cast<double>(got[i]) == want(i), what, ": element ", i, " is ",
                  static_cast<double>(got[i]), ", expected ", want(i), " on rank ", get_rank());
@@ -53,40 +54,50 @@ void scenario_collectives() {
   const size_t n = 1000 + static_cast<size_t>(world) + 1;  // not a multiple of world
   auto f = rank_input<float>(rank, n);
   all_reduce(view(f.data(), n));
-  expect_equal(f, [&](size_t i) { return sum_over_ranks(world, i); }, "all_reduce float32 sum");
+  expect_equal(
+      f, [&](size_t i) { return sum_over_ranks(world, i); }, "all_reduce float32 sum");
 
   auto d = rank_input<double>(rank, n);
   all_reduce(view(d.data(), n), ReduceOp::kAvg);
-  expect_equal(d, [&](size_t i) { return sum_over_ranks(world, i) / world; }, "all_reduce float64 avg");
+  expect_equal(
+      d, [&](size_t i) { return sum_over_ranks(world, i) / world; }, "all_reduce float64 avg");
 
   auto ints = rank_input<int32_t>(rank, n);
   all_reduce(view(ints.data(), n), ReduceOp::kMax);
-  expect_equal(ints, [&](size_t i) { return input_value(world - 1, i); }, "all_reduce int32 max");
+  expect_equal(
+      ints, [&](size_t i) { return input_value(world - 1, i); }, "all_reduce int32 max");
 
   auto longs = rank_input<int64_t>(rank, 7);
   all_reduce(view(longs.data(), 7), ReduceOp::kProduct);
-  expect_equal(longs, [&](size_t i) {
-    double p = 1;
-    for (int r = 0; r < world; ++r) p *= input_value(r, i);
-    return p;
-  }, "all_reduce int64 product");
+  expect_equal(
+      longs,
+      [&](size_t i) {
+        double p = 1;
+        for (int r = 0; r < world; ++r) p *= input_value(r, i);
+        return p;
+      },
+      "all_reduce int64 product");
 
   // broadcast's src is a default-group rank, as in torch.
   auto b = rank_input<float>(rank, n);
   broadcast(view(b.data(), n), world - 1);
-  expect_equal(b, [&](size_t i) { return input_value(world - 1, i); }, "broadcast");
+  expect_equal(
+      b, [&](size_t i) { return input_value(world - 1, i); }, "broadcast");
 
   barrier();
 
   auto in = rank_input<int64_t>(rank, 5);
   std::vector<int64_t> gathered(5 * world);
   all_gather(view(gathered.data(), gathered.size()), view(in.data(), in.size()));
-  expect_equal(gathered, [&](size_t i) { return input_value(static_cast<int>(i / 5), i % 5); }, "all_gather");
+  expect_equal(
+      gathered, [&](size_t i) { return input_value(static_cast<int>(i / 5), i % 5); },
+      "all_gather");
 
   auto scatter_in = rank_input<float>(rank, 4 * world);
   std::vector<float> scatter_out(4);
   reduce_scatter(view(scatter_out.data(), 4), view(scatter_in.data(), scatter_in.size()));
-  expect_equal(scatter_out, [&](size_t i) { return sum_over_ranks(world, rank * 4 + i); }, "reduce_scatter");
+  expect_equal(
+      scatter_out, [&](size_t i) { return sum_over_ranks(world, rank * 4 + i); }, "reduce_scatter");
 
   // Zero elements is a valid call.
   all_reduce(TensorView{nullptr, 0, DataType::kFloat32});
@@ -105,11 +116,14 @@ void scenario_inflight() {
     works.push_back(all_reduce(view(bufs[k].data(), bufs[k].size()), ReduceOp::kSum, {}, true));
   for (int k = kOps - 1; k >= 0; --k) works[k]->wait();
   for (int k = 0; k < kOps; ++k)
-    expect_equal(bufs[k], [&](size_t i) {
-      double s = 0;
-      for (int r = 0; r < world; ++r) s += input_value(r + k, i);
-      return s;
-    }, str_cat("in-flight all_reduce #", k, " of ", bufs[k].size()).c_str());
+    expect_equal(
+        bufs[k],
+        [&](size_t i) {
+          double s = 0;
+          for (int r = 0; r < world; ++r) s += input_value(r + k, i);
+          return s;
+        },
+        str_cat("in-flight all_reduce #", k, " of ", bufs[k].size()).c_str());
 }
 
 // Two groups over the same ranks, driven concurrently from two threads.
@@ -123,11 +137,14 @@ void scenario_two_groups() {
     for (int k = 0; k < 30; ++k) {
       auto v = rank_input<double>(rank + salt, 300 + k);
       all_reduce(view(v.data(), v.size()), ReduceOp::kSum, g);
-      expect_equal(v, [&](size_t i) {
-        double s = 0;
-        for (int r = 0; r < world; ++r) s += input_value(r + salt, i);
-        return s;
-      }, str_cat("concurrent all_reduce on group ", salt, " #", k, " of ", v.size()).c_str());
+      expect_equal(
+          v,
+          [&](size_t i) {
+            double s = 0;
+            for (int r = 0; r < world; ++r) s += input_value(r + salt, i);
+            return s;
+          },
+          str_cat("concurrent all_reduce on group ", salt, " #", k, " of ", v.size()).c_str());
     }
   };
   std::exception_ptr error;
@@ -161,14 +178,18 @@ void scenario_subgroups() {
   auto v = rank_input<float>(rank, 10);
   auto work = all_reduce(view(v.data(), 10), ReduceOp::kSum, even);
   COLLIE_CHECK(work->is_success());
-  expect_equal(v, [&](size_t i) {
-    return in_even ? input_value(0, i) + input_value(2, i) : input_value(rank, i);
-  }, "sub-group all_reduce");
+  expect_equal(
+      v,
+      [&](size_t i) {
+        return in_even ? input_value(0, i) + input_value(2, i) : input_value(rank, i);
+      },
+      "sub-group all_reduce");
 
   // src 3 is a default-group rank; group rank 2 of `upper`.
   auto b = rank_input<int32_t>(rank, 9);
   broadcast(view(b.data(), 9), 3, upper);
-  expect_equal(b, [&](size_t i) { return input_value(in_upper ? 3 : rank, i); }, "sub-group broadcast");
+  expect_equal(
+      b, [&](size_t i) { return input_value(in_upper ? 3 : rank, i); }, "sub-group broadcast");
   if (in_upper) {
     try {
       broadcast(view(b.data(), 9), 0, upper);
@@ -227,12 +248,15 @@ void scenario_peer_hangs(const std::string& side_path) {
     throw Error("all_reduce with a hung peer succeeded");
   } catch (const TimeoutError& e) {
     COLLIE_CHECK(Clock::now() - start < 15s, "the 500 ms timeout fired late");
-    std::printf("timeout error after %lld ms: %s\n",
-                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()),
-                e.what());
+    std::printf(
+        "timeout error after %lld ms: %s\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()),
+        e.what());
   }
   auto later = all_reduce(view(v.data(), v.size()), ReduceOp::kSum, {}, true);
-  COLLIE_CHECK(later->is_completed() && !later->is_success(), "a broken group accepted a collective");
+  COLLIE_CHECK(later->is_completed() && !later->is_success(),
+               "a broken group accepted a collective");
   side.set("rank0_done", "1");
 }
 
@@ -261,7 +285,8 @@ COLLIE_TEST_CHILD(dist_rank) {
   const std::string& scenario = args.at(1);
   InitOptions options;
   options.backend = "socket";
-  options.timeout = std::chrono::seconds(scenario == "peer_dies" || scenario == "peer_hangs" ? 20 : 120);
+  options.timeout =
+      std::chrono::seconds(scenario == "peer_dies" || scenario == "peer_hangs" ? 20 : 120);
   if (how != "env") {
     options.rank = std::stoi(args.at(2));
     options.world_size = std::stoi(args.at(3));

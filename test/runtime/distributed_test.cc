@@ -30,32 +30,32 @@ TEST_CASE("init_process_group with file:// runs every collective correctly", "[d
 TEST_CASE("init_process_group with a caller's store: many collectives in flight", "[dist]") {
   TempDir dir;
   run_ranks(4, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"store", "inflight", std::to_string(rank), "4",
-                                               dir.file("store")})};
+    return RankLaunch{child_argv(
+        "dist_rank", {"store", "inflight", std::to_string(rank), "4", dir.file("store")})};
   });
 }
 
 TEST_CASE("two groups driven concurrently from two threads", "[dist]") {
   TempDir dir;
   run_ranks(3, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"file", "two_groups", std::to_string(rank), "3",
-                                               dir.file("rdzv")})};
+    return RankLaunch{child_argv(
+        "dist_rank", {"file", "two_groups", std::to_string(rank), "3", dir.file("rdzv")})};
   });
 }
 
 TEST_CASE("new_group: members compute within the group, non-members do nothing", "[dist]") {
   TempDir dir;
   run_ranks(4, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"file", "subgroups", std::to_string(rank), "4",
-                                               dir.file("rdzv")})};
+    return RankLaunch{child_argv(
+        "dist_rank", {"file", "subgroups", std::to_string(rank), "4", dir.file("rdzv")})};
   });
 }
 
 TEST_CASE("a peer that dies breaks the group quickly, later calls are refused", "[dist]") {
   TempDir dir;
   auto outputs = run_ranks(3, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"file", "peer_dies", std::to_string(rank), "3",
-                                               dir.file("rdzv")})};
+    return RankLaunch{child_argv(
+        "dist_rank", {"file", "peer_dies", std::to_string(rank), "3", dir.file("rdzv")})};
   });
   for (int rank : {0, 1}) {
     CHECK_THAT(outputs[rank], Contains("first error:") && Contains("rank 2"));
@@ -66,8 +66,8 @@ TEST_CASE("a peer that dies breaks the group quickly, later calls are refused", 
 TEST_CASE("a hung peer trips the collective's own timeout, naming the collective", "[dist]") {
   TempDir dir;
   auto outputs = run_ranks(2, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"file", "peer_hangs", std::to_string(rank), "2",
-                                               dir.file("rdzv")})};
+    return RankLaunch{child_argv(
+        "dist_rank", {"file", "peer_hangs", std::to_string(rank), "2", dir.file("rdzv")})};
   });
   CHECK_THAT(outputs[0], Contains("timeout error after") && Contains("all_reduce") &&
                              Contains("limit 500") && Contains("rank 1"));
@@ -76,8 +76,8 @@ TEST_CASE("a hung peer trips the collective's own timeout, naming the collective
 TEST_CASE("setup_for_distributed: print is silent on non-master ranks unless forced", "[dist]") {
   TempDir dir;
   auto outputs = run_ranks(2, [&](int rank) {
-    return RankLaunch{child_argv("dist_rank", {"file", "print", std::to_string(rank), "2",
-                                               dir.file("rdzv")})};
+    return RankLaunch{
+        child_argv("dist_rank", {"file", "print", std::to_string(rank), "2", dir.file("rdzv")})};
   });
   CHECK_THAT(outputs[0], Contains("plain line from rank 0 of 2 2.5 true\n"));
   CHECK_THAT(outputs[0], Contains("forced line from rank 0\n"));
@@ -85,35 +85,43 @@ TEST_CASE("setup_for_distributed: print is silent on non-master ranks unless for
   CHECK_THAT(outputs[1], Contains("forced line from rank 1\n"));
 }
 
-TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto picks socket", "[dist]") {
+TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto picks socket",
+          "[dist]") {
   REQUIRE_FALSE(is_initialized());
   CHECK(is_main_process());
   CHECK_FALSE(is_dist_avail_and_initialized());
   CHECK_THROWS_WITH(get_rank(), Contains("has not been initialized"));
   if (!is_backend_available("nccl")) {
-    InitOptions nccl{.backend = "nccl", .world_size = 1, .rank = 0,
-                     .store = std::make_shared<HashStore>()};
+    InitOptions nccl{
+        .backend = "nccl", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()};
     CHECK_THROWS_AS(init_process_group(nccl), BackendError);
     CHECK_THROWS_WITH(init_process_group(nccl), Contains("nccl") && Contains("cannot run here"));
     CHECK_FALSE(is_initialized());
   }
-  CHECK_THROWS_AS(init_process_group({.backend = "carrier-pigeon", .world_size = 1, .rank = 0,
+  CHECK_THROWS_AS(init_process_group({.backend = "carrier-pigeon",
+                                      .world_size = 1,
+                                      .rank = 0,
                                       .store = std::make_shared<HashStore>()}),
                   InvalidArgument);
-  CHECK_THROWS_WITH(init_process_group({.backend = "socket", .store = std::make_shared<HashStore>()}),
-                    Contains("rank and world_size must be given"));
-  CHECK_THROWS_WITH(init_process_group({.backend = "socket", .world_size = 2, .rank = 2,
+  CHECK_THROWS_WITH(
+      init_process_group({.backend = "socket", .store = std::make_shared<HashStore>()}),
+      Contains("rank and world_size must be given"));
+  CHECK_THROWS_WITH(init_process_group({.backend = "socket",
+                                        .world_size = 2,
+                                        .rank = 2,
                                         .store = std::make_shared<HashStore>()}),
                     Contains("rank 2 is out of range"));
 
-  init_process_group({.backend = "auto", .world_size = 1, .rank = 0,
-                      .store = std::make_shared<HashStore>()});
+  init_process_group(
+      {.backend = "auto", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   CHECK(is_initialized());
   CHECK(get_backend() == (is_backend_available("nccl") ? "nccl" : "socket"));
   CHECK(get_rank() == 0);
   CHECK(get_world_size() == 1);
   CHECK(is_main_process());
-  CHECK_THROWS_WITH(init_process_group({.backend = "socket", .world_size = 1, .rank = 0,
+  CHECK_THROWS_WITH(init_process_group({.backend = "socket",
+                                        .world_size = 1,
+                                        .rank = 0,
                                         .store = std::make_shared<HashStore>()}),
                     Contains("already initialized"));
   std::vector<float> v{1, 2, 3};
@@ -127,8 +135,8 @@ TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto p
 
 TEST_CASE("destroy_process_group takes sub-groups with it; init may run again", "[dist]") {
   REQUIRE_FALSE(is_initialized());
-  init_process_group({.backend = "socket", .world_size = 1, .rank = 0,
-                      .store = std::make_shared<HashStore>()});
+  init_process_group(
+      {.backend = "socket", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   Group sub = new_group({0});
   Group again = new_group();
   REQUIRE(sub.is_member());
@@ -148,8 +156,8 @@ TEST_CASE("destroy_process_group takes sub-groups with it; init may run again", 
   CHECK_THROWS_WITH(barrier(), Contains("has not been initialized"));
   CHECK_THROWS_WITH(new_group(), Contains("has not been initialized"));
 
-  init_process_group({.backend = "socket", .world_size = 1, .rank = 0,
-                      .store = std::make_shared<HashStore>()});
+  init_process_group(
+      {.backend = "socket", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   CHECK(get_world_size() == 1);
   barrier();
   destroy_process_group();

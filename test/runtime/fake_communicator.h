@@ -22,10 +22,10 @@ namespace collie::test {
 struct FakeControl {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::string> calls;  // "all_reduce", "broadcast 0", ... in run order
+  std::vector<std::string> calls;        // "all_reduce", "broadcast 0", ... in run order
   std::vector<std::thread::id> threads;  // the thread each call ran on
-  bool hold = false;               // calls block while true (until released or aborted)
-  int blocked = 0;                 // calls blocked right now
+  bool hold = false;                     // calls block while true (until released or aborted)
+  int blocked = 0;                       // calls blocked right now
   bool aborted = false;
   // Thrown by the next call when set (then cleared).
   std::function<void()> fail_next;
@@ -96,7 +96,8 @@ class FakeCommunicator : public Communicator {
                                         [&] { return !control_->hold || control_->aborted; });
     --control_->blocked;
     if (control_->aborted) throw NetworkError(str_cat("fake communicator: ", what, " aborted"));
-    if (!done) throw TimeoutError(str_cat("fake communicator: ", what, " timed out ", deadline.describe()));
+    if (!done)
+      throw TimeoutError(str_cat("fake communicator: ", what, " timed out ", deadline.describe()));
   }
 
   std::shared_ptr<FakeControl> control_;

@@ -21,7 +21,8 @@ struct RankLaunch {
   std::map<std::string, std::optional<std::string>> env = {};
 };
 
-inline std::vector<std::string> run_ranks(int world, const std::function<RankLaunch(int rank)>& launch,
+inline std::vector<std::string> run_ranks(int world,
+                                          const std::function<RankLaunch(int rank)>& launch,
                                           Timeout timeout = std::chrono::seconds(120)) {
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < world; ++rank) {
@@ -30,10 +31,10 @@ inline std::vector<std::string> run_ranks(int world, const std::function<RankLau
     options.env = l.env;
     // Children decide their rank from their arguments or from what the test
     // sets here, never from whatever launched the test itself.
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                             "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
-                             "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-                             "OMPI_COMM_WORLD_SIZE"})
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+          "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "SLURM_PROCID",
+          "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})
       options.env.try_emplace(name, std::nullopt);
     procs.push_back(Subprocess::spawn(l.argv, options));
   }

@@ -27,7 +27,8 @@ std::shared_ptr<SocketProcessGroup> fake_group(const std::shared_ptr<FakeControl
 
 }  // namespace
 
-TEST_CASE("socket group: bad arguments throw InvalidArgument on the caller's thread", "[socket_pg]") {
+TEST_CASE("socket group: bad arguments throw InvalidArgument on the caller's thread",
+          "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
   auto pg = fake_group(control);
   std::vector<float> f(8);
@@ -57,7 +58,8 @@ TEST_CASE("socket group: bad arguments throw InvalidArgument on the caller's thr
   bad_dtype.dtype = static_cast<DataType>(42);
   CHECK_THROWS_WITH(pg->all_reduce(bad_dtype), Contains("unknown dtype"));
   TensorView bad_op = view(f.data(), f.size());
-  CHECK_THROWS_WITH(pg->all_reduce(bad_op, {.op = static_cast<ReduceOp>(9)}), Contains("unknown reduce op"));
+  CHECK_THROWS_WITH(pg->all_reduce(bad_op, {.op = static_cast<ReduceOp>(9)}),
+                    Contains("unknown reduce op"));
 
   // None of that reached the communicator or broke the group.
   CHECK(control->calls.empty());
@@ -66,7 +68,8 @@ TEST_CASE("socket group: bad arguments throw InvalidArgument on the caller's thr
   CHECK(control->calls.size() == 1);
 }
 
-TEST_CASE("socket group: collectives run in issue order and Work completes asynchronously", "[socket_pg]") {
+TEST_CASE("socket group: collectives run in issue order and Work completes asynchronously",
+          "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
   control->hold = true;
   auto pg = fake_group(control);
@@ -123,7 +126,8 @@ TEST_CASE("socket group: a failed collective breaks the group; queued and later 
   auto queued = pg->broadcast(view(f.data(), 4));
 
   CHECK_THROWS_AS(failing->wait(30s), NetworkError);  // the original error, type kept
-  CHECK_THROWS_WITH(queued->wait(30s), Contains("broadcast #2") && Contains("broken since all_reduce #1") &&
+  CHECK_THROWS_WITH(queued->wait(30s), Contains("broadcast #2") &&
+                                           Contains("broken since all_reduce #1") &&
                                            Contains("127.0.0.1:4242"));
   CHECK_THROWS_AS(queued->wait(30s), BackendError);
   CHECK(pg->broken());
@@ -137,8 +141,9 @@ TEST_CASE("socket group: a failed collective breaks the group; queued and later 
   CHECK(control->calls.size() == 1);  // nothing ran after the failure
 }
 
-TEST_CASE("socket group: a collective past its deadline fails with TimeoutError and breaks the group",
-          "[socket_pg]") {
+TEST_CASE(
+    "socket group: a collective past its deadline fails with TimeoutError and breaks the group",
+    "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
   control->hold = true;
   auto pg = fake_group(control, std::chrono::seconds(60));
@@ -151,7 +156,8 @@ TEST_CASE("socket group: a collective past its deadline fails with TimeoutError 
   CHECK(pg->broken());
 }
 
-TEST_CASE("socket group: shutdown waits for issued work, aborts it after the grace period", "[socket_pg]") {
+TEST_CASE("socket group: shutdown waits for issued work, aborts it after the grace period",
+          "[socket_pg]") {
   std::vector<float> f(1);
   SECTION("drains what is queued when it finishes in time") {
     auto control = std::make_shared<FakeControl>();
@@ -180,7 +186,8 @@ TEST_CASE("socket group: shutdown waits for issued work, aborts it after the gra
     CHECK(control->aborted);
     CHECK_THROWS_AS(hung->wait(), NetworkError);
     CHECK_THROWS_AS(queued->wait(), BackendError);
-    CHECK_THROWS_WITH(queued->wait(), Contains("barrier #2 (1 rank) refused") && Contains("shut down with collectives still running"));
+    CHECK_THROWS_WITH(queued->wait(), Contains("barrier #2 (1 rank) refused") &&
+                                          Contains("shut down with collectives still running"));
     pg->shutdown(100ms);  // idempotent
   }
 }
@@ -216,7 +223,8 @@ TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's t
   CHECK(control->threads.back() != std::this_thread::get_id());
 }
 
-TEST_CASE("socket group: a blocking call that fails breaks the group like a queued one", "[socket_pg]") {
+TEST_CASE("socket group: a blocking call that fails breaks the group like a queued one",
+          "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
   auto pg = fake_group(control);
   std::vector<float> f(4);
@@ -225,7 +233,8 @@ TEST_CASE("socket group: a blocking call that fails breaks the group like a queu
   CHECK(w->is_completed());
   CHECK_THROWS_AS(w->wait(), NetworkError);
   CHECK(pg->broken());
-  CHECK_THROWS_WITH(pg->barrier({.async_op = false})->wait(), Contains("broken since all_reduce #1"));
+  CHECK_THROWS_WITH(pg->barrier({.async_op = false})->wait(),
+                    Contains("broken since all_reduce #1"));
   // Shutdown with nothing running returns at once.
   pg->shutdown(30s);
 }

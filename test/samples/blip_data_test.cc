@@ -1,7 +1,7 @@
 // The training sample's data path and metrics: IDX parsing against bad
 // files, the real Fashion-MNIST package, synthetic data, SmoothedValue.
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <fstream>
 
@@ -32,7 +32,8 @@ std::vector<uint8_t> idx_bytes(std::vector<uint32_t> dims, size_t data_bytes) {
 void write_gz(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzFile f = gzopen(path.c_str(), "wb");
   REQUIRE(f != nullptr);
-  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+          static_cast<int>(bytes.size()));
   REQUIRE(gzclose(f) == Z_OK);
 }
 
@@ -44,7 +45,8 @@ TEST_CASE("parse_idx accepts a well-formed array and rejects each kind of damage
   CHECK(ok.data.size() == 24);
   CHECK(ok.data[23] == 23);
 
-  CHECK_THROWS_WITH(parse_idx(std::vector<uint8_t>{0, 0}, "a.idx"), Contains("a.idx") && Contains("shorter"));
+  CHECK_THROWS_WITH(parse_idx(std::vector<uint8_t>{0, 0}, "a.idx"),
+                    Contains("a.idx") && Contains("shorter"));
   auto bad_magic = idx_bytes({4}, 4);
   bad_magic[0] = 7;
   CHECK_THROWS_WITH(parse_idx(bad_magic, "b.idx"), Contains("magic"));
@@ -55,7 +57,8 @@ TEST_CASE("parse_idx accepts a well-formed array and rejects each kind of damage
                     Contains("10x28x28 = 7840 bytes") && Contains("truncated"));
   CHECK_THROWS_WITH(parse_idx(idx_bytes({4}, 5), "e.idx"), Contains("trailing"));
   // Sizes whose product overflows must not allocate or wrap around.
-  CHECK_THROWS_WITH(parse_idx(idx_bytes({0xFFFFFFF0u, 0xFFFFFFF0u}, 0), "f.idx"), Contains("f.idx"));
+  CHECK_THROWS_WITH(parse_idx(idx_bytes({0xFFFFFFF0u, 0xFFFFFFF0u}, 0), "f.idx"),
+                    Contains("f.idx"));
   auto many_dims = idx_bytes({1}, 1);
   many_dims[3] = 200;
   CHECK_THROWS_WITH(parse_idx(many_dims, "g.idx"), Contains("200 dimensions"));
@@ -63,7 +66,8 @@ TEST_CASE("parse_idx accepts a well-formed array and rejects each kind of damage
 
 TEST_CASE("read_idx_file names a missing file, a corrupt gzip stream and a truncated one") {
   test::TempDir dir;
-  CHECK_THROWS_WITH(read_idx_file(dir.file("missing.gz")), Contains("missing.gz") && Contains("cannot open"));
+  CHECK_THROWS_WITH(read_idx_file(dir.file("missing.gz")),
+                    Contains("missing.gz") && Contains("cannot open"));
 
   write_gz(dir.file("good.gz"), idx_bytes({3, 2}, 6));
   CHECK(read_idx_file(dir.file("good.gz")).dims == std::vector<uint32_t>{3, 2});
@@ -111,7 +115,7 @@ TEST_CASE("synthetic data is deterministic in its seed") {
 TEST_CASE("SmoothedValue: window median and average, global average, BLIP's formats") {
   SmoothedValue v(3);
   for (double x : {1.0, 10.0, 2.0, 3.0}) v.update(x);
-  CHECK(v.median() == 3.0);        // window {10, 2, 3}
+  CHECK(v.median() == 3.0);  // window {10, 2, 3}
   CHECK(v.avg() == Approx(5.0));
   CHECK(v.global_avg() == Approx(4.0));
   CHECK(v.max() == 10.0);

@@ -1,7 +1,7 @@
 // blip_train end to end: real processes under collie-run on the socket
 // backend. Synthetic data keeps these quick; one run uses the real package.
-#include <catch2/catch.hpp>
 #include <signal.h>
+#include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -12,8 +12,8 @@
 #include "test/support/temp_dir.h"
 
 using namespace collie;
-using collie::test::Subprocess;
 using Catch::Matchers::Contains;
+using collie::test::Subprocess;
 namespace fs = std::filesystem;
 
 namespace {
@@ -22,7 +22,8 @@ const std::string kRun = std::string(COLLIE_BIN_DIR) + "/collie-run";
 const std::string kTrain = std::string(COLLIE_BIN_DIR) + "/blip_train";
 
 std::vector<std::string> job(int nproc, const std::vector<std::string>& args) {
-  std::vector<std::string> argv{kRun, "--standalone", "--nproc-per-node", std::to_string(nproc), kTrain};
+  std::vector<std::string> argv{kRun, "--standalone", "--nproc-per-node", std::to_string(nproc),
+                                kTrain};
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
@@ -40,8 +41,9 @@ double json_number(const std::string& line, const std::string& key) {
   return std::stod(m[1]);
 }
 
-const std::vector<std::string> kQuick = {"--synthetic", "--synthetic-size", "2000", "--batch-size", "50",
-                                         "--hidden", "64", "--print-freq", "1000"};
+const std::vector<std::string> kQuick = {"--synthetic", "--synthetic-size", "2000", "--batch-size",
+                                         "50",          "--hidden",         "64",   "--print-freq",
+                                         "1000"};
 
 std::vector<std::string> quick(std::vector<std::string> more) {
   std::vector<std::string> a = kQuick;
@@ -54,13 +56,15 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> tensors_of(const std::
   nn::StateDict d = nn::load_state_dict(path);
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
   for (const auto& [key, entry] : d.entries())
-    if (key.rfind("model.", 0) == 0 || key.rfind("optimizer.", 0) == 0) out.emplace_back(key, entry.bytes);
+    if (key.rfind("model.", 0) == 0 || key.rfind("optimizer.", 0) == 0)
+      out.emplace_back(key, entry.bytes);
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("blip_train on 2 ranks writes config.json, one log line per epoch and atomic checkpoints") {
+TEST_CASE(
+    "blip_train on 2 ranks writes config.json, one log line per epoch and atomic checkpoints") {
   test::TempDir dir;
   auto p = Subprocess::spawn(job(2, quick({"--epochs", "2", "--output-dir", dir.path()})));
   auto st = p.wait(std::chrono::minutes(3));
@@ -71,7 +75,8 @@ TEST_CASE("blip_train on 2 ranks writes config.json, one log line per epoch and 
   CHECK(fs::exists(dir.file("config.json")));
   auto log = lines_of(dir.file("log.txt"));
   REQUIRE(log.size() == 2);
-  for (const char* key : {"epoch", "train_loss", "train_lr", "test_acc", "test_loss", "world_size", "samples_per_s"})
+  for (const char* key :
+       {"epoch", "train_loss", "train_lr", "test_acc", "test_loss", "world_size", "samples_per_s"})
     CHECK_THAT(log[1], Contains(std::string("\"") + key + "\""));
   CHECK(json_number(log[1], "world_size") == 2);
   CHECK(json_number(log[1], "test_acc") > 0.5);  // synthetic classes are learnable
@@ -94,8 +99,8 @@ TEST_CASE("an interrupted run resumed from its checkpoint ends with the same par
   b.wait(std::chrono::minutes(1));
   REQUIRE(fs::exists(cut.file("checkpoint_01.pth")));
 
-  auto c = Subprocess::spawn(job(2, quick({"--epochs", "3", "--output-dir", resumed.path(), "--resume",
-                                           cut.file("checkpoint_01.pth")})));
+  auto c = Subprocess::spawn(job(2, quick({"--epochs", "3", "--output-dir", resumed.path(),
+                                           "--resume", cut.file("checkpoint_01.pth")})));
   auto st = c.wait(std::chrono::minutes(3));
   INFO(c.out() << c.err());
   REQUIRE(st.ok());
@@ -112,13 +117,16 @@ TEST_CASE("an interrupted run resumed from its checkpoint ends with the same par
   }
 }
 
-TEST_CASE("blip_train with --dist-eval counts every test example exactly once and agrees with rank-0 evaluation") {
+TEST_CASE(
+    "blip_train with --dist-eval counts every test example exactly once and agrees with rank-0 "
+    "evaluation") {
   test::TempDir train, single, shard;
   // 2000 synthetic training examples -> 500 test examples: 3 ranks pad 1.
   auto t = Subprocess::spawn(job(3, quick({"--epochs", "1", "--output-dir", train.path()})));
   REQUIRE(t.wait(std::chrono::minutes(3)).ok());
   const std::string ckpt = train.file("checkpoint_00.pth");
-  auto a = Subprocess::spawn(job(3, quick({"--evaluate", "--resume", ckpt, "--output-dir", single.path()})));
+  auto a = Subprocess::spawn(
+      job(3, quick({"--evaluate", "--resume", ckpt, "--output-dir", single.path()})));
   auto b = Subprocess::spawn(
       job(3, quick({"--evaluate", "--dist-eval", "--resume", ckpt, "--output-dir", shard.path()})));
   REQUIRE(a.wait(std::chrono::minutes(3)).ok());
@@ -156,10 +164,13 @@ TEST_CASE("blip_train: a missing data directory is an error naming the file; no 
 
 TEST_CASE("blip_train without a launcher: \"Not using distributed mode\"") {
   test::TempDir dir;
-  auto p = Subprocess::spawn(std::vector<std::string>{kTrain, "--synthetic", "--synthetic-size", "400",
-                                                      "--epochs", "1", "--hidden", "32", "--output-dir", dir.path()},
-                             {.env = {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt},
-                                      {"SLURM_PROCID", std::nullopt}, {"OMPI_COMM_WORLD_RANK", std::nullopt}}});
+  auto p = Subprocess::spawn(
+      std::vector<std::string>{kTrain, "--synthetic", "--synthetic-size", "400", "--epochs", "1",
+                               "--hidden", "32", "--output-dir", dir.path()},
+      {.env = {{"RANK", std::nullopt},
+               {"WORLD_SIZE", std::nullopt},
+               {"SLURM_PROCID", std::nullopt},
+               {"OMPI_COMM_WORLD_RANK", std::nullopt}}});
   REQUIRE(p.wait(std::chrono::minutes(2)).ok());
   CHECK_THAT(p.out(), Contains("Not using distributed mode"));
   CHECK(lines_of(dir.file("log.txt")).size() == 1);

@@ -49,7 +49,8 @@ COLLIE_TEST_CHILD(secure_rank) {
     std::printf("rank %d sum %d\n", rank, int(v[0]));
     comm->barrier(Deadline(60s));
   } catch (const Error& e) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
     std::printf("rank %d failed after %lld ms: %s\n", rank, (long long)ms.count(), e.what());
     return 3;
   }
@@ -164,8 +165,9 @@ TEST_CASE("a job completes while strangers connect to a rank's listener", "[secu
   Socket silent = connect_to(address);
 
   for (int r = 1; r < size; ++r) {
-    ranks.push_back(Subprocess::spawn(test::child_argv("secure_rank", {path, std::to_string(r), "3", "120000"}),
-                                      {.env = env_with(secret)}));
+    ranks.push_back(
+        Subprocess::spawn(test::child_argv("secure_rank", {path, std::to_string(r), "3", "120000"}),
+                          {.env = env_with(secret)}));
   }
   for (int r = 0; r < size; ++r) {
     auto st = ranks[r].wait(120s);
@@ -186,7 +188,8 @@ TEST_CASE("a job completes while strangers connect to a rank's listener", "[secu
   // The silent one was held, not served, and closed once the mesh was built.
   CHECK(closed_by_peer(silent));
   WARN("3-rank job with 5 strangers: " << std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              std::chrono::steady_clock::now() - t0).count()
+                                              std::chrono::steady_clock::now() - t0)
+                                              .count()
                                        << " ms");
 }
 
@@ -209,7 +212,8 @@ TEST_CASE("ranks with different secrets fail fast, naming the peer", "[security]
   REQUIRE(open != std::string::npos);
   const std::string address0 = out0.substr(open + 8, out0.find(')', open) - open - 8);
   // The connector: names rank 0's address and the cause, well inside its 60 s.
-  CHECK_THAT(r1.out(), Contains(str_cat("rank 0 (", address0, ") failed to prove knowledge of the job secret")));
+  CHECK_THAT(r1.out(), Contains(str_cat("rank 0 (", address0,
+                                        ") failed to prove knowledge of the job secret")));
   const auto ms1 = std::stoll(r1.out().substr(r1.out().find("after ") + 6));
   CHECK(ms1 < 20000);
   // The acceptor cannot tell a misconfigured rank from a stranger, so it
@@ -230,10 +234,12 @@ TEST_CASE("a rank without the secret is refused by one that has it", "[security]
   INFO("rank 0:\n" << r0.out() << r0.err() << "\nrank 1:\n" << r1.out() << r1.err());
   CHECK(s0.exit_code == 3);
   CHECK(s1.exit_code == 3);
-  CHECK_THAT(r0.out(), Contains("it sent an unauthenticated hello (that rank has no COLLIE_JOB_SECRET"));
+  CHECK_THAT(r0.out(),
+             Contains("it sent an unauthenticated hello (that rank has no COLLIE_JOB_SECRET"));
 }
 
-TEST_CASE("the data-connection handshake costs one round trip and a few HMACs", "[security][data][cost]") {
+TEST_CASE("the data-connection handshake costs one round trip and a few HMACs",
+          "[security][data][cost]") {
   // Over loopback in one process: a thread connects and authenticates, the
   // test thread accepts through the gate; the same without a secret.
   auto measure = [](const JobSecret& secret, int n) {
@@ -253,7 +259,8 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs", 
       try {
         for (int i = 0; i < n; ++i) {
           Socket s = connect_to(address);
-          authenticate_to_peer(s.fd, secret, {acceptor.group, 2, 1, "c"}, 0, Deadline(30s), "rank 0");
+          authenticate_to_peer(s.fd, secret, {acceptor.group, 2, 1, "c"}, 0, Deadline(30s),
+                               "rank 0");
           uint8_t done;
           ::recv(s.fd, &done, 1, 0);  // wait until the acceptor is through
         }
@@ -270,7 +277,9 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs", 
     }
     connector.join();
     if (connector_error) std::rethrow_exception(connector_error);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           n;
   };
   const int n = 200;
   const double plain_us = measure(JobSecret(), n);
@@ -279,8 +288,11 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs", 
   const JobSecret s = JobSecret::generate();
   std::vector<uint8_t> t(88, 7);
   for (int i = 0; i < 1000; ++i) t[0] = s.prove("collie data acceptor v1", t)[0];
-  const double hmac_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 1000;
+  const double hmac_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() /
+      1000;
   WARN("connect+accept over loopback: " << plain_us << " us without a secret, " << auth_us
-                                        << " us with the handshake; one HMAC-SHA256 proof: " << hmac_us << " us");
+                                        << " us with the handshake; one HMAC-SHA256 proof: "
+                                        << hmac_us << " us");
   CHECK(auth_us < 20000);  // a loose bound: milliseconds at most per connection, even loaded
 }

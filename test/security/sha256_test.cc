@@ -18,7 +18,8 @@ namespace {
 
 std::vector<uint8_t> unhex(const std::string& h) {
   std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(h.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < h.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoi(h.substr(i, 2), nullptr, 16)));
   return out;
 }
 std::string sha(std::string_view s) { return to_hex(Sha256().update(s).finish()); }
@@ -59,8 +60,9 @@ TEST_CASE("HMAC-SHA256 matches RFC 4231", "[security][sha256]") {
   CHECK(hmac(std::vector<uint8_t>(20, 0x0b), unhex("4869205468657265")) ==
         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
   // Test case 2: key "Jefe".
-  CHECK(hmac(unhex("4a656665"), unhex("7768617420646f2079612077616e7420666f72206e6f7468696e673f")) ==
-        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(
+      hmac(unhex("4a656665"), unhex("7768617420646f2079612077616e7420666f72206e6f7468696e673f")) ==
+      "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   // Test case 3: 20 bytes of 0xaa, 50 bytes of 0xdd.
   CHECK(hmac(std::vector<uint8_t>(20, 0xaa), std::vector<uint8_t>(50, 0xdd)) ==
         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");

@@ -50,7 +50,8 @@ uint16_t wait_for_port(Subprocess& p) {
   const Deadline deadline(60s);
   for (;;) {
     const std::string out = p.out();
-    if (auto at = out.find("port "); at != std::string::npos && out.find('\n', at) != std::string::npos)
+    if (auto at = out.find("port ");
+        at != std::string::npos && out.find('\n', at) != std::string::npos)
       return static_cast<uint16_t>(std::stoi(out.substr(at + 5)));
     REQUIRE(p.running());
     REQUIRE_FALSE(deadline.expired());
@@ -68,14 +69,16 @@ print("torch got", s.get("torch").decode(), flush=True)
 
 bool have_torch() {
   if (::access("/usr/bin/python3", X_OK) != 0) return false;
-  auto p = Subprocess::spawn({"/usr/bin/python3", "-c",
-                              "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
+  auto p = Subprocess::spawn(
+      {"/usr/bin/python3", "-c",
+       "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
   return p.wait(60s).ok();
 }
 
 }  // namespace
 
-TEST_CASE("the store serves clients that prove the job secret and refuses others", "[security][store]") {
+TEST_CASE("the store serves clients that prove the job secret and refuses others",
+          "[security][store]") {
   const JobSecret secret = JobSecret::generate();
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0, .secret = secret});
   const std::string where = str_cat("127.0.0.1:", server->port());
@@ -89,11 +92,13 @@ TEST_CASE("the store serves clients that prove the job secret and refuses others
       TcpStore::connect("127.0.0.1", server->port(), client(JobSecret::generate()));
       FAIL("a client with another secret was served");
     } catch (const StoreError& e) {
-      CHECK_THAT(e.what(), Contains(where) && Contains("failed to prove knowledge of the job secret"));
+      CHECK_THAT(e.what(),
+                 Contains(where) && Contains("failed to prove knowledge of the job secret"));
     }
   }
   SECTION("a client without a secret is dropped") {
-    CHECK_THROWS_AS(TcpStore::connect("127.0.0.1", server->port(), client(JobSecret())), StoreError);
+    CHECK_THROWS_AS(TcpStore::connect("127.0.0.1", server->port(), client(JobSecret())),
+                    StoreError);
   }
   SECTION("a client with a secret gets a clear error from a store without one") {
     auto plain = TcpStoreServer::start({.host = "127.0.0.1", .port = 0, .secret = JobSecret()});
@@ -101,7 +106,8 @@ TEST_CASE("the store serves clients that prove the job secret and refuses others
       TcpStore::connect("127.0.0.1", plain->port(), client(secret));
       FAIL("authenticated against a server without a secret");
     } catch (const StoreError& e) {
-      CHECK_THAT(e.what(), Contains(str_cat("127.0.0.1:", plain->port())) && Contains("does not authenticate"));
+      CHECK_THAT(e.what(), Contains(str_cat("127.0.0.1:", plain->port())) &&
+                               Contains("does not authenticate"));
     }
   }
   // Whatever was refused, the authenticated client is still served, and a
@@ -157,9 +163,9 @@ TEST_CASE("torch 1.13's TCPStore is refused in secure mode and served in compati
   for (bool compat : {false, true}) {
     INFO("compat " << compat);
     const std::string stop = dir.file(compat ? "stop1" : "stop0");
-    auto host = Subprocess::spawn(test::child_argv("store_host", {stop}),
-                                  {.env = {{"COLLIE_JOB_SECRET", secret},
-                                           {"COLLIE_STORE_COMPAT", compat ? "1" : "0"}}});
+    auto host = Subprocess::spawn(
+        test::child_argv("store_host", {stop}),
+        {.env = {{"COLLIE_JOB_SECRET", secret}, {"COLLIE_STORE_COMPAT", compat ? "1" : "0"}}});
     const uint16_t port = wait_for_port(host);
     auto torch = Subprocess::spawn({"/usr/bin/python3", script, std::to_string(port)});
     auto st = torch.wait(90s);

@@ -37,8 +37,8 @@ void reduce_and_check(int64_t k, size_t n, std::vector<T>& buf) {
   for (size_t i = 0; i < n; ++i) {
     T want = static_cast<T>(0);
     for (int r = 0; r < world; ++r) want += static_cast<T>((r + 1) * 3 + (i + k) % 13);
-    COLLIE_CHECK(buf[i] == want, "soak all_reduce #", k, " of ", n, " elements: element ", i, " is ",
-                 static_cast<double>(buf[i]), ", expected ", static_cast<double>(want));
+    COLLIE_CHECK(buf[i] == want, "soak all_reduce #", k, " of ", n, " elements: element ", i,
+                 " is ", static_cast<double>(buf[i]), ", expected ", static_cast<double>(want));
   }
 }
 
@@ -48,8 +48,11 @@ void reduce_and_check(int64_t k, size_t n, std::vector<T>& buf) {
 COLLIE_TEST_CHILD(soak_rank) {
   const int rank = std::stoi(args.at(1));
   const double seconds = std::stod(args.at(3));
-  init_process_group({.backend = "socket", .init_method = "file://" + args.at(0),
-                      .world_size = std::stoi(args.at(2)), .rank = rank, .timeout = std::chrono::seconds(120)});
+  init_process_group({.backend = "socket",
+                      .init_method = "file://" + args.at(0),
+                      .world_size = std::stoi(args.at(2)),
+                      .rank = rank,
+                      .timeout = std::chrono::seconds(120)});
   std::vector<float> f;
   std::vector<double> d;
   std::vector<int32_t> ints;
@@ -76,7 +79,8 @@ COLLIE_TEST_CHILD(soak_rank) {
     ++window_ops;
     ++total_ops;
     if (k % 16 == 0) {
-      int32_t stop = rank == 0 && std::chrono::duration<double>(Clock::now() - start).count() >= seconds;
+      int32_t stop =
+          rank == 0 && std::chrono::duration<double>(Clock::now() - start).count() >= seconds;
       all_reduce(view(&stop, 1), ReduceOp::kMax);
       const double w = std::chrono::duration<double>(Clock::now() - window_start).count();
       if (rank == 0 && (w >= 5 || stop)) {
@@ -90,9 +94,11 @@ COLLIE_TEST_CHILD(soak_rank) {
     }
   }
   const ProcessSample last = sample_process();
-  std::printf("rank %d ops=%lld rss_kb %lld -> %lld fds %d -> %d\n", rank, static_cast<long long>(total_ops),
-              static_cast<long long>(first.rss_kb), static_cast<long long>(last.rss_kb), first.fds, last.fds);
-  COLLIE_CHECK(last.fds <= first.fds, "rank ", rank, ": open descriptors grew from ", first.fds, " to ", last.fds);
+  std::printf("rank %d ops=%lld rss_kb %lld -> %lld fds %d -> %d\n", rank,
+              static_cast<long long>(total_ops), static_cast<long long>(first.rss_kb),
+              static_cast<long long>(last.rss_kb), first.fds, last.fds);
+  COLLIE_CHECK(last.fds <= first.fds, "rank ", rank, ": open descriptors grew from ", first.fds,
+               " to ", last.fds);
 #if defined(__SANITIZE_ADDRESS__)
   // Under AddressSanitizer freed blocks wait in its quarantine (256 MiB by
   // default) instead of being reused, so resident memory grows without a
@@ -102,8 +108,8 @@ COLLIE_TEST_CHILD(soak_rank) {
 #else
   constexpr long long kRssSlackKb = 16 * 1024;
 #endif
-  COLLIE_CHECK(last.rss_kb <= first.rss_kb + kRssSlackKb, "rank ", rank, ": resident memory grew from ",
-               first.rss_kb, " KiB to ", last.rss_kb, " KiB");
+  COLLIE_CHECK(last.rss_kb <= first.rss_kb + kRssSlackKb, "rank ", rank,
+               ": resident memory grew from ", first.rss_kb, " KiB to ", last.rss_kb, " KiB");
   barrier();
   destroy_process_group();
   return 0;
@@ -116,18 +122,24 @@ TEST_CASE("soak: 4 ranks all_reduce mixed sizes, every result checked, no memory
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < 4; ++rank)
     procs.push_back(Subprocess::spawn(
-        child_argv("soak_rank", {dir.file("rdzv"), std::to_string(rank), "4", std::to_string(seconds)}),
-        {.env = {{"RANK", std::nullopt}, {"WORLD_SIZE", std::nullopt}, {"MASTER_ADDR", std::nullopt},
-                 {"MASTER_PORT", std::nullopt}, {"TORCHELASTIC_USE_AGENT_STORE", std::nullopt}}}));
+        child_argv("soak_rank",
+                   {dir.file("rdzv"), std::to_string(rank), "4", std::to_string(seconds)}),
+        {.env = {{"RANK", std::nullopt},
+                 {"WORLD_SIZE", std::nullopt},
+                 {"MASTER_ADDR", std::nullopt},
+                 {"MASTER_PORT", std::nullopt},
+                 {"TORCHELASTIC_USE_AGENT_STORE", std::nullopt}}}));
   std::string all;
   bool ok = true;
   for (int rank = 0; rank < 4; ++rank) {
     auto st = procs[rank].wait(std::chrono::seconds(static_cast<int>(seconds) + 180));
     ok = ok && st.ok();
-    all += str_cat("--- rank ", rank, " ", st.describe(), "\n", procs[rank].out(), procs[rank].err());
+    all +=
+        str_cat("--- rank ", rank, " ", st.describe(), "\n", procs[rank].out(), procs[rank].err());
   }
   INFO(all);
   REQUIRE(ok);
   soak_record(str_cat("all_reduce soak, 4 ranks, ", seconds, " s"), procs[0].out());
-  for (int rank = 1; rank < 4; ++rank) soak_record(str_cat("all_reduce soak rank ", rank), procs[rank].out());
+  for (int rank = 1; rank < 4; ++rank)
+    soak_record(str_cat("all_reduce soak rank ", rank), procs[rank].out());
 }

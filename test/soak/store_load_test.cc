@@ -4,8 +4,8 @@
 // shared counter must equal the sum of every client's adds, and every get
 // must return the value its client set last. Latency percentiles per
 // operation are recorded.
-#include <catch2/catch.hpp>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -38,8 +38,11 @@ const char* const kOpNames[kOps] = {"set", "get", "add", "wait"};
 std::string percentiles(std::vector<uint32_t>& us) {
   if (us.empty()) return "none";
   std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * us.size()))]; };
-  return str_cat(us.size(), " ops, p50 ", at(0.50), " us, p99 ", at(0.99), " us, max ", us.back(), " us");
+  auto at = [&](double q) {
+    return us[std::min(us.size() - 1, static_cast<size_t>(q * us.size()))];
+  };
+  return str_cat(us.size(), " ops, p50 ", at(0.50), " us, p99 ", at(0.99), " us, max ", us.back(),
+                 " us");
 }
 
 }  // namespace
@@ -59,7 +62,8 @@ TEST_CASE("store under load: 256 clients, no lost update, latency percentiles", 
   std::vector<uint32_t> latencies[kOps];
   std::atomic<int64_t> total_added{0};
   std::vector<std::string> failures;
-  const auto stop_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto stop_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(seconds));
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
@@ -79,8 +83,8 @@ TEST_CASE("store under load: 256 clients, no lost update, latency percentiles", 
           timed(kSet, [&] { store.set(own, to_bytes(value)); });
           Bytes got;
           timed(kGet, [&] { got = store.get(own); });
-          COLLIE_CHECK(std::string(got.begin(), got.end()) == value, "client ", c, " set ", value, " but got ",
-                       std::string(got.begin(), got.end()));
+          COLLIE_CHECK(std::string(got.begin(), got.end()) == value, "client ", c, " set ", value,
+                       " but got ", std::string(got.begin(), got.end()));
           const int64_t delta = 1 + (c + i) % 3;
           timed(kAdd, [&] { store.add("load/counter", delta); });
           added += delta;
@@ -97,7 +101,8 @@ TEST_CASE("store under load: 256 clients, no lost update, latency percentiles", 
       }
       total_added += added;
       std::lock_guard<std::mutex> lock(mu);
-      for (int op = 0; op < kOps; ++op) latencies[op].insert(latencies[op].end(), mine[op].begin(), mine[op].end());
+      for (int op = 0; op < kOps; ++op)
+        latencies[op].insert(latencies[op].end(), mine[op].begin(), mine[op].end());
     });
   }
   for (auto& t : threads) t.join();
@@ -111,6 +116,7 @@ TEST_CASE("store under load: 256 clients, no lost update, latency percentiles", 
     ops += latencies[op].size();
     report += str_cat(kOpNames[op], ": ", percentiles(latencies[op]), "\n");
   }
-  report += str_cat("total ", ops, " ops in ", seconds, " s = ", static_cast<int64_t>(ops / seconds), " ops/s\n");
+  report += str_cat("total ", ops, " ops in ", seconds,
+                    " s = ", static_cast<int64_t>(ops / seconds), " ops/s\n");
   soak_record(str_cat("TcpStore, 256 clients, ", seconds, " s"), report);
 }

@@ -37,8 +37,8 @@ std::string self_exe();
 
 #define COLLIE_TEST_CHILD_CAT2_(a, b) a##b
 #define COLLIE_TEST_CHILD_CAT_(a, b) COLLIE_TEST_CHILD_CAT2_(a, b)
-#define COLLIE_TEST_CHILD(name)                                                                  \
-  static int collie_child_##name(const std::vector<std::string>& args);                          \
-  static ::collie::test::ChildRegistrar COLLIE_TEST_CHILD_CAT_(collie_child_reg_, __LINE__)(     \
-      #name, &collie_child_##name);                                                              \
+#define COLLIE_TEST_CHILD(name)                                                              \
+  static int collie_child_##name(const std::vector<std::string>& args);                      \
+  static ::collie::test::ChildRegistrar COLLIE_TEST_CHILD_CAT_(collie_child_reg_, __LINE__)( \
+      #name, &collie_child_##name);                                                          \
   static int collie_child_##name([[maybe_unused]] const std::vector<std::string>& args)

@@ -53,8 +53,8 @@ std::vector<pid_t> wait_for_pid_files(const std::string& dir, int count, Timeout
     }
     if (static_cast<int>(pids.size()) == count) return pids;
     if (deadline.expired())
-      throw TimeoutError(str_cat("only ", pids.size(), " of ", count, " pid files appeared in ", dir,
-                                 " ", deadline.describe()));
+      throw TimeoutError(str_cat("only ", pids.size(), " of ", count, " pid files appeared in ",
+                                 dir, " ", deadline.describe()));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

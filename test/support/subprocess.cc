@@ -61,8 +61,10 @@ Subprocess Subprocess::spawn(const std::vector<std::string>& argv, const SpawnOp
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : options.env) {
-    if (v) env[k] = *v;
-    else env.erase(k);
+    if (v)
+      env[k] = *v;
+    else
+      env.erase(k);
   }
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
@@ -131,8 +133,10 @@ void Subprocess::reap_blocking() {
   while (::waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
   }
   ExitStatus s;
-  if (WIFSIGNALED(st)) s.signal = WTERMSIG(st);
-  else s.exit_code = WEXITSTATUS(st);
+  if (WIFSIGNALED(st))
+    s.signal = WTERMSIG(st);
+  else
+    s.exit_code = WEXITSTATUS(st);
   status_ = s;
 }
 
@@ -142,8 +146,10 @@ bool Subprocess::running() {
   pid_t r = ::waitpid(pid_, &st, WNOHANG);
   if (r == pid_) {
     ExitStatus s;
-    if (WIFSIGNALED(st)) s.signal = WTERMSIG(st);
-    else s.exit_code = WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+      s.signal = WTERMSIG(st);
+    else
+      s.exit_code = WEXITSTATUS(st);
     status_ = s;
     return false;
   }

@@ -17,8 +17,8 @@
 namespace collie::test {
 
 struct ExitStatus {
-  int exit_code = -1;    // valid when signal == 0
-  int signal = 0;        // the signal that killed it, or 0
+  int exit_code = -1;  // valid when signal == 0
+  int signal = 0;      // the signal that killed it, or 0
   bool ok() const { return signal == 0 && exit_code == 0; }
   std::string describe() const;  // "exit 3", "killed by SIGKILL"
 };

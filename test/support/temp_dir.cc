@@ -13,8 +13,7 @@ namespace collie::test {
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/collie-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    throw Error("mkdtemp(" + tmpl + "): " + strerror(errno));
+  if (::mkdtemp(tmpl.data()) == nullptr) throw Error("mkdtemp(" + tmpl + "): " + strerror(errno));
   path_ = tmpl;
 }
 
