@@ -1,4 +1,4 @@
-# Every dependency is a Debian package (see tools/setup.sh). Asio is
+# Every dependency is a Debian package (tools/collie.sh installs them). Asio is
 # standalone and header-only; a carried copy under .deps/ (for the GPU machine,
 # which has no apt) is searched after the system.
 set(_collie_extra_includes ${CMAKE_SOURCE_DIR}/.deps/include)
@@ -13,7 +13,16 @@ target_compile_definitions(collie_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECA
 target_link_libraries(collie_asio INTERFACE Threads::Threads)
 install(TARGETS collie_asio EXPORT collieTargets)
 
-find_path(EIGEN3_INCLUDE_DIR Eigen/Core PATHS /usr/include/eigen3
-          ${_collie_extra_includes}/eigen3 ${_collie_extra_includes})
+# Eigen: Debian's package config (Eigen3::Eigen), else the carried headers.
+find_package(Eigen3 3.3 CONFIG QUIET)
+if(NOT TARGET Eigen3::Eigen)
+  find_path(EIGEN3_INCLUDE_DIR Eigen/Core PATHS /usr/include/eigen3
+            ${_collie_extra_includes}/eigen3 ${_collie_extra_includes})
+  if(NOT EIGEN3_INCLUDE_DIR)
+    message(FATAL_ERROR "Eigen not found: install the Debian package libeigen3-dev")
+  endif()
+  add_library(Eigen3::Eigen INTERFACE IMPORTED)
+  set_target_properties(Eigen3::Eigen PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${EIGEN3_INCLUDE_DIR})
+endif()
 find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp PATHS /usr/include ${_collie_extra_includes})
 find_package(ZLIB)

@@ -20,11 +20,13 @@
 
 #include "collectives/peer_auth.h"
 #include "collectives/wire.h"
-#include "rendezvous/tcp_store_socket.h"
+#include "runtime/base/backoff.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
+#include "runtime/base/socket_io.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/base/unique_fd.h"
 
 namespace collie {
 namespace {
@@ -37,38 +39,19 @@ struct Hello {
   uint32_t address_bytes;
 };
 
-// Owns an fd until released into a Connection.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
 std::string addr_key(const std::string& prefix, int rank) {
   return str_cat(prefix, "/collectives/addr/", rank);
 }
 
 // A new TCP socket, or a NetworkError naming why there is none.
-Fd open_socket(int type, std::string_view purpose, int rank, int size) {
+UniqueFd open_socket(int type, std::string_view purpose, int rank, int size) {
   const int fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     const int err = errno;
     throw NetworkError(str_cat("rank ", rank, " cannot open a socket ", purpose, ": ",
                                describe_fd_failure("socket()", err, size)));
   }
-  return Fd(fd);
+  return UniqueFd(fd);
 }
 
 void set_buffers(int fd, int bytes) {
@@ -117,9 +100,9 @@ std::pair<std::string, uint16_t> split_address(const std::string& address) {
 // Connects to a peer's listener, retrying refusals until the deadline. Each
 // attempt re-reads the address: a stale one left in the store by an earlier
 // group of the same name is replaced when the peer publishes its new one.
-Fd connect_to(const std::function<std::string()>& read_address, int rank, int size, int peer,
-              int buffer_bytes, const Deadline& deadline, std::string* address_out) {
-  auto backoff = std::chrono::milliseconds(1);
+UniqueFd connect_to(const std::function<std::string()>& read_address, int rank, int size, int peer,
+                    int buffer_bytes, const Deadline& deadline, std::string* address_out) {
+  Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(200)});
   for (;;) {
     const std::string address = read_address();
     *address_out = address;
@@ -131,8 +114,8 @@ Fd connect_to(const std::function<std::string()>& read_address, int rank, int si
       throw NetworkError(str_cat("rank ", peer, " published the address '", address,
                                  "', which is not an IPv4 address"));
     }
-    Fd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK,
-                        str_cat("to connect to rank ", peer, " at ", address), rank, size);
+    UniqueFd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK,
+                              str_cat("to connect to rank ", peer, " at ", address), rank, size);
     set_buffers(fd.get(), buffer_bytes);
     int err = 0;
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
@@ -152,8 +135,7 @@ Fd connect_to(const std::function<std::string()>& read_address, int rank, int si
       throw NetworkError(str_cat("connecting to rank ", peer, " at ", address,
                                  " failed: ", std::strerror(err), " ", deadline.describe()));
     }
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(backoff, deadline.remaining()));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    backoff.sleep(deadline);
   }
 }
 
@@ -186,7 +168,7 @@ std::string route_to(const std::string& host) {
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
   std::string out;
-  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   // Without a socket there is no route to ask for: the caller falls back.
   if (fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0) {
     sockaddr_in local{};
@@ -236,7 +218,7 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
 
   // Listen first, publish second: a peer that reads our address can connect
   // at once (the kernel queues it until we accept).
-  Fd listener = open_socket(SOCK_STREAM | SOCK_NONBLOCK, "to listen on", rank, size);
+  UniqueFd listener = open_socket(SOCK_STREAM | SOCK_NONBLOCK, "to listen on", rank, size);
   set_buffers(listener.get(), options.socket_buffer_bytes);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -273,8 +255,8 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
                                  " to publish its address under '", key, "': ", e.what()));
     }
     std::string address;
-    Fd fd = connect_to([&] { return to_string(store.get(key)); }, rank, size, peer,
-                       options.socket_buffer_bytes, deadline, &address);
+    UniqueFd fd = connect_to([&] { return to_string(store.get(key)); }, rank, size, peer,
+                             options.socket_buffer_bytes, deadline, &address);
     const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
     const std::string who = str_cat("rank ", peer, " (", address, ")");
     // With a job secret, prove it (and check the peer's) before the hello.
@@ -289,11 +271,11 @@ Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& opt
   // them when there is a job secret, refusing strangers without stopping.
   PeerGate gate(listener.get(), secret, identity);
   for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
-    Fd fd;
+    UniqueFd fd;
     int authenticated_rank = -1;
     for (;;) {
       if (auto admitted = gate.accept(deadline)) {
-        fd = Fd(admitted->fd);
+        fd = UniqueFd(admitted->fd);
         authenticated_rank = admitted->rank;
         break;
       }

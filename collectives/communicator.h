@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "collectives/algorithm.h"
+#include "collectives/all_reduce_algorithm.h"
 #include "rendezvous/store.h"
 #include "runtime/base/deadline.h"
 #include "runtime/base/types.h"

@@ -123,8 +123,8 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       // The header is read on its own and checked before the payload is
       // read straight into the caller's buffer (still zero-copy): reading
       // both with one readv would let another call's payload land in the
-      // user's tensor before the mismatch is seen (issue 4/8: never mixed
-      // data). The price is one extra read() per message, which small
+      // user's tensor before the mismatch is seen (a mismatched call must
+      // never mix data). The price is one extra read() per message, which small
       // messages avoid by reading the whole frame into a bounce buffer.
       const ssize_t r =
           op.got == 0 && op.expected.payload_bytes <= kBounceBytes ? read_small_frame(op)

@@ -11,9 +11,9 @@
 #include <cstring>
 
 #include "collectives/bootstrap.h"
-#include "rendezvous/tcp_store_socket.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
+#include "runtime/base/socket_io.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie {

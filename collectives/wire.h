@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-#include "collectives/algorithm.h"
+#include "collectives/all_reduce_algorithm.h"
 #include "runtime/base/types.h"
 
 namespace collie {

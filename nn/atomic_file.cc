@@ -14,6 +14,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/base/unique_fd.h"
 
 namespace collie::nn {
 
@@ -22,22 +23,6 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
   throw Error(str_cat(what, " '", path, "': ", std::strerror(errno)));
 }
-
-// Closes a descriptor on every path out of a function.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 std::string directory_of(const std::string& path) {
   auto slash = path.find_last_of('/');
@@ -79,7 +64,7 @@ void write_file_atomically(const std::string& path, std::span<const uint8_t> byt
   // temporary file; the pid tells whom a leftover belongs to.
   const std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", std::random_device{}());
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) fail("cannot create temporary file", tmp);
     size_t done = 0;
     while (done < bytes.size()) {
@@ -112,14 +97,14 @@ void write_file_atomically(const std::string& path, std::span<const uint8_t> byt
   }
   // The rename is durable only once the directory entry is on disk.
   const std::string dir = directory_of(path);
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() < 0) fail("cannot open directory", dir);
   if (::fsync(dir_fd.get()) != 0) fail("fsync failed on directory", dir);
   remove_dead_writers_leftovers(path);
 }
 
 std::vector<uint8_t> read_file(const std::string& path, size_t max_bytes) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail("cannot open", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail("cannot stat", path);

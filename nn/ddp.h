@@ -34,7 +34,7 @@
 #include "nn/module.h"
 #include "nn/reducer.h"
 #include "nn/tensor.h"
-#include "runtime/process_group.h"
+#include "runtime/process_group/process_group.h"
 
 namespace collie::nn {
 

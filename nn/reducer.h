@@ -40,7 +40,7 @@
 #include "nn/ddp_model.h"
 #include "nn/device_ops.h"
 #include "runtime/base/deadline.h"
-#include "runtime/process_group.h"
+#include "runtime/process_group/process_group.h"
 
 namespace collie::nn {
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "rendezvous/store_util.h"
+#include "runtime/base/backoff.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
@@ -73,7 +74,7 @@ void FileStore::poll_until_present(const std::vector<std::string>& keys, const D
   raw.reserve(keys.size());
   for (const auto& k : keys) raw.push_back(raw_key(k));
   std::vector<std::string> missing;
-  auto pause = kFirstPoll;
+  Backoff backoff({.initial = kFirstPoll, .max = kMaxPoll});
   for (bool first = true;; first = false) {
     // Nothing can have appeared unless the file grew, and seeing that needs
     // no flock: only lock when there is something new to read.
@@ -91,8 +92,7 @@ void FileStore::poll_until_present(const std::vector<std::string>& keys, const D
     if (deadline.expired())
       throw TimeoutError(str_cat("FileStore ", path(), ": timed out waiting for key(s) [",
                                  join(missing, ", "), "] ", deadline.describe()));
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, deadline.remaining()));
-    pause = std::min(pause * 2, kMaxPoll);
+    backoff.sleep(deadline);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "rendezvous/store_auth.h"
+#include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -15,18 +16,6 @@ namespace collie {
 
 using store_protocol::Dialect;
 using store_protocol::Writer;
-
-namespace {
-
-Timeout jittered(Timeout base) {
-  // Full jitter in [base/2, base]: ranks that start together do not retry in
-  // lock-step against a server that is still coming up.
-  thread_local std::minstd_rand rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
-  std::uniform_int_distribution<int64_t> dist(base.count() / 2, base.count());
-  return Timeout(dist(rng));
-}
-
-}  // namespace
 
 TcpStoreClient::TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
                                std::unique_ptr<TcpStoreServer> server)
@@ -64,7 +53,9 @@ void TcpStoreClient::check_size(const std::string& key, size_t value_bytes) cons
 }
 
 void TcpStoreClient::open(const Deadline& deadline) {
-  Timeout backoff = std::chrono::milliseconds(10);
+  // The server may not be up yet: back off exponentially, with jitter so that
+  // ranks started together do not retry in lock-step.
+  Backoff backoff({.initial = std::chrono::milliseconds(10), .max = std::chrono::seconds(1)});
   int attempts = 0;
   IoResult last;
   for (;;) {
@@ -78,10 +69,7 @@ void TcpStoreClient::open(const Deadline& deadline) {
       }
       continue;  // a 2.x torch server refused the probe: reconnect in 2.x
     }
-    if (deadline.expired()) break;
-    // The server may not be up yet: back off exponentially (capped at 1s).
-    std::this_thread::sleep_for(std::min<Timeout>(jittered(backoff), deadline.remaining()));
-    backoff = std::min<Timeout>(backoff * 2, std::chrono::seconds(1));
+    if (!backoff.sleep(deadline)) break;
   }
   throw TimeoutError(describe(str_cat("could not connect ", deadline.describe(), " (", attempts,
                                       " attempts; last error: ", last.describe(), ")")));

@@ -8,6 +8,7 @@
 #   BUILD_DIR      build directory (default: build)
 #   BUILD_TYPE     CMake build type (default: RelWithDebInfo)
 #   CTEST_ARGS     extra arguments for ctest (e.g. "-R rendezvous")
+#   CI             "true": build with -Werror, and no test but the GPU ones may skip
 #   COLLIE_NPROC   ranks for the main job (default 4; global batch stays 256)
 #   COLLIE_EPOCHS  epochs for the main job (default 10)
 set -euo pipefail
@@ -26,7 +27,7 @@ PACKAGES=(
   python3 python3-torch
   libgloo-dev openmpi-bin libopenmpi-dev
   gnuplot-nox
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format-14
   iproute2 nftables procps psmisc
 )
 
@@ -51,8 +52,12 @@ install_packages() {
 build() {
   local jobs
   jobs=$(nproc)
+  # CI builds with -Werror: a new warning fails the run.
+  local werror=OFF
+  [[ "${CI:-}" == "true" ]] && werror=ON
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${CMAKE_ARGS:-}
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
+      -DCOLLIE_WERROR="$werror" ${CMAKE_ARGS:-}
   fi
   cmake --build "$BUILD_DIR" -j "$jobs"
 }

@@ -35,7 +35,7 @@ read -r -a EXTRA_CTEST <<<"${CTEST_ARGS:-}"
 #               exported targets but not into the consumer's link; they test
 #               the build system, which the normal suite covers.
 #   gpu: ...    need a GPU and CUDA, which sanitizer builds leave out.
-EXCLUDE='^(build|gpu|nn_gpu): '
+EXCLUDE='^(build|gpu): '
 
 configure_and_build() {  # <build dir> <sanitizers>
   local dir=$1 sanitizers=$2

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "runtime/api/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/build_info.h"
 
 namespace collie::bench {
 

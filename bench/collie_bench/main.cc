@@ -19,9 +19,10 @@
 #include "bench/collie_bench/bench_data.h"
 #include "bench/collie_bench/bench_report.h"
 #include "bench/collie_bench/local_launch.h"
+#include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
+#include "runtime/socket/socket_process_group.h"
 
 namespace collie::bench {
 namespace {
@@ -75,8 +76,14 @@ class Runner {
         pg_(get_default_group()),
         rank_(get_rank()),
         world_(get_world_size()),
-        timeout_(std::chrono::seconds(o.timeout_s)),
-        algo_(parse_algo(o.algo)) {}
+        timeout_(std::chrono::seconds(o.timeout_s)) {
+    AllReduceAlgorithm algo = parse_algo(o.algo);
+    if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(pg_))
+      socket->set_all_reduce_algorithm(algo);
+    else if (algo != AllReduceAlgorithm::kAuto)
+      throw InvalidArgument(str_cat("collie-bench: --algo ", o.algo,
+                                    " needs the socket backend, not ", pg_->backend_name()));
+  }
 
   // One size: check once, then time. Returns the row (rank 0's view), or
   // nothing when the size holds no whole element per rank.
@@ -133,8 +140,7 @@ class Runner {
     // --blocking: the caller waits at once, as torch's async_op=False.
     const bool async_op = !o_.blocking;
     if (c == "all_reduce")
-      return pg_->all_reduce(
-          big.view(), {.op = op_, .timeout = timeout_, .algorithm = algo_, .async_op = async_op});
+      return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .async_op = async_op});
     if (c == "broadcast")
       return pg_->broadcast(big.view(),
                             {.root = o_.root, .timeout = timeout_, .async_op = async_op});
@@ -186,7 +192,6 @@ class Runner {
   std::shared_ptr<ProcessGroup> pg_;
   int rank_, world_;
   Timeout timeout_;
-  AllReduceAlgorithm algo_;
 };
 
 int run_rank(const Options& o) {

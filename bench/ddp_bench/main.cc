@@ -29,9 +29,9 @@
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
+#include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 
 extern char** environ;
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -103,7 +104,7 @@ void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
   // Look with check() rather than one long wait(): a launcher must stay
   // responsive to Ctrl-C while other nodes are slow to arrive.
   Deadline deadline(options_.timeout);
-  auto pause = std::chrono::milliseconds(1);
+  Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(50)});
   while (!store_->check({key(name + "/done")})) {
     if (int sig = interrupt_check_ ? interrupt_check_() : 0)
       throw RendezvousInterrupted(
@@ -122,8 +123,7 @@ void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
                                  format_duration(options_.timeout), " (--rdzv-timeout) for all ", n,
                                  " nodes to ", what, ", but only ", arrived, " did", missing));
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    backoff.sleep(deadline);
   }
 }
 

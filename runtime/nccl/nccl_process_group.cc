@@ -17,6 +17,7 @@
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/process_group/collective_checks.h"
 
 namespace collie {
 namespace {
@@ -279,23 +280,27 @@ struct NcclProcessGroup::Impl {
     return work;
   }
 
-  void check_tensor(const TensorView& t, const char* what, const char* role) {
-    if (!t.device.is_cuda())
-      throw InvalidArgument(
-          str_cat("nccl backend: ", what, ": the ", role, " tensor is on ", t.device,
-                  "; the nccl backend takes CUDA device buffers (cuda:", shared->device,
-                  " on rank ", shared->rank, "); use the socket backend for host buffers"));
+  CallSite site(std::string_view op) const {
+    return CallSite{op, shared->rank, options.group_name, "nccl"};
+  }
+
+  // The shared checks (runtime/process_group/collective_checks.h), then what
+  // only NCCL needs: the buffer is on this rank's device and really is device
+  // memory.
+  void check_tensor(const CallSite& where, std::string_view name, const TensorView& t) {
+    collie::check_tensor(where, name, t, DeviceType::kCUDA);
     if (t.device.index != shared->device)
-      throw InvalidArgument(str_cat("nccl backend: ", what, ": the ", role, " tensor is on ",
-                                    t.device, " but rank ", shared->rank,
-                                    "'s communicator is on cuda:", shared->device));
+      throw InvalidArgument(str_cat(where.op, " on rank ", shared->rank, ": ", name, " is on ",
+                                    t.device,
+                                    " but this rank's communicator is on cuda:", shared->device));
     if (t.count == 0) return;
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, t.data) != cudaSuccess ||
         (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
       cudaGetLastError();
-      throw InvalidArgument(str_cat("nccl backend: ", what, ": the ", role, " pointer ", t.data,
-                                    " is not CUDA device memory (it is labelled ", t.device, ")"));
+      throw InvalidArgument(str_cat(where.op, " on rank ", shared->rank, ": ", name, " pointer ",
+                                    t.data, " is not CUDA device memory (it is labelled ", t.device,
+                                    ")"));
     }
   }
 };
@@ -436,11 +441,10 @@ bool NcclProcessGroup::broken() const { return impl_->shared->broken; }
 void NcclProcessGroup::abort(const std::string& reason) { impl_->shared->abort(reason); }
 
 std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduceOptions& options) {
-  impl_->check_tensor(t, "all_reduce", "input");
-  COLLIE_ARG_CHECK(is_valid(options.op), "all_reduce: invalid reduce op");
-  if (options.op == ReduceOp::kAvg && !is_floating_point(t.dtype))
-    throw InvalidArgument(
-        str_cat("all_reduce: AVG is only defined for floating-point tensors, got ", t.dtype));
+  const CallSite where = impl_->site("all_reduce");
+  impl_->check_tensor(where, "tensor", t);
+  check_reduce_op(where, options.op, t.dtype);
+  check_timeout(where, options.timeout);
   const auto what = str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char* desc) {
     impl_->settle(ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype), to_nccl(options.op),
@@ -451,11 +455,11 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduce
 
 std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const TensorView> tensors,
                                                              const AllReduceOptions& options) {
+  const CallSite where = impl_->site("all_reduce_coalesced");
+  check_timeout(where, options.timeout);
   for (const auto& t : tensors) {
-    impl_->check_tensor(t, "all_reduce_coalesced", "input");
-    if (options.op == ReduceOp::kAvg && !is_floating_point(t.dtype))
-      throw InvalidArgument(
-          str_cat("all_reduce_coalesced: AVG needs floating point, got ", t.dtype));
+    impl_->check_tensor(where, "tensor", t);
+    check_reduce_op(where, options.op, t.dtype);
   }
   const auto what = str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {
@@ -473,9 +477,10 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const Ten
 }
 
 std::shared_ptr<Work> NcclProcessGroup::broadcast(TensorView t, const BroadcastOptions& options) {
-  impl_->check_tensor(t, "broadcast", "input");
-  COLLIE_ARG_CHECK(options.root >= 0 && options.root < size(), "broadcast: root ", options.root,
-                   " is not a rank of this group of size ", size());
+  const CallSite where = impl_->site("broadcast");
+  impl_->check_tensor(where, "tensor", t);
+  check_root(where, options.root, size());
+  check_timeout(where, options.timeout);
   const auto what = str_cat("broadcast(", t.dtype, ", ", t.count, ", root ", options.root, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {
     impl_->settle(ncclBroadcast(t.data, t.data, t.count, to_nccl(t.dtype), options.root,
@@ -485,6 +490,7 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(TensorView t, const BroadcastO
 }
 
 std::shared_ptr<Work> NcclProcessGroup::barrier(const BarrierOptions& options) {
+  check_timeout(impl_->site("barrier"), options.timeout);
   // Like ProcessGroupNCCL: an all_reduce of one element, waited on the host.
   return impl_->run(
       "barrier", options.timeout,
@@ -498,12 +504,11 @@ std::shared_ptr<Work> NcclProcessGroup::barrier(const BarrierOptions& options) {
 
 std::shared_ptr<Work> NcclProcessGroup::all_gather(TensorView output, TensorView input,
                                                    const AllGatherOptions& options) {
-  impl_->check_tensor(input, "all_gather", "input");
-  impl_->check_tensor(output, "all_gather", "output");
-  COLLIE_ARG_CHECK(input.dtype == output.dtype, "all_gather: input is ", input.dtype,
-                   " but output is ", output.dtype);
-  COLLIE_ARG_CHECK(output.count == input.count * size(), "all_gather: output has ", output.count,
-                   " elements, expected world size ", size(), " x input count ", input.count);
+  const CallSite where = impl_->site("all_gather");
+  impl_->check_tensor(where, "input", input);
+  impl_->check_tensor(where, "output", output);
+  check_gather_shapes(where, output, "output", input, "input", size());
+  check_timeout(where, options.timeout);
   const auto what = str_cat("all_gather(", input.dtype, ", ", input.count, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {
     impl_->settle(ncclAllGather(input.data, output.data, input.count, to_nccl(input.dtype),
@@ -514,14 +519,12 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather(TensorView output, TensorView
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, TensorView input,
                                                        const ReduceScatterOptions& options) {
-  impl_->check_tensor(input, "reduce_scatter", "input");
-  impl_->check_tensor(output, "reduce_scatter", "output");
-  COLLIE_ARG_CHECK(input.dtype == output.dtype, "reduce_scatter: input is ", input.dtype,
-                   " but output is ", output.dtype);
-  COLLIE_ARG_CHECK(input.count == output.count * size(), "reduce_scatter: input has ", input.count,
-                   " elements, expected world size ", size(), " x output count ", output.count);
-  if (options.op == ReduceOp::kAvg && !is_floating_point(input.dtype))
-    throw InvalidArgument(str_cat("reduce_scatter: AVG needs floating point, got ", input.dtype));
+  const CallSite where = impl_->site("reduce_scatter");
+  impl_->check_tensor(where, "input", input);
+  impl_->check_tensor(where, "output", output);
+  check_gather_shapes(where, input, "input", output, "output", size());
+  check_reduce_op(where, options.op, input.dtype);
+  check_timeout(where, options.timeout);
   const auto what =
       str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")");
   return impl_->run(what, options.timeout, [&](const Deadline& d, const char*) {

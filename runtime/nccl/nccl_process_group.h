@@ -23,7 +23,7 @@
 #include <string>
 
 #include "rendezvous/store.h"
-#include "runtime/process_group.h"
+#include "runtime/process_group/process_group.h"
 
 namespace collie {
 
@@ -37,11 +37,6 @@ struct NcclOptions {
   bool blocking_wait = false;
   // Key namespace in the store (one communicator per group).
   std::string group_name = "default_pg";
-};
-
-// Synchronous options for simple callers: wait for completion before returning.
-struct NcclCallOptions {
-  bool synchronize = false;
 };
 
 class NcclProcessGroup : public ProcessGroup {

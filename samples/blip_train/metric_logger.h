@@ -12,7 +12,7 @@
 #include <string>
 
 #include "nn/device_ops.h"
-#include "runtime/process_group.h"
+#include "runtime/process_group/process_group.h"
 
 namespace collie::samples {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/distributed.h"
+#include "runtime/api/distributed.h"
 
 int main() {
   collie::init_process_group({.backend = "socket"});

@@ -15,6 +15,21 @@ out=$("$tmp/build/collie_consumer")
 echo "$out"
 grep -q "^collie " <<<"$out"
 grep -q "^store ok: value=world counter=5$" <<<"$out"
+grep -q "^nn ok: .* decreased$" <<<"$out"
+
+# Only the declared public headers are installed, and each compiles on its own
+# (none includes a header that was left out).
+inc="$tmp/prefix/include/collie"
+! find "$inc" -path '*/launcher/*' | grep -q . || { echo "launcher headers were installed"; exit 1; }
+! find "$inc" -name 'transport.h' | grep -q . || { echo "collectives internals were installed"; exit 1; }
+count=0
+while IFS= read -r h; do
+  rel=${h#"$inc"/}
+  printf '#include "%s"\n' "$rel" | c++ -std=c++20 -fsyntax-only -x c++ -I"$inc" \
+    -I/usr/include/eigen3 - || { echo "installed header $rel does not compile on its own"; exit 1; }
+  count=$((count + 1))
+done < <(find "$inc" -name '*.h' | sort)
+echo "$count installed headers compile on their own"
 
 # samples/embed: a data-parallel program built against the installed collie,
 # run with 2 ranks under collie-run.

@@ -1,5 +1,5 @@
 // A mismatched call must fail without writing a byte of the other call's
-// data into the user's buffer (issue 4/8: "never mixed data"). The receiver
+// data into the user's buffer ("never mixed data"). The receiver
 // reads each message's header on its own and compares it with its call
 // before it lets the payload into the destination; these cases pair calls
 // whose messages would otherwise land there: a receiver posted straight on

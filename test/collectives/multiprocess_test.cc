@@ -1,5 +1,5 @@
 // Multi-process tests: each rank is a child process (this executable re-run,
-// test/support/child.h) and the ranks rendezvous through a DirStore in a
+// test/support/child.h) and the ranks rendezvous through a FileStore in a
 // temporary directory. Covers correctness across processes, the mismatch
 // protocol (every rank learns of a mismatch and the message names both
 // calls), a peer killed mid-collective (SIGKILL), a hung peer (SIGSTOP) with
@@ -16,9 +16,9 @@
 #include <map>
 #include <sstream>
 
+#include "rendezvous/file_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "test/collectives/dir_store.h"
 #include "test/collectives/harness.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
@@ -136,7 +136,7 @@ void run_mismatch(Communicator& c, const std::string& what) {
 COLLIE_TEST_CHILD(collectives_rank) {
   const int rank = std::stoi(args.at(1)), size = std::stoi(args.at(2));
   const std::string scenario = args.at(3);
-  DirStore store(args.at(0));
+  FileStore store(args.at(0) + "/store", size, {.timeout = 60s});
   CommunicatorOptions o;
   o.store_prefix = "mp";
   o.timeout = 30s;

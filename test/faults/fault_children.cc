@@ -14,10 +14,10 @@
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
+#include "runtime/api/distributed.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
 
 using namespace collie;

@@ -13,9 +13,9 @@
 #include <filesystem>
 
 #include "nn/state_dict.h"
+#include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 

@@ -17,10 +17,10 @@
 
 #include <cstdio>
 
+#include "runtime/api/distributed.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/netns_pair.h"
 #include "test/support/temp_dir.h"

@@ -12,9 +12,9 @@
 
 #include <cstdio>
 
+#include "runtime/api/distributed.h"
 #include "runtime/base/check.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
 
 using namespace collie;

@@ -10,8 +10,8 @@
 #include <cstdio>
 
 #include "rendezvous/tcp_store.h"
+#include "runtime/api/distributed.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 

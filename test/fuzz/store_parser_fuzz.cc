@@ -1,8 +1,8 @@
 // libFuzzer target for the TcpStore server's parser (store_protocol.h):
 //   cmake -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++-14 -DCOLLIE_FUZZ=ON
 //   ninja -C build-fuzz store_parser_fuzz
-//   mkdir -p /tmp/new && build-fuzz/bin/store_parser_fuzz -max_total_time=60 /tmp/new \
-//       test/fuzz/corpus/store_parser
+//   mkdir -p /tmp/new
+//   build-fuzz/bin/store_parser_fuzz -max_total_time=60 /tmp/new test/fuzz/corpus/store_parser
 // The same driver replays the committed corpus in every normal build
 // (test_rendezvous "[parser]").
 #include <cstdint>

@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "runtime/api/distributed.h"
 #include "runtime/base/check.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/distributed.h"
 #include "test/soak/soak_util.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"

@@ -1,0 +1,14 @@
+#include "collectives/all_reduce_algorithm.h"
+
+namespace collie {
+
+std::string_view to_string(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kAuto: return "auto";
+    case AllReduceAlgorithm::kRing: return "ring";
+    case AllReduceAlgorithm::kSmall: return "small";
+  }
+  return "invalid-algorithm";
+}
+
+}  // namespace collie

@@ -1,0 +1,43 @@
+// The backend registry: process-group backends by name ("socket", "nccl"),
+// each with a factory and an availability probe. init_process_group and
+// new_group look the backend up here, so a new backend (the NCCL one) plugs in
+// by registering itself; nothing above this file names a concrete backend.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/store.h"
+#include "runtime/process_group/backend_context.h"
+#include "runtime/process_group/process_group.h"
+
+namespace collie {
+
+struct BackendEntry {
+  // Builds the group; the call is collective (every member calls it).
+  std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)> create;
+  // Empty when the backend can run on this machine, else why not ("no CUDA
+  // device: ..."); called for is_available(name) and "auto".
+  std::function<std::string()> unavailable_reason;
+};
+
+// Adds or replaces a backend. Thread-safe.
+void register_backend(const std::string& name, BackendEntry entry);
+// The registered names, sorted.
+std::vector<std::string> registered_backends();
+// True when `name` is registered and can run here.
+bool is_backend_available(const std::string& name);
+// Why `name` cannot run here ("" when it can).
+std::string backend_unavailable_reason(const std::string& name);
+// "auto": "nccl" when it is available, else "socket"; any other name is
+// returned unchanged (lower-cased). Throws InvalidArgument for an empty name.
+std::string resolve_backend_name(const std::string& name);
+// Builds a group of backend `name` (already resolved); throws BackendError
+// naming the backend and the reason when it cannot run here, InvalidArgument
+// when the name is unknown (listing the known ones).
+std::shared_ptr<ProcessGroup> create_backend(const std::string& name,
+                                             const BackendContext& context);
+
+}  // namespace collie

@@ -1,0 +1,25 @@
+// BackendContext: what every backend's factory is given to build one group
+// (the API layer fills it in; see runtime/api/backend_registry.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/store.h"
+#include "runtime/base/deadline.h"
+
+namespace collie {
+
+struct BackendContext {
+  // The group's own store (already prefixed for this group); the backend may
+  // keep it for the group's lifetime.
+  std::shared_ptr<Store> store;
+  int rank = -1;
+  int size = -1;
+  // The group's collective timeout (never kUnsetTimeout here).
+  Timeout timeout = kDefaultTimeout;
+  // "0" for the default group, "1", "2"... for new_group's, as in torch.
+  std::string group_name;
+};
+
+}  // namespace collie

@@ -1,0 +1,48 @@
+#include "runtime/process_group/work.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+
+bool CompletionWork::is_completed() const {
+  std::lock_guard lock(mu_);
+  return completed_;
+}
+
+bool CompletionWork::is_success() const {
+  std::lock_guard lock(mu_);
+  return completed_ && !error_;
+}
+
+std::exception_ptr CompletionWork::exception() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+void CompletionWork::wait(Timeout timeout) {
+  std::unique_lock lock(mu_);
+  if (timeout == kUnsetTimeout) {
+    // The backend bounds every operation by its own deadline and always
+    // completes the work, so this wait is bounded too.
+    cv_.wait(lock, [&] { return completed_; });
+  } else {
+    Deadline deadline(timeout);
+    if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_; }))
+      throw TimeoutError(
+          str_cat("Work::wait on ", description_, " timed out ", deadline.describe()));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+void CompletionWork::mark_completed(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    if (completed_) return;
+    completed_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace collie

@@ -1,0 +1,179 @@
+#include "runtime/socket/op_queue.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie {
+namespace {
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+bool is_invalid_argument(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+OpQueue::OpQueue(std::string what) : what_(std::move(what)) {
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+OpQueue::~OpQueue() {
+  shutdown(Timeout(0), [] {});
+}
+
+std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
+  if (broken_error_ && !broken_by_.empty())
+    return std::make_exception_ptr(BackendError(
+        str_cat(description, " refused: ", what_, " is broken since ", broken_by_,
+                " failed: ", what_of(broken_error_), ". Destroy it and create a new group.")));
+  if (broken_error_)  // broken by a shutdown that had to abort
+    return std::make_exception_ptr(
+        BackendError(str_cat(description, " refused: ", what_of(broken_error_))));
+  return std::make_exception_ptr(
+      BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
+}
+
+std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string& details,
+                                      Timeout timeout, std::function<void(const Deadline&)> op) {
+  std::exception_ptr refusal;
+  std::shared_ptr<CompletionWork> work;
+  {
+    std::lock_guard lock(mu_);
+    ++submitted_;
+    work = std::make_shared<CompletionWork>(str_cat(kind, " #", submitted_, " (", details, ")"));
+    if (!broken_error_ && !stopping_) {
+      queue_.push_back(Op{work, timeout, std::move(op)});
+      cv_.notify_one();
+      return work;
+    }
+    refusal = refusal_locked(work->description());
+  }
+  work->mark_completed(refusal);
+  return work;
+}
+
+std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std::string& details,
+                                             Timeout timeout,
+                                             std::function<void(const Deadline&)> op) {
+  std::shared_ptr<CompletionWork> work;
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_error_ && !stopping_ && queue_.empty() && !running_op_) {
+      ++submitted_;
+      work = std::make_shared<CompletionWork>(str_cat(kind, " #", submitted_, " (", details, ")"));
+      running_op_ = true;  // the worker starts nothing until this op is done
+    }
+  }
+  // Busy or refusing: the ordinary path keeps the order and the errors.
+  if (!work) return submit(kind, details, timeout, std::move(op));
+  Op inline_op{work, timeout, std::move(op)};
+  work->mark_completed(run_op(inline_op));
+  return work;
+}
+
+std::exception_ptr OpQueue::run_op(Op& op) {
+  std::exception_ptr error;
+  try {
+    op.run(Deadline(op.timeout));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::lock_guard lock(mu_);
+  running_op_ = false;
+  if (error && !is_invalid_argument(error) && !broken_error_) {
+    broken_error_ = error;
+    broken_by_ = op.work->description();
+    COLLIE_LOG(kError) << what_ << ": " << broken_by_
+                       << " failed, the group is broken: " << what_of(error);
+  }
+  // Wakes the worker only when it has something to do: ops queued behind an
+  // inline one, or a shutdown. An unconditional notify costs a futex wake-up
+  // and a context switch of the idle worker on every blocking call, about
+  // half of a small all_reduce's latency on 2 cores (docs/performance.md).
+  if (!queue_.empty() || stopping_) cv_.notify_all();
+  if (queue_.empty() && stopping_) idle_cv_.notify_all();
+  return error;
+}
+
+void OpQueue::run_worker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    // running_op_ here means a caller is running an op inline.
+    cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !running_op_; });
+    if (queue_.empty()) break;  // stopping and drained
+    Op op = std::move(queue_.front());
+    queue_.pop_front();
+    if (broken_error_) {
+      op.work->mark_completed(refusal_locked(op.work->description()));
+      continue;
+    }
+    running_op_ = true;
+    lock.unlock();
+    std::exception_ptr error = run_op(op);
+    // Complete outside the lock: a waiter woken here may submit at once.
+    op.work->mark_completed(error);
+    lock.lock();
+  }
+  idle_cv_.notify_all();
+}
+
+void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
+  // A second caller waits for the first to finish, then finds it done.
+  std::lock_guard shutdown_lock(shutdown_mu_);
+  std::unique_lock lock(mu_);
+  if (joined_) return;
+  stopping_ = true;
+  cv_.notify_all();
+  Deadline deadline(grace);
+  bool drained =
+      idle_cv_.wait_until(lock, deadline.when(), [&] { return queue_.empty() && !running_op_; });
+  if (!drained) {
+    COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (running_op_ ? 1 : 0)
+                      << " collective(s) unfinished " << deadline.describe() << "; aborting them";
+    if (!broken_error_) {
+      broken_error_ = std::make_exception_ptr(BackendError(
+          str_cat(what_, " was shut down with collectives still running ", deadline.describe())));
+      broken_by_.clear();
+    }
+    lock.unlock();
+    abort();
+    lock.lock();
+    // The worker fails what is still queued (the queue is broken now).
+  }
+  joined_ = true;
+  lock.unlock();
+  if (worker_.joinable()) worker_.join();
+}
+
+bool OpQueue::broken() const {
+  std::lock_guard lock(mu_);
+  return broken_error_ != nullptr;
+}
+
+std::exception_ptr OpQueue::broken_error() const {
+  std::lock_guard lock(mu_);
+  return broken_error_;
+}
+
+uint64_t OpQueue::submitted() const {
+  std::lock_guard lock(mu_);
+  return submitted_;
+}
+
+}  // namespace collie

@@ -1,0 +1,90 @@
+// OpQueue: the worker thread behind an asynchronous process group. Callers
+// submit operations from any thread; one worker runs them one at a time in
+// submission order (so every rank runs its collectives in the order it issued
+// them) and completes each operation's Work.
+//
+// The first operation that fails with anything but InvalidArgument breaks the
+// queue for good, as the error policy asks (docs/architecture.md): operations still queued
+// and every later submission fail at once with a BackendError that names the
+// operation that broke it and its error.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/base/deadline.h"
+#include "runtime/process_group/work.h"
+
+namespace collie {
+
+class OpQueue {
+ public:
+  // `what` names the owner in messages: "process group \"0\" (socket, rank 1 of 4)".
+  explicit OpQueue(std::string what);
+  // Calls shutdown with a zero grace period if nobody did.
+  ~OpQueue();
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  // Queues `op` and returns its Work, described as "kind #seq (details)",
+  // e.g. "all_reduce #3 (float32 x 1024, sum)", where seq counts this
+  // queue's submissions from 1. The worker runs it under a Deadline of
+  // `timeout` that starts when the op starts. When the queue is broken or
+  // shut down, the returned Work has already failed.
+  std::shared_ptr<Work> submit(const std::string& kind, const std::string& details, Timeout timeout,
+                               std::function<void(const Deadline&)> op);
+  // Like submit, but when nothing is queued or running it runs `op` right
+  // here on the caller's thread (the worker holds back anything submitted
+  // meanwhile, so issue order is kept) and returns a completed Work. For
+  // callers that would wait at once: it saves the hand-off to the worker and
+  // the wake-up back, the bulk of a small collective's latency.
+  std::shared_ptr<Work> run_or_submit(const std::string& kind, const std::string& details,
+                                      Timeout timeout, std::function<void(const Deadline&)> op);
+
+  // Waits up to `grace` for the queued operations; if some are left, calls
+  // `abort` (which must make a running op return promptly), fails the rest
+  // and joins the worker. Later submissions fail. Idempotent.
+  void shutdown(Timeout grace, const std::function<void()>& abort);
+
+  bool broken() const;
+  // The error that broke the queue, or nullptr.
+  std::exception_ptr broken_error() const;
+  // Number of operations submitted so far.
+  uint64_t submitted() const;
+
+ private:
+  struct Op {
+    std::shared_ptr<CompletionWork> work;
+    Timeout timeout;
+    std::function<void(const Deadline&)> run;
+  };
+
+  void run_worker();
+  // Runs op (mu_ not held) and records a failure; returns its error.
+  std::exception_ptr run_op(Op& op);
+  // The error a refused or skipped op fails with; requires mu_.
+  std::exception_ptr refusal_locked(const std::string& description) const;
+
+  const std::string what_;
+  std::mutex shutdown_mu_;  // serialises shutdown() callers
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // wakes the worker
+  std::condition_variable idle_cv_;  // wakes shutdown when the queue drains
+  std::deque<Op> queue_;
+  bool running_op_ = false;
+  bool stopping_ = false;
+  bool joined_ = false;
+  uint64_t submitted_ = 0;
+  std::string broken_by_;  // the description of the op that broke the queue
+  std::exception_ptr broken_error_;
+  std::thread worker_;
+};
+
+}  // namespace collie

@@ -1,0 +1,86 @@
+// SocketProcessGroup: the CPU backend ("socket"). It runs collie's own
+// collectives (collectives/communicator.h, ring and small-message algorithms
+// over TCP) on a worker thread, so that every collective is asynchronous:
+//
+//   auto work = group->all_reduce(view(grads.data(), grads.size()));
+//   ... overlap other work ...
+//   work->wait();   // rethrows the collective's error
+//
+// Calls are checked on the caller's thread (InvalidArgument: bad counts,
+// device buffers, AVG on integers, root out of range) and then queued; the
+// worker runs them one at a time in issue order, each under its own deadline
+// (the option's timeout, else the group's). The buffers must stay alive and
+// untouched until the Work completes. The first failure (a dead or hung peer,
+// a mismatched call) breaks the group: everything queued behind it and every
+// later call fails at once with a BackendError naming that failure.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "collectives/all_reduce_algorithm.h"
+#include "collectives/communicator.h"
+#include "rendezvous/store.h"
+#include "runtime/process_group/backend_context.h"
+#include "runtime/process_group/collective_checks.h"
+#include "runtime/process_group/process_group.h"
+#include "runtime/socket/op_queue.h"
+
+namespace collie {
+
+class SocketProcessGroup : public ProcessGroup {
+ public:
+  static constexpr const char* kBackendName = "socket";
+
+  // Connects the group's Communicator through context.store (collective:
+  // every member calls it) within context.timeout.
+  static std::shared_ptr<SocketProcessGroup> create(const BackendContext& context,
+                                                    const CommunicatorOptions& options = {});
+
+  SocketProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
+                     Timeout timeout, std::string group_name);
+  // Shuts down with the group's timeout as the grace period.
+  ~SocketProcessGroup() override;
+
+  std::string backend_name() const override { return kBackendName; }
+  const std::string& group_name() const { return group_name_; }
+  Timeout timeout() const { return timeout_; }
+  // This rank's data address ("host:port"; empty for a group of one).
+  std::string address() const { return communicator_->address(); }
+  bool broken() const { return queue_.broken(); }
+  // Which all_reduce later calls run (kAuto picks by message size); for
+  // benchmarks and tests. Other backends have no such choice, so it is not
+  // part of AllReduceOptions.
+  void set_all_reduce_algorithm(AllReduceAlgorithm algorithm) {
+    all_reduce_algorithm_.store(algorithm, std::memory_order_relaxed);
+  }
+
+  std::shared_ptr<Work> all_reduce(TensorView tensor,
+                                   const AllReduceOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) override;
+  std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(TensorView output, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
+                                       const ReduceScatterOptions& options = {}) override;
+  void shutdown(Timeout timeout = kUnsetTimeout) override;
+
+ private:
+  CallSite site(std::string_view op) const;
+  Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
+  // async_op false: run on this thread when the group is idle.
+  std::shared_ptr<Work> enqueue(bool async_op, const std::string& kind, const std::string& details,
+                                Timeout timeout, std::function<void(const Deadline&)> op);
+
+  const std::string group_name_;
+  const Timeout timeout_;
+  std::shared_ptr<Store> store_;
+  std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
+  // Used only by the worker thread, except abort() (thread-safe).
+  std::unique_ptr<Communicator> communicator_;
+  // Declared last: destroyed (and its worker joined) before the communicator.
+  OpQueue queue_;
+};
+
+}  // namespace collie

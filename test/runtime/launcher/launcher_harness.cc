@@ -1,0 +1,108 @@
+#include "test/runtime/launcher/launcher_harness.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "test/support/child.h"
+
+namespace collie::test {
+
+std::string collie_run_path() { return std::string(COLLIE_BIN_DIR) + "/collie-run"; }
+
+std::vector<std::string> launcher_argv(const std::vector<std::string>& flags,
+                                       const std::string& child,
+                                       const std::vector<std::string>& child_args) {
+  std::vector<std::string> argv{collie_run_path()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto c = child_argv(child, child_args);
+  argv.insert(argv.end(), c.begin(), c.end());
+  return argv;
+}
+
+std::map<std::string, std::optional<std::string>> clean_launch_env() {
+  std::map<std::string, std::optional<std::string>> env;
+  for (const char* k :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+        "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "SLURM_PROCID",
+        "SLURM_NTASKS", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK", "OMP_NUM_THREADS", "PET_NPROC_PER_NODE", "PET_NNODES"})
+    env[k] = std::nullopt;
+  return env;
+}
+
+Subprocess start_launcher(const std::vector<std::string>& flags, const std::string& child,
+                          const std::vector<std::string>& child_args,
+                          std::map<std::string, std::optional<std::string>> env) {
+  auto full = clean_launch_env();
+  for (auto& [k, v] : env) full[k] = v;
+  return Subprocess::spawn(launcher_argv(flags, child, child_args),
+                           {.env = full, .new_process_group = true});
+}
+
+std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
+  Deadline deadline(timeout);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    std::string e = p.err();
+    if (e.find(needle) != std::string::npos) return e;
+    if (!p.running())
+      throw Error(str_cat("`", p.command_line(), "` exited before printing '", needle,
+                          "' to stderr:\n", e));
+    if (deadline.expired())
+      throw TimeoutError(str_cat("`", p.command_line(), "` did not print '", needle, "' ",
+                                 deadline.describe(), ":\n", e));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+}
+
+uint16_t agent_store_port(const std::string& text) {
+  std::smatch m;
+  static const std::regex re("agent store listening on [^ ]*:([0-9]+)");
+  if (!std::regex_search(text, m, re)) throw Error("no 'agent store listening' line in:\n" + text);
+  return static_cast<uint16_t>(std::stoi(m[1]));
+}
+
+std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+uint16_t probe_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw Error("probe_free_port: cannot bind a socket");
+  uint16_t port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+}  // namespace collie::test

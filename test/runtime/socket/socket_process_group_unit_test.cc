@@ -1,0 +1,240 @@
+// What SocketProcessGroup adds over a Communicator, tested against a fake
+// communicator in one process: argument checks on the caller's thread, issue
+// order, asynchronous Work, a failure breaking the group, shutdown. The real
+// multi-process runs are in distributed_test.cc.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "runtime/socket/socket_process_group.h"
+#include "test/runtime/socket/fake_communicator.h"
+
+using namespace collie;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using collie::test::FakeCommunicator;
+using collie::test::FakeControl;
+
+namespace {
+
+std::shared_ptr<SocketProcessGroup> fake_group(const std::shared_ptr<FakeControl>& control,
+                                               Timeout timeout = std::chrono::seconds(60)) {
+  return std::make_shared<SocketProcessGroup>(std::make_unique<FakeCommunicator>(control), nullptr,
+                                              timeout, "7");
+}
+
+}  // namespace
+
+TEST_CASE("socket group: bad arguments throw InvalidArgument on the caller's thread",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(8);
+  std::vector<int32_t> i(8);
+
+  TensorView gpu = view(f.data(), f.size());
+  gpu.device = Device::cuda(0);
+  CHECK_THROWS_AS(pg->all_reduce(gpu), InvalidArgument);
+  CHECK_THROWS_WITH(pg->all_reduce(gpu), Contains("cuda:0") && Contains("socket backend") &&
+                                             Contains("rank 0") && Contains("group \"7\""));
+  CHECK_THROWS_WITH(pg->all_reduce(view(i.data(), i.size()), {.op = ReduceOp::kAvg}),
+                    Contains("avg") && Contains("int32"));
+  CHECK_THROWS_WITH(pg->broadcast(view(f.data(), f.size()), {.root = 1}),
+                    Contains("root 1 is out of range"));
+  CHECK_THROWS_AS(pg->broadcast(view(f.data(), f.size()), {.root = -1}), InvalidArgument);
+  CHECK_THROWS_WITH(pg->all_reduce(TensorView{nullptr, 4, DataType::kFloat32}),
+                    Contains("null data pointer"));
+  CHECK_THROWS_WITH(pg->all_reduce(view(f.data(), f.size()), {.timeout = Timeout(-5)}),
+                    Contains("negative"));
+  // all_gather: output must hold size() * input; reduce_scatter the reverse.
+  CHECK_THROWS_WITH(pg->all_gather(view(f.data(), 3), view(f.data(), 2)),
+                    Contains("expected output.count == 1 * input.count = 2"));
+  CHECK_THROWS_WITH(pg->all_gather(view(f.data(), 2), view(i.data(), 2)), Contains("must match"));
+  CHECK_THROWS_WITH(pg->reduce_scatter(view(f.data(), 2), view(f.data(), 3)),
+                    Contains("input.count == 1 * output.count"));
+  TensorView bad_dtype = view(f.data(), f.size());
+  bad_dtype.dtype = static_cast<DataType>(42);
+  CHECK_THROWS_WITH(pg->all_reduce(bad_dtype), Contains("unknown dtype"));
+  TensorView bad_op = view(f.data(), f.size());
+  CHECK_THROWS_WITH(pg->all_reduce(bad_op, {.op = static_cast<ReduceOp>(9)}),
+                    Contains("unknown reduce op"));
+
+  // None of that reached the communicator or broke the group.
+  CHECK(control->calls.empty());
+  CHECK_FALSE(pg->broken());
+  pg->all_reduce(view(f.data(), f.size()))->wait();
+  CHECK(control->calls.size() == 1);
+}
+
+TEST_CASE("socket group: collectives run in issue order and Work completes asynchronously",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  control->hold = true;
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  std::vector<std::shared_ptr<Work>> works;
+  works.push_back(pg->all_reduce(view(f.data(), 4), {.op = ReduceOp::kMax}));
+  works.push_back(pg->broadcast(view(f.data(), 4)));
+  works.push_back(pg->barrier());
+  works.push_back(pg->all_gather(view(f.data(), 4), view(f.data(), 4)));
+  works.push_back(pg->reduce_scatter(view(f.data(), 4), view(f.data(), 4), {.op = ReduceOp::kMin}));
+
+  // The first is running (held), the others are queued: none has completed.
+  REQUIRE(control->wait_blocked(10s));
+  for (auto& w : works) CHECK_FALSE(w->is_completed());
+  // A wait with its own short timeout gives up without touching the op.
+  CHECK_THROWS_AS(works[0]->wait(20ms), TimeoutError);
+  CHECK_THROWS_WITH(works[0]->wait(20ms), Contains("all_reduce #1 (float32 x 4, max, auto)"));
+
+  control->release();
+  for (auto& w : works) {
+    w->wait(30s);
+    CHECK(w->is_success());
+    CHECK(w->exception() == nullptr);
+  }
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls == std::vector<std::string>{"all_reduce max", "broadcast 0", "barrier",
+                                                   "all_gather", "reduce_scatter min"});
+}
+
+TEST_CASE("socket group: collectives issued from many threads all complete", "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  constexpr int kThreads = 4, kPerThread = 50;
+  std::vector<std::thread> threads;
+  std::vector<float> data(kThreads);
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<std::shared_ptr<Work>> works;
+      for (int k = 0; k < kPerThread; ++k) works.push_back(pg->all_reduce(view(&data[t], 1)));
+      for (auto& w : works) w->wait(30s);
+    });
+  for (auto& t : threads) t.join();
+  CHECK(control->calls.size() == kThreads * kPerThread);
+}
+
+TEST_CASE("socket group: a failed collective breaks the group; queued and later calls fail at once",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  control->hold = true;
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  control->fail_next = [] { throw NetworkError("rank 1 (127.0.0.1:4242) reset the connection"); };
+  auto failing = pg->all_reduce(view(f.data(), 4));
+  auto queued = pg->broadcast(view(f.data(), 4));
+
+  CHECK_THROWS_AS(failing->wait(30s), NetworkError);  // the original error, type kept
+  CHECK_THROWS_WITH(queued->wait(30s), Contains("broadcast #2") &&
+                                           Contains("broken since all_reduce #1") &&
+                                           Contains("127.0.0.1:4242"));
+  CHECK_THROWS_AS(queued->wait(30s), BackendError);
+  CHECK(pg->broken());
+  CHECK_FALSE(queued->is_success());
+
+  auto later = pg->barrier();
+  CHECK(later->is_completed());  // refused without queueing
+  CHECK_THROWS_AS(later->wait(), BackendError);
+  CHECK_THROWS_WITH(later->wait(), Contains("barrier #3") && Contains("reset the connection"));
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls.size() == 1);  // nothing ran after the failure
+}
+
+TEST_CASE(
+    "socket group: a collective past its deadline fails with TimeoutError and breaks the group",
+    "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  control->hold = true;
+  auto pg = fake_group(control, std::chrono::seconds(60));
+  std::vector<float> f(1);
+  auto start = Clock::now();
+  // The per-op timeout overrides the group's 60 s.
+  auto w = pg->all_reduce(view(f.data(), 1), {.timeout = 100ms});
+  CHECK_THROWS_AS(w->wait(), TimeoutError);
+  CHECK(Clock::now() - start < 20s);
+  CHECK(pg->broken());
+}
+
+TEST_CASE("socket group: shutdown waits for issued work, aborts it after the grace period",
+          "[socket_pg]") {
+  std::vector<float> f(1);
+  SECTION("drains what is queued when it finishes in time") {
+    auto control = std::make_shared<FakeControl>();
+    auto pg = fake_group(control);
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 20; ++k) works.push_back(pg->all_reduce(view(f.data(), 1)));
+    pg->shutdown(30s);
+    for (auto& w : works) CHECK(w->is_success());
+    auto after = pg->all_reduce(view(f.data(), 1));
+    CHECK_THROWS_WITH(after->wait(), Contains("shut down"));
+  }
+  SECTION("aborts a hung collective") {
+    auto control = std::make_shared<FakeControl>();
+    control->hold = true;
+    auto pg = fake_group(control);
+    auto hung = pg->all_reduce(view(f.data(), 1));
+    auto queued = pg->barrier();
+    REQUIRE(control->wait_blocked(10s));
+    auto start = Clock::now();
+    // Two threads shutting down at once (destroy_process_group racing a
+    // destructor): both return, the worker is joined once.
+    std::thread other([&] { pg->shutdown(100ms); });
+    pg->shutdown(100ms);
+    other.join();
+    CHECK(Clock::now() - start < 10s);
+    CHECK(control->aborted);
+    CHECK_THROWS_AS(hung->wait(), NetworkError);
+    CHECK_THROWS_AS(queued->wait(), BackendError);
+    CHECK_THROWS_WITH(queued->wait(), Contains("barrier #2 (1 rank) refused") &&
+                                          Contains("shut down with collectives still running"));
+    pg->shutdown(100ms);  // idempotent
+  }
+}
+
+TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's thread when idle",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(w->is_completed());  // done before the call returned
+  pg->barrier({.async_op = false});
+  pg->all_reduce(view(f.data(), 4))->wait();  // the ordinary path: the worker
+  {
+    std::lock_guard lock(control->mu);
+    REQUIRE(control->threads.size() == 3);
+    CHECK(control->threads[0] == std::this_thread::get_id());
+    CHECK(control->threads[1] == std::this_thread::get_id());
+    CHECK(control->threads[2] != std::this_thread::get_id());
+  }
+
+  // Behind queued work a blocking call queues too, keeping the issue order.
+  control->hold = true;
+  auto first = pg->broadcast(view(f.data(), 4));
+  REQUIRE(control->wait_blocked(10s));
+  auto second = pg->all_reduce(view(f.data(), 4), {.op = ReduceOp::kMin, .async_op = false});
+  CHECK_FALSE(second->is_completed());
+  control->release();
+  second->wait(30s);
+  CHECK(first->is_success());
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls.back() == "all_reduce min");
+  CHECK(control->threads.back() != std::this_thread::get_id());
+}
+
+TEST_CASE("socket group: a blocking call that fails breaks the group like a queued one",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  control->fail_next = [] { throw NetworkError("rank 1 (127.0.0.1:9) closed the connection"); };
+  auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(w->is_completed());
+  CHECK_THROWS_AS(w->wait(), NetworkError);
+  CHECK(pg->broken());
+  CHECK_THROWS_WITH(pg->barrier({.async_op = false})->wait(),
+                    Contains("broken since all_reduce #1"));
+  // Shutdown with nothing running returns at once.
+  pg->shutdown(30s);
+}
