@@ -20,7 +20,8 @@ namespace collie::nn {
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw Error(str_cat(what, " '", path, "': ", std::strerror(errno)));
+  const int err = errno;
+  throw Error(str_cat(what, " '", path, "': ", std::strerror(err), " (errno ", err, ")"));
 }
 
 // Closes a descriptor on every path out of a function.
