@@ -175,29 +175,27 @@ TEST_CASE("blip_train fails loudly on a full disk: config.json first, then log.t
   fs::create_directory(out);
   Tmpfs disk(out, 4 * 4096);
 
-  SECTION("a full disk: config.json cannot be written, before the first epoch") {
-    write_filler(out, static_cast<size_t>(disk.free_bytes()));
-    REQUIRE(disk.free_bytes() == 0);
+  // Leaves `left` bytes free, trains, and expects the job to stop with exit
+  // code 1, naming `file`, ENOSPC and its errno; returns the output.
+  auto train_with_free = [&](uint64_t left, const std::string& file) {
+    write_filler(out, static_cast<size_t>(disk.free_bytes() - left));
+    REQUIRE(disk.free_bytes() == left);
     auto p = train_alone(out);
     auto st = p.wait(kJobLimit);
     const std::string all = p.out() + p.err();
     INFO(all);
     CHECK(st.exit_code == 1);
-    CHECK_THAT(all, Contains(out + "/config.json") && Contains("No space left on device") &&
+    CHECK_THAT(all, Contains(out + "/" + file) && Contains("No space left on device") &&
                         Contains("errno 28"));
+    return all;
+  };
+  SECTION("a full disk: config.json cannot be written, before the first epoch") {
+    const std::string all = train_with_free(0, "config.json");
     CHECK_THAT(all, !Contains("Train Epoch"));
     CHECK_FALSE(fs::exists(out + "/config.json"));  // never a 0-byte one
   }
   SECTION("one page left: config.json fits, the first log line does not") {
-    write_filler(out, static_cast<size_t>(disk.free_bytes()) - 4096);
-    REQUIRE(disk.free_bytes() == 4096);
-    auto p = train_alone(out);
-    auto st = p.wait(kJobLimit);
-    const std::string all = p.out() + p.err();
-    INFO(all);
-    CHECK(st.exit_code == 1);
-    CHECK_THAT(all, Contains(out + "/log.txt") && Contains("No space left on device") &&
-                        Contains("errno 28"));
+    const std::string all = train_with_free(4096, "log.txt");
     CHECK_THAT(all, !Contains("Train Epoch: [1]"));  // stopped at epoch 0's line
     CHECK(fs::file_size(out + "/config.json") > 0);
   }
