@@ -69,6 +69,18 @@ void write_filler(const std::string& dir, size_t bytes) {
   REQUIRE(f.good());
 }
 
+// Trains `epochs` short epochs on 2 ranks into `dir`; returns log.txt's lines.
+std::vector<std::string> train_into(const std::string& dir, int epochs) {
+  auto p = Subprocess::spawn(blip_job(
+      2, quick({"--epochs", std::to_string(epochs), "--max-steps", "2", "--output-dir", dir})));
+  auto st = p.wait(kJobLimit);
+  INFO(p.out() << p.err());
+  REQUIRE(st.ok());
+  auto log = lines_of(dir + "/log.txt");
+  REQUIRE(log.size() == static_cast<size_t>(epochs));
+  return log;
+}
+
 // One process (no launcher): what the disk-full cases need, quickest.
 Subprocess train_alone(const std::string& output_dir) {
   std::vector<std::string> argv{kBlipTrain};
@@ -83,11 +95,7 @@ TEST_CASE(
     "blip_train --evaluate --resume of the last epoch's checkpoint gives the accuracy log.txt "
     "recorded, and writes nothing") {
   TempDir train, cwd;
-  auto t = Subprocess::spawn(
-      blip_job(2, quick({"--epochs", "2", "--max-steps", "2", "--output-dir", train.path()})));
-  REQUIRE(t.wait(kJobLimit).ok());
-  const auto log = lines_of(train.file("log.txt"));
-  REQUIRE(log.size() == 2);
+  const auto log = train_into(train.path(), 2);
 
   // checkpoint_01 is the last epoch's; checkpoint_best is the same epoch
   // whenever the last epoch was the best (the README's example).
@@ -117,9 +125,7 @@ TEST_CASE(
     "blip_train --resume continues in the checkpoint's folder and warns about a different "
     "global batch") {
   TempDir run, cwd;
-  auto a = Subprocess::spawn(
-      blip_job(2, quick({"--epochs", "1", "--max-steps", "2", "--output-dir", run.path()})));
-  REQUIRE(a.wait(kJobLimit).ok());
+  train_into(run.path(), 1);
 
   // 3 ranks now: the global batch grows from 2 x 50 to 3 x 50.
   auto b = Subprocess::spawn(blip_job(3, quick({"--epochs", "2", "--max-steps", "2", "--resume",
