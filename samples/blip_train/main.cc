@@ -185,9 +185,27 @@ void warn_if_resumed_differently(const std::string& checkpoint, const std::strin
                 "for the old one)"));
 }
 
+// Rank 0's error message on every rank ("" when there is none): each
+// character travels as a number in one all_reduce to which the other ranks
+// add zeros. Whichever rank a launcher sees exit first then gives the real
+// reason, not "rank 0 failed".
+std::string share_rank0_error(ProcessGroup& group, nn::DeviceOps& device,
+                              const std::string& error) {
+  constexpr size_t kMaxChars = 1024;
+  std::vector<double> chars(1 + kMaxChars, 0.0);
+  const size_t n = std::min(error.size(), kMaxChars);
+  chars[0] = static_cast<double>(n);
+  for (size_t i = 0; i < n; ++i) chars[1 + i] = static_cast<unsigned char>(error[i]);
+  all_reduce_values(group, device, chars);
+  std::string shared(static_cast<size_t>(chars[0]), ' ');
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<char>(chars[1 + i]);
+  return shared;
+}
+
 // The run's files (config.json, log.txt), made by the main process before
 // the first epoch. Every rank learns whether that worked, so a read-only or
-// full folder stops the whole job here, with the main process's reason.
+// full folder stops the whole job here, each rank with the main process's
+// reason.
 std::optional<RunLog> prepare_output(const Args& args, bool main_process, ProcessGroup* group,
                                      nn::DeviceOps& device) {
   std::optional<RunLog> log;
@@ -201,11 +219,9 @@ std::optional<RunLog> prepare_output(const Args& args, bool main_process, Proces
       error = e.what();
     }
   }
-  double failed[1] = {error.empty() ? 0.0 : 1.0};
-  if (group != nullptr) all_reduce_values(*group, device, failed);
-  if (!error.empty()) throw Error(error);
-  if (failed[0] > 0) throw Error("rank 0 cannot write the output folder (its error says why)");
-  return log;
+  if (group != nullptr) error = share_rank0_error(*group, device, error);
+  if (error.empty()) return log;
+  throw Error(main_process ? error : "rank 0: " + error);
 }
 
 struct TrainStats {

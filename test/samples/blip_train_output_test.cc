@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "test/samples/blip_job.h"
 #include "test/support/skip.h"
@@ -171,6 +172,12 @@ TEST_CASE("blip_train stops before the first epoch when its output folder is rea
   CHECK(st.exit_code == 1);
   CHECK_THAT(all, Contains(out + "/config.json") &&
                       (Contains("Read-only file system") || Contains("Permission denied")));
+  // Every rank that gets to say something gives the reason, so the
+  // launcher's root cause does too, whichever rank exits first.
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("blip_train: error:") != std::string::npos)
+      CHECK_THAT(line, Contains("cannot write " + out + "/config.json"));
   CHECK_THAT(all, !Contains("Train Epoch"));  // found before the first epoch
 }
 
