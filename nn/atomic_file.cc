@@ -21,7 +21,8 @@ namespace collie::nn {
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw Error(str_cat(what, " '", path, "': ", std::strerror(errno)));
+  const int err = errno;
+  throw Error(str_cat(what, " '", path, "': ", std::strerror(err), " (errno ", err, ")"));
 }
 
 std::string directory_of(const std::string& path) {

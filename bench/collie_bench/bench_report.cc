@@ -54,7 +54,7 @@ void print_footer(const std::vector<Row>& rows) {
 
 void write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows) {
   std::ofstream out(path);
-  if (!out) throw Error(str_cat("collie-bench: cannot write --json file ", path));
+  if (!out) throw Error(str_cat("cannot write --json file ", path));
   out << "{\n  \"collective\": \"" << info.collective << "\", \"backend\": \"" << info.backend
       << "\", \"algorithm\": \"" << info.algorithm << "\", \"world_size\": " << info.world
       << ", \"iters\": " << info.iters << ", \"warmup\": " << info.warmup << ",\n  \"build\": \""
@@ -68,7 +68,7 @@ void write_json(const std::string& path, const RunInfo& info, const std::vector<
         << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
-  if (!out) throw Error(str_cat("collie-bench: writing ", path, " failed"));
+  if (!out) throw Error(str_cat("writing --json file ", path, " failed"));
 }
 
 }  // namespace collie::bench

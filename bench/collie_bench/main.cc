@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench/collie_bench/bench_data.h"
+#include "bench/collie_bench/bench_options.h"
 #include "bench/collie_bench/bench_report.h"
 #include "bench/collie_bench/local_launch.h"
 #include "runtime/api/distributed.h"
@@ -27,60 +28,19 @@
 namespace collie::bench {
 namespace {
 
-struct Options {
-  std::string min_bytes = "32M", max_bytes = "32M";
-  double factor = 2;
-  int iters = 20, warmup = 5;
-  std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
-  std::string backend = "socket", init_method, json;
-  int check = 1, root = 0, nproc = 0, timeout_s = 300;
-  bool blocking = false;
-};
-
-// "8", "64K", "4M", "1G" (powers of 1024, as nccl-tests reads them).
-uint64_t parse_bytes(const std::string& text) {
-  size_t used = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    throw InvalidArgument(
-        str_cat("collie-bench: '", text, "' is not a size (e.g. 8, 64K, 4M, 1G)"));
-  }
-  std::string suffix = text.substr(used);
-  if (suffix == "K" || suffix == "k")
-    v <<= 10;
-  else if (suffix == "M" || suffix == "m")
-    v <<= 20;
-  else if (suffix == "G" || suffix == "g")
-    v <<= 30;
-  else if (!suffix.empty())
-    throw InvalidArgument(
-        str_cat("collie-bench: '", text, "' has an unknown suffix '", suffix, "'"));
-  return v;
-}
-
-AllReduceAlgorithm parse_algo(const std::string& name) {
-  if (name == "ring") return AllReduceAlgorithm::kRing;
-  if (name == "small") return AllReduceAlgorithm::kSmall;
-  if (name == "auto") return AllReduceAlgorithm::kAuto;
-  throw InvalidArgument(str_cat("collie-bench: --algo '", name, "': expected ring, small or auto"));
-}
-
 class Runner {
  public:
-  Runner(const Options& o, DataType dtype, ReduceOp op)
+  Runner(const Options& o, const Settings& s)
       : o_(o),
-        dtype_(dtype),
-        op_(op),
+        dtype_(s.dtype),
+        op_(s.op),
         pg_(get_default_group()),
         rank_(get_rank()),
         world_(get_world_size()),
-        timeout_(std::chrono::seconds(o.timeout_s)) {
-    AllReduceAlgorithm algo = parse_algo(o.algo);
+        timeout_(s.timeout) {
     if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(pg_))
-      socket->set_all_reduce_algorithm(algo);
-    else if (algo != AllReduceAlgorithm::kAuto)
+      socket->set_all_reduce_algorithm(s.algo);
+    else if (s.algo != AllReduceAlgorithm::kAuto)
       throw InvalidArgument(str_cat("collie-bench: --algo ", o.algo,
                                     " needs the socket backend, not ", pg_->backend_name()));
   }
@@ -194,23 +154,15 @@ class Runner {
   Timeout timeout_;
 };
 
-int run_rank(const Options& o) {
-  auto dtype = parse_data_type(o.dtype);
-  if (!dtype) throw InvalidArgument(str_cat("collie-bench: unknown dtype '", o.dtype, "'"));
-  auto op = parse_reduce_op(o.op);
-  if (!op) throw InvalidArgument(str_cat("collie-bench: unknown op '", o.op, "'"));
-  const uint64_t min_bytes = parse_bytes(o.min_bytes), max_bytes = parse_bytes(o.max_bytes);
-
-  init_process_group({.backend = o.backend,
-                      .init_method = o.init_method,
-                      .timeout = std::chrono::seconds(o.timeout_s)});
+int run_rank(const Options& o, const Settings& s) {
+  init_process_group({.backend = o.backend, .init_method = o.init_method, .timeout = s.timeout});
   const bool main_rank = get_rank() == 0;
   RunInfo info{o.collective, get_backend(), o.algo, get_world_size(), o.iters, o.warmup};
   if (main_rank) print_header(info, o.blocking);
-  Runner runner(o, *dtype, *op);
+  Runner runner(o, s);
   std::vector<Row> rows;
   int64_t wrong = 0;
-  for (uint64_t bytes = min_bytes; bytes <= max_bytes;) {
+  for (uint64_t bytes = s.min_bytes; bytes <= s.max_bytes;) {
     if (auto row = runner.run(bytes)) {
       if (row->wrong > 0) wrong += row->wrong;
       if (main_rank) print_row(*row);
@@ -232,49 +184,25 @@ int run_rank(const Options& o) {
 }  // namespace collie::bench
 
 int main(int argc, char** argv) {
-  using collie::bench::Options;
+  using namespace collie::bench;
   Options o;
   CLI::App app{
       "collie-bench: nccl-tests-style collective benchmark for collie.\n"
       "Example: collie-bench --nproc 4 -b 8 -e 256M -f 2 -C all_reduce --json out.json"};
-  app.add_option("-b,--minbytes", o.min_bytes, "smallest size in bytes (K, M, G suffixes)")
-      ->capture_default_str();
-  app.add_option("-e,--maxbytes", o.max_bytes, "largest size in bytes")->capture_default_str();
-  app.add_option("-f,--stepfactor", o.factor, "multiply the size by this each step")
-      ->capture_default_str()
-      ->check(CLI::Range(1.0001, 1e6));
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 24));
-  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 24));
-  app.add_option("-o,--op", o.op, "sum, prod, min, max, avg")->capture_default_str();
-  app.add_option("-d,--datatype", o.dtype, "float, double, half, bfloat16, int32, int64, uint8")
-      ->capture_default_str();
-  app.add_option("-c,--check", o.check, "check results (0/1)")->capture_default_str();
-  app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
-  app.add_option("-C,--collective", o.collective, "collective to time")
-      ->capture_default_str()
-      ->check(
-          CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
-  app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"ring", "small", "auto"}));
-  app.add_flag(
-      "--blocking", o.blocking,
-      "wait for each collective before issuing the next (latency as a blocking caller sees "
-      "it); default: issue all -n, then wait");
-  app.add_option("--backend", o.backend, "socket, nccl or auto")->capture_default_str();
-  app.add_option("--init-method", o.init_method,
-                 "init_method URL (default env://, or the launcher's store)");
-  app.add_option("--json", o.json, "also write the results as JSON to this file");
-  app.add_option("--nproc", o.nproc, "start this many local ranks itself (no launcher needed)")
-      ->check(CLI::Range(1, 256));
-  app.add_option("--timeout", o.timeout_s, "per-collective timeout in seconds")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 24 * 3600));
-  CLI11_PARSE(app, argc, argv);
+  add_options(app, o);
+  // Bad flags: one line and exit 2, before any rank starts.
+  Settings settings;
+  try {
+    app.parse(argc, argv);
+    settings = validate_options(o);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "collie-bench: %s (see --help)\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collie-bench: %s\n", e.what());
+    return 2;
+  }
 
   try {
     const bool launched = std::getenv("RANK") != nullptr ||
@@ -292,9 +220,9 @@ int main(int argc, char** argv) {
         if (a.rfind("--nproc=", 0) == 0) continue;
         child.push_back(a);
       }
-      return collie::bench::run_local_ranks(std::max(1, o.nproc), child);
+      return run_local_ranks(std::max(1, o.nproc), child);
     }
-    return collie::bench::run_rank(o);
+    return run_rank(o, settings);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collie-bench: %s\n", e.what());
     return 1;

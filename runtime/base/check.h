@@ -19,6 +19,7 @@
 
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -37,7 +38,12 @@ template <typename E, typename... Args>
                              const Args&... args) {
   std::string msg = head;
   if constexpr (sizeof...(Args) > 0) msg += ": " + str_cat(args...);
-  msg += str_cat(" [", file, ":", line, "]");
+  // The build maps the source root out of __FILE__; a build that names sources
+  // relative to its build folder (or a compiler cache that rewrites paths)
+  // leaves "../" in front, which says nothing to a reader.
+  std::string_view where(file);
+  while (where.starts_with("../")) where.remove_prefix(3);
+  msg += str_cat(" [", where, ":", line, "]");
   throw E(msg);
 }
 

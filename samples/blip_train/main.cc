@@ -10,6 +10,14 @@
 //
 //   collie-run --standalone --nproc-per-node 4 build/bin/blip_train --epochs 10
 //
+// --resume CKPT continues that run in CKPT's own folder (its log.txt goes
+// on) unless --output-dir says otherwise, and warns when the world size or
+// batch differs from the checkpoint's; --evaluate --resume CKPT evaluates
+// CKPT once, writing files only to an explicit --output-dir. Every write is
+// checked (run_files.h): a read-only or full folder stops the job, before
+// the first epoch where it can be seen then. --timeout (or COLLIE_TIMEOUT)
+// bounds the rendezvous and every collective.
+//
 // --device cuda trains the same MLP on the GPU of each rank (LOCAL_RANK):
 // the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
 // buckets in device memory, AdamW on the device; evaluation and checkpoints
@@ -32,10 +40,12 @@
 #include "rendezvous/launch_env.h"
 #include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
+#include "runtime/base/parse_duration.h"
 #include "runtime/base/str_cat.h"
 #include "samples/blip_train/checkpoint.h"
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
+#include "samples/blip_train/run_files.h"
 #include "samples/blip_train/train_model.h"
 
 namespace fs = std::filesystem;
@@ -51,7 +61,7 @@ struct Args {
   double min_lr = 0.0;
   double weight_decay = 0.05;
   uint64_t seed = 42;
-  std::string output_dir = "output/blip_train";
+  std::string output_dir;  // see output_dir_for (run_files.h)
   std::string resume;
   bool evaluate = false;
   std::string dist_url = "env://";
@@ -64,7 +74,9 @@ struct Args {
   int print_freq = 50;
   int64_t max_steps = -1;  // per epoch, for quick runs
   std::vector<int64_t> hidden = {256, 128};
-  // Filled by init_distributed_mode.
+  std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
+  // Filled by run() and init_distributed_mode.
+  Timeout timeout_ms = kUnsetTimeout;
   bool distributed = false;
   int rank = 0, world_size = 1, gpu = 0;
 };
@@ -88,7 +100,8 @@ void init_distributed_mode(Args& args) {
   init_process_group({.backend = args.backend,
                       .init_method = args.dist_url,
                       .world_size = args.world_size,
-                      .rank = args.rank});
+                      .rank = args.rank,
+                      .timeout = args.timeout_ms});
   barrier();
   setup_for_distributed(args.rank == 0);
 }
@@ -133,6 +146,82 @@ EvalStats evaluate(nn::Sequential& model, const nn::Dataset& data, std::vector<i
   if (reduce_over != nullptr) all_reduce_values(*reduce_over, device, sums);
   model.train();
   return {sums[0] / sums[2], sums[1] / sums[2], static_cast<int64_t>(sums[2])};
+}
+
+// The test set, as the tutorial evaluates it: with --dist-eval every rank
+// its sampler shard (summed over the group), else the main process alone.
+EvalStats evaluate_test_set(nn::Sequential& model, const nn::Dataset& test_data,
+                            const nn::DistributedSampler& test_sampler, int rank, int world,
+                            const Args& args, ProcessGroup* group, nn::DeviceOps& device) {
+  if (args.dist_eval && args.distributed) {
+    // Rank r holds sampler positions r, r + R, ...: the real ones are < N.
+    const size_t n = test_data.size();
+    const size_t valid = n > static_cast<size_t>(rank) ? (n - rank + world - 1) / world : 0;
+    return evaluate(model, test_data, test_sampler.indices(), valid, 256, group, device);
+  }
+  if (rank != 0) return {};
+  std::vector<int64_t> all(test_data.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  return evaluate(model, test_data, all, all.size(), 256, nullptr, device);
+}
+
+// A resumed run at another world size or batch trains with another global
+// batch (and other sampler shards) than the checkpoint's run: allowed, but
+// said out loud.
+void warn_if_resumed_differently(const std::string& checkpoint, const std::string& config,
+                                 int world, int batch) {
+  const auto old_world = json_int(config, "world_size");
+  const auto old_batch = json_int(config, "batch_size");
+  if (!old_world || !old_batch) {
+    print("warning: checkpoint", checkpoint,
+          "does not record its world size and batch size; cannot compare the global batch");
+    return;
+  }
+  if (*old_world == world && *old_batch == batch) return;
+  print(str_cat("warning: resuming ", checkpoint, " with a different global batch: it was trained ",
+                "at world size ", *old_world, " x batch ", *old_batch, " = ",
+                *old_world * *old_batch, ", this run has world size ", world, " x batch ", batch,
+                " = ", world * batch, " (the learning rate and the sampler's shards were set ",
+                "for the old one)"));
+}
+
+// Rank 0's error message on every rank ("" when there is none): each
+// character travels as a number in one all_reduce to which the other ranks
+// add zeros. Whichever rank a launcher sees exit first then gives the real
+// reason, not "rank 0 failed".
+std::string share_rank0_error(ProcessGroup& group, nn::DeviceOps& device,
+                              const std::string& error) {
+  constexpr size_t kMaxChars = 1024;
+  std::vector<double> chars(1 + kMaxChars, 0.0);
+  const size_t n = std::min(error.size(), kMaxChars);
+  chars[0] = static_cast<double>(n);
+  for (size_t i = 0; i < n; ++i) chars[1 + i] = static_cast<unsigned char>(error[i]);
+  all_reduce_values(group, device, chars);
+  std::string shared(static_cast<size_t>(chars[0]), ' ');
+  for (size_t i = 0; i < shared.size(); ++i) shared[i] = static_cast<char>(chars[1 + i]);
+  return shared;
+}
+
+// The run's files (config.json, log.txt), made by the main process before
+// the first epoch. Every rank learns whether that worked, so a read-only or
+// full folder stops the whole job here, each rank with the main process's
+// reason.
+std::optional<RunLog> prepare_output(const Args& args, bool main_process, ProcessGroup* group,
+                                     nn::DeviceOps& device) {
+  std::optional<RunLog> log;
+  std::string error;
+  if (main_process && !args.output_dir.empty()) {
+    try {
+      create_output_dir(args.output_dir);
+      if (!args.evaluate) write_config_json(args.output_dir, config_json(args));
+      log.emplace((fs::path(args.output_dir) / "log.txt").string());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (group != nullptr) error = share_rank0_error(*group, device, error);
+  if (error.empty()) return log;
+  throw Error(main_process ? error : "rank 0: " + error);
 }
 
 struct TrainStats {
@@ -208,6 +297,8 @@ int run(Args& args) {
         "--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
         "cpu DDP's gradient buckets are host memory; use --backend socket (or --device cuda)");
   }
+  args.timeout_ms = timeout_from_flag_or_env(args.timeout);
+  args.output_dir = output_dir_for(args.output_dir, args.resume, args.evaluate);
   init_distributed_mode(args);
   const int rank = args.distributed ? get_rank() : 0;
   const int world = args.distributed ? get_world_size() : 1;
@@ -241,11 +332,19 @@ int run(Args& args) {
 
   int start_epoch = 0;
   double best_acc = 0.0;
+  CheckpointInfo resumed;
   if (!args.resume.empty()) {
-    CheckpointInfo info = load_checkpoint(args.resume, model, optimizer);
-    start_epoch = static_cast<int>(info.epoch) + 1;
-    best_acc = info.best_acc;
-    print("resume checkpoint from", args.resume, "(epoch", info.epoch, ")");
+    resumed = load_checkpoint(args.resume, model, optimizer);
+    start_epoch = static_cast<int>(resumed.epoch) + 1;
+    best_acc = resumed.best_acc;
+    print("resume checkpoint from", args.resume, "(epoch", resumed.epoch, ")");
+    if (!args.evaluate && start_epoch >= args.epochs)
+      throw InvalidArgument(str_cat("--resume ", args.resume, ": the checkpoint finished epoch ",
+                                    resumed.epoch, ", and --epochs ", args.epochs,
+                                    " ends there: nothing to train (raise --epochs, or add ",
+                                    "--evaluate to evaluate it)"));
+    if (!args.evaluate)
+      warn_if_resumed_differently(args.resume, resumed.config_json, world, args.batch_size);
   }
 
   // The model that trains: the Sequential itself, or its copy on this
@@ -264,66 +363,61 @@ int run(Args& args) {
   print("model parameters:", model_without_ddp.num_parameters());
 
   const bool main_process = rank == 0;
-  if (main_process) {
-    fs::create_directories(args.output_dir);
-    std::ofstream(fs::path(args.output_dir) / "config.json") << config_json(args) << "\n";
-  }
+  ProcessGroup* group = ddp ? &ddp->group() : nullptr;
+  nn::DeviceOps& device = train_model->ddp_model().ops();
+  std::optional<RunLog> log = prepare_output(args, main_process, group, device);
 
   EvalStats test{};
   const auto job_start = std::chrono::steady_clock::now();
-  for (int epoch = start_epoch; epoch < args.epochs; ++epoch) {
-    TrainStats train{};
-    if (!args.evaluate) {
-      train_sampler.set_epoch(static_cast<uint64_t>(epoch));
-      nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
-      train = train_one_epoch(ddp.get(), *train_model, optimizer, train_data, train_sampler, epoch,
-                              args);
-    }
+  if (args.evaluate) {
+    // The checkpoint as it is: no epoch loop, whatever --epochs says.
+    test = evaluate_test_set(model_without_ddp, test_data, test_sampler, rank, world, args, group,
+                             device);
+    std::string line = str_cat("{\"epoch\": ", resumed.epoch, ", \"test_acc\": ", test.acc,
+                               ", \"test_loss\": ", test.loss, ", \"test_count\": ", test.count,
+                               ", \"world_size\": ", world, "}");
+    if (log) log->append(line);
+    print(line);
+  }
+  for (int epoch = start_epoch; epoch < args.epochs && !args.evaluate; ++epoch) {
+    train_sampler.set_epoch(static_cast<uint64_t>(epoch));
+    nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
+    TrainStats train =
+        train_one_epoch(ddp.get(), *train_model, optimizer, train_data, train_sampler, epoch, args);
     // Evaluation and checkpoints read the host model and optimizer.
     train_model->sync_to_host();
-    if (args.dist_eval && args.distributed) {
-      // Rank r holds sampler positions r, r + R, ...: the real ones are < N.
-      const size_t n = test_data.size();
-      const size_t valid = n > static_cast<size_t>(rank) ? (n - rank + world - 1) / world : 0;
-      test = evaluate(model_without_ddp, test_data, test_sampler.indices(), valid, 256,
-                      ddp ? &ddp->group() : nullptr, train_model->ddp_model().ops());
-    } else if (main_process) {
-      std::vector<int64_t> all(test_data.size());
-      for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-      test = evaluate(model_without_ddp, test_data, all, all.size(), 256, nullptr,
-                      train_model->ddp_model().ops());
-    }
+    test = evaluate_test_set(model_without_ddp, test_data, test_sampler, rank, world, args, group,
+                             device);
     if (main_process) {
       const bool best = test.acc > best_acc;
       best_acc = std::max(best_acc, test.acc);
-      std::string log =
+      std::string line =
           str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss,
                   ", \"train_lr\": ", train.lr, ", \"test_acc\": ", test.acc,
                   ", \"test_loss\": ", test.loss, ", \"test_count\": ", test.count,
                   ", \"world_size\": ", world, ", \"samples_per_s\": ", train.samples_per_s, "}");
-      std::ofstream(fs::path(args.output_dir) / "log.txt", std::ios::app) << log << "\n";
-      print(log);
-      if (!args.evaluate) {
-        CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
-        char name[64];
-        std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
-        const std::string path = (fs::path(args.output_dir) / name).string();
-        save_checkpoint(path, model_without_ddp, optimizer, info);
-        if (best)
-          save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(),
-                          model_without_ddp, optimizer, info);
-        print("saved checkpoint", path);
-      }
+      log->append(line);
+      print(line);
+      CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
+      char name[64];
+      std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
+      const std::string path = (fs::path(args.output_dir) / name).string();
+      save_checkpoint(path, model_without_ddp, optimizer, info);
+      if (best)
+        save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(),
+                        model_without_ddp, optimizer, info);
+      print("saved checkpoint", path);
     }
-    if (args.evaluate) break;
     if (args.distributed) barrier();
   }
-  const double minutes =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count() / 60;
-  print(str_cat("Training time ", format_eta(minutes * 60)));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count();
+  if (!args.evaluate) print(str_cat("Training time ", format_eta(seconds)));
   print(str_cat("final test accuracy ", test.acc, " (best ", best_acc, ") on ", test.count,
-                " test examples; logs and checkpoints in ",
-                fs::absolute(args.output_dir).string()));
+                " test examples; ",
+                args.output_dir.empty()
+                    ? std::string("no files written (--evaluate without --output-dir)")
+                    : "logs and checkpoints in " + fs::absolute(args.output_dir).string()));
   // DDP gives the gradients back to the model before the model goes.
   ddp.reset();
   train_model.reset();
@@ -344,8 +438,9 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay,--weight_decay", args.weight_decay, "AdamW weight decay")
       ->capture_default_str();
   app.add_option("--seed", args.seed, "seed (each rank adds its rank)")->capture_default_str();
-  app.add_option("--output-dir,--output_dir", args.output_dir, "log.txt, config.json, checkpoints")
-      ->capture_default_str();
+  app.add_option("--output-dir,--output_dir", args.output_dir,
+                 "log.txt, config.json, checkpoints (default: the --resume checkpoint's folder, "
+                 "else output/blip_train; --evaluate writes files only here)");
   app.add_option("--resume", args.resume, "checkpoint to resume from");
   app.add_flag("--evaluate", args.evaluate, "only evaluate");
   app.add_option("--dist-url,--dist_url", args.dist_url,
@@ -367,6 +462,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-steps", args.max_steps, "at most N steps per epoch (quick runs)");
   app.add_option("--hidden", args.hidden, "hidden layer sizes")->capture_default_str();
+  app.add_option("--timeout", args.timeout,
+                 "bounds the rendezvous and every collective: 90 (seconds), 90s, 5m, 1h "
+                 "(default: COLLIE_TIMEOUT, else 30m)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(args);

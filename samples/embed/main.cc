@@ -7,7 +7,7 @@
 
 #include "runtime/api/distributed.h"
 
-int main() {
+int main() try {
   collie::init_process_group({.backend = "socket"});
   const int rank = collie::get_rank(), world = collie::get_world_size();
 
@@ -33,4 +33,7 @@ int main() {
   if (rank == 0)
     std::printf("embed_app: %d ranks, replicas identical: %s\n", world, same ? "yes" : "NO");
   return same ? 0 : 1;
+} catch (const std::exception& e) {  // a bad launch environment, a store or peer gone
+  std::fprintf(stderr, "embed_app: %s\n", e.what());
+  return 1;
 }

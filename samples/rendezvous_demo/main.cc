@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/launch_env.h"
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -41,15 +42,33 @@ std::string env_or_die(const char* name) {
   return v;
 }
 
+// COLLIE_DEMO_T0_MS: when the parent started, in ms since the epoch.
+double parent_start_ms() {
+  const std::string text = env_or_die("COLLIE_DEMO_T0_MS");
+  char* end = nullptr;
+  const double ms = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(ms >= 0))
+    throw collie::InvalidArgument(
+        collie::str_cat("worker: COLLIE_DEMO_T0_MS='", text, "' is not a time in ms"));
+  return ms;
+}
+
 int run_worker(int timeout_s) {
-  const int rank = std::stoi(env_or_die("RANK"));
-  const int world = std::stoi(env_or_die("WORLD_SIZE"));
-  const std::string addr = env_or_die("MASTER_ADDR");
-  const auto port = static_cast<uint16_t>(std::stoi(env_or_die("MASTER_PORT")));
-  const double t0 = std::stod(env_or_die("COLLIE_DEMO_T0_MS"));
+  // RANK, WORLD_SIZE and MASTER_PORT are checked there: "RANK='abc' is not a
+  // non-negative integer", not a bare "stoi".
+  const collie::LaunchEnv env = collie::detect_launch_env();
+  if (!env.distributed || env.master_addr.empty() || !env.master_port)
+    throw collie::InvalidArgument(
+        "worker: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set (the parent sets "
+        "them; run without --worker)");
+  const int rank = env.rank, world = env.world_size;
+  const std::string& addr = env.master_addr;
+  const uint16_t port = *env.master_port;
+  const double t0 = parent_start_ms();
 
   // For the failure test: this rank dies before it registers.
-  if (const char* fail = std::getenv("COLLIE_DEMO_FAIL_RANK"); fail && std::stoi(fail) == rank) {
+  if (const char* fail = std::getenv("COLLIE_DEMO_FAIL_RANK");
+      fail && collie::detail::parse_non_negative("COLLIE_DEMO_FAIL_RANK", fail) == rank) {
     std::fprintf(stderr, "rendezvous_demo worker %d: failing on purpose (COLLIE_DEMO_FAIL_RANK)\n",
                  rank);
     return 3;

@@ -40,4 +40,11 @@ if [[ -n "$embed" ]]; then
   out=$(timeout 120 "$build_dir/bin/collie-run" --standalone --nproc-per-node 2 "$tmp/embed/embed_app" 2>&1)
   echo "$out"
   grep -q "embed_app: 2 ranks, replicas identical: yes" <<<"$out"
+  # A bad launch environment: one line naming it and exit 1, not std::terminate.
+  rc=0
+  err=$(RANK=abc WORLD_SIZE=2 "$tmp/embed/embed_app" 2>&1) || rc=$?
+  if [[ $rc != 1 ]] || ! grep -q "^embed_app: RANK='abc'" <<<"$err"; then
+    echo "embed_app with RANK=abc: exit $rc, expected 1 and a line naming RANK: $err"
+    exit 1
+  fi
 fi

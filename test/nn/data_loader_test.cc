@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <fstream>
+#include <string>
 
 #include "nn/data_loader.h"
 #include "nn/distributed_sampler.h"
@@ -21,6 +23,15 @@ InMemoryDataset make_dataset(int64_t n) {
     labels[i] = i % 10;
   }
   return InMemoryDataset(std::move(x), std::move(labels));
+}
+
+// The threads of this process, from /proc/self/status.
+int thread_count() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  FAIL("no Threads: line in /proc/self/status");
+  return -1;
 }
 
 // Counts how far ahead of the consumer the loader thread has read.
@@ -98,9 +109,19 @@ TEST_CASE("DataLoader shuts down cleanly when dropped mid-epoch") {
   CountingDataset data(1000);
   std::vector<int64_t> indices(1000);
   for (int i = 0; i < 1000; ++i) indices[i] = i;
+  const int threads_before = thread_count();
   for (int round = 0; round < 20; ++round) {
-    DataLoader loader(data, indices, {.batch_size = 7, .prefetch = 1});
-    if (round % 2) loader.next();
-  }  // each destructor must stop and join its thread
-  SUCCEED();
+    const int64_t reads_before = data.reads.load();
+    {
+      DataLoader loader(data, indices, {.batch_size = 7, .prefetch = 1});
+      if (round % 2) REQUIRE(loader.next());
+    }  // the destructor must stop the thread mid-epoch and join it
+    // Stopped: at most the taken batch, the queued one and the one being
+    // built were read, not the epoch's 1000 examples.
+    const int64_t read = data.reads.load() - reads_before;
+    CHECK(read <= 3 * 7);
+    // Joined: the thread is gone, and nothing reads any more.
+    CHECK(thread_count() == threads_before);
+    CHECK(data.reads.load() - reads_before == read);
+  }
 }

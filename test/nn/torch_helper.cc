@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -14,21 +15,26 @@ namespace {
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-bool torch_available() {
-  static const bool available = [] {
+// Skips (or fails under CI=true) when torch cannot be imported; the reason
+// carries python's last line of stderr ("ModuleNotFoundError: ...").
+void require_torch() {
+  ExitStatus status;
+  std::string err;
+  {  // the Subprocess is gone (its output files removed) before a skip exits
     auto p = Subprocess::spawn({kPython, "-c", "import torch"});
-    auto status = p.wait(std::chrono::seconds(120));
-    if (!status.ok())
-      WARN("skipping torch comparisons: " << kPython << " cannot import torch: " << p.err());
-    return status.ok();
-  }();
-  return available;
+    status = p.wait(std::chrono::seconds(120));
+    err = p.err();
+  }
+  while (!err.empty() && err.back() == '\n') err.pop_back();
+  err = err.substr(err.find_last_of('\n') + 1);  // npos + 1 == 0: the whole text
+  require_or_skip(status.ok(), std::string(kPython) + " cannot import torch (" + status.describe() +
+                                   ": " + err + ")");
 }
 
 }  // namespace
 
-std::optional<std::string> run_torch(const std::string& script) {
-  if (!torch_available()) return std::nullopt;
+std::string run_torch(const std::string& script) {
+  require_torch();
   TempDir dir;
   const std::string path = dir.file("script.py");
   std::ofstream(path) << script;

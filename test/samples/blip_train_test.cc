@@ -4,52 +4,22 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
-#include <regex>
 
 #include "nn/state_dict.h"
+#include "test/samples/blip_job.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;
 using collie::test::Subprocess;
+using test::blip_job;
+using test::json_number;
+using test::lines_of;
+using test::quick;
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kRun = std::string(COLLIE_BIN_DIR) + "/collie-run";
-const std::string kTrain = std::string(COLLIE_BIN_DIR) + "/blip_train";
-
-std::vector<std::string> job(int nproc, const std::vector<std::string>& args) {
-  std::vector<std::string> argv{kRun, "--standalone", "--nproc-per-node", std::to_string(nproc),
-                                kTrain};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
-
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-double json_number(const std::string& line, const std::string& key) {
-  std::smatch m;
-  REQUIRE(std::regex_search(line, m, std::regex("\"" + key + "\": ([-0-9.e+]+)")));
-  return std::stod(m[1]);
-}
-
-const std::vector<std::string> kQuick = {"--synthetic", "--synthetic-size", "2000", "--batch-size",
-                                         "50",          "--hidden",         "64",   "--print-freq",
-                                         "1000"};
-
-std::vector<std::string> quick(std::vector<std::string> more) {
-  std::vector<std::string> a = kQuick;
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
 
 // The model and optimizer tensors of a checkpoint, by key.
 std::vector<std::pair<std::string, std::vector<uint8_t>>> tensors_of(const std::string& path) {
@@ -66,7 +36,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> tensors_of(const std::
 TEST_CASE(
     "blip_train on 2 ranks writes config.json, one log line per epoch and atomic checkpoints") {
   test::TempDir dir;
-  auto p = Subprocess::spawn(job(2, quick({"--epochs", "2", "--output-dir", dir.path()})));
+  auto p = Subprocess::spawn(blip_job(2, quick({"--epochs", "2", "--output-dir", dir.path()})));
   auto st = p.wait(std::chrono::minutes(3));
   INFO(p.out() << p.err());
   REQUIRE(st.ok());
@@ -89,22 +59,23 @@ TEST_CASE(
 
 TEST_CASE("an interrupted run resumed from its checkpoint ends with the same parameters") {
   test::TempDir full, cut, resumed;
-  auto a = Subprocess::spawn(job(2, quick({"--epochs", "3", "--output-dir", full.path()})));
+  auto a = Subprocess::spawn(blip_job(2, quick({"--epochs", "3", "--output-dir", full.path()})));
   REQUIRE(a.wait(std::chrono::minutes(3)).ok());
 
   // A real interruption: stop the job once epoch 1's checkpoint is on disk.
-  auto b = Subprocess::spawn(job(2, quick({"--epochs", "3", "--output-dir", cut.path()})));
+  auto b = Subprocess::spawn(blip_job(2, quick({"--epochs", "3", "--output-dir", cut.path()})));
   b.wait_for_output("saved checkpoint " + cut.file("checkpoint_01.pth"), std::chrono::minutes(3));
   b.kill(SIGTERM);
   b.wait(std::chrono::minutes(1));
   REQUIRE(fs::exists(cut.file("checkpoint_01.pth")));
 
-  auto c = Subprocess::spawn(job(2, quick({"--epochs", "3", "--output-dir", resumed.path(),
-                                           "--resume", cut.file("checkpoint_01.pth")})));
+  auto c = Subprocess::spawn(blip_job(2, quick({"--epochs", "3", "--output-dir", resumed.path(),
+                                                "--resume", cut.file("checkpoint_01.pth")})));
   auto st = c.wait(std::chrono::minutes(3));
   INFO(c.out() << c.err());
   REQUIRE(st.ok());
   CHECK_THAT(c.out(), Contains("resume checkpoint from"));
+  CHECK_THAT(c.out(), !Contains("warning"));             // the same world size and batch
   CHECK(lines_of(resumed.file("log.txt")).size() == 1);  // only epoch 2 ran
   auto want = tensors_of(full.file("checkpoint_02.pth"));
   auto got = tensors_of(resumed.file("checkpoint_02.pth"));
@@ -122,13 +93,13 @@ TEST_CASE(
     "evaluation") {
   test::TempDir train, single, shard;
   // 2000 synthetic training examples -> 500 test examples: 3 ranks pad 1.
-  auto t = Subprocess::spawn(job(3, quick({"--epochs", "1", "--output-dir", train.path()})));
+  auto t = Subprocess::spawn(blip_job(3, quick({"--epochs", "1", "--output-dir", train.path()})));
   REQUIRE(t.wait(std::chrono::minutes(3)).ok());
   const std::string ckpt = train.file("checkpoint_00.pth");
   auto a = Subprocess::spawn(
-      job(3, quick({"--evaluate", "--resume", ckpt, "--output-dir", single.path()})));
-  auto b = Subprocess::spawn(
-      job(3, quick({"--evaluate", "--dist-eval", "--resume", ckpt, "--output-dir", shard.path()})));
+      blip_job(3, quick({"--evaluate", "--resume", ckpt, "--output-dir", single.path()})));
+  auto b = Subprocess::spawn(blip_job(
+      3, quick({"--evaluate", "--dist-eval", "--resume", ckpt, "--output-dir", shard.path()})));
   REQUIRE(a.wait(std::chrono::minutes(3)).ok());
   auto st = b.wait(std::chrono::minutes(3));
   INFO(b.out() << b.err());
@@ -143,7 +114,8 @@ TEST_CASE(
 
 TEST_CASE("blip_train on the real Fashion-MNIST: a short run learns") {
   test::TempDir dir;
-  auto p = Subprocess::spawn(job(2, {"--epochs", "1", "--max-steps", "60", "--batch-size", "64",
+  auto p =
+      Subprocess::spawn(blip_job(2, {"--epochs", "1", "--max-steps", "60", "--batch-size", "64",
                                      "--print-freq", "1000", "--output-dir", dir.path()}));
   auto st = p.wait(std::chrono::minutes(4));
   INFO(p.out() << p.err());
@@ -154,9 +126,10 @@ TEST_CASE("blip_train on the real Fashion-MNIST: a short run learns") {
   CHECK(json_number(log[0], "test_acc") > 0.6);  // chance is 0.1
 }
 
-TEST_CASE("blip_train: a missing data directory is an error naming the file; no rank hangs") {
+TEST_CASE("blip_train: a missing data directory is an error naming the file, and no rank hangs") {
   test::TempDir dir;
-  auto p = Subprocess::spawn(job(2, {"--data-dir", dir.path(), "--output-dir", dir.file("out")}));
+  auto p =
+      Subprocess::spawn(blip_job(2, {"--data-dir", dir.path(), "--output-dir", dir.file("out")}));
   auto st = p.wait(std::chrono::minutes(2));
   CHECK_FALSE(st.ok());
   CHECK_THAT(p.out() + p.err(), Contains("train-images-idx3-ubyte.gz"));
@@ -165,12 +138,9 @@ TEST_CASE("blip_train: a missing data directory is an error naming the file; no 
 TEST_CASE("blip_train without a launcher: \"Not using distributed mode\"") {
   test::TempDir dir;
   auto p = Subprocess::spawn(
-      std::vector<std::string>{kTrain, "--synthetic", "--synthetic-size", "400", "--epochs", "1",
-                               "--hidden", "32", "--output-dir", dir.path()},
-      {.env = {{"RANK", std::nullopt},
-               {"WORLD_SIZE", std::nullopt},
-               {"SLURM_PROCID", std::nullopt},
-               {"OMPI_COMM_WORLD_RANK", std::nullopt}}});
+      std::vector<std::string>{test::kBlipTrain, "--synthetic", "--synthetic-size", "400",
+                               "--epochs", "1", "--hidden", "32", "--output-dir", dir.path()},
+      test::without_launcher());
   REQUIRE(p.wait(std::chrono::minutes(2)).ok());
   CHECK_THAT(p.out(), Contains("Not using distributed mode"));
   CHECK(lines_of(dir.file("log.txt")).size() == 1);

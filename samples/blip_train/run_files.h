@@ -1,0 +1,59 @@
+// The files a training run keeps beside its checkpoints, each write checked:
+//
+//   config.json  the run's arguments, replaced whole (write_file_atomically)
+//   log.txt      one JSON line per epoch, appended and flushed at once
+//
+// A failure throws collie::Error naming the file and the system's reason
+// ("... log.txt: No space left on device (errno 28)"): a run never goes on,
+// or exits 0, with its log or configuration silently lost.
+//
+// Where a run writes (output_dir_for): --output-dir when given; else a
+// resumed run continues in its checkpoint's own folder, so that its log goes
+// on and no other run's files are touched; else output/blip_train. An
+// --evaluate run writes only where --output-dir says; without it, it only
+// prints its result.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace collie::samples {
+
+inline constexpr const char* kDefaultOutputDir = "output/blip_train";
+
+// "" when the run writes no files (an --evaluate run without --output-dir).
+std::string output_dir_for(const std::string& output_dir_flag, const std::string& resume,
+                           bool evaluate);
+
+// Creates `dir` with its parents; throws Error naming it.
+void create_output_dir(const std::string& dir);
+
+// Replaces dir/config.json whole. Being the first file a run writes, it
+// also finds a read-only or full folder before the first epoch.
+void write_config_json(const std::string& dir, const std::string& json);
+
+// log.txt, open for appending from the start of the run to its end.
+class RunLog {
+ public:
+  // Opens (creating) `path`; throws Error naming it.
+  explicit RunLog(std::string path);
+  // Appends `line` and a newline, and flushes them to the file.
+  void append(const std::string& line);
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::string path_;
+  std::unique_ptr<std::FILE, Closer> file_;
+};
+
+// The integer N of "key": N in a flat JSON object such as config.json;
+// nullopt when the key is absent or not an integer.
+std::optional<int64_t> json_int(const std::string& json, const std::string& key);
+
+}  // namespace collie::samples

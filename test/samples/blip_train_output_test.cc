@@ -1,0 +1,215 @@
+// Where blip_train writes and what it does when it cannot: --evaluate of a
+// checkpoint, --resume into the checkpoint's own folder, and read-only or
+// full output folders, which must stop the job loudly (exit 1, the file and
+// the system's reason), before the first epoch where they can be seen then.
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "test/samples/blip_job.h"
+#include "test/support/skip.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace collie::test;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kJobLimit = std::chrono::minutes(3);
+
+// The line rank 0 printed that starts with `prefix` (after "[rank0]: ").
+std::string printed_line(const std::string& out, const std::string& prefix) {
+  const std::string needle = "[rank0]: " + prefix;
+  const size_t at = out.find(needle);
+  INFO(out);
+  REQUIRE(at != std::string::npos);
+  const size_t end = out.find('\n', at);
+  return out.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
+}
+
+// A tmpfs of `bytes` at `path`, unmounted on destruction. Needs root.
+class Tmpfs {
+ public:
+  Tmpfs(const std::string& path, size_t bytes, unsigned long flags = 0) : path_(path) {
+    const std::string options = "size=" + std::to_string(bytes);
+    INFO("mount -t tmpfs -o " << options << " " << path << ": " << std::strerror(errno));
+    REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", flags, options.c_str()) == 0);
+  }
+  ~Tmpfs() { ::umount2(path_.c_str(), MNT_DETACH); }
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+
+  uint64_t free_bytes() const {
+    struct statvfs s {};
+    REQUIRE(::statvfs(path_.c_str(), &s) == 0);
+    return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Fills the file system at `dir` with a file of `bytes` bytes.
+void write_filler(const std::string& dir, size_t bytes) {
+  std::ofstream f(dir + "/filler", std::ios::binary);
+  const std::string block(bytes, 'x');
+  f << block;
+  f.close();
+  REQUIRE(f.good());
+}
+
+// Trains `epochs` short epochs on 2 ranks into `dir`; returns log.txt's lines.
+std::vector<std::string> train_into(const std::string& dir, int epochs) {
+  auto p = Subprocess::spawn(blip_job(
+      2, quick({"--epochs", std::to_string(epochs), "--max-steps", "2", "--output-dir", dir})));
+  auto st = p.wait(kJobLimit);
+  INFO(p.out() << p.err());
+  REQUIRE(st.ok());
+  auto log = lines_of(dir + "/log.txt");
+  REQUIRE(log.size() == static_cast<size_t>(epochs));
+  return log;
+}
+
+// One process (no launcher): what the disk-full cases need, quickest.
+Subprocess train_alone(const std::string& output_dir) {
+  std::vector<std::string> argv{kBlipTrain};
+  for (const auto& a : quick({"--epochs", "2", "--max-steps", "2", "--output-dir", output_dir}))
+    argv.push_back(a);
+  return Subprocess::spawn(argv, without_launcher());
+}
+
+}  // namespace
+
+TEST_CASE(
+    "blip_train --evaluate --resume of the last epoch's checkpoint gives the accuracy log.txt "
+    "recorded, and writes nothing") {
+  TempDir train, cwd;
+  const auto log = train_into(train.path(), 2);
+
+  // checkpoint_01 is the last epoch's; checkpoint_best is the same epoch
+  // whenever the last epoch was the best (the README's example).
+  for (const char* name : {"checkpoint_01.pth", "checkpoint_best.pth"}) {
+    INFO(name);
+    auto e = Subprocess::spawn(
+        blip_job(2, quick({"--evaluate", "--resume", train.file(name), "--epochs", "2"})),
+        {.cwd = cwd.path()});
+    auto st = e.wait(kJobLimit);
+    INFO(e.out() << e.err());
+    REQUIRE(st.ok());
+    const std::string got = printed_line(e.out(), "{\"epoch\": ");
+    const int epoch = static_cast<int>(json_number(got, "epoch"));
+    if (std::string(name) == "checkpoint_01.pth") CHECK(epoch == 1);
+    REQUIRE(epoch >= 0);
+    REQUIRE(epoch < 2);
+    CHECK(json_field(got, "test_count") == "500");
+    CHECK(json_field(got, "test_acc") == json_field(log[epoch], "test_acc"));
+    CHECK(json_field(got, "test_loss") == json_field(log[epoch], "test_loss"));
+    CHECK_THAT(e.out(), Contains("no files written"));
+    CHECK(lines_of(train.file("log.txt")).size() == 2);  // not appended to
+    CHECK_FALSE(fs::exists(cwd.file("output")));         // nor the default folder
+  }
+}
+
+TEST_CASE(
+    "blip_train --resume continues in the checkpoint's folder and warns about a different "
+    "global batch") {
+  TempDir run, cwd;
+  train_into(run.path(), 1);
+
+  // 3 ranks now: the global batch grows from 2 x 50 to 3 x 50.
+  auto b = Subprocess::spawn(blip_job(3, quick({"--epochs", "2", "--max-steps", "2", "--resume",
+                                                run.file("checkpoint_00.pth")})),
+                             {.cwd = cwd.path()});
+  auto st = b.wait(kJobLimit);
+  INFO(b.out() << b.err());
+  REQUIRE(st.ok());
+  CHECK_THAT(b.out(), Contains("warning: resuming " + run.file("checkpoint_00.pth")) &&
+                          Contains("world size 2 x batch 50 = 100") &&
+                          Contains("world size 3 x batch 50 = 150"));
+  const auto log = lines_of(run.file("log.txt"));
+  REQUIRE(log.size() == 2);  // epoch 0, then the resumed epoch 1, in one log
+  CHECK(json_number(log[1], "epoch") == 1);
+  CHECK(json_number(log[1], "world_size") == 3);
+  CHECK(fs::exists(run.file("checkpoint_01.pth")));
+  CHECK_FALSE(fs::exists(cwd.file("output")));
+
+  // Past the last epoch there is nothing to train: said, not a silent exit 0.
+  auto c = Subprocess::spawn(
+      blip_job(2, quick({"--epochs", "2", "--resume", run.file("checkpoint_01.pth")})));
+  CHECK_FALSE(c.wait(kJobLimit).ok());
+  CHECK_THAT(c.out() + c.err(), Contains("nothing to train"));
+}
+
+TEST_CASE("blip_train stops before the first epoch when its output folder is read-only") {
+  TempDir dir;
+  const std::string out = dir.file("ro");
+  fs::create_directory(out);
+  // root writes through permissions, so for root the folder is a read-only
+  // mount; for anyone else, mode 0555 is enough.
+  std::optional<Tmpfs> mount;
+  if (::geteuid() == 0)
+    mount.emplace(out, 1 << 20, MS_RDONLY);
+  else
+    REQUIRE(::chmod(out.c_str(), 0555) == 0);
+
+  auto p = Subprocess::spawn(blip_job(2, quick({"--epochs", "1", "--output-dir", out})));
+  auto st = p.wait(kJobLimit);
+  const std::string all = p.out() + p.err();
+  INFO(all);
+  CHECK(st.signal == 0);
+  CHECK(st.exit_code == 1);
+  CHECK_THAT(all, Contains(out + "/config.json") &&
+                      (Contains("Read-only file system") || Contains("Permission denied")));
+  // Every rank that gets to say something gives the reason, so the
+  // launcher's root cause does too, whichever rank exits first.
+  std::istringstream lines(all);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("blip_train: error:") != std::string::npos)
+      CHECK_THAT(line, Contains("cannot write " + out + "/config.json"));
+  CHECK_THAT(all, !Contains("Train Epoch"));  // found before the first epoch
+}
+
+TEST_CASE("blip_train fails loudly on a full disk: config.json first, then log.txt") {
+  require_or_skip(::geteuid() == 0, "mounting a small tmpfs needs root");
+  TempDir dir;
+  const std::string out = dir.file("small");
+  fs::create_directory(out);
+  Tmpfs disk(out, 4 * 4096);
+
+  // Leaves `left` bytes free, trains, and expects the job to stop with exit
+  // code 1, naming `file`, ENOSPC and its errno; returns the output.
+  auto train_with_free = [&](uint64_t left, const std::string& file) {
+    write_filler(out, static_cast<size_t>(disk.free_bytes() - left));
+    REQUIRE(disk.free_bytes() == left);
+    auto p = train_alone(out);
+    auto st = p.wait(kJobLimit);
+    const std::string all = p.out() + p.err();
+    INFO(all);
+    CHECK(st.exit_code == 1);
+    CHECK_THAT(all, Contains(out + "/" + file) && Contains("No space left on device") &&
+                        Contains("errno 28"));
+    return all;
+  };
+  SECTION("a full disk: config.json cannot be written, before the first epoch") {
+    const std::string all = train_with_free(0, "config.json");
+    CHECK_THAT(all, !Contains("Train Epoch"));
+    CHECK_FALSE(fs::exists(out + "/config.json"));  // never a 0-byte one
+  }
+  SECTION("one page left: config.json fits, the first log line does not") {
+    const std::string all = train_with_free(4096, "log.txt");
+    CHECK_THAT(all, !Contains("Train Epoch: [1]"));  // stopped at epoch 0's line
+    CHECK(fs::file_size(out + "/config.json") > 0);
+  }
+}
