@@ -11,6 +11,7 @@
 #include "runtime/base/str_cat.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/node_rendezvous.h"
+#include "runtime/launcher/program_path.h"
 #include "runtime/launcher/signal_relay.h"
 #include "runtime/launcher/worker_stream.h"
 

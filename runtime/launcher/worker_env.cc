@@ -1,7 +1,5 @@
 #include "runtime/launcher/worker_env.h"
 
-extern char** environ;
-
 namespace collie::launcher {
 
 // Word for word what torch.distributed.run logs (run.py, torch 1.13), so that
@@ -37,20 +35,6 @@ std::map<std::string, std::string> worker_variables(const WorkerPlace& p, const 
   };
   if (a.default_omp_threads) v["OMP_NUM_THREADS"] = "1";
   return v;
-}
-
-std::vector<std::string> merged_environment(const std::map<std::string, std::string>& variables) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv = *e;
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, val] : variables) env[k] = val;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, val] : env) out.push_back(k + "=" + val);
-  return out;
 }
 
 }  // namespace collie::launcher

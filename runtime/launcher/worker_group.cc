@@ -36,7 +36,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 struct Slot {
   WorkerPlace place;
   std::unique_ptr<WorkerStream> out, err;
-  std::unique_ptr<WorkerProcess> proc;
+  std::unique_ptr<ChildProcess> proc;
   bool signalled = false;
   bool recorded = false;
 };
@@ -123,8 +123,13 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
   for (Slot& slot : slots) {
     std::vector<std::string> argv = s.program_argv;
     if (!s.use_env) argv.insert(argv.begin() + 1, str_cat("--local_rank=", slot.place.local_rank));
-    auto env = merged_environment(worker_variables(slot.place, s.env));
-    slot.proc = WorkerProcess::spawn(s.program_path, argv, env);
+    SpawnOptions options{.new_process_group = true,
+                         .die_with_parent = true,
+                         .stdout_to = ChildOutput::kPipe,
+                         .stderr_to = ChildOutput::kPipe,
+                         .path = s.program_path};
+    for (const auto& [k, v] : worker_variables(slot.place, s.env)) options.env[k] = v;
+    slot.proc = std::make_unique<ChildProcess>(ChildProcess::spawn(argv, options));
   }
 
   // Supervise until every worker is reaped.
@@ -202,10 +207,9 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
       }
       if (slot.recorded) continue;
       slot.recorded = true;
-      if (!slot.proc->exit_info().ok() && !slot.signalled && !stopping) {
-        const bool by_signal = slot.proc->exit_info().signal != 0;
-        if (root < 0 ||
-            (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
+      if (!slot.proc->status().ok() && !slot.signalled && !stopping) {
+        const bool by_signal = slot.proc->status().signal != 0;
+        if (root < 0 || (by_signal && slots[static_cast<size_t>(root)].proc->status().signal == 0))
           root = static_cast<int>(i);
       }
     }
@@ -215,13 +219,13 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     // reported. So before blaming an error exit, wait briefly for any worker
     // that is dying already (not by our hand) and prefer it if a signal
     // killed it. Bounded: a dying process is gone in milliseconds.
-    if (root >= 0 && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0) {
+    if (root >= 0 && slots[static_cast<size_t>(root)].proc->status().signal == 0) {
       for (size_t i = 0; i < slots.size(); ++i) {
         Slot& slot = slots[i];
         if (slot.recorded || slot.signalled || !slot.proc->dying()) continue;
         if (!slot.proc->wait_exit(kDyingGrace)) continue;
         slot.recorded = true;
-        if (slot.proc->exit_info().signal != 0) {
+        if (slot.proc->status().signal != 0) {
           root = static_cast<int>(i);
           break;
         }
@@ -270,7 +274,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     slot.proc->close_stderr();
     result.workers.push_back({.place = slot.place,
                               .pid = slot.proc->pid(),
-                              .exit = slot.proc->exit_info(),
+                              .exit = slot.proc->status(),
                               .exit_time = slot.proc->exit_time(),
                               .stopped_by_launcher = slot.signalled,
                               .stderr_tail = slot.err->tail()});

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/child_process.h"
 #include "runtime/launcher/worker_env.h"
-#include "runtime/launcher/worker_process.h"
 
 namespace collie::launcher {
 
@@ -43,7 +43,7 @@ struct GroupSpec {
 struct WorkerResult {
   WorkerPlace place;
   int pid = -1;
-  ExitInfo exit;
+  ExitStatus exit;
   std::chrono::system_clock::time_point exit_time;
   bool stopped_by_launcher = false;  // signalled by us before it exited
   std::deque<std::string> stderr_tail;
