@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "runtime/base/str_cat.h"
 #include "test/launcher/launcher_harness.h"
 #include "test/support/netns_pair.h"
+#include "test/support/skip.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -211,11 +213,13 @@ TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout",
 
 TEST_CASE("two network namespaces joined by a veth pair run one job",
           "[launcher][multinode][netns]") {
-  NetnsPair ns("v", "10.231.7");
-  if (!ns.ok) {
-    WARN("skipped: " << ns.why);
-    return;
+  auto pair = std::make_unique<NetnsPair>("v", "10.231.7");
+  if (!pair->ok) {
+    const std::string why = pair->why;
+    pair.reset();  // removes what was made: skip_test() exits without unwinding
+    skip_test(why);
   }
+  const NetnsPair& ns = *pair;
   // addr_a (10.231.7.1) exists only inside namespace a: node 1 reaches node 0 over the veth.
   auto node0_argv = ns.exec_in(ns.a);
   for (auto& s :
