@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "runtime/base/error.h"
+#include "runtime/base/parse_duration.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie::launcher {
@@ -86,6 +87,18 @@ std::vector<std::string> normalize_tee(const CLI::App& app, std::vector<std::str
   return args;
 }
 
+// A duration flag through base's parse_duration (ranges checked, never
+// wrapped); a timeout of 0 is refused, a grace period of 0 means "SIGKILL at
+// once".
+std::chrono::milliseconds duration_flag(const std::string& text, const std::string& flag,
+                                        bool allow_zero) {
+  const Timeout d = parse_duration(trim(text), flag);
+  require(allow_zero || d.count() > 0, flag, " '", text,
+          "' is no time at all: it is how long to wait before giving up, at least 1ms (e.g. ", flag,
+          " 600s)");
+  return d;
+}
+
 // The description already starts with the usage line; CLI11's own
 // "Usage: collie-run [OPTIONS]" would contradict it (the program comes last).
 class HelpFormatter : public CLI::Formatter {
@@ -134,28 +147,6 @@ int parse_nproc_per_node(const std::string& text) {
     return gpus > 0 ? gpus : static_cast<int>(cpus > 0 ? cpus : 1);
   }
   return parse_int(text, "--nproc-per-node");
-}
-
-std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag) {
-  std::string t = trim(text);
-  size_t digits = 0;
-  while (digits < t.size() &&
-         (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
-    ++digits;
-  require(digits > 0, flag, ": '", text, "' is not a duration (e.g. 30, 30s, 500ms, 2m)");
-  double value = std::strtod(t.substr(0, digits).c_str(), nullptr);
-  std::string unit = t.substr(digits);
-  double scale = 0;
-  if (unit.empty() || unit == "s")
-    scale = 1000;
-  else if (unit == "ms")
-    scale = 1;
-  else if (unit == "m" || unit == "min")
-    scale = 60000;
-  else if (unit == "h")
-    scale = 3600000;
-  require(scale > 0, flag, ": unknown unit '", unit, "' in '", text, "' (use ms, s, m or h)");
-  return std::chrono::milliseconds(static_cast<int64_t>(value * scale));
 }
 
 ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
@@ -303,12 +294,12 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
       require(p >= 0 && p <= 65535, "--rdzv-endpoint port ", p, " is not a TCP port");
       o.master_port = static_cast<uint16_t>(p);
     }
-    o.rdzv_timeout = parse_duration(rdzv_timeout, "--rdzv-timeout");
+    o.rdzv_timeout = duration_flag(rdzv_timeout, "--rdzv-timeout", false);
     for (const auto& item : CLI::detail::split(rdzv_conf, ',')) {
       if (item.rfind("timeout=", 0) == 0)
-        o.rdzv_timeout = parse_duration(item.substr(8), "--rdzv-conf timeout");
+        o.rdzv_timeout = duration_flag(item.substr(8), "--rdzv-conf timeout", false);
     }
-    o.grace_period = parse_duration(grace, "--grace-period");
+    o.grace_period = duration_flag(grace, "--grace-period", /*allow_zero=*/true);
     if (!tee_text.empty()) {
       o.tee = parse_int(tee_text, "--tee");
       require(o.tee >= 0 && o.tee <= 3, "--tee ", o.tee,

@@ -74,7 +74,4 @@ int parse_nnodes(const std::string& text);
 // "8", "cpu", "gpu", "auto" -> a count.
 int parse_nproc_per_node(const std::string& text);
 
-// "90", "90s", "1500ms", "2m" -> a duration; throws InvalidArgument.
-std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag);
-
 }  // namespace collie::launcher

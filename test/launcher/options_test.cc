@@ -115,6 +115,30 @@ TEST_CASE("bad flags are usage errors that name the flag", "[launcher][options]"
   CHECK_THAT(parse_bad({"--master-port", "70000", "./t"}).message, Contains("70000"));
 }
 
+TEST_CASE("durations are range-checked and refused naming the flag, never wrapped",
+          "[launcher][options]") {
+  // Before: 3000000h overflowed a nanosecond deadline ("within
+  // -7646744073709551616ns"), 99999999999h became a grace period of 0 and a
+  // timeout of 0 failed in the rendezvous with a confusing message.
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "3000000h", "./t"}).message,
+             Contains("--rdzv-timeout '3000000h' is longer than the limit of 8760h"));
+  CHECK_THAT(parse_bad({"--grace-period", "99999999999h", "./t"}).message,
+             Contains("--grace-period '99999999999h' is longer than the limit"));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "0", "./t"}).message,
+             Contains("--rdzv-timeout '0' is no time at all"));
+  CHECK_THAT(parse_bad({"--rdzv-conf", "timeout=0s", "./t"}).message,
+             Contains("--rdzv-conf timeout '0s' is no time at all"));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "0.1ms", "./t"}).message, Contains("at least 1ms"));
+  for (const char* bad : {"-5", "1.2.3s", "nan", "inf", "1e9", "s", "5 h"}) {
+    INFO(bad);
+    CHECK_THAT(parse_bad({"--rdzv-timeout", bad, "./t"}).message, Contains("--rdzv-timeout"));
+  }
+  CHECK(parse_ok({"--grace-period", "0", "./t"}).grace_period == std::chrono::milliseconds(0));
+  CHECK(parse_ok({"--rdzv-timeout", "8760h", "./t"}).rdzv_timeout == std::chrono::hours(8760));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "8761h", "./t"}).message, Contains("longer than"));
+  CHECK(parse_ok({"--rdzv-timeout", " 90s ", "./t"}).rdzv_timeout == std::chrono::seconds(90));
+}
+
 TEST_CASE("help documents every flag with an example", "[launcher][options]") {
   auto r = parse_launch_options({"collie-run", "--help"});
   REQUIRE_FALSE(r.options);
