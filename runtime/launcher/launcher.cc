@@ -10,6 +10,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "runtime/launcher/failure_summary.h"
+#include "runtime/launcher/host_limits.h"
 #include "runtime/launcher/node_rendezvous.h"
 #include "runtime/launcher/program_path.h"
 #include "runtime/launcher/signal_relay.h"
@@ -74,6 +75,16 @@ int Launcher::run() {
     program_path = resolve_program(o.program.front());
   } catch (const InvalidArgument& e) {
     say(str_cat(e.what(), "\n"));
+    return 2;
+  }
+
+  // Before anything per worker is allocated: a count the host cannot run
+  // is a usage error, not an out-of-memory kill minutes later.
+  raise_fd_limit();
+  try {
+    check_worker_count(o.nproc_per_node, read_host_limits(), !o.log_dir.empty() || o.tee != 0);
+  } catch (const InvalidArgument& e) {
+    say(str_cat("collie-run: ", e.what(), "\n"));
     return 2;
   }
 

