@@ -12,6 +12,7 @@
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"
 #include "runtime/launcher/node_rendezvous.h"
+#include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/program_path.h"
 #include "runtime/launcher/signal_relay.h"
 #include "runtime/launcher/worker_stream.h"
@@ -103,6 +104,10 @@ int Launcher::run() {
     say(str_cat("collie-run: --tee without --log-dir: logging to ", log_dir, "\n"));
   }
 
+  // Forked now, while this process has one thread (the store server starts
+  // threads): it kills what the workers started if this launcher dies.
+  OrphanGuard guard;
+
   std::unique_ptr<NodeRendezvous> rdzv;
   try {
     rdzv = NodeRendezvous::start({.nnodes = o.nnodes,
@@ -148,6 +153,7 @@ int Launcher::run() {
                          .run_id = o.run_id};
   for (int attempt = 0;; ++attempt) {
     GroupSpec spec = group_spec(program_path, *rdzv, attempt, log_dir, default_omp);
+    spec.guard = &guard;
     AttemptResult result;
     std::optional<std::string> failure;
     try {

@@ -12,6 +12,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/signal_relay.h"
 #include "runtime/launcher/worker_stream.h"
 
@@ -127,7 +128,8 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
                          .die_with_parent = true,
                          .stdout_to = ChildOutput::kPipe,
                          .stderr_to = ChildOutput::kPipe,
-                         .path = s.program_path};
+                         .path = s.program_path,
+                         .announce_fd = s.guard ? s.guard->fd() : -1};
     for (const auto& [k, v] : worker_variables(slot.place, s.env)) options.env[k] = v;
     slot.proc = std::make_unique<ChildProcess>(ChildProcess::spawn(argv, options));
   }
@@ -269,6 +271,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     slot.out->finish();
     slot.err->finish();
     slot.proc->signal_group(SIGKILL);
+    if (s.guard) s.guard->withdraw(slot.proc->pid());  // while the zombie still holds the pgid
     slot.proc->reap();
     slot.proc->close_stdout();
     slot.proc->close_stderr();

@@ -19,6 +19,7 @@
 
 namespace collie::launcher {
 
+class OrphanGuard;
 class SignalRelay;
 
 struct GroupSpec {
@@ -38,6 +39,8 @@ struct GroupSpec {
   std::set<int> local_ranks_filter;
   std::string line_prefix_template = "[rank${rank}]: ";
   std::chrono::milliseconds grace_period{5000};
+  // Where workers announce their process groups; nullptr: no guard.
+  OrphanGuard* guard = nullptr;
 };
 
 struct WorkerResult {

@@ -117,3 +117,51 @@ TEST_CASE(
   INFO(two.err());
   CHECK(two.wait(kLaunchTimeout).ok());
 }
+
+TEST_CASE("nothing the workers started outlives a SIGKILLed launcher", "[launcher][orphans]") {
+  // Each worker is a script that leaves `sleep 321 &` behind, as a careless
+  // worker would (or a data loader's helper process).
+  TempDir dir;
+  const std::string script = dir.file("worker.sh");
+  {
+    std::ofstream s(script);
+    s << "#!/bin/sh\n"
+         "d=\"$1\"\n"
+         "sleep 321 &\n"
+         "echo $! > \"$d/sleep/$RANK.tmp\" && mv \"$d/sleep/$RANK.tmp\" "
+         "\"$d/sleep/$RANK\"\n"
+         "echo $$ > \"$d/worker/$RANK.tmp\" && mv \"$d/worker/$RANK.tmp\" "
+         "\"$d/worker/$RANK\"\n"
+         "[ \"$2\" = exit ] && exit 0\n"
+         "wait\n";
+  }
+  ::chmod(script.c_str(), 0755);
+  for (const char* mode : {"sigkill", "exit"}) {
+    SECTION(mode) {
+      const std::string run = dir.file(mode);
+      std::filesystem::create_directories(run + "/sleep");
+      std::filesystem::create_directories(run + "/worker");
+      std::vector<std::string> argv{collie_run_path(),
+                                    "--standalone",
+                                    "--nproc-per-node",
+                                    "2",
+                                    script,
+                                    run,
+                                    std::string(mode) == "exit" ? "exit" : "wait"};
+      auto p = Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
+      std::vector<pid_t> pids = wait_for_pid_files(run + "/sleep", 2);
+      for (pid_t w : wait_for_pid_files(run + "/worker", 2)) pids.push_back(w);
+      if (std::string(mode) == "sigkill") {
+        p.kill(SIGKILL);
+        p.wait(kLaunchTimeout);
+      } else {
+        INFO(p.err());
+        CHECK(p.wait(kLaunchTimeout).ok());
+      }
+      const std::vector<pid_t> survivors = wait_until_dead(pids, std::chrono::seconds(10));
+      for (pid_t pid : survivors) ::kill(pid, SIGKILL);  // leave nothing behind either way
+      INFO("survivors: " << join(survivors, " "));
+      CHECK(survivors.empty());
+    }
+  }
+}
