@@ -84,6 +84,7 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                    note, "\n");
   }
   if (ok > 0) out += str_cat(" (", ok, " other worker", ok == 1 ? "" : "s", " exited 0)\n");
+  for (const std::string& e : r.log_errors) out += str_cat("log lost: ", e, "\n");
   for (size_t i = 0; i < r.workers.size(); ++i) {
     const WorkerResult& w = r.workers[i];
     bool own_failure =

@@ -197,6 +197,14 @@ int Launcher::run() {
         rdzv->close();
       } catch (const Error&) {
       }
+      if (!result.log_errors.empty()) {
+        // The workers did their job, but what they wrote is not all where
+        // the user will look for it: that must not pass as a success.
+        say(str_cat("collie-run: the workers succeeded, but ", result.log_errors.size(),
+                    " of their log files could not be written (", result.log_errors.front(),
+                    "); the lines that did not fit went to the console. Exit status 1.\n"));
+        return 1;
+      }
       return 0;
     }
     if (result.outcome != AttemptOutcome::kSucceeded) {

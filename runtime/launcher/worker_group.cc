@@ -40,7 +40,22 @@ struct Slot {
   std::unique_ptr<ChildProcess> proc;
   bool signalled = false;
   bool recorded = false;
+  bool log_error_reported[2] = {false, false};  // stdout, stderr
 };
+
+// Says at once, on the launcher's stderr, that a log file cannot be
+// written, and remembers it for the exit status.
+void report_log_error(Slot& slot, bool is_err, AttemptResult& result) {
+  WorkerStream& stream = is_err ? *slot.err : *slot.out;
+  if (stream.log_error().empty() || slot.log_error_reported[is_err]) return;
+  slot.log_error_reported[is_err] = true;
+  const char* name = is_err ? "stderr" : "stdout";
+  std::string message =
+      str_cat("collie-run: rank ", slot.place.global_rank, "'s ", name, ": ", stream.log_error());
+  write_all(STDERR_FILENO,
+            str_cat(message, "; its ", name, " goes to the console from here on", "\n"));
+  result.log_errors.push_back(std::move(message));
+}
 
 // Reads what one pipe has (at most one chunk, so no worker can starve the
 // others); returns false at EOF or on an error.
@@ -114,12 +129,14 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
                             .prefix = prefix,
                             .log_path = files ? dir + "/stdout.log" : "",
-                            .tail_lines = 0});
+                            .tail_lines = 0,
+                            .fallback_fd = shown ? STDOUT_FILENO : -1});
     slot.err = std::make_unique<WorkerStream>(
         WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
                             .prefix = prefix,
                             .log_path = files ? dir + "/stderr.log" : "",
-                            .tail_lines = kStderrTailLines});
+                            .tail_lines = kStderrTailLines,
+                            .fallback_fd = shown ? STDERR_FILENO : -1});
   }
   for (Slot& slot : slots) {
     std::vector<std::string> argv = s.program_argv;
@@ -181,6 +198,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         stream.finish();
         is_err ? slot->proc->close_stderr() : slot->proc->close_stdout();
       }
+      report_log_error(*slot, is_err, result);
     }
 
     for (int sig : relay.drain()) {
@@ -270,6 +288,8 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     if (slot.proc->stderr_fd() >= 0) drain(slot.proc->stderr_fd(), *slot.err);
     slot.out->finish();
     slot.err->finish();
+    report_log_error(slot, false, result);
+    report_log_error(slot, true, result);
     slot.proc->signal_group(SIGKILL);
     if (s.guard) s.guard->withdraw(slot.proc->pid());  // while the zombie still holds the pgid
     slot.proc->reap();

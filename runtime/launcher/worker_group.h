@@ -67,6 +67,8 @@ struct AttemptResult {
   bool store_lost = false;    // kRemoteFailed because the agent store went away
   std::chrono::system_clock::time_point start_time;
   std::vector<WorkerResult> workers;
+  // Log files that could not be written (each already reported on stderr).
+  std::vector<std::string> log_errors;
 };
 
 // Polled every ~200 ms while workers run; returns a reason when another node

@@ -165,3 +165,57 @@ TEST_CASE("nothing the workers started outlives a SIGKILLed launcher", "[launche
     }
   }
 }
+
+TEST_CASE("a full disk under --log-dir fails loudly and loses no line",
+          "[launcher][output][tmpfs]") {
+  require_or_skip(::geteuid() == 0, "mounting a tmpfs needs root");
+  auto dir = std::make_unique<TempDir>();
+  const std::string mnt = dir->file("small");
+  std::filesystem::create_directory(mnt);
+  if (::mount("collie-launcher", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    const std::string why = str_cat("cannot mount a tmpfs here: ", std::strerror(errno));
+    dir.reset();  // skip_test() exits without unwinding
+    skip_test(why);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+
+  // 2 ranks x 120 lines of ~1 KB: about 240 KB into 64 KB. Before: the
+  // lines that did not fit were dropped and collie-run exited 0.
+  const int lines = 120;
+  auto p = start_launcher(
+      {"--standalone", "--nproc-per-node", "2", "--log-dir", mnt, "--run-id", "full"}, "chatter",
+      {std::to_string(lines), "1000"});
+  auto st = p.wait(kLaunchTimeout);
+  const std::string err = p.err(), out = p.out();
+  INFO(err.substr(0, 4000));
+  CHECK(st.exit_code == 1);
+  CHECK_THAT(err, Contains(str_cat("cannot write ", mnt, "/full/attempt_0/")));
+  CHECK_THAT(err, Contains("No space left on device"));
+  CHECK_THAT(err, Contains("its stdout goes to the console from here on"));
+  CHECK_THAT(err, Contains("the workers succeeded, but"));
+  // Every line is in the file or, from the failed write on, on the console.
+  for (int r = 0; r < 2; ++r) {
+    std::string file;
+    try {
+      file = read_text_file(str_cat(mnt, "/full/attempt_0/", r, "/stdout.log"));
+    } catch (const Error&) {
+    }
+    std::set<int> seen;
+    for (const std::string& text : {file, out}) {
+      std::istringstream in(text);
+      const std::string own = str_cat("rank ", r, " line "), prefixed = str_cat("[rank", r, "]: ");
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind(prefixed, 0) == 0) line = line.substr(prefixed.size());
+        if (line.rfind(own, 0) != 0 || line.size() < 1000 || line.substr(line.size() - 4) != " end")
+          continue;
+        seen.insert(std::stoi(line.substr(own.size())));
+      }
+    }
+    INFO("rank " << r);
+    CHECK(seen.size() == static_cast<size_t>(lines));
+    CHECK_THAT(file + out, Contains(str_cat("partial last line of rank ", r)));
+  }
+}
