@@ -47,10 +47,18 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
   switch (r.outcome) {
     case AttemptOutcome::kFailed: {
       const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
-      out += str_cat("root cause: rank ", w.place.global_rank, " (local rank ", w.place.local_rank,
-                     ", pid ", w.pid, ") ended with ", w.exit.describe(), " at ",
-                     format_utc(w.exit_time), ", ", seconds_since(r.start_time, w.exit_time),
-                     " after the start\n");
+      const std::string ended =
+          str_cat(" ended with ", w.exit.describe(), " at ", format_utc(w.exit_time), ", ",
+                  seconds_since(r.start_time, w.exit_time), " after the start\n");
+      const std::string who = str_cat("rank ", w.place.global_rank, " (local rank ",
+                                      w.place.local_rank, ", pid ", w.pid, ")");
+      if (!r.culprit) {
+        out += str_cat("root cause: ", who, ended);
+        break;
+      }
+      out += str_cat("root cause: ", describe_culprit(r), "\n  e.g. ", r.culprit->line, "\n");
+      out += w.place.global_rank == r.culprit->rank ? str_cat("it", ended)
+                                                    : str_cat("first to exit here: ", who, ended);
       break;
     }
     case AttemptOutcome::kRemoteFailed:
@@ -101,6 +109,23 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
   }
   out += kRule;
   return out;
+}
+
+std::string describe_culprit(const AttemptResult& r) {
+  const NamedCulprit& c = *r.culprit;
+  std::string who = str_cat("rank ", c.rank, " (on another node)");
+  std::string state;
+  for (const WorkerResult& w : r.workers) {
+    if (w.place.global_rank != c.rank) continue;
+    who = str_cat("rank ", c.rank, " (local rank ", w.place.local_rank, ", pid ", w.pid, ")");
+    if (w.was_stopped)
+      state =
+          "; it was in the stopped state (SIGSTOP, or a debugger) when "
+          "collie-run ended the attempt";
+  }
+  const bool one = c.named_by.size() == 1;
+  return str_cat(who, " stopped responding: rank", one ? " " : "s ", join(c.named_by, ","),
+                 " named it in ", one ? "its error" : "their errors", state);
 }
 
 }  // namespace collie::launcher

@@ -20,6 +20,10 @@ struct SummaryContext {
 
 std::string format_failure_summary(const AttemptResult& result, const SummaryContext& context);
 
+// "rank 2 (local rank 2, pid 42) stopped responding: ranks 0,1 named it in
+// their errors"; result.culprit must be set.
+std::string describe_culprit(const AttemptResult& result);
+
 // "2026-12-02 12:50:01.234 UTC"
 std::string format_utc(std::chrono::system_clock::time_point t);
 

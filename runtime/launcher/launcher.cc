@@ -9,6 +9,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"
 #include "runtime/launcher/node_rendezvous.h"
@@ -33,6 +34,7 @@ std::string describe_failure(const AttemptResult& r, int node_rank, const std::s
   if (r.outcome == AttemptOutcome::kInterrupted)
     return str_cat("the launcher of node ", node_rank, " (", host, ") received ",
                    signal_name(r.signal));
+  if (r.culprit) return str_cat(describe_culprit(r), " (seen on node ", node_rank, ", ", host, ")");
   const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
   return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
                  node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
@@ -161,6 +163,7 @@ int Launcher::run() {
       RemoteCheck remote;
       if (o.nnodes > 1) remote = [&] { return rdzv->remote_failure(attempt); };
       result = WorkerGroup(spec).run(relay, remote);
+      blame_named_culprit(result);
       summary.attempt = attempt;
       if (result.outcome == AttemptOutcome::kInterrupted) {
         say(format_failure_summary(result, summary));

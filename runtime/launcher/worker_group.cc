@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "runtime/base/error.h"
@@ -39,6 +40,7 @@ struct Slot {
   std::unique_ptr<WorkerStream> out, err;
   std::unique_ptr<ChildProcess> proc;
   bool signalled = false;
+  bool was_stopped = false;
   bool recorded = false;
   bool log_error_reported[2] = {false, false};  // stdout, stderr
 };
@@ -55,6 +57,15 @@ void report_log_error(Slot& slot, bool is_err, AttemptResult& result) {
   write_all(STDERR_FILENO,
             str_cat(message, "; its ", name, " goes to the console from here on", "\n"));
   result.log_errors.push_back(std::move(message));
+}
+
+// Whether a process is stopped (state T: SIGSTOP, SIGTSTP; t: a debugger).
+bool in_stopped_state(pid_t pid) {
+  std::ifstream stat_file(str_cat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
 }
 
 // Reads what one pipe has (at most one chunk, so no worker can starve the
@@ -161,6 +172,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     for (Slot& slot : slots) {
       if (slot.proc->exited()) continue;
       slot.signalled = true;
+      slot.was_stopped = in_stopped_state(slot.proc->pid());
       slot.proc->signal_group(sig);
     }
   };
@@ -300,6 +312,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
                               .exit = slot.proc->status(),
                               .exit_time = slot.proc->exit_time(),
                               .stopped_by_launcher = slot.signalled,
+                              .was_stopped = slot.was_stopped,
                               .stderr_tail = slot.err->tail()});
   }
   return result;

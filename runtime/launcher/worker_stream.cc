@@ -13,7 +13,7 @@ namespace collie::launcher {
 namespace {
 
 // Long lines are kept in the summary, but only this much of each.
-constexpr size_t kMaxTailLineBytes = 400;
+constexpr size_t kMaxTailLineBytes = 2048;
 
 }  // namespace
 

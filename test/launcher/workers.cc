@@ -11,6 +11,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/distributed.h"
 #include "test/launcher/launcher_harness.h"
 #include "test/support/child.h"
 
@@ -118,4 +119,27 @@ COLLIE_TEST_CHILD(flaky) {
     return 5;
   }
   return 0;
+}
+
+// args: pid_dir call_timeout_ms. init_process_group through the agent store,
+// then all_reduce in a loop, each call under the timeout; prints "looping"
+// once under way and the error, whole, on stderr when a call fails.
+COLLIE_TEST_CHILD(allreduce_loop) {
+  init_process_group({.backend = "socket", .timeout = std::chrono::seconds(60)});
+  const int rank = get_rank();
+  write_pid_file(args.at(0), rank);
+  const Timeout call_timeout(std::stoi(args.at(1)));
+  try {
+    for (int k = 0;; ++k) {
+      std::vector<float> v(1 << 16, static_cast<float>(rank + 1));
+      get_default_group()->all_reduce(view(v.data(), v.size()), {.timeout = call_timeout})->wait();
+      if (k == 3) {
+        std::printf("looping rank %d\n", rank);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d failed: %s\n", rank, e.what());
+    return 1;
+  }
 }
