@@ -107,6 +107,10 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                    " of rank ", w.place.global_rank, "'s stderr:\n");
     for (const auto& line : w.stderr_tail) out += str_cat("  ", line, "\n");
   }
+  if (!c.hints.empty()) {
+    out += "------------------------------------------------------------------------------\n";
+    for (const auto& hint : c.hints) out += str_cat("note: ", hint, "\n");
+  }
   out += kRule;
   return out;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "runtime/launcher/worker_group.h"
 
@@ -16,6 +17,9 @@ struct SummaryContext {
   int attempt = 0;
   int max_restarts = 0;
   std::string run_id;
+  // Lines worth repeating at the end of the summary, where a user looks
+  // first (e.g. the agent store refusing workers without the job secret).
+  std::vector<std::string> hints;
 };
 
 std::string format_failure_summary(const AttemptResult& result, const SummaryContext& context);

@@ -6,8 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <string_view>
+#include <vector>
 
 #include "runtime/base/error.h"
+#include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
@@ -38,6 +42,27 @@ std::string describe_failure(const AttemptResult& r, int node_rank, const std::s
   const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
   return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
                  node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
+}
+
+// Log lines worth repeating in the failure summary: the agent store (a
+// thread of this process) logs why it refused a worker, once among what may
+// be dozens of "Connection reset by peer" lines from the workers.
+std::mutex hints_mutex;
+std::vector<std::string> hints;
+
+void collect_hint(LogLevel level, std::string_view line) {
+  if (level < LogLevel::kWarn || line.find("--store-compat") == std::string_view::npos) return;
+  // Without the "[collie] W 12:00:00.000 file.cc:12] " prefix.
+  const size_t first = line.find("] ");
+  const size_t second = first == std::string_view::npos ? first : line.find("] ", first + 2);
+  if (second != std::string_view::npos) line.remove_prefix(second + 2);
+  std::lock_guard<std::mutex> lock(hints_mutex);
+  if (hints.empty()) hints.emplace_back(line);  // the first one says it all
+}
+
+std::vector<std::string> collected_hints() {
+  std::lock_guard<std::mutex> lock(hints_mutex);
+  return hints;
 }
 
 }  // namespace
@@ -110,6 +135,7 @@ int Launcher::run() {
   // threads): it kills what the workers started if this launcher dies.
   OrphanGuard guard;
 
+  set_log_tap(&collect_hint);
   std::unique_ptr<NodeRendezvous> rdzv;
   try {
     rdzv = NodeRendezvous::start({.nnodes = o.nnodes,
@@ -165,6 +191,7 @@ int Launcher::run() {
       result = WorkerGroup(spec).run(relay, remote);
       blame_named_culprit(result);
       summary.attempt = attempt;
+      summary.hints = collected_hints();
       if (result.outcome == AttemptOutcome::kInterrupted) {
         say(format_failure_summary(result, summary));
         try {

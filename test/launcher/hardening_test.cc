@@ -47,6 +47,11 @@ void require_prlimit() {
                   "/usr/bin/prlimit (util-linux) is not installed");
 }
 
+std::string after(const std::string& text, const std::string& marker) {
+  const size_t at = text.find(marker);
+  return at == std::string::npos ? std::string() : text.substr(at);
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -289,4 +294,29 @@ TEST_CASE("a SIGSTOPped worker is the root cause, as every survivor says", "[lau
   CHECK_THAT(err, !Contains("root cause: rank 0"));
   CHECK_THAT(err, !Contains("root cause: rank 1"));
   CHECK(wait_until_dead(workers, std::chrono::seconds(10)).empty());
+}
+
+TEST_CASE("the summary repeats the agent store's one line about --store-compat",
+          "[launcher][interop][torchrun]") {
+  require_or_skip(::access("/usr/bin/python3", X_OK) == 0,
+                  "/usr/bin/python3 (with python3-torch) is not installed");
+  TempDir dir;
+  const std::string script = dir.file("worker.py");
+  {
+    std::ofstream s(script);
+    s << "import torch.distributed as dist\n"
+         "dist.init_process_group('gloo')\n";
+  }
+  // Before: dozens of "Connection reset by peer" lines from torch, and the
+  // one line naming the flag somewhere above them.
+  auto p = Subprocess::spawn(
+      {collie_run_path(), "--standalone", "--nproc-per-node", "2", "/usr/bin/python3", script},
+      {.env = clean_launch_env(), .new_process_group = true});
+  auto st = p.wait(std::chrono::seconds(120));
+  const std::string summary = after(p.err(), "collie-run: workers failed");
+  INFO(p.err());
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(summary, Contains("note: TcpStoreServer"));
+  CHECK_THAT(summary, Contains("requires the job secret"));
+  CHECK_THAT(summary, Contains("--store-compat"));
 }
