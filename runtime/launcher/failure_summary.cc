@@ -115,6 +115,17 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
   return out;
 }
 
+// "rank 3 (local rank 1 on node 1, host h, pid 42) ended with exit code 3"
+std::string describe_failure(const AttemptResult& r, int node_rank, const std::string& host) {
+  if (r.outcome == AttemptOutcome::kInterrupted)
+    return str_cat("the launcher of node ", node_rank, " (", host, ") received ",
+                   signal_name(r.signal));
+  if (r.culprit) return str_cat(describe_culprit(r), " (seen on node ", node_rank, ", ", host, ")");
+  const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
+  return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
+                 node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
+}
+
 std::string describe_culprit(const AttemptResult& r) {
   const NamedCulprit& c = *r.culprit;
   std::string who = str_cat("rank ", c.rank, " (on another node)");

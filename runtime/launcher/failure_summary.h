@@ -28,6 +28,11 @@ std::string format_failure_summary(const AttemptResult& result, const SummaryCon
 // their errors"; result.culprit must be set.
 std::string describe_culprit(const AttemptResult& result);
 
+// What this node reports to the others: "rank 3 (local rank 1 on node 1,
+// host h, pid 42) ended with exit code 3", the culprit, or the signal the
+// launcher got.
+std::string describe_failure(const AttemptResult& result, int node_rank, const std::string& host);
+
 // "2026-12-02 12:50:01.234 UTC"
 std::string format_utc(std::chrono::system_clock::time_point t);
 

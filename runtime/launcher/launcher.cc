@@ -6,9 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
-#include <string_view>
-#include <vector>
 
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
@@ -16,6 +13,7 @@
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"
+#include "runtime/launcher/log_hints.h"
 #include "runtime/launcher/node_rendezvous.h"
 #include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/program_path.h"
@@ -33,61 +31,28 @@ std::string hostname() {
   return buf;
 }
 
-// "rank 3 (local rank 1 on node 1, host h, pid 42) ended with exit code 3"
-std::string describe_failure(const AttemptResult& r, int node_rank, const std::string& host) {
-  if (r.outcome == AttemptOutcome::kInterrupted)
-    return str_cat("the launcher of node ", node_rank, " (", host, ") received ",
-                   signal_name(r.signal));
-  if (r.culprit) return str_cat(describe_culprit(r), " (seen on node ", node_rank, ", ", host, ")");
-  const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
-  return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
-                 node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
-}
-
-// Log lines worth repeating in the failure summary: the agent store (a
-// thread of this process) logs why it refused a worker, once among what may
-// be dozens of "Connection reset by peer" lines from the workers.
-std::mutex hints_mutex;
-std::vector<std::string> hints;
-
-void collect_hint(LogLevel level, std::string_view line) {
-  if (level < LogLevel::kWarn || line.find("--store-compat") == std::string_view::npos) return;
-  // Without the "[collie] W 12:00:00.000 file.cc:12] " prefix.
-  const size_t first = line.find("] ");
-  const size_t second = first == std::string_view::npos ? first : line.find("] ", first + 2);
-  if (second != std::string_view::npos) line.remove_prefix(second + 2);
-  std::lock_guard<std::mutex> lock(hints_mutex);
-  if (hints.empty()) hints.emplace_back(line);  // the first one says it all
-}
-
-std::vector<std::string> collected_hints() {
-  std::lock_guard<std::mutex> lock(hints_mutex);
-  return hints;
-}
-
 }  // namespace
 
-GroupSpec Launcher::group_spec(const std::string& program_path, const NodeRendezvous& rdzv,
-                               int attempt, const std::string& log_dir, bool default_omp) const {
+GroupSpec Launcher::group_spec(const Prepared& p, const Placement& where, int attempt) const {
   const LaunchOptions& o = options_;
   GroupSpec spec;
-  spec.program_path = program_path;
+  spec.program_path = p.program_path;
   spec.program_argv = o.program;
   spec.use_env = o.use_env;
-  spec.node_rank = o.node_rank;
-  spec.nnodes = o.nnodes;
+  spec.node_rank = where.node_rank;
+  spec.nnodes = where.nnodes;
   spec.nproc = o.nproc_per_node;
-  spec.rank_base = rdzv.rank_base();
-  spec.world_size = rdzv.world_size();
+  spec.rank_base = where.rank_base;
+  spec.world_size = where.world_size;
   spec.env = {.master_addr = o.master_addr,
-              .master_port = rdzv.port(),
+              .master_port = where.master_port,
               .restart_count = attempt,
               .max_restarts = o.max_restarts,
               .run_id = o.run_id,
               .role = o.role,
-              .default_omp_threads = default_omp};
-  if (!log_dir.empty())
-    spec.attempt_log_dir = str_cat(log_dir, "/", o.run_id, "/attempt_", attempt);
+              .default_omp_threads = p.default_omp};
+  if (!p.log_dir.empty())
+    spec.attempt_log_dir = str_cat(p.log_dir, "/", o.run_id, "/attempt_", attempt);
   spec.tee = o.tee;
   spec.local_ranks_filter = o.local_ranks_filter;
   spec.line_prefix_template = o.line_prefix_template;
@@ -97,10 +62,10 @@ GroupSpec Launcher::group_spec(const std::string& program_path, const NodeRendez
 
 int Launcher::run() {
   const LaunchOptions& o = options_;
-  const std::string host = hostname();
-  std::string program_path;
+  Prepared p;
+  p.host = hostname();
   try {
-    program_path = resolve_program(o.program.front());
+    p.program_path = resolve_program(o.program.front());
   } catch (const InvalidArgument& e) {
     say(str_cat(e.what(), "\n"));
     return 2;
@@ -116,19 +81,19 @@ int Launcher::run() {
     return 2;
   }
 
-  bool default_omp = std::getenv("OMP_NUM_THREADS") == nullptr && o.nproc_per_node > 1;
-  if (default_omp) say(kOmpNotice);
+  p.default_omp = std::getenv("OMP_NUM_THREADS") == nullptr && o.nproc_per_node > 1;
+  if (p.default_omp) say(kOmpNotice);
 
-  std::string log_dir = o.log_dir;
-  if (log_dir.empty() && o.tee != 0) {
+  p.log_dir = o.log_dir;
+  if (p.log_dir.empty() && o.tee != 0) {
     // torchrun logs to a temporary folder when --tee comes without --log-dir.
     char tmpl[] = "/tmp/collie-run-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) {
       say("collie-run: cannot create a temporary log folder for --tee\n");
       return 1;
     }
-    log_dir = tmpl;
-    say(str_cat("collie-run: --tee without --log-dir: logging to ", log_dir, "\n"));
+    p.log_dir = tmpl;
+    say(str_cat("collie-run: --tee without --log-dir: logging to ", p.log_dir, "\n"));
   }
 
   // Forked now, while this process has one thread (the store server starts
@@ -136,6 +101,12 @@ int Launcher::run() {
   OrphanGuard guard;
 
   set_log_tap(&collect_hint);
+  return o.elastic ? run_elastic(p, guard) : run_static(p, guard);
+}
+
+int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
+  const LaunchOptions& o = options_;
+  const std::string& host = p.host;
   std::unique_ptr<NodeRendezvous> rdzv;
   try {
     rdzv = NodeRendezvous::start({.nnodes = o.nnodes,
@@ -180,7 +151,13 @@ int Launcher::run() {
                          .max_restarts = o.max_restarts,
                          .run_id = o.run_id};
   for (int attempt = 0;; ++attempt) {
-    GroupSpec spec = group_spec(program_path, *rdzv, attempt, log_dir, default_omp);
+    GroupSpec spec = group_spec(p,
+                                {.node_rank = o.node_rank,
+                                 .nnodes = o.nnodes,
+                                 .rank_base = rdzv->rank_base(),
+                                 .world_size = rdzv->world_size(),
+                                 .master_port = rdzv->port()},
+                                attempt);
     spec.guard = &guard;
     AttemptResult result;
     std::optional<std::string> failure;

@@ -143,3 +143,22 @@ COLLIE_TEST_CHILD(allreduce_loop) {
     return 1;
   }
 }
+
+// args: exit_world [fail_rank [always]]. Prints where it runs; exits 0 once
+// the world has exit_world ranks, else waits to be stopped. fail_rank exits
+// 3 on round 0 (or on every round with "always").
+COLLIE_TEST_CHILD(elastic_child) {
+  const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  const int round = env_int("TORCHELASTIC_RESTART_COUNT");
+  std::printf("elastic rank %d of %d node %d/%d restart %d\n", rank, world, env_int("GROUP_RANK"),
+              env_int("GROUP_WORLD_SIZE"), round);
+  std::fflush(stdout);
+  const int fail_rank = args.size() > 1 ? std::stoi(args[1]) : -1;
+  const bool always = args.size() > 2 && args[2] == "always";
+  if (rank == fail_rank && (round == 0 || always)) {
+    std::fprintf(stderr, "rank %d failing on round %d\n", rank, round);
+    return 3;
+  }
+  if (world == std::stoi(args.at(0))) return 0;
+  wait_forever();
+}
