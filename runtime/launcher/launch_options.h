@@ -46,6 +46,9 @@ struct LaunchOptions {
   // Where the node-level defaults came from when no flag gave them:
   // "slurm" (srun collie-run), empty otherwise.
   std::string placement_source;
+  // Set by set_up_job_secret(): what the job secret was derived from, for
+  // the error when another node's proof does not match.
+  std::string secret_source;
   std::string run_id = "none";  // torchrun's --rdzv_id default
   std::string role = "default";
   // How long launchers wait for one another (joining, attempt barriers) and

@@ -117,7 +117,8 @@ int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
                                   .run_id = o.run_id,
                                   .max_restarts = o.max_restarts,
                                   .hostname = host,
-                                  .timeout = o.rdzv_timeout});
+                                  .timeout = o.rdzv_timeout,
+                                  .secret_source = o.secret_source});
   } catch (const Error& e) {
     say(str_cat(e.what(), "\n"));
     return 1;

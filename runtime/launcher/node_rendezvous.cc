@@ -57,9 +57,14 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
   try {
     r->store_ = std::shared_ptr<Store>(TcpStore::connect(connect_host, r->port_, store_options));
   } catch (const Error& e) {
+    std::string hint;
+    if (!o.secret_source.empty() && std::string(e.what()).find("job secret") != std::string::npos)
+      hint = str_cat(" (this node's job secret was ", o.secret_source,
+                     ": every node must be given the same values)");
     throw NetworkError(str_cat("collie-run: node ", o.node_rank,
                                " could not reach the agent store of node 0 at ", o.master_addr, ":",
-                               r->port_, " within ", format_duration(o.timeout), ": ", e.what()));
+                               r->port_, " within ", format_duration(o.timeout), ": ", e.what(),
+                               hint));
   }
   return r;
 }

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <memory>
 
+#include "rendezvous/shared_secret.h"
+#include "rendezvous/tcp_store.h"
 #include "runtime/base/str_cat.h"
 #include "test/launcher/launcher_harness.h"
 #include "test/support/netns_pair.h"
@@ -111,6 +113,11 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
     ~RemoveEtc() { std::filesystem::remove_all(path); }
   } remove_etc{etc};
   { std::ofstream(etc + "/hosts") << "127.0.0.1 localhost\n"; }
+  // The master "pod" itself knows its name from the start.
+  const std::string etc_a = "/etc/netns/" + ns.a;
+  std::filesystem::create_directories(etc_a);
+  RemoveEtc remove_etc_a{etc_a};
+  { std::ofstream(etc_a + "/hosts") << "127.0.0.1 localhost\n" << ns.addr_a << " job-master-0\n"; }
 
   auto node1_argv = ns.exec_in(ns.b);
   for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr",
@@ -122,8 +129,10 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
   wait_for_stderr(node1, "waiting for 'job-master-0' to resolve");
   // The "pod" comes up: node 0 in namespace a, and its name in b's hosts.
   auto node0_argv = ns.exec_in(ns.a);
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
-                                "--master-port", "29500", "--rdzv-timeout", "30s"},
+  // Every node is given the same --master-addr (from which, with the run
+  // id, the job secret is derived).
+  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                                "job-master-0", "--master-port", "29500", "--rdzv-timeout", "30s"},
                                "env_dump"))
     node0_argv.push_back(s);
   auto node0 =
@@ -147,4 +156,43 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
   CHECK(never.wait(kLaunchTimeout).exit_code == 1);
   CHECK_THAT(never.err(), Contains("the address 'job-master-9' did not resolve after"));
   CHECK_THAT(never.err(), Contains("a pod's DNS name exists only once the pod runs"));
+}
+
+TEST_CASE("a multi-node job is authenticated by default: strangers are refused",
+          "[launcher][cluster][security]") {
+  // No COLLIE_JOB_SECRET anywhere: both launchers derive the same secret
+  // from --master-addr and --run-id, and a client without it is refused.
+  auto node0 = start_launcher(
+      {"--nnodes", "2", "--node-rank", "0", "--master-port", "0", "--run-id", "authjob"},
+      "env_dump", {}, {{"COLLIE_JOB_SECRET", std::nullopt}});
+  const std::string err0 = wait_for_stderr(node0, "agent store listening");
+  CHECK_THAT(err0,
+             Contains("job secret derived from --master-addr 127.0.0.1 and --run-id authjob"));
+  const uint16_t port = agent_store_port(err0);
+  TcpStoreOptions stranger;
+  stranger.timeout = std::chrono::seconds(2);
+  stranger.secret = JobSecret();  // none
+  CHECK_THROWS(TcpStore::connect("127.0.0.1", port, stranger)->get("anything"));
+  TcpStoreOptions other_job = stranger;
+  other_job.secret = derive_job_secret("static", {"127.0.0.1", "otherjob"});
+  CHECK_THROWS(TcpStore::connect("127.0.0.1", port, other_job)->get("anything"));
+
+  // A node given another spelling of the master's address derives another
+  // secret, and the error says which values must match.
+  auto mismatch = start_launcher(
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", "localhost", "--master-port",
+       std::to_string(port), "--run-id", "authjob", "--rdzv-timeout", "3s"},
+      "env_dump", {}, {{"COLLIE_JOB_SECRET", std::nullopt}});
+  CHECK(mismatch.wait(kLaunchTimeout).exit_code == 1);
+  CHECK_THAT(mismatch.err(), Contains("this node's job secret was derived from --master-addr "
+                                      "localhost and --run-id authjob: every node must be given "
+                                      "the same values"));
+
+  auto node1 = start_launcher({"--nnodes", "2", "--node-rank", "1", "--master-port",
+                               std::to_string(port), "--run-id", "authjob"},
+                              "env_dump", {}, {{"COLLIE_JOB_SECRET", std::nullopt}});
+  auto s1 = node1.wait(kLaunchTimeout), s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.err() << "\n--- node 1 ---\n" << node1.err());
+  CHECK(s0.ok());
+  CHECK(s1.ok());
 }
