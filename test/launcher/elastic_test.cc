@@ -4,10 +4,10 @@
 // case runs blip_train on three "hosts" (network namespaces on one bridge):
 // one is SIGKILLed mid-training, the other two go on at world size 2 from
 // the last checkpoint, then it comes back and the job ends at world size 3.
+// The job script is examples/resume_latest.sh, so the example is tested too.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -62,28 +62,6 @@ void wait_for_epoch_at(const std::string& log, int world, size_t after, Timeout 
   }
 }
 
-// The job script a torchrun user writes: resume from the newest checkpoint
-// in the output folder if there is one (and stop if the last epoch is done).
-std::string write_job_script(const TempDir& dir, int epochs) {
-  const std::string path = dir.file("train.sh");
-  std::ofstream s(path);
-  s << "#!/bin/sh\n"
-       "out=\"$1\"; shift\n"
-       "latest=$(ls \"$out\"/checkpoint_[0-9]*.pth 2>/dev/null | sort | tail -n 1)\n"
-       "if [ -n \"$latest\" ]; then\n"
-       "  epoch=$(basename \"$latest\" .pth | sed 's/checkpoint_0*//')\n"
-       "  [ \"${epoch:-0}\" -ge "
-    << epochs - 1
-    << " ] && exit 0\n"
-       "  set -- \"$@\" --resume \"$latest\"\n"
-       "fi\n"
-       "exec '"
-    << COLLIE_BIN_DIR << "/blip_train' --output-dir \"$out\" \"$@\"\n";
-  s.close();
-  ::chmod(path.c_str(), 0755);
-  return path;
-}
-
 }  // namespace
 
 TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2, then 3 again",
@@ -98,7 +76,10 @@ TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2,
   }
   TempDir dir;
   const int epochs = 14;
-  const std::string script = write_job_script(dir, epochs), out = dir.file("run");
+  // The job script resumes from the newest checkpoint, as a torchrun
+  // user's does: the example's (examples/resume_latest.sh).
+  const std::string script = std::string(COLLIE_SOURCE_DIR) + "/examples/resume_latest.sh";
+  const std::string out = dir.file("run");
   const std::string log = out + "/log.txt";
   // The port is fixed, but inside namespaces made for this test nothing else
   // can hold it.
@@ -113,6 +94,7 @@ TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2,
       "--grace-period",  "2s"};
   const std::vector<std::string> train{script,
                                        out,
+                                       std::string(COLLIE_BIN_DIR) + "/blip_train",
                                        "--synthetic",
                                        "--synthetic-size",
                                        "6144",
