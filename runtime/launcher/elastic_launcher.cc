@@ -18,11 +18,6 @@
 #include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
-namespace {
-
-void say(const std::string& text) { write_all(STDERR_FILENO, text); }
-
-}  // namespace
 
 int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
   const LaunchOptions& o = options_;
@@ -47,10 +42,7 @@ int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
     return 1;
   }
   SignalRelay relay;
-  rdzv->set_interrupt_check([&relay] {
-    std::vector<int> signals = relay.drain();
-    return signals.empty() ? 0 : signals.front();
-  });
+  rdzv->set_interrupt_check([&relay] { return relay.first_signal(); });
   if (rdzv->hosts_store())
     say(str_cat("collie-run: rendezvous store listening on ", endpoint, " (run id '", o.run_id,
                 "', --nnodes ", o.min_nodes, ":", o.max_nodes, ")\n"));
@@ -95,22 +87,14 @@ int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
       result = WorkerGroup(spec).run(relay, [&] { return rdzv->check_round(&membership_change); });
       blame_named_culprit(result);
       summary.hints = collected_hints();
-      if (result.outcome == AttemptOutcome::kInterrupted) {
-        // This node leaves; the others go on without it in a new round.
-        say(format_failure_summary(result, summary));
-        try {
-          rdzv->report_failure(describe_failure(result, round.node_rank, p.host));
-        } catch (const Error&) {
-        }
-        return 128 + result.signal;
-      }
-      if (result.store_lost) {
-        say(format_failure_summary(result, summary));
-        say(str_cat("collie-run on ", p.host, " gives up: the rendezvous store at ", endpoint,
-                    " is gone (the launcher hosting it stopped); as with torchrun's c10d "
-                    "backend, the job cannot go on without it\n"));
-        return 1;
-      }
+      // Interrupted, this node leaves; the others go on without it.
+      if (auto rc = stop_status(
+              result, summary, round.node_rank, p.host,
+              [&](const std::string& why) { rdzv->report_failure(why); },
+              str_cat("collie-run on ", p.host, " gives up: the rendezvous store at ", endpoint,
+                      " is gone (the launcher hosting it stopped); as with torchrun's c10d "
+                      "backend, the job cannot go on without it\n")))
+        return *rc;
       if (result.outcome == AttemptOutcome::kFailed) {
         if (rdzv->newcomer_waiting()) {
           membership_change = true;
@@ -123,14 +107,10 @@ int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
         }
       }
       if (result.outcome == AttemptOutcome::kSucceeded) failure = rdzv->finish_round();
-    } catch (const RendezvousInterrupted& e) {
-      say(str_cat(e.what(), "\n"));
-      return 128 + e.signal();
-    } catch (const Error& e) {
-      if (!result.workers.empty() && result.outcome != AttemptOutcome::kSucceeded)
-        say(format_failure_summary(result, summary));
-      say(str_cat(e.what(), "\n"));
-      return 1;
+    } catch (const Error&) {
+      // The store went away, a barrier timed out or Ctrl-C came: the job
+      // cannot go on, and this node's workers are already stopped.
+      return rendezvous_error_status(std::current_exception(), result, summary);
     }
 
     if (result.outcome == AttemptOutcome::kSucceeded && !failure) {
@@ -138,13 +118,7 @@ int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
         rdzv->close("succeeded");
       } catch (const Error&) {
       }
-      if (!result.log_errors.empty()) {
-        say(str_cat("collie-run: the workers succeeded, but ", result.log_errors.size(),
-                    " of their log files could not be written (", result.log_errors.front(),
-                    "); the lines that did not fit went to the console. Exit status 1.\n"));
-        return 1;
-      }
-      return 0;
+      return success_status(result);
     }
     if (membership_change && result.outcome == AttemptOutcome::kRemoteFailed) {
       say(str_cat("collie-run: round ", round.round, " ends: ", result.remote_reason,

@@ -23,8 +23,6 @@
 namespace collie::launcher {
 namespace {
 
-void say(const std::string& text) { write_all(STDERR_FILENO, text); }
-
 std::string hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
@@ -58,6 +56,53 @@ GroupSpec Launcher::group_spec(const Prepared& p, const Placement& where, int at
   spec.line_prefix_template = o.line_prefix_template;
   spec.grace_period = o.grace_period;
   return spec;
+}
+
+void Launcher::say(const std::string& text) { write_all(STDERR_FILENO, text); }
+
+int Launcher::success_status(const AttemptResult& result) {
+  if (result.log_errors.empty()) return 0;
+  // The workers did their job, but what they wrote is not all where the
+  // user will look for it: that must not pass as a success.
+  say(str_cat("collie-run: the workers succeeded, but ", result.log_errors.size(),
+              " of their log files could not be written (", result.log_errors.front(),
+              "); the lines that did not fit went to the console. Exit status 1.\n"));
+  return 1;
+}
+
+std::optional<int> Launcher::stop_status(const AttemptResult& result, const SummaryContext& summary,
+                                         int node_rank, const std::string& host,
+                                         const std::function<void(const std::string&)>& report,
+                                         const std::string& lost) {
+  if (result.outcome == AttemptOutcome::kInterrupted) {
+    say(format_failure_summary(result, summary));
+    try {
+      report(describe_failure(result, node_rank, host));
+    } catch (const Error&) {
+    }
+    return 128 + result.signal;
+  }
+  if (result.store_lost) {
+    say(format_failure_summary(result, summary));
+    say(lost);
+    return 1;
+  }
+  return std::nullopt;
+}
+
+int Launcher::rendezvous_error_status(const std::exception_ptr& error, const AttemptResult& result,
+                                      const SummaryContext& summary) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const RendezvousInterrupted& e) {
+    say(str_cat(e.what(), "\n"));
+    return 128 + e.signal();
+  } catch (const Error& e) {
+    if (!result.workers.empty() && result.outcome != AttemptOutcome::kSucceeded)
+      say(format_failure_summary(result, summary));
+    say(str_cat(e.what(), "\n"));
+    return 1;
+  }
 }
 
 int Launcher::run() {
@@ -127,10 +172,7 @@ int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
   // From here on signals are handled by the supervision loop and the
   // rendezvous waits, never by the default action.
   SignalRelay relay;
-  rdzv->set_interrupt_check([&relay] {
-    std::vector<int> signals = relay.drain();
-    return signals.empty() ? 0 : signals.front();
-  });
+  rdzv->set_interrupt_check([&relay] { return relay.first_signal(); });
   if (o.node_rank == 0)
     say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
                 " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
@@ -170,50 +212,28 @@ int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
       blame_named_culprit(result);
       summary.attempt = attempt;
       summary.hints = collected_hints();
-      if (result.outcome == AttemptOutcome::kInterrupted) {
-        say(format_failure_summary(result, summary));
-        try {
-          rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
-        } catch (const Error&) {
-        }
-        return 128 + result.signal;
-      }
-      if (result.store_lost) {
-        // No barrier can be passed without node 0's store: give up at once
-        // rather than retry the connection for the whole rendezvous timeout.
-        say(format_failure_summary(result, summary));
-        say(str_cat("collie-run: node ", o.node_rank,
-                    " gives up: the job cannot go on without node 0\n"));
-        return 1;
-      }
+      // Without node 0's store no barrier can be passed: give up at once
+      // rather than retry the connection for the whole rendezvous timeout.
+      if (auto rc = stop_status(
+              result, summary, o.node_rank, host,
+              [&](const std::string& why) { rdzv->report_failure(attempt, why); },
+              str_cat("collie-run: node ", o.node_rank,
+                      " gives up: the job cannot go on without node 0\n")))
+        return *rc;
       if (result.outcome == AttemptOutcome::kFailed)
         rdzv->report_failure(attempt, describe_failure(result, o.node_rank, host));
       failure = rdzv->finish_attempt(attempt);
-    } catch (const RendezvousInterrupted& e) {
-      say(str_cat(e.what(), "\n"));
-      return 128 + e.signal();
-    } catch (const Error& e) {
-      // The store (node 0) went away or a barrier timed out: the job cannot
-      // go on, and this node's workers are already stopped.
-      if (!result.workers.empty() && result.outcome != AttemptOutcome::kSucceeded)
-        say(format_failure_summary(result, summary));
-      say(str_cat(e.what(), "\n"));
-      return 1;
+    } catch (const Error&) {
+      // The store went away, a barrier timed out or Ctrl-C came: the job
+      // cannot go on, and this node's workers are already stopped.
+      return rendezvous_error_status(std::current_exception(), result, summary);
     }
     if (!failure && result.outcome == AttemptOutcome::kSucceeded) {
       try {
         rdzv->close();
       } catch (const Error&) {
       }
-      if (!result.log_errors.empty()) {
-        // The workers did their job, but what they wrote is not all where
-        // the user will look for it: that must not pass as a success.
-        say(str_cat("collie-run: the workers succeeded, but ", result.log_errors.size(),
-                    " of their log files could not be written (", result.log_errors.front(),
-                    "); the lines that did not fit went to the console. Exit status 1.\n"));
-        return 1;
-      }
-      return 0;
+      return success_status(result);
     }
     if (result.outcome != AttemptOutcome::kSucceeded) {
       if (result.outcome == AttemptOutcome::kRemoteFailed && failure)

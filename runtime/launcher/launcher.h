@@ -6,8 +6,12 @@
 // the process's exit status.
 #pragma once
 
+#include <exception>
+#include <functional>
+#include <optional>
 #include <string>
 
+#include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/launch_options.h"
 #include "runtime/launcher/worker_group.h"
 
@@ -45,6 +49,24 @@ class Launcher {
   int run_static(const Prepared& p, OrphanGuard& guard);
   int run_elastic(const Prepared& p, OrphanGuard& guard);  // elastic_launcher.cc
   GroupSpec group_spec(const Prepared& p, const Placement& where, int attempt) const;
+  // Writes to collie-run's stderr.
+  static void say(const std::string& text);
+  // The exit status once every worker succeeded: 0, or 1 (saying why) when
+  // some of their output could not be written to the log files.
+  static int success_status(const AttemptResult& result);
+  // An attempt that ends this launcher whatever the others do: it got a
+  // termination signal (the summary is printed and `report` tells the other
+  // nodes; 128 + the signal), or lost the store (`lost` says why; 1).
+  // nullopt for any other outcome.
+  // The exit status when the rendezvous failed during an attempt (`error`
+  // is a RendezvousInterrupted or another Error): what went wrong, and the
+  // failure summary if this node's workers had failed.
+  static int rendezvous_error_status(const std::exception_ptr& error, const AttemptResult& result,
+                                     const SummaryContext& summary);
+  static std::optional<int> stop_status(const AttemptResult& result, const SummaryContext& summary,
+                                        int node_rank, const std::string& host,
+                                        const std::function<void(const std::string&)>& report,
+                                        const std::string& lost);
 
   LaunchOptions options_;
 };

@@ -119,24 +119,20 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
   RemoveEtc remove_etc_a{etc_a};
   { std::ofstream(etc_a + "/hosts") << "127.0.0.1 localhost\n" << ns.addr_a << " job-master-0\n"; }
 
-  auto node1_argv = ns.exec_in(ns.b);
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr",
-                                "job-master-0", "--master-port", "29500", "--rdzv-timeout", "30s"},
-                               "env_dump"))
-    node1_argv.push_back(s);
   auto node1 =
-      Subprocess::spawn(node1_argv, {.env = clean_launch_env(), .new_process_group = true});
+      start_launcher_in(ns.exec_in(ns.b),
+                        {"--nnodes", "2", "--node-rank", "1", "--master-addr", "job-master-0",
+                         "--master-port", "29500", "--rdzv-timeout", "30s"},
+                        "env_dump");
   wait_for_stderr(node1, "waiting for 'job-master-0' to resolve");
   // The "pod" comes up: node 0 in namespace a, and its name in b's hosts.
-  auto node0_argv = ns.exec_in(ns.a);
   // Every node is given the same --master-addr (from which, with the run
   // id, the job secret is derived).
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr",
-                                "job-master-0", "--master-port", "29500", "--rdzv-timeout", "30s"},
-                               "env_dump"))
-    node0_argv.push_back(s);
   auto node0 =
-      Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
+      start_launcher_in(ns.exec_in(ns.a),
+                        {"--nnodes", "2", "--node-rank", "0", "--master-addr", "job-master-0",
+                         "--master-port", "29500", "--rdzv-timeout", "30s"},
+                        "env_dump");
   wait_for_stderr(node0, "agent store listening");
   { std::ofstream(etc + "/hosts", std::ios::app) << ns.addr_a << " job-master-0\n"; }
   auto s1 = node1.wait(kLaunchTimeout), s0 = node0.wait(kLaunchTimeout);
@@ -146,13 +142,10 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
   CHECK(lines_with_prefix(node1.out(), "[rank1]: MASTER_ADDR=job-master-0").size() == 1);
 
   // A name that never comes: the error says what was awaited and for how long.
-  auto never_argv = ns.exec_in(ns.b);
-  for (auto& s : launcher_argv({"--nnodes", "2", "--node-rank", "1", "--master-addr",
-                                "job-master-9", "--rdzv-timeout", "1s"},
-                               "env_dump"))
-    never_argv.push_back(s);
-  auto never =
-      Subprocess::spawn(never_argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto never = start_launcher_in(ns.exec_in(ns.b),
+                                 {"--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                  "job-master-9", "--rdzv-timeout", "1s"},
+                                 "env_dump");
   CHECK(never.wait(kLaunchTimeout).exit_code == 1);
   CHECK_THAT(never.err(), Contains("the address 'job-master-9' did not resolve after"));
   CHECK_THAT(never.err(), Contains("a pod's DNS name exists only once the pod runs"));

@@ -10,22 +10,16 @@
 #include "rendezvous/launch_env.h"
 #include "rendezvous/slurm_nodelist.h"
 #include "runtime/base/error.h"
+#include "test/support/env_table.h"
 
 using namespace collie;
+using namespace collie::test;
 using Catch::Matchers::Contains;
 
 namespace {
 
-using Env = std::map<std::string, std::string>;
+using Env = EnvTable;
 using Hosts = std::vector<std::string>;
-
-EnvLookup lookup(const Env& env) {
-  return [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 }  // namespace
 
@@ -73,7 +67,7 @@ TEST_CASE("srun collie-run: one launcher per node finds node 0 and the port", "[
           {"SLURM_NODEID", "2"},
           {"SLURM_STEP_NODELIST", "gpu[07-10]"},
           {"SLURM_JOB_NODELIST", "gpu[01-10]"}};
-  SlurmPlacement p = slurm_placement(lookup(env));
+  SlurmPlacement p = slurm_placement(env_table(env));
   CHECK(p.active);
   CHECK(p.nnodes == 4);
   CHECK(p.node_rank == 2);
@@ -81,26 +75,26 @@ TEST_CASE("srun collie-run: one launcher per node finds node 0 and the port", "[
   CHECK(p.master_port == 10000 + 123456 % 20000);
   CHECK(p.job_id == "123456");
   env["MASTER_PORT"] = "29511";
-  CHECK(slurm_placement(lookup(env)).master_port == 29511);
+  CHECK(slurm_placement(env_table(env)).master_port == 29511);
   env.erase("SLURM_STEP_NODELIST");
-  CHECK(slurm_placement(lookup(env)).master_addr == "gpu01");
+  CHECK(slurm_placement(env_table(env)).master_addr == "gpu01");
 
   // Not inside an srun step (the batch script itself): nothing applies.
-  CHECK_FALSE(slurm_placement(lookup({{"SLURM_JOB_ID", "5"}, {"SLURM_NODEID", "0"}})).active);
-  CHECK_FALSE(slurm_placement(lookup({})).active);
+  CHECK_FALSE(slurm_placement(env_table({{"SLURM_JOB_ID", "5"}, {"SLURM_NODEID", "0"}})).active);
+  CHECK_FALSE(slurm_placement(env_table({})).active);
 
   // Several tasks per node would be several launchers per node.
   env["SLURM_STEP_NUM_TASKS"] = "32";
-  CHECK_THROWS_WITH(slurm_placement(lookup(env)),
+  CHECK_THROWS_WITH(slurm_placement(env_table(env)),
                     Contains("SLURM_STEP_NUM_TASKS=32 tasks on SLURM_STEP_NUM_NODES=4 nodes") &&
                         Contains("srun --ntasks-per-node=1"));
   env["SLURM_STEP_NUM_TASKS"] = "4";
   env["SLURM_NODEID"] = "4";
-  CHECK_THROWS_WITH(slurm_placement(lookup(env)),
+  CHECK_THROWS_WITH(slurm_placement(env_table(env)),
                     Contains("SLURM_NODEID=4 is not below SLURM_STEP_NUM_NODES=4"));
   env["SLURM_NODEID"] = "1";
   env["SLURM_JOB_NODELIST"] = "gpu[01-";
-  CHECK_THROWS_WITH(slurm_placement(lookup(env)), Contains("SLURM node list 'gpu[01-'"));
+  CHECK_THROWS_WITH(slurm_placement(env_table(env)), Contains("SLURM node list 'gpu[01-'"));
 
   CHECK(slurm_port("0") == 10000);
   CHECK(slurm_port("19999") == 29999);
@@ -117,7 +111,7 @@ TEST_CASE("srun starting the program itself: MASTER_ADDR and MASTER_PORT from th
           {"SLURM_NTASKS_PER_NODE", "2"},
           {"SLURM_JOB_ID", "777"},
           {"SLURM_JOB_NODELIST", "node[001-004,007],gpu-[1-2]"}};
-  LaunchEnv le = detect_launch_env(lookup(env));
+  LaunchEnv le = detect_launch_env(env_table(env));
   CHECK(le.source == LaunchSource::kSlurm);
   CHECK(le.rank == 5);
   CHECK(le.world_size == 8);
@@ -128,14 +122,14 @@ TEST_CASE("srun starting the program itself: MASTER_ADDR and MASTER_PORT from th
   // What the job script sets wins.
   env["MASTER_ADDR"] = "10.0.0.9";
   env["MASTER_PORT"] = "4000";
-  le = detect_launch_env(lookup(env));
+  le = detect_launch_env(env_table(env));
   CHECK(le.master_addr == "10.0.0.9");
   CHECK(le.master_port == std::optional<uint16_t>(4000));
   // torchrun inside an allocation is torchrun, and its values stand.
-  LaunchEnv t = detect_launch_env(lookup({{"RANK", "0"},
-                                          {"WORLD_SIZE", "2"},
-                                          {"SLURM_JOB_ID", "777"},
-                                          {"SLURM_JOB_NODELIST", "n[1-2]"}}));
+  LaunchEnv t = detect_launch_env(env_table({{"RANK", "0"},
+                                             {"WORLD_SIZE", "2"},
+                                             {"SLURM_JOB_ID", "777"},
+                                             {"SLURM_JOB_NODELIST", "n[1-2]"}}));
   CHECK(t.source == LaunchSource::kTorchrun);
   CHECK(t.master_addr.empty());
 }
@@ -144,11 +138,11 @@ TEST_CASE("Kubeflow's variables: PyTorchJob's RANK/WORLD_SIZE/MASTER_ADDR for a 
           "[cluster][kubernetes]") {
   // A PyTorchJob pod without nprocPerNode runs one process: torchrun's
   // variables, MASTER_ADDR the master pod's service name.
-  LaunchEnv le = detect_launch_env(lookup({{"RANK", "3"},
-                                           {"WORLD_SIZE", "4"},
-                                           {"MASTER_ADDR", "job-master-0"},
-                                           {"MASTER_PORT", "23456"},
-                                           {"PET_NNODES", "4"}}));
+  LaunchEnv le = detect_launch_env(env_table({{"RANK", "3"},
+                                              {"WORLD_SIZE", "4"},
+                                              {"MASTER_ADDR", "job-master-0"},
+                                              {"MASTER_PORT", "23456"},
+                                              {"PET_NNODES", "4"}}));
   CHECK(le.source == LaunchSource::kTorchrun);
   CHECK(le.rank == 3);
   CHECK(le.master_addr == "job-master-0");

@@ -13,23 +13,12 @@
 
 #include "rendezvous/shared_secret.h"
 #include "runtime/base/error.h"
+#include "test/support/env_table.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;
 using Catch::Matchers::Contains;
-
-namespace {
-
-EnvLookup lookup(const std::map<std::string, std::string>& env) {
-  return [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-}  // namespace
 
 TEST_CASE("derived job secrets: the same inputs give the same secret, any change another",
           "[security][shared_secret]") {
@@ -80,19 +69,19 @@ TEST_CASE("programs started by srun derive the job's secret; the file wins",
                                          {"SLURM_PROCID", "2"},
                                          {"SLURM_JOB_NODELIST", "n[1-2]"},
                                          {"SLURM_JOB_UID", "1000"}};
-  auto s = scheduler_secret(lookup(env));
+  auto s = scheduler_secret(env_table(env));
   REQUIRE(s);
   CHECK(s->source == "derived from SLURM job 91");
   CHECK(s->secret.to_hex() == derive_job_secret("slurm", {"91", "n[1-2]", "1000"}).to_hex());
   env["SLURM_PROCID"] = "0";
-  CHECK(scheduler_secret(lookup(env))->secret.to_hex() == s->secret.to_hex());
+  CHECK(scheduler_secret(env_table(env))->secret.to_hex() == s->secret.to_hex());
   // One task: nothing to share with.
   env["SLURM_NTASKS"] = "1";
-  CHECK_FALSE(scheduler_secret(lookup(env)));
-  CHECK_FALSE(scheduler_secret(lookup({})));
+  CHECK_FALSE(scheduler_secret(env_table(env)));
+  CHECK_FALSE(scheduler_secret(env_table({})));
   TempDir dir;
   env["COLLIE_JOB_SECRET_FILE"] = dir.file("s");
-  auto f = scheduler_secret(lookup(env));
+  auto f = scheduler_secret(env_table(env));
   REQUIRE(f);
   CHECK(f->source == "COLLIE_JOB_SECRET_FILE " + dir.file("s"));
 }

@@ -13,16 +13,8 @@ NetnsLan::NetnsLan(const std::string& label, const std::string& subnet, int host
     names.push_back("collie-" + label + std::to_string(i) + tag);
     addrs.push_back(subnet + "." + std::to_string(i + 1));
   }
-  if (::geteuid() != 0) {
-    why = "network namespaces need root";
-    return;
-  }
-  auto [rc, out] = shell("ip netns add " + hub);
-  if (rc != 0) {
-    why = "ip netns add is not permitted here: " + out;
-    return;
-  }
-  std::vector<std::string> steps{"ip -n " + hub + " link add b" + label + tag + " type bridge",
+  std::vector<std::string> steps{"ip netns add " + hub,
+                                 "ip -n " + hub + " link add b" + label + tag + " type bridge",
                                  "ip -n " + hub + " link set b" + label + tag + " up"};
   for (int i = 0; i < hosts; ++i) {
     // veth ends: c<label><i><tag> on the host, h<label><i><tag> on the bridge.
@@ -39,14 +31,7 @@ NetnsLan::NetnsLan(const std::string& label, const std::string& subnet, int host
           "ip -n " + names[i] + " link set lo up"})
       steps.push_back(step);
   }
-  for (const std::string& step : steps) {
-    auto [src, sout] = shell(step);
-    if (src != 0) {
-      why = "`" + step + "` failed: " + sout;
-      return;
-    }
-  }
-  ok = true;
+  ok = make_namespaces(steps, &why);
 }
 
 NetnsLan::~NetnsLan() {
