@@ -33,7 +33,8 @@ std::map<std::string, std::string> worker_variables(const WorkerPlace& p, const 
       // hosts, under the key prefix /worker/attempt_<restart count>.
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
   };
-  if (a.default_omp_threads) v["OMP_NUM_THREADS"] = "1";
+  // emplace, not operator[] = "1": GCC 12 warns falsely (-Wrestrict) on that.
+  if (a.default_omp_threads) v.emplace("OMP_NUM_THREADS", "1");
   return v;
 }
 
