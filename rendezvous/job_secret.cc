@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "rendezvous/shared_secret.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -71,12 +72,16 @@ const JobSecret& JobSecret::from_env() {
   // (and again at every later one, since the static is not initialised).
   static const JobSecret secret = [] {
     const char* v = std::getenv(kJobSecretEnv);
-    if (!v || !*v) {
-      COLLIE_LOG(kInfo) << kJobSecretEnv << " is not set: store and data connections are "
-                        << "unauthenticated (collie-run sets it; see docs/security.md)";
-      return JobSecret();
+    if (v && *v) return from_hex(v);
+    // A multi-node job started by a scheduler without collie-run: a shared
+    // file, or a secret derived from the job (shared_secret.h).
+    if (std::optional<SharedSecret> shared = scheduler_secret()) {
+      COLLIE_LOG(kInfo) << "job secret: " << shared->source << " (docs/security.md)";
+      return shared->secret;
     }
-    return from_hex(v);
+    COLLIE_LOG(kInfo) << kJobSecretEnv << " is not set: store and data connections are "
+                      << "unauthenticated (collie-run sets it; see docs/security.md)";
+    return JobSecret();
   }();
   return secret;
 }

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "rendezvous/cluster_env.h"
+#include "rendezvous/slurm_nodelist.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -124,6 +126,16 @@ LaunchEnv detect_launch_env(const EnvLookup& env) {
     out.master_addr = *addr;
   }
   if (auto port = env("MASTER_PORT")) out.master_port = detail::parse_port("MASTER_PORT", *port);
+  if (out.source == LaunchSource::kSlurm) {
+    // srun starting the program itself: rank 0 hosts the store on the first
+    // node of the job, at a port every task derives from the job id.
+    std::optional<std::string> list = env("SLURM_STEP_NODELIST");
+    if (!list) list = env("SLURM_JOB_NODELIST");
+    if (!list) list = env("SLURM_NODELIST");
+    if (out.master_addr.empty() && list) out.master_addr = first_host(*list);
+    auto job_id = env("SLURM_JOB_ID");
+    if (!out.master_port && job_id) out.master_port = slurm_port(*job_id);
+  }
   if (auto v = env("TORCHELASTIC_USE_AGENT_STORE"))
     out.use_agent_store = parse_bool("TORCHELASTIC_USE_AGENT_STORE", *v);
   if (auto v = env("TORCHELASTIC_RESTART_COUNT"))

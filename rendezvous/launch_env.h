@@ -9,7 +9,10 @@
 //   4. none of them: "not using distributed mode", one process of rank 0
 //
 // MASTER_ADDR/MASTER_PORT and torchelastic's TORCHELASTIC_USE_AGENT_STORE and
-// TORCHELASTIC_RESTART_COUNT are read whatever the launcher. Values that make
+// TORCHELASTIC_RESTART_COUNT are read whatever the launcher. Under SLURM
+// without them, MASTER_ADDR is the first host of SLURM_JOB_NODELIST (the
+// compressed list expanded, rendezvous/slurm_nodelist.h) and MASTER_PORT is
+// derived from SLURM_JOB_ID (slurm_port() in rendezvous/cluster_env.h). Values that make
 // no sense (RANK >= WORLD_SIZE, negative, "3x", empty) throw InvalidArgument
 // naming the variable and its value: a mis-launched job should stop at once,
 // not hang in rendezvous. docs/rendezvous.md has the full table.

@@ -14,8 +14,6 @@
 //   collie-run --nproc-per-node 4 ddp_bench ...      # under the launcher
 #include <CLI/CLI.hpp>
 
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,10 +28,9 @@
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "runtime/api/distributed.h"
+#include "runtime/base/child_process.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
-
-extern char** environ;
 
 namespace {
 
@@ -71,7 +68,7 @@ std::vector<double> parse_doubles(const std::string& text) {
 int run_local_ranks(int nproc, int argc, char** argv) {
   const auto dir = std::filesystem::temp_directory_path() / str_cat("ddp_bench.", ::getpid());
   std::filesystem::create_directories(dir);
-  std::vector<pid_t> pids;
+  std::vector<ChildProcess> ranks;
   for (int rank = 0; rank < nproc; ++rank) {
     std::vector<std::string> args{"/proc/self/exe"};
     for (int i = 1; i < argc; ++i) {
@@ -83,26 +80,12 @@ int run_local_ranks(int nproc, int argc, char** argv) {
       args.push_back(a);
     }
     args.insert(args.end(), {"--rdzv", (dir / "store").string()});
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.push_back(str_cat("RANK=", rank));
-    env.push_back(str_cat("WORLD_SIZE=", nproc));
-    std::vector<char*> cargv, cenv;
-    for (auto& a : args) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : env) cenv.push_back(e.data());
-    cenv.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), cenv.data()) != 0)
-      throw Error("ddp_bench: cannot start a rank");
-    pids.push_back(pid);
+    ranks.push_back(ChildProcess::spawn(
+        args, {.env = {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(nproc)}}}));
   }
   int result = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result = 1;
-  }
+  for (ChildProcess& rank : ranks)
+    if (!rank.reap().ok()) result = 1;
   std::filesystem::remove_all(dir);
   return result;
 }

@@ -9,10 +9,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -23,9 +21,9 @@
 
 #include "collectives/communicator.h"
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/child_process.h"
 #include "runtime/base/str_cat.h"
 
-extern char** environ;
 using namespace collie;
 
 namespace {
@@ -280,23 +278,15 @@ int main(int argc, char** argv) {
   if (a.rank >= 0) return run_rank(a);
 
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-  std::vector<pid_t> pids;
+  std::vector<ChildProcess> ranks;
   for (int r = 0; r < a.ranks; ++r) {
     std::vector<std::string> args(argv, argv + argc);
     args.push_back("--rank=" + std::to_string(r));
     args.push_back("--port=" + std::to_string(server->port()));
-    std::vector<char*> cargs;
-    for (auto& s : args) cargs.push_back(s.data());
-    cargs.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) return 1;
-    pids.push_back(pid);
+    ranks.push_back(ChildProcess::spawn(args, {.path = "/proc/self/exe"}));
   }
   int rc = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
-  }
+  for (ChildProcess& rank : ranks)
+    if (!rank.reap().ok()) rc = 1;
   return rc;
 }

@@ -42,6 +42,11 @@ std::atomic<int>& rank_storage() {
   return rank;
 }
 
+std::atomic<LogTap>& tap_storage() {
+  static std::atomic<LogTap> tap{nullptr};
+  return tap;
+}
+
 const char* basename_of(const char* path) {
   const char* slash = path;
   for (const char* p = path; *p; ++p)
@@ -57,6 +62,7 @@ LogLevel log_level() {
 void set_log_level(LogLevel level) { level_storage().store(static_cast<int>(level)); }
 void set_log_rank(int rank) { rank_storage().store(rank); }
 int log_rank() { return rank_storage().load(std::memory_order_relaxed); }
+void set_log_tap(LogTap tap) { tap_storage().store(tap, std::memory_order_release); }
 
 LogLevel parse_log_level(const std::string& text) {
   std::string t = text;
@@ -97,6 +103,8 @@ LogLine::~LogLine() {
   // One write(2) per line: atomic with respect to other writers of stderr.
   ssize_t unused = ::write(STDERR_FILENO, s.data(), s.size());
   (void)unused;
+  if (LogTap tap = tap_storage().load(std::memory_order_acquire))
+    tap(level_, std::string_view(s).substr(0, s.size() - 1));
 }
 
 }  // namespace detail

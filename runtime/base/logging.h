@@ -9,6 +9,7 @@
 
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace collie {
 
@@ -21,6 +22,13 @@ LogLevel parse_log_level(const std::string& text);
 // -1 means unknown (no prefix rank).
 void set_log_rank(int rank);
 int log_rank();
+
+// A function that sees every line logged, after it went to stderr (without
+// its newline), on the thread that logged it: collie-run uses one to repeat
+// a line that explains a failure in its failure summary. One at a time;
+// nullptr removes it. It must be thread-safe and must not log.
+using LogTap = void (*)(LogLevel level, std::string_view line);
+void set_log_tap(LogTap tap);
 
 namespace detail {
 

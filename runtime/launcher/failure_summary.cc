@@ -47,10 +47,18 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
   switch (r.outcome) {
     case AttemptOutcome::kFailed: {
       const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
-      out += str_cat("root cause: rank ", w.place.global_rank, " (local rank ", w.place.local_rank,
-                     ", pid ", w.pid, ") ended with ", w.exit.describe(), " at ",
-                     format_utc(w.exit_time), ", ", seconds_since(r.start_time, w.exit_time),
-                     " after the start\n");
+      const std::string ended =
+          str_cat(" ended with ", w.exit.describe(), " at ", format_utc(w.exit_time), ", ",
+                  seconds_since(r.start_time, w.exit_time), " after the start\n");
+      const std::string who = str_cat("rank ", w.place.global_rank, " (local rank ",
+                                      w.place.local_rank, ", pid ", w.pid, ")");
+      if (!r.culprit) {
+        out += str_cat("root cause: ", who, ended);
+        break;
+      }
+      out += str_cat("root cause: ", describe_culprit(r), "\n  e.g. ", r.culprit->line, "\n");
+      out += w.place.global_rank == r.culprit->rank ? str_cat("it", ended)
+                                                    : str_cat("first to exit here: ", who, ended);
       break;
     }
     case AttemptOutcome::kRemoteFailed:
@@ -84,6 +92,7 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                    note, "\n");
   }
   if (ok > 0) out += str_cat(" (", ok, " other worker", ok == 1 ? "" : "s", " exited 0)\n");
+  for (const std::string& e : r.log_errors) out += str_cat("log lost: ", e, "\n");
   for (size_t i = 0; i < r.workers.size(); ++i) {
     const WorkerResult& w = r.workers[i];
     bool own_failure =
@@ -98,8 +107,40 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                    " of rank ", w.place.global_rank, "'s stderr:\n");
     for (const auto& line : w.stderr_tail) out += str_cat("  ", line, "\n");
   }
+  if (!c.hints.empty()) {
+    out += "------------------------------------------------------------------------------\n";
+    for (const auto& hint : c.hints) out += str_cat("note: ", hint, "\n");
+  }
   out += kRule;
   return out;
+}
+
+// "rank 3 (local rank 1 on node 1, host h, pid 42) ended with exit code 3"
+std::string describe_failure(const AttemptResult& r, int node_rank, const std::string& host) {
+  if (r.outcome == AttemptOutcome::kInterrupted)
+    return str_cat("the launcher of node ", node_rank, " (", host, ") received ",
+                   signal_name(r.signal));
+  if (r.culprit) return str_cat(describe_culprit(r), " (seen on node ", node_rank, ", ", host, ")");
+  const WorkerResult& w = r.workers.at(static_cast<size_t>(r.first_failure));
+  return str_cat("rank ", w.place.global_rank, " (local rank ", w.place.local_rank, " on node ",
+                 node_rank, ", host ", host, ", pid ", w.pid, ") ended with ", w.exit.describe());
+}
+
+std::string describe_culprit(const AttemptResult& r) {
+  const NamedCulprit& c = *r.culprit;
+  std::string who = str_cat("rank ", c.rank, " (on another node)");
+  std::string state;
+  for (const WorkerResult& w : r.workers) {
+    if (w.place.global_rank != c.rank) continue;
+    who = str_cat("rank ", c.rank, " (local rank ", w.place.local_rank, ", pid ", w.pid, ")");
+    if (w.was_stopped)
+      state =
+          "; it was in the stopped state (SIGSTOP, or a debugger) when "
+          "collie-run ended the attempt";
+  }
+  const bool one = c.named_by.size() == 1;
+  return str_cat(who, " stopped responding: rank", one ? " " : "s ", join(c.named_by, ","),
+                 " named it in ", one ? "its error" : "their errors", state);
 }
 
 }  // namespace collie::launcher

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <tuple>
 
+#include "rendezvous/cluster_env.h"
 #include "runtime/base/error.h"
+#include "runtime/base/parse_duration.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie::launcher {
@@ -24,6 +27,11 @@ constexpr const char* kFooter = R"(Examples:
       two nodes; node 0 hosts the store, global rank = node_rank * 8 + local rank
   collie-run --max-restarts 3 --log-dir /tmp/logs --tee 3 ./train
       restart the whole group up to 3 times; logs in /tmp/logs/none/attempt_N/RANK/
+  collie-run --rdzv-backend c10d --rdzv-endpoint node0:29400 --rdzv-id job7 --nnodes 2:4 \
+             --max-restarts 3 --nproc-per-node 8 ./train
+      elastic: on every node alike; starts with 2-4 nodes, restarts when one fails or joins
+  srun --ntasks-per-node=1 collie-run --nproc-per-node 8 ./train
+      SLURM: nodes, node rank, store address and run id come from srun (docs/clusters.md)
 
 Every flag also reads torchrun's PET_<FLAG> environment variable (PET_NNODES, ...).
 Exit status: 0 success, 1 the job failed, 2 a usage error, 128+N when stopped by signal N.
@@ -86,6 +94,18 @@ std::vector<std::string> normalize_tee(const CLI::App& app, std::vector<std::str
   return args;
 }
 
+// A duration flag through base's parse_duration (ranges checked, never
+// wrapped); a timeout of 0 is refused, a grace period of 0 means "SIGKILL at
+// once".
+std::chrono::milliseconds duration_flag(const std::string& text, const std::string& flag,
+                                        bool allow_zero) {
+  const Timeout d = parse_duration(trim(text), flag);
+  require(allow_zero || d.count() > 0, flag, " '", text,
+          "' is no time at all: it is how long to wait before giving up, at least 1ms (e.g. ", flag,
+          " 600s)");
+  return d;
+}
+
 // The description already starts with the usage line; CLI11's own
 // "Usage: collie-run [OPTIONS]" would contradict it (the program comes last).
 class HelpFormatter : public CLI::Formatter {
@@ -113,16 +133,44 @@ std::set<int> parse_rank_list(const std::string& text) {
   return ranks;
 }
 
-int parse_nnodes(const std::string& text) {
-  size_t colon = text.find(':');
-  if (colon == std::string::npos) return parse_int(text, "--nnodes");
-  int lo = parse_int(text.substr(0, colon), "--nnodes");
-  int hi = parse_int(text.substr(colon + 1), "--nnodes");
-  require(lo == hi, "--nnodes ", text,
-          ": elastic node ranges are not supported; collie-run runs a fixed number of "
-          "nodes (give one number, e.g. --nnodes ",
-          hi, ")");
-  return lo;
+std::pair<int, int> parse_nnodes(const std::string& text) {
+  const size_t colon = text.find(':');
+  const int lo = parse_int(text.substr(0, colon), "--nnodes");
+  const int hi = colon == std::string::npos ? lo : parse_int(text.substr(colon + 1), "--nnodes");
+  require(lo >= 1, "--nnodes ", text, ": a job needs at least 1 node");
+  require(lo <= hi, "--nnodes ", text, ": MIN is above MAX");
+  return {lo, hi};
+}
+
+void apply_rdzv_conf(const std::string& conf, LaunchOptions& o) {
+  for (const auto& item : CLI::detail::split(conf, ',')) {
+    const std::string kv = trim(item);
+    if (kv.empty()) continue;
+    const size_t eq = kv.find('=');
+    require(eq != std::string::npos, "--rdzv-conf '", kv, "' is not key=value");
+    const std::string k = trim(kv.substr(0, eq)), v = trim(kv.substr(eq + 1));
+    const std::string flag = "--rdzv-conf " + k;
+    if (k == "timeout" || k == "join_timeout") {
+      o.rdzv_timeout = duration_flag(v, flag, false);
+    } else if (k == "last_call_timeout") {
+      o.last_call_timeout = duration_flag(v, flag, true);
+    } else if (k == "keep_alive_interval") {
+      o.keep_alive_interval = duration_flag(v, flag, false);
+    } else if (k == "keep_alive_max_attempt") {
+      o.keep_alive_max_attempt = parse_int(v, flag);
+      require(o.keep_alive_max_attempt >= 1, flag, " must be at least 1");
+    } else if (k == "is_host") {
+      require(v == "true" || v == "false" || v == "1" || v == "0", flag, "='", v,
+              "' is not true or false");
+      o.is_host = v == "true" || v == "1";
+    } else if (k == "read_timeout" || k == "close_timeout") {
+      // torchrun's; collie-run's store calls run under join_timeout.
+    } else {
+      require(false, "--rdzv-conf: unknown key '", k,
+              "' (known: timeout, join_timeout, last_call_timeout, keep_alive_interval, "
+              "keep_alive_max_attempt, is_host, read_timeout, close_timeout)");
+    }
+  }
 }
 
 int parse_nproc_per_node(const std::string& text) {
@@ -136,29 +184,7 @@ int parse_nproc_per_node(const std::string& text) {
   return parse_int(text, "--nproc-per-node");
 }
 
-std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag) {
-  std::string t = trim(text);
-  size_t digits = 0;
-  while (digits < t.size() &&
-         (std::isdigit(static_cast<unsigned char>(t[digits])) || t[digits] == '.'))
-    ++digits;
-  require(digits > 0, flag, ": '", text, "' is not a duration (e.g. 30, 30s, 500ms, 2m)");
-  double value = std::strtod(t.substr(0, digits).c_str(), nullptr);
-  std::string unit = t.substr(digits);
-  double scale = 0;
-  if (unit.empty() || unit == "s")
-    scale = 1000;
-  else if (unit == "ms")
-    scale = 1;
-  else if (unit == "m" || unit == "min")
-    scale = 60000;
-  else if (unit == "h")
-    scale = 3600000;
-  require(scale > 0, flag, ": unknown unit '", unit, "' in '", text, "' (use ms, s, m or h)");
-  return std::chrono::milliseconds(static_cast<int64_t>(value * scale));
-}
-
-ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
+ParseResult parse_launch_options(const std::vector<std::string>& argv_in, const EnvLookup& env) {
   LaunchOptions o;
   CLI::App app(
       "Usage: collie-run [FLAGS] PROGRAM [PROGRAM ARGS...]\n\n"
@@ -176,69 +202,74 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
   std::string rdzv_endpoint, rdzv_conf, rdzv_backend = "static", ignored;
   bool no_use_env = false, module = false;
   int port = o.master_port;
-  auto env = [](const char* name) { return std::string("PET_") + name; };
+  auto pet = [](const char* name) { return std::string("PET_") + name; };
 
   app.add_option("--nnodes", nnodes,
-                 "Number of nodes, each running one collie-run (e.g. --nnodes 2; 'N:N' accepted)")
-      ->envname(env("NNODES"));
+                 "Number of nodes, each running one collie-run; MIN:MAX with --rdzv-backend c10d "
+                 "(e.g. --nnodes 2 or --nnodes 2:4)")
+      ->envname(pet("NNODES"));
   app.add_option("--node-rank,--node_rank", o.node_rank,
                  "This node's rank in [0, nnodes); node 0 hosts the store (e.g. --node-rank 1)")
-      ->envname(env("NODE_RANK"));
+      ->envname(pet("NODE_RANK"));
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "Workers on this node: a number, 'cpu', 'gpu' or 'auto' (e.g. --nproc-per-node 4)")
-      ->envname(env("NPROC_PER_NODE"));
+      ->envname(pet("NPROC_PER_NODE"));
   app.add_option("--master-addr,--master_addr", o.master_addr,
                  "Address of node 0, where the agent store listens (e.g. --master-addr 10.0.0.1)")
-      ->envname(env("MASTER_ADDR"));
+      ->envname(pet("MASTER_ADDR"));
   app.add_option("--master-port,--master_port", port,
                  "Port of the agent store on node 0; 0 picks a free one (e.g. --master-port 29500)")
-      ->envname(env("MASTER_PORT"));
+      ->envname(pet("MASTER_PORT"));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint,
-                 "HOST:PORT of node 0's store; overrides --master-addr/--master-port "
+                 "HOST:PORT of the rendezvous store (static: node 0's; c10d: hosted by the machine "
+                 "that owns HOST); overrides --master-addr/--master-port "
                  "(e.g. --rdzv-endpoint 10.0.0.1:29400)")
-      ->envname(env("RDZV_ENDPOINT"));
+      ->envname(pet("RDZV_ENDPOINT"));
   app.add_flag("--standalone", o.standalone,
                "One node on 127.0.0.1 with a free port chosen for you (e.g. --standalone)")
-      ->envname(env("STANDALONE"));
+      ->envname(pet("STANDALONE"));
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "Restart the whole group up to K times after a failure (e.g. --max-restarts 3)")
-      ->envname(env("MAX_RESTARTS"));
+      ->envname(pet("MAX_RESTARTS"));
   app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", o.run_id,
                  "Job id: TORCHELASTIC_RUN_ID, the store's key namespace and the log folder "
                  "(e.g. --run-id job42)")
-      ->envname(env("RDZV_ID"));
+      ->envname(pet("RDZV_ID"));
   app.add_option("--role", o.role, "ROLE_NAME of the workers (e.g. --role trainer)")
-      ->envname(env("ROLE"));
+      ->envname(pet("ROLE"));
   app.add_option("--rdzv-timeout,--rdzv_timeout", rdzv_timeout,
                  "How long launchers wait to reach node 0 and for one another "
                  "(e.g. --rdzv-timeout 120 or 90s, 500ms, 5m; default 600s)")
-      ->envname(env("RDZV_TIMEOUT"));
+      ->envname(pet("RDZV_TIMEOUT"));
   app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
-                 "torchrun's key=value list; 'timeout' is honoured (e.g. --rdzv-conf timeout=120)")
-      ->envname(env("RDZV_CONF"));
+                 "torchrun's key=value list: timeout (join_timeout), last_call_timeout, "
+                 "keep_alive_interval, keep_alive_max_attempt, is_host "
+                 "(e.g. --rdzv-conf timeout=120,last_call_timeout=5)")
+      ->envname(pet("RDZV_CONF"));
   app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend,
-                 "Accepted for torchrun compatibility: collie-run always uses its static "
-                 "rendezvous through node 0's store (e.g. --rdzv-backend static)")
-      ->envname(env("RDZV_BACKEND"));
+                 "static (node ranks given, node 0 hosts the store) or c10d (elastic: --nnodes "
+                 "MIN:MAX, node ranks on arrival, a new round when a node fails or joins) "
+                 "(e.g. --rdzv-backend c10d)")
+      ->envname(pet("RDZV_BACKEND"));
   app.add_option("--grace-period,--grace_period", grace,
                  "Time between SIGTERM and SIGKILL when stopping workers (e.g. --grace-period 10; "
                  "default 5s)")
-      ->envname(env("GRACE_PERIOD"));
+      ->envname(pet("GRACE_PERIOD"));
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Write LOG_DIR/RUN_ID/attempt_N/RANK/{stdout,stderr}.log; without --tee the "
                  "console shows nothing of the workers (e.g. --log-dir /tmp/logs)")
-      ->envname(env("LOG_DIR"));
+      ->envname(pet("LOG_DIR"));
   app.add_option("--tee", tee_text,
                  "Streams that go to the console as well as --log-dir: 1 stdout, 2 stderr, 3 both; "
                  "'--tee' alone means 3 (e.g. --tee 3)")
-      ->envname(env("TEE"));
+      ->envname(pet("TEE"));
   app.add_option("--redirects", ignored,
                  "Accepted for torchrun compatibility; with --log-dir, streams not in --tee are "
                  "already redirected to the files (e.g. --redirects 3)");
   app.add_option("--local-ranks-filter,--local_ranks_filter", filter,
                  "Only these local ranks' lines reach the console; log files keep all "
                  "(e.g. --local-ranks-filter 0 or 0,3)")
-      ->envname(env("LOCAL_RANKS_FILTER"));
+      ->envname(pet("LOCAL_RANKS_FILTER"));
   app.add_option("--log-line-prefix-template,--log_line_prefix_template", o.line_prefix_template,
                  "Prefix of every forwarded line, with ${rank}, ${local_rank}, ${role_name} "
                  "(e.g. --log-line-prefix-template '[${role_name}${local_rank}]:')");
@@ -286,29 +317,73 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
     require(rest.front().empty() || rest.front()[0] != '-', "unknown flag '", rest.front(),
             "' (the program path must come after the launcher's flags)");
     o.program = std::move(rest);
-    o.nnodes = parse_nnodes(nnodes);
+    const auto given = [&app](const char* flag) { return app.get_option(flag)->count() > 0; };
+    require(rdzv_backend == "static" || rdzv_backend == "c10d", "--rdzv-backend '", rdzv_backend,
+            "' is not supported: use static (node ranks given, node 0 hosts the store) or c10d "
+            "(elastic: node ranks on arrival, the endpoint's machine hosts the store)");
+    o.elastic = rdzv_backend == "c10d";
+    std::tie(o.min_nodes, o.max_nodes) = parse_nnodes(nnodes);
+    o.nnodes = o.max_nodes;
+    require(o.elastic || o.min_nodes == o.max_nodes, "--nnodes ", nnodes,
+            ": a range of nodes needs the elastic rendezvous: add --rdzv-backend c10d "
+            "--rdzv-endpoint HOST:PORT (or give one number, e.g. --nnodes ",
+            o.max_nodes, ")");
     o.nproc_per_node = parse_nproc_per_node(nproc);
-    require(o.nnodes >= 1, "--nnodes must be >= 1, got ", o.nnodes);
     require(o.nproc_per_node >= 1, "--nproc-per-node must be >= 1, got ", o.nproc_per_node);
-    require(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
-            " is outside [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
     require(o.max_restarts >= 0, "--max-restarts must be >= 0, got ", o.max_restarts);
     require(port >= 0 && port <= 65535, "--master-port ", port, " is not a TCP port");
     o.master_port = static_cast<uint16_t>(port);
+    // srun --ntasks-per-node=1 collie-run: what no flag (or PET_*) gave
+    // comes from SLURM (rendezvous/cluster_env.h).
+    if (!o.elastic && !o.standalone) {
+      const SlurmPlacement slurm = slurm_placement(env);
+      if (slurm.active) {
+        o.placement_source = "slurm";
+        if (!given("--nnodes")) o.nnodes = o.min_nodes = o.max_nodes = slurm.nnodes;
+        if (!given("--node-rank")) o.node_rank = slurm.node_rank;
+        if (!given("--master-addr")) o.master_addr = slurm.master_addr;
+        if (!given("--master-port")) o.master_port = slurm.master_port;
+        if (!given("--run-id")) o.run_id = slurm.job_id;
+      }
+    }
+    require(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank ", o.node_rank,
+            " is outside [0, ", o.nnodes, ") for --nnodes ", o.nnodes);
     if (!rdzv_endpoint.empty()) {
-      size_t colon = rdzv_endpoint.rfind(':');
-      require(colon != std::string::npos, "--rdzv-endpoint '", rdzv_endpoint, "' needs HOST:PORT");
-      o.master_addr = rdzv_endpoint.substr(0, colon);
-      int p = parse_int(rdzv_endpoint.substr(colon + 1), "--rdzv-endpoint port");
+      // HOST:PORT, [V6]:PORT, or HOST alone (torchrun's default port 29400).
+      std::string host = rdzv_endpoint, port_text;
+      if (host.front() == '[') {
+        const size_t close = host.find(']');
+        require(close != std::string::npos, "--rdzv-endpoint '", rdzv_endpoint, "' has no ']'");
+        if (close + 1 < host.size()) {
+          require(host[close + 1] == ':', "--rdzv-endpoint '", rdzv_endpoint,
+                  "': expected [ADDRESS]:PORT");
+          port_text = host.substr(close + 2);
+        }
+        host = host.substr(1, close - 1);
+      } else if (std::count(host.begin(), host.end(), ':') == 1) {
+        port_text = host.substr(host.find(':') + 1);
+        host = host.substr(0, host.find(':'));
+      }
+      const int p = port_text.empty() ? (o.elastic ? 29400 : o.master_port)
+                                      : parse_int(port_text, "--rdzv-endpoint port");
+      require(!host.empty(), "--rdzv-endpoint '", rdzv_endpoint, "' has no host");
       require(p >= 0 && p <= 65535, "--rdzv-endpoint port ", p, " is not a TCP port");
+      o.master_addr = host;
       o.master_port = static_cast<uint16_t>(p);
     }
-    o.rdzv_timeout = parse_duration(rdzv_timeout, "--rdzv-timeout");
-    for (const auto& item : CLI::detail::split(rdzv_conf, ',')) {
-      if (item.rfind("timeout=", 0) == 0)
-        o.rdzv_timeout = parse_duration(item.substr(8), "--rdzv-conf timeout");
+    if (o.elastic) {
+      require(!rdzv_endpoint.empty(),
+              "--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT, the address every launcher "
+              "can reach (the machine that owns it hosts the rendezvous store)");
+      require(o.master_port != 0, "--rdzv-endpoint ", rdzv_endpoint,
+              ": the c10d rendezvous needs a fixed port every launcher knows, not 0");
+      require(!o.standalone, "--standalone and --rdzv-backend c10d do not go together");
+      require(!given("--node-rank"),
+              "--node-rank is assigned on arrival with --rdzv-backend c10d; leave it out");
     }
-    o.grace_period = parse_duration(grace, "--grace-period");
+    o.rdzv_timeout = duration_flag(rdzv_timeout, "--rdzv-timeout", false);
+    apply_rdzv_conf(rdzv_conf, o);
+    o.grace_period = duration_flag(grace, "--grace-period", /*allow_zero=*/true);
     if (!tee_text.empty()) {
       o.tee = parse_int(tee_text, "--tee");
       require(o.tee >= 0 && o.tee <= 3, "--tee ", o.tee,
@@ -317,7 +392,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in) {
     if (!filter.empty()) o.local_ranks_filter = parse_rank_list(filter);
     if (no_use_env) o.use_env = false;
     if (o.standalone) {
-      require(o.nnodes == 1, "--standalone runs exactly one node, but --nnodes is ", o.nnodes);
+      require(o.nnodes == 1, "--standalone runs exactly one node, but --nnodes is ", nnodes);
       o.master_addr = "127.0.0.1";
       o.master_port = 0;
     }

@@ -12,7 +12,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "rendezvous/launch_env.h"
 
 namespace collie::launcher {
 
@@ -28,6 +31,24 @@ struct LaunchOptions {
   // secret (torch workers); docs/security.md.
   bool store_compat = false;
   int max_restarts = 0;
+
+  // --rdzv-backend c10d: the elastic rendezvous (elastic_rendezvous.h).
+  // master_addr/master_port then hold --rdzv-endpoint; node_rank is
+  // assigned on arrival; nnodes is MIN:MAX.
+  bool elastic = false;
+  int min_nodes = 1;  // --nnodes MIN:MAX (both = nnodes when static)
+  int max_nodes = 1;
+  // --rdzv-conf keys of torchrun's c10d backend.
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+  std::optional<bool> is_host;
+  // Where the node-level defaults came from when no flag gave them:
+  // "slurm" (srun collie-run), empty otherwise.
+  std::string placement_source;
+  // Set by set_up_job_secret(): what the job secret was derived from, for
+  // the error when another node's proof does not match.
+  std::string secret_source;
   std::string run_id = "none";  // torchrun's --rdzv_id default
   std::string role = "default";
   // How long launchers wait for one another (joining, attempt barriers) and
@@ -63,18 +84,26 @@ struct ParseResult {
 
 // Parses argv (argv[0] is the launcher's own name). Never throws for a user
 // error: a bad flag comes back as message + exit code 2.
-ParseResult parse_launch_options(const std::vector<std::string>& argv);
+// `env` supplies the scheduler's variables that are not flags (SLURM's, and
+// MASTER_ADDR/MASTER_PORT as PyTorchJob sets them); PET_* are read by the
+// flags themselves, from the real environment.
+ParseResult parse_launch_options(const std::vector<std::string>& argv,
+                                 const EnvLookup& env = process_env);
 
 // "0,2,5" -> {0, 2, 5}; throws InvalidArgument naming the bad item.
 std::set<int> parse_rank_list(const std::string& text);
 
-// "4", "4:4" -> 4; "1:4" (an elastic range) throws InvalidArgument.
-int parse_nnodes(const std::string& text);
+// "4" -> {4, 4}; "1:4" -> {1, 4}; throws InvalidArgument naming --nnodes
+// for anything else (MIN > MAX, MIN < 1).
+std::pair<int, int> parse_nnodes(const std::string& text);
+
+// Parses --rdzv-conf "k=v,k=v" into `o`: timeout / join_timeout,
+// last_call_timeout, keep_alive_interval, keep_alive_max_attempt, is_host
+// (torchrun's c10d keys; read_timeout and close_timeout are accepted and
+// ignored). An unknown key or bad value throws InvalidArgument naming it.
+void apply_rdzv_conf(const std::string& conf, LaunchOptions& o);
 
 // "8", "cpu", "gpu", "auto" -> a count.
 int parse_nproc_per_node(const std::string& text);
-
-// "90", "90s", "1500ms", "2m" -> a duration; throws InvalidArgument.
-std::chrono::milliseconds parse_duration(const std::string& text, const std::string& flag);
 
 }  // namespace collie::launcher

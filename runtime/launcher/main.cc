@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     return parsed.exit_code;
   }
   try {
-    collie::launcher::set_up_job_secret(*parsed.options);
+    parsed.options->secret_source = collie::launcher::set_up_job_secret(*parsed.options);
     return collie::launcher::Launcher(std::move(*parsed.options)).run();
   } catch (const std::exception& e) {
     collie::launcher::write_all(STDERR_FILENO, std::string("collie-run: ") + e.what() + "\n");

@@ -1,13 +1,17 @@
 #include "runtime/launcher/node_rendezvous.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <sstream>
 #include <thread>
 
+#include "rendezvous/cluster_env.h"
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 namespace {
@@ -45,14 +49,23 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
     // master-addr has on the network.
     connect_host = host == "::" ? "::1" : "127.0.0.1";
   }
+  const Deadline deadline(o.timeout);
+  if (o.node_rank != 0)
+    wait_until_resolvable(o.master_addr, deadline, str_cat("collie-run: node ", o.node_rank),
+                          [](const std::string& line) { write_all(STDERR_FILENO, line + "\n"); });
   TcpStoreOptions store_options;
-  store_options.timeout = o.timeout;
+  store_options.timeout = deadline.remaining();
   try {
     r->store_ = std::shared_ptr<Store>(TcpStore::connect(connect_host, r->port_, store_options));
   } catch (const Error& e) {
+    std::string hint;
+    if (!o.secret_source.empty() && std::string(e.what()).find("job secret") != std::string::npos)
+      hint = str_cat(" (this node's job secret was ", o.secret_source,
+                     ": every node must be given the same values)");
     throw NetworkError(str_cat("collie-run: node ", o.node_rank,
                                " could not reach the agent store of node 0 at ", o.master_addr, ":",
-                               r->port_, " within ", format_duration(o.timeout), ": ", e.what()));
+                               r->port_, " within ", format_duration(o.timeout), ": ", e.what(),
+                               hint));
   }
   return r;
 }

@@ -56,6 +56,9 @@ struct NodeRendezvousOptions {
   int max_restarts = 0;
   std::string hostname;
   std::chrono::milliseconds timeout = std::chrono::seconds(600);
+  // What the job secret was derived from, if it was: added to a failed
+  // connection's message, since every node must derive it alike.
+  std::string secret_source;
 };
 
 class NodeRendezvous {

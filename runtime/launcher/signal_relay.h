@@ -23,6 +23,12 @@ class SignalRelay {
   // Drains the pipe; returns the termination signals received (SIGCHLD is
   // only a wake-up and is left out).
   std::vector<int> drain();
+  // Drains the pipe; the first termination signal received, or 0. What the
+  // rendezvous waits poll to stay responsive to Ctrl-C.
+  int first_signal() {
+    const std::vector<int> signals = drain();
+    return signals.empty() ? 0 : signals.front();
+  }
 
  private:
   int read_fd_ = -1;

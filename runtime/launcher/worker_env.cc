@@ -1,7 +1,5 @@
 #include "runtime/launcher/worker_env.h"
 
-extern char** environ;
-
 namespace collie::launcher {
 
 // Word for word what torch.distributed.run logs (run.py, torch 1.13), so that
@@ -35,22 +33,9 @@ std::map<std::string, std::string> worker_variables(const WorkerPlace& p, const 
       // hosts, under the key prefix /worker/attempt_<restart count>.
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
   };
-  if (a.default_omp_threads) v["OMP_NUM_THREADS"] = "1";
+  // emplace, not operator[] = "1": GCC 12 warns falsely (-Wrestrict) on that.
+  if (a.default_omp_threads) v.emplace("OMP_NUM_THREADS", "1");
   return v;
-}
-
-std::vector<std::string> merged_environment(const std::map<std::string, std::string>& variables) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string kv = *e;
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, val] : variables) env[k] = val;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, val] : env) out.push_back(k + "=" + val);
-  return out;
 }
 
 }  // namespace collie::launcher

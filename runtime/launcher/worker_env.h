@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <vector>
 
 namespace collie::launcher {
 
@@ -36,9 +35,6 @@ struct AttemptEnv {
 // environment): RANK, LOCAL_RANK, ..., TORCHELASTIC_USE_AGENT_STORE=True.
 std::map<std::string, std::string> worker_variables(const WorkerPlace& place,
                                                     const AttemptEnv& attempt);
-
-// The launcher's environment with `variables` set on top, as "K=V" strings.
-std::vector<std::string> merged_environment(const std::map<std::string, std::string>& variables);
 
 // torchrun's notice, printed once when OMP_NUM_THREADS is defaulted.
 extern const char* const kOmpNotice;

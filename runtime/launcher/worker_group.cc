@@ -8,10 +8,12 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/signal_relay.h"
 #include "runtime/launcher/worker_stream.h"
 
@@ -36,10 +38,35 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 struct Slot {
   WorkerPlace place;
   std::unique_ptr<WorkerStream> out, err;
-  std::unique_ptr<WorkerProcess> proc;
+  std::unique_ptr<ChildProcess> proc;
   bool signalled = false;
+  bool was_stopped = false;
   bool recorded = false;
+  bool log_error_reported[2] = {false, false};  // stdout, stderr
 };
+
+// Says at once, on the launcher's stderr, that a log file cannot be
+// written, and remembers it for the exit status.
+void report_log_error(Slot& slot, bool is_err, AttemptResult& result) {
+  WorkerStream& stream = is_err ? *slot.err : *slot.out;
+  if (stream.log_error().empty() || slot.log_error_reported[is_err]) return;
+  slot.log_error_reported[is_err] = true;
+  const char* name = is_err ? "stderr" : "stdout";
+  std::string message =
+      str_cat("collie-run: rank ", slot.place.global_rank, "'s ", name, ": ", stream.log_error());
+  write_all(STDERR_FILENO,
+            str_cat(message, "; its ", name, " goes to the console from here on", "\n"));
+  result.log_errors.push_back(std::move(message));
+}
+
+// Whether a process is stopped (state T: SIGSTOP, SIGTSTP; t: a debugger).
+bool in_stopped_state(pid_t pid) {
+  std::ifstream stat_file(str_cat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         (stat[paren + 2] == 'T' || stat[paren + 2] == 't');
+}
 
 // Reads what one pipe has (at most one chunk, so no worker can starve the
 // others); returns false at EOF or on an error.
@@ -113,18 +140,26 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
                             .prefix = prefix,
                             .log_path = files ? dir + "/stdout.log" : "",
-                            .tail_lines = 0});
+                            .tail_lines = 0,
+                            .fallback_fd = shown ? STDOUT_FILENO : -1});
     slot.err = std::make_unique<WorkerStream>(
         WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
                             .prefix = prefix,
                             .log_path = files ? dir + "/stderr.log" : "",
-                            .tail_lines = kStderrTailLines});
+                            .tail_lines = kStderrTailLines,
+                            .fallback_fd = shown ? STDERR_FILENO : -1});
   }
   for (Slot& slot : slots) {
     std::vector<std::string> argv = s.program_argv;
     if (!s.use_env) argv.insert(argv.begin() + 1, str_cat("--local_rank=", slot.place.local_rank));
-    auto env = merged_environment(worker_variables(slot.place, s.env));
-    slot.proc = WorkerProcess::spawn(s.program_path, argv, env);
+    SpawnOptions options{.new_process_group = true,
+                         .die_with_parent = true,
+                         .stdout_to = ChildOutput::kPipe,
+                         .stderr_to = ChildOutput::kPipe,
+                         .path = s.program_path,
+                         .announce_fd = s.guard ? s.guard->fd() : -1};
+    for (const auto& [k, v] : worker_variables(slot.place, s.env)) options.env[k] = v;
+    slot.proc = std::make_unique<ChildProcess>(ChildProcess::spawn(argv, options));
   }
 
   // Supervise until every worker is reaped.
@@ -137,6 +172,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     for (Slot& slot : slots) {
       if (slot.proc->exited()) continue;
       slot.signalled = true;
+      slot.was_stopped = in_stopped_state(slot.proc->pid());
       slot.proc->signal_group(sig);
     }
   };
@@ -174,6 +210,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
         stream.finish();
         is_err ? slot->proc->close_stderr() : slot->proc->close_stdout();
       }
+      report_log_error(*slot, is_err, result);
     }
 
     for (int sig : relay.drain()) {
@@ -202,10 +239,9 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
       }
       if (slot.recorded) continue;
       slot.recorded = true;
-      if (!slot.proc->exit_info().ok() && !slot.signalled && !stopping) {
-        const bool by_signal = slot.proc->exit_info().signal != 0;
-        if (root < 0 ||
-            (by_signal && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0))
+      if (!slot.proc->status().ok() && !slot.signalled && !stopping) {
+        const bool by_signal = slot.proc->status().signal != 0;
+        if (root < 0 || (by_signal && slots[static_cast<size_t>(root)].proc->status().signal == 0))
           root = static_cast<int>(i);
       }
     }
@@ -215,13 +251,13 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     // reported. So before blaming an error exit, wait briefly for any worker
     // that is dying already (not by our hand) and prefer it if a signal
     // killed it. Bounded: a dying process is gone in milliseconds.
-    if (root >= 0 && slots[static_cast<size_t>(root)].proc->exit_info().signal == 0) {
+    if (root >= 0 && slots[static_cast<size_t>(root)].proc->status().signal == 0) {
       for (size_t i = 0; i < slots.size(); ++i) {
         Slot& slot = slots[i];
         if (slot.recorded || slot.signalled || !slot.proc->dying()) continue;
         if (!slot.proc->wait_exit(kDyingGrace)) continue;
         slot.recorded = true;
-        if (slot.proc->exit_info().signal != 0) {
+        if (slot.proc->status().signal != 0) {
           root = static_cast<int>(i);
           break;
         }
@@ -264,15 +300,19 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     if (slot.proc->stderr_fd() >= 0) drain(slot.proc->stderr_fd(), *slot.err);
     slot.out->finish();
     slot.err->finish();
+    report_log_error(slot, false, result);
+    report_log_error(slot, true, result);
     slot.proc->signal_group(SIGKILL);
+    if (s.guard) s.guard->withdraw(slot.proc->pid());  // while the zombie still holds the pgid
     slot.proc->reap();
     slot.proc->close_stdout();
     slot.proc->close_stderr();
     result.workers.push_back({.place = slot.place,
                               .pid = slot.proc->pid(),
-                              .exit = slot.proc->exit_info(),
+                              .exit = slot.proc->status(),
                               .exit_time = slot.proc->exit_time(),
                               .stopped_by_launcher = slot.signalled,
+                              .was_stopped = slot.was_stopped,
                               .stderr_tail = slot.err->tail()});
   }
   return result;

@@ -14,11 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/child_process.h"
 #include "runtime/launcher/worker_env.h"
-#include "runtime/launcher/worker_process.h"
 
 namespace collie::launcher {
 
+class OrphanGuard;
 class SignalRelay;
 
 struct GroupSpec {
@@ -38,14 +39,24 @@ struct GroupSpec {
   std::set<int> local_ranks_filter;
   std::string line_prefix_template = "[rank${rank}]: ";
   std::chrono::milliseconds grace_period{5000};
+  // Where workers announce their process groups; nullptr: no guard.
+  OrphanGuard* guard = nullptr;
+};
+
+// A rank the failed workers' errors name as unresponsive (culprit.h).
+struct NamedCulprit {
+  int rank = -1;
+  std::vector<int> named_by;  // the failed workers whose errors name it, ascending
+  std::string line;           // one such error line, for the summary
 };
 
 struct WorkerResult {
   WorkerPlace place;
   int pid = -1;
-  ExitInfo exit;
+  ExitStatus exit;
   std::chrono::system_clock::time_point exit_time;
   bool stopped_by_launcher = false;  // signalled by us before it exited
+  bool was_stopped = false;          // in the stopped state (SIGSTOP) when we signalled it
   std::deque<std::string> stderr_tail;
 };
 
@@ -64,6 +75,11 @@ struct AttemptResult {
   bool store_lost = false;    // kRemoteFailed because the agent store went away
   std::chrono::system_clock::time_point start_time;
   std::vector<WorkerResult> workers;
+  // kFailed: the rank the workers' errors name, when that is not the first
+  // to fail (blame_named_culprit()).
+  std::optional<NamedCulprit> culprit;
+  // Log files that could not be written (each already reported on stderr).
+  std::vector<std::string> log_errors;
 };
 
 // Polled every ~200 ms while workers run; returns a reason when another node

@@ -8,6 +8,7 @@
 #include <deque>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "runtime/launcher/line_splitter.h"
 
@@ -18,6 +19,9 @@ struct WorkerStreamOptions {
   std::string prefix;     // e.g. "[rank3]: "
   std::string log_path;   // empty: no file
   size_t tail_lines = 0;  // how many last lines to keep
+  // Where lines go when the log file cannot be written (a full disk): 1 or
+  // 2, so that no line is lost; -1: nowhere.
+  int fallback_fd = -1;
 };
 
 class WorkerStream {
@@ -34,13 +38,20 @@ class WorkerStream {
   // Flushes a last partial line (the worker exited without a newline).
   void finish();
   const std::deque<std::string>& tail() const { return tail_; }
+  // Why the log file could not be written ("cannot write PATH: No space
+  // left on device"), empty while it can. After the first failure the file
+  // is closed and every line, the unwritten ones included, goes to
+  // fallback_fd with the prefix.
+  const std::string& log_error() const { return log_error_; }
 
  private:
   void on_line(std::string_view line);
   void flush();
+  void fail_log(int err, std::string_view unwritten);
 
   WorkerStreamOptions options_;
   int log_fd_ = -1;
+  std::string log_error_;
   std::deque<std::string> tail_;
   std::string console_batch_;
   std::string log_batch_;
@@ -50,5 +61,9 @@ class WorkerStream {
 // Writes all of `data` (retrying short writes and EINTR); errors such as a
 // closed console are ignored, the job must not die because nobody reads.
 void write_all(int fd, std::string_view data);
+
+// Writes all of `data`; returns how many bytes were written and, when that
+// is not all of it, the errno of the write that failed.
+std::pair<size_t, int> write_fully(int fd, std::string_view data);
 
 }  // namespace collie::launcher

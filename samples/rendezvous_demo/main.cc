@@ -8,8 +8,6 @@
 // any fails or time runs out, and exits non-zero on failure.
 //
 //   rendezvous_demo --nproc 4
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +23,7 @@
 
 #include "rendezvous/launch_env.h"
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/child_process.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -116,86 +115,54 @@ int run_worker(int timeout_s) {
   return 0;
 }
 
-struct Worker {
-  pid_t pid;
-  int rank;
-};
-
 int run_parent(int nproc, int timeout_s) {
   auto server = collie::TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   std::printf("rendezvous_demo: %d workers rendezvous through a TcpStore at 127.0.0.1:%u\n", nproc,
               server->port());
   std::fflush(stdout);
 
-  // SIGCHLD is blocked and taken with sigtimedwait: the parent sleeps until a
-  // worker exits or the deadline passes, never polling.
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  pthread_sigmask(SIG_BLOCK, &chld, nullptr);
-
   const std::string t0 = collie::str_cat(static_cast<int64_t>(now_ms()));
-  std::vector<Worker> workers;
+  std::vector<collie::ChildProcess> workers;
   for (int r = 0; r < nproc; ++r) {
-    // Everything the child needs is built before fork.
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-    env_strings.push_back(collie::str_cat("RANK=", r));
-    env_strings.push_back(collie::str_cat("LOCAL_RANK=", r));
-    env_strings.push_back(collie::str_cat("WORLD_SIZE=", nproc));
-    env_strings.push_back("MASTER_ADDR=127.0.0.1");
-    env_strings.push_back(collie::str_cat("MASTER_PORT=", server->port()));
-    env_strings.push_back("COLLIE_DEMO_T0_MS=" + t0);
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string timeout_arg = std::to_string(timeout_s);
-    char* argv[] = {const_cast<char*>("rendezvous_demo"), const_cast<char*>("--worker"),
-                    const_cast<char*>("--timeout"), timeout_arg.data(), nullptr};
-    pid_t pid = ::fork();
-    if (pid < 0) throw collie::Error(collie::str_cat("fork: ", std::strerror(errno)));
-    if (pid == 0) {
-      sigset_t none;
-      sigemptyset(&none);
-      pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      ::execve("/proc/self/exe", argv, envp.data());
-      _exit(127);
-    }
-    workers.push_back({pid, r});
+    workers.push_back(collie::ChildProcess::spawn(
+        {"rendezvous_demo", "--worker", "--timeout", std::to_string(timeout_s)},
+        {.env = {{"RANK", std::to_string(r)},
+                 {"LOCAL_RANK", std::to_string(r)},
+                 {"WORLD_SIZE", std::to_string(nproc)},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", std::to_string(server->port())},
+                 {"COLLIE_DEMO_T0_MS", t0}},
+         .path = "/proc/self/exe"}));
   }
 
+  // The parent sleeps until a worker exits or the deadline passes, never
+  // polling.
   const auto deadline = steady_clock::now() + seconds(timeout_s);
   std::string failure;
-  std::map<pid_t, int> running;
-  for (const auto& w : workers) running[w.pid] = w.rank;
-  while (!running.empty() && failure.empty()) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      const int rank = running[pid];
-      running.erase(pid);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        failure = WIFSIGNALED(status) ? collie::str_cat("rank ", rank, " (pid ", pid,
-                                                        ") killed by signal ", WTERMSIG(status))
-                                      : collie::str_cat("rank ", rank, " (pid ", pid,
-                                                        ") exited with ", WEXITSTATUS(status));
+  for (;;) {
+    size_t running = 0;
+    for (int r = 0; r < nproc && failure.empty(); ++r) {
+      const collie::ChildProcess& w = workers[r];
+      if (!w.exited()) {
+        ++running;
+      } else if (!w.status().ok()) {
+        failure = w.status().signal != 0 ? collie::str_cat("rank ", r, " (pid ", w.pid(),
+                                                           ") killed by signal ", w.status().signal)
+                                         : collie::str_cat("rank ", r, " (pid ", w.pid(),
+                                                           ") exited with ", w.status().exit_code);
       }
-      continue;
     }
-    const auto left = deadline - steady_clock::now();
-    if (left <= nanoseconds(0)) {
-      failure = collie::str_cat(running.size(), " worker(s) still running after the ", timeout_s,
-                                "s deadline");
+    if (running == 0 || !failure.empty()) break;
+    const auto left = duration_cast<milliseconds>(deadline - steady_clock::now());
+    if (left <= milliseconds(0)) {
+      failure =
+          collie::str_cat(running, " worker(s) still running after the ", timeout_s, "s deadline");
       break;
     }
-    const auto ns = duration_cast<nanoseconds>(left).count();
-    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-    siginfo_t info;
-    sigtimedwait(&chld, &info, &ts);
+    collie::wait_for_any_exit(workers, left);
   }
   if (!failure.empty()) {
-    for (const auto& [pid, rank] : running) ::kill(pid, SIGKILL);
-    for (const auto& [pid, rank] : running) ::waitpid(pid, nullptr, 0);
+    workers.clear();  // kills and reaps the ones still running
     std::fprintf(stderr, "rendezvous_demo: FAILED: %s\n", failure.c_str());
     return 1;
   }

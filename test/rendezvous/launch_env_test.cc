@@ -7,21 +7,15 @@
 
 #include "rendezvous/launch_env.h"
 #include "runtime/base/error.h"
+#include "test/support/env_table.h"
 
 using namespace collie;
+using namespace collie::test;
 using Catch::Matchers::Contains;
 
 namespace {
 
-using Env = std::map<std::string, std::string>;
-
-EnvLookup lookup(const Env& env) {
-  return [env](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using Env = EnvTable;
 
 struct Row {
   const char* what;
@@ -125,7 +119,7 @@ TEST_CASE("detect_launch_env: each launcher and the order between them", "[launc
   };
   for (const auto& row : rows) {
     INFO(row.what);
-    LaunchEnv env = detect_launch_env(lookup(row.env));
+    LaunchEnv env = detect_launch_env(env_table(row.env));
     CHECK(env.source == row.source);
     CHECK(env.distributed == (row.source != S::kNone));
     CHECK(env.rank == row.rank);
@@ -138,12 +132,12 @@ TEST_CASE("detect_launch_env: each launcher and the order between them", "[launc
 }
 
 TEST_CASE("detect_launch_env: master address, port and torchelastic variables", "[launch_env]") {
-  LaunchEnv env = detect_launch_env(lookup({{"RANK", "0"},
-                                            {"WORLD_SIZE", "2"},
-                                            {"MASTER_ADDR", "node-7.cluster"},
-                                            {"MASTER_PORT", "29500"},
-                                            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                                            {"TORCHELASTIC_RESTART_COUNT", "3"}}));
+  LaunchEnv env = detect_launch_env(env_table({{"RANK", "0"},
+                                               {"WORLD_SIZE", "2"},
+                                               {"MASTER_ADDR", "node-7.cluster"},
+                                               {"MASTER_PORT", "29500"},
+                                               {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                               {"TORCHELASTIC_RESTART_COUNT", "3"}}));
   CHECK(env.master_addr == "node-7.cluster");
   REQUIRE(env.master_port.has_value());
   CHECK(*env.master_port == 29500);
@@ -151,7 +145,7 @@ TEST_CASE("detect_launch_env: master address, port and torchelastic variables", 
   CHECK(env.restart_count == 3);
   CHECK(std::string(to_string(env.source)) == "torchrun/env");
 
-  LaunchEnv plain = detect_launch_env(lookup({{"TORCHELASTIC_USE_AGENT_STORE", "False"}}));
+  LaunchEnv plain = detect_launch_env(env_table({{"TORCHELASTIC_USE_AGENT_STORE", "False"}}));
   CHECK_FALSE(plain.use_agent_store);
   CHECK(plain.master_addr.empty());
   CHECK_FALSE(plain.master_port.has_value());
@@ -208,7 +202,7 @@ TEST_CASE("detect_launch_env: inconsistent values name the variable and its valu
     for (const auto& [k, v] : row.env) shown += k + "='" + v + "' ";
     INFO("environment: " << shown);
     try {
-      detect_launch_env(lookup(row.env));
+      detect_launch_env(env_table(row.env));
       FAIL("accepted");
     } catch (const InvalidArgument& e) {
       for (const auto& part : row.named) CHECK_THAT(e.what(), Contains(part));

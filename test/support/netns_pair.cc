@@ -15,29 +15,15 @@ NetnsPair::NetnsPair(const std::string& label, const std::string& subnet) {
   dev_b = "c" + label + "b" + tag;
   addr_a = subnet + ".1";
   addr_b = subnet + ".2";
-  if (::geteuid() != 0) {
-    why = "network namespaces need root";
-    return;
-  }
-  auto [rc, out] = shell("ip netns add " + a);
-  if (rc != 0) {
-    why = "ip netns add is not permitted here: " + out;
-    return;
-  }
-  for (const std::string& step :
-       {"ip netns add " + b, "ip link add " + dev_a + " type veth peer name " + dev_b,
-        "ip link set " + dev_a + " netns " + a, "ip link set " + dev_b + " netns " + b,
-        "ip -n " + a + " addr add " + addr_a + "/24 dev " + dev_a,
-        "ip -n " + b + " addr add " + addr_b + "/24 dev " + dev_b, "ip -n " + a + " link set lo up",
-        "ip -n " + b + " link set lo up", "ip -n " + a + " link set " + dev_a + " up",
-        "ip -n " + b + " link set " + dev_b + " up"}) {
-    auto [src, sout] = shell(step);
-    if (src != 0) {
-      why = "`" + step + "` failed: " + sout;
-      return;
-    }
-  }
-  ok = true;
+  ok = make_namespaces(
+      {"ip netns add " + a, "ip netns add " + b,
+       "ip link add " + dev_a + " type veth peer name " + dev_b,
+       "ip link set " + dev_a + " netns " + a, "ip link set " + dev_b + " netns " + b,
+       "ip -n " + a + " addr add " + addr_a + "/24 dev " + dev_a,
+       "ip -n " + b + " addr add " + addr_b + "/24 dev " + dev_b, "ip -n " + a + " link set lo up",
+       "ip -n " + b + " link set lo up", "ip -n " + a + " link set " + dev_a + " up",
+       "ip -n " + b + " link set " + dev_b + " up"},
+      &why);
 }
 
 NetnsPair::~NetnsPair() {
@@ -52,6 +38,21 @@ std::vector<std::string> NetnsPair::exec_in(const std::string& ns) const {
 const std::string& ip_path() {
   static const std::string p = ::access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip" : "/bin/ip";
   return p;
+}
+
+bool make_namespaces(const std::vector<std::string>& steps, std::string* why) {
+  if (::geteuid() != 0) {
+    *why = "network namespaces need root";
+    return false;
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto [rc, out] = shell(steps[i]);
+    if (rc == 0) continue;
+    *why =
+        i == 0 ? "ip netns add is not permitted here: " + out : "`" + steps[i] + "` failed: " + out;
+    return false;
+  }
+  return true;
 }
 
 std::pair<int, std::string> shell(const std::string& cmd) {

@@ -40,4 +40,9 @@ const std::string& ip_path();
 // Runs `cmd` through /bin/sh; returns its exit status and combined output.
 std::pair<int, std::string> shell(const std::string& cmd);
 
+// Makes namespaces: root is needed, then each step runs through shell() in
+// order. False, with *why saying which step failed and how (or that root
+// is missing, or that `ip netns add` is not permitted), at the first failure.
+bool make_namespaces(const std::vector<std::string>& steps, std::string* why);
+
 }  // namespace collie::test

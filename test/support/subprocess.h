@@ -1,52 +1,42 @@
-// Subprocess: a child process for multi-process tests. Its stdout and stderr
-// go to files (never pipes, so that many children writing a lot can never
-// block each other while the test waits on one of them); wait() has a
-// deadline and kills the child when it passes. The destructor kills and reaps
-// a child that is still running, so a failing test leaves no process behind.
+// Subprocess: a child process for multi-process tests, a ChildProcess
+// (runtime/base/child_process.h) whose stdout and stderr go to files (never
+// pipes, so that many children writing a lot can never block each other
+// while the test waits on one of them). wait() has a deadline and kills the
+// child when it passes. The destructor kills and reaps a child that is still
+// running, so a failing test leaves no process behind.
 #pragma once
 
 #include <sys/types.h>
 
-#include <map>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "runtime/base/child_process.h"
 #include "runtime/base/deadline.h"
 
 namespace collie::test {
 
-struct ExitStatus {
-  int exit_code = -1;  // valid when signal == 0
-  int signal = 0;      // the signal that killed it, or 0
-  bool ok() const { return signal == 0 && exit_code == 0; }
-  std::string describe() const;  // "exit 3", "killed by SIGKILL"
-};
-
-struct SpawnOptions {
-  // Variables to set (value) or remove (std::nullopt) on top of this
-  // process's environment.
-  std::map<std::string, std::optional<std::string>> env;
-  std::string cwd;
-  // Put the child in a new process group (kill_group() reaches its children).
-  bool new_process_group = false;
-};
+using collie::ExitStatus;
+using collie::SpawnOptions;
 
 class Subprocess {
  public:
+  // argv[0] is the program's path. The output fields of `options` are
+  // replaced: stdout and stderr always go to this Subprocess's files.
   static Subprocess spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
-  Subprocess(Subprocess&& other) noexcept;
+  Subprocess(Subprocess&& other) noexcept { *this = std::move(other); }
   Subprocess& operator=(Subprocess&& other) noexcept;
   ~Subprocess();
 
-  pid_t pid() const { return pid_; }
-  bool running();
+  pid_t pid() const { return process_.pid(); }
+  bool running() { return !process_.poll_exit(); }
   // Waits for the exit; on timeout kills the child (SIGKILL), then throws
   // TimeoutError with the child's command line and the tail of its output.
   ExitStatus wait(Timeout timeout);
-  void kill(int sig);
-  void kill_group(int sig);  // needs new_process_group
+  void kill(int sig) { process_.signal(sig); }
+  void kill_group(int sig) { process_.signal_group(sig); }  // needs new_process_group
 
   // Everything written so far.
   std::string out() const;
@@ -58,10 +48,9 @@ class Subprocess {
 
  private:
   Subprocess() = default;
-  void reap_blocking();
+  void remove_files();
 
-  pid_t pid_ = -1;
-  std::optional<ExitStatus> status_;
+  ChildProcess process_;
   std::string dir_;  // holds out.txt and err.txt
   std::vector<std::string> argv_;
 };

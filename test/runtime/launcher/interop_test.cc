@@ -12,6 +12,7 @@
 #include "runtime/base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
+#include "test/support/skip.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -26,10 +27,8 @@ bool executable(const char* path) { return ::access(path, X_OK) == 0; }
 
 TEST_CASE("collie workers rendezvous through torchrun's agent store",
           "[launcher][interop][torchrun]") {
-  if (!executable("/usr/bin/python3")) {
-    WARN("skipped: /usr/bin/python3 (with python3-torch) is not installed");
-    return;
-  }
+  require_or_skip(executable("/usr/bin/python3"),
+                  "/usr/bin/python3 (with python3-torch) is not installed");
   // torchrun's static rendezvous hands its port to the workers as given, so
   // it needs a concrete port: one that was free a moment ago.
   uint16_t port = probe_free_port();
@@ -79,10 +78,7 @@ TEST_CASE("workers started SLURM-style rendezvous on rank 0's store",
 }
 
 TEST_CASE("workers started by mpirun rendezvous on rank 0's store", "[launcher][interop][mpi]") {
-  if (!executable("/usr/bin/mpirun")) {
-    WARN("skipped: mpirun (openmpi-bin) is not installed");
-    return;
-  }
+  require_or_skip(executable("/usr/bin/mpirun"), "mpirun (openmpi-bin) is not installed");
   uint16_t port = probe_free_port();
   std::vector<std::string> argv{"/usr/bin/mpirun",
                                 "--allow-run-as-root",
@@ -106,10 +102,8 @@ TEST_CASE("workers started by mpirun rendezvous on rank 0's store", "[launcher][
 }
 
 TEST_CASE("torch workers under collie-run find its agent store", "[launcher][interop][torchrun]") {
-  if (!executable("/usr/bin/python3")) {
-    WARN("skipped: /usr/bin/python3 (with python3-torch) is not installed");
-    return;
-  }
+  require_or_skip(executable("/usr/bin/python3"),
+                  "/usr/bin/python3 (with python3-torch) is not installed");
   // torch 1.13's env:// rendezvous with TORCHELASTIC_USE_AGENT_STORE=True:
   // a 1.13-protocol TCPStore client of collie's server, under
   // /worker/attempt_0, then a gloo all_reduce.

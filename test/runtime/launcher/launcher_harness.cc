@@ -49,6 +49,14 @@ Subprocess start_launcher(const std::vector<std::string>& flags, const std::stri
                            {.env = full, .new_process_group = true});
 }
 
+Subprocess start_launcher_in(const std::vector<std::string>& prefix,
+                             const std::vector<std::string>& flags, const std::string& child,
+                             const std::vector<std::string>& child_args) {
+  std::vector<std::string> argv = prefix;
+  for (auto& s : launcher_argv(flags, child, child_args)) argv.push_back(s);
+  return Subprocess::spawn(argv, {.env = clean_launch_env(), .new_process_group = true});
+}
+
 std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
   Deadline deadline(timeout);
   auto pause = std::chrono::milliseconds(1);

@@ -31,6 +31,12 @@ Subprocess start_launcher(const std::vector<std::string>& flags, const std::stri
                           const std::vector<std::string>& child_args = {},
                           std::map<std::string, std::optional<std::string>> env = {});
 
+// start_launcher() run through `prefix` (NetnsPair/NetnsLan::exec_in(): a
+// command that runs it inside a network namespace).
+Subprocess start_launcher_in(const std::vector<std::string>& prefix,
+                             const std::vector<std::string>& flags, const std::string& child,
+                             const std::vector<std::string>& child_args = {});
+
 // Polls the child's stderr until it contains needle; returns stderr.
 std::string wait_for_stderr(Subprocess& p, const std::string& needle,
                             Timeout timeout = kLaunchTimeout);

@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "runtime/base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/netns_pair.h"
+#include "test/support/skip.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -211,29 +213,25 @@ TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout",
 
 TEST_CASE("two network namespaces joined by a veth pair run one job",
           "[launcher][multinode][netns]") {
-  NetnsPair ns("v", "10.231.7");
-  if (!ns.ok) {
-    WARN("skipped: " << ns.why);
-    return;
+  auto pair = std::make_unique<NetnsPair>("v", "10.231.7");
+  if (!pair->ok) {
+    const std::string why = pair->why;
+    pair.reset();  // removes what was made: skip_test() exits without unwinding
+    skip_test(why);
   }
+  const NetnsPair& ns = *pair;
   // addr_a (10.231.7.1) exists only inside namespace a: node 1 reaches node 0 over the veth.
-  auto node0_argv = ns.exec_in(ns.a);
-  for (auto& s :
-       launcher_argv({"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
-                      "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
-                     "store_rdv", {"-1", "allreduce"}))
-    node0_argv.push_back(s);
   auto node0 =
-      Subprocess::spawn(node0_argv, {.env = clean_launch_env(), .new_process_group = true});
+      start_launcher_in(ns.exec_in(ns.a),
+                        {"--nnodes", "2", "--node-rank", "0", "--master-addr", ns.addr_a,
+                         "--master-port", "0", "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
+                        "store_rdv", {"-1", "allreduce"});
   uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
-  auto node1_argv = ns.exec_in(ns.b);
-  for (auto& s : launcher_argv(
-           {"--nnodes", "2", "--node-rank", "1", "--master-addr", ns.addr_a, "--master-port",
-            std::to_string(port), "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
-           "store_rdv", {"-1", "allreduce"}))
-    node1_argv.push_back(s);
-  auto node1 =
-      Subprocess::spawn(node1_argv, {.env = clean_launch_env(), .new_process_group = true});
+  auto node1 = start_launcher_in(
+      ns.exec_in(ns.b),
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", ns.addr_a, "--master-port",
+       std::to_string(port), "--nproc-per-node", "2", "--rdzv-timeout", "30s"},
+      "store_rdv", {"-1", "allreduce"});
   auto s1 = node1.wait(kLaunchTimeout);
   auto s0 = node0.wait(kLaunchTimeout);
   INFO(node0.err() << "\n--- node 1 ---\n" << node1.err() << node1.out());

@@ -115,6 +115,81 @@ TEST_CASE("bad flags are usage errors that name the flag", "[launcher][options]"
   CHECK_THAT(parse_bad({"--master-port", "70000", "./t"}).message, Contains("70000"));
 }
 
+TEST_CASE("durations are range-checked and refused naming the flag, never wrapped",
+          "[launcher][options]") {
+  // Before: 3000000h overflowed a nanosecond deadline ("within
+  // -7646744073709551616ns"), 99999999999h became a grace period of 0 and a
+  // timeout of 0 failed in the rendezvous with a confusing message.
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "3000000h", "./t"}).message,
+             Contains("--rdzv-timeout '3000000h' is longer than the limit of 8760h"));
+  CHECK_THAT(parse_bad({"--grace-period", "99999999999h", "./t"}).message,
+             Contains("--grace-period '99999999999h' is longer than the limit"));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "0", "./t"}).message,
+             Contains("--rdzv-timeout '0' is no time at all"));
+  CHECK_THAT(parse_bad({"--rdzv-conf", "timeout=0s", "./t"}).message,
+             Contains("--rdzv-conf timeout '0s' is no time at all"));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "0.1ms", "./t"}).message, Contains("at least 1ms"));
+  for (const char* bad : {"-5", "1.2.3s", "nan", "inf", "1e9", "s", "5 h"}) {
+    INFO(bad);
+    CHECK_THAT(parse_bad({"--rdzv-timeout", bad, "./t"}).message, Contains("--rdzv-timeout"));
+  }
+  CHECK(parse_ok({"--grace-period", "0", "./t"}).grace_period == std::chrono::milliseconds(0));
+  CHECK(parse_ok({"--rdzv-timeout", "8760h", "./t"}).rdzv_timeout == std::chrono::hours(8760));
+  CHECK_THAT(parse_bad({"--rdzv-timeout", "8761h", "./t"}).message, Contains("longer than"));
+  CHECK(parse_ok({"--rdzv-timeout", " 90s ", "./t"}).rdzv_timeout == std::chrono::seconds(90));
+}
+
+TEST_CASE("the c10d backend: MIN:MAX nodes, the endpoint's forms and torchrun's rdzv-conf keys",
+          "[launcher][options][elastic]") {
+  auto e = parse_ok({"--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29401", "--rdzv-id", "job",
+                     "--nnodes", "2:4", "--rdzv-conf",
+                     "last_call_timeout=5,join_timeout=90s,keep_alive_interval=2s,"
+                     "keep_alive_max_attempt=4,is_host=false,read_timeout=60",
+                     "./t"});
+  CHECK(e.elastic);
+  CHECK(e.min_nodes == 2);
+  CHECK(e.max_nodes == 4);
+  CHECK(e.master_addr == "node0");
+  CHECK(e.master_port == 29401);
+  CHECK(e.run_id == "job");
+  CHECK(e.last_call_timeout == std::chrono::seconds(5));
+  CHECK(e.rdzv_timeout == std::chrono::seconds(90));
+  CHECK(e.keep_alive_interval == std::chrono::seconds(2));
+  CHECK(e.keep_alive_max_attempt == 4);
+  CHECK(e.is_host == std::optional<bool>(false));
+  // torchrun's default port, IPv6 literals with and without a port.
+  CHECK(parse_ok({"--rdzv-backend=c10d", "--rdzv-endpoint=node0", "./t"}).master_port == 29400);
+  auto v6 = parse_ok({"--rdzv-backend=c10d", "--rdzv-endpoint=[fd00::1]:5000", "./t"});
+  CHECK(v6.master_addr == "fd00::1");
+  CHECK(v6.master_port == 5000);
+  CHECK(parse_ok({"--rdzv-backend=c10d", "--rdzv-endpoint=[fd00::1]", "./t"}).master_port == 29400);
+  CHECK(parse_ok({"--nnodes", "3", "./t"}).min_nodes == 3);
+  CHECK_FALSE(parse_ok({"./t"}).elastic);
+
+  CHECK_THAT(parse_bad({"--rdzv-backend", "c10d", "./t"}).message,
+             Contains("--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT"));
+  CHECK_THAT(parse_bad({"--rdzv-backend", "etcd", "./t"}).message,
+             Contains("--rdzv-backend 'etcd' is not supported"));
+  CHECK_THAT(
+      parse_bad({"--nnodes", "3:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "./t"})
+          .message,
+      Contains("--nnodes 3:2: MIN is above MAX"));
+  CHECK_THAT(parse_bad({"--nnodes", "0:2", "./t"}).message, Contains("at least 1 node"));
+  CHECK_THAT(parse_bad({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:0", "./t"}).message,
+             Contains("needs a fixed port"));
+  CHECK_THAT(parse_bad({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--node-rank", "1",
+                        "--nnodes", "2", "./t"})
+                 .message,
+             Contains("--node-rank is assigned on arrival"));
+  CHECK_THAT(parse_bad({"--rdzv-conf", "last_cal_timeout=3", "./t"}).message,
+             Contains("--rdzv-conf: unknown key 'last_cal_timeout'"));
+  CHECK_THAT(parse_bad({"--rdzv-conf", "is_host=maybe", "./t"}).message,
+             Contains("--rdzv-conf is_host='maybe' is not true or false"));
+  CHECK_THAT(parse_bad({"--rdzv-conf", "keep_alive_interval=0", "./t"}).message,
+             Contains("--rdzv-conf keep_alive_interval '0' is no time at all"));
+  CHECK_THAT(parse_bad({"--rdzv-endpoint", "[fd00::1", "./t"}).message, Contains("has no ']'"));
+}
+
 TEST_CASE("help documents every flag with an example", "[launcher][options]") {
   auto r = parse_launch_options({"collie-run", "--help"});
   REQUIRE_FALSE(r.options);

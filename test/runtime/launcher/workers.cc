@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
@@ -118,4 +119,46 @@ COLLIE_TEST_CHILD(flaky) {
     return 5;
   }
   return 0;
+}
+
+// args: pid_dir call_timeout_ms. init_process_group through the agent store,
+// then all_reduce in a loop, each call under the timeout; prints "looping"
+// once under way and the error, whole, on stderr when a call fails.
+COLLIE_TEST_CHILD(allreduce_loop) {
+  init_process_group({.backend = "socket", .timeout = std::chrono::seconds(60)});
+  const int rank = get_rank();
+  write_pid_file(args.at(0), rank);
+  const Timeout call_timeout(std::stoi(args.at(1)));
+  try {
+    for (int k = 0;; ++k) {
+      std::vector<float> v(1 << 16, static_cast<float>(rank + 1));
+      get_default_group()->all_reduce(view(v.data(), v.size()), {.timeout = call_timeout})->wait();
+      if (k == 3) {
+        std::printf("looping rank %d\n", rank);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d failed: %s\n", rank, e.what());
+    return 1;
+  }
+}
+
+// args: exit_world [fail_rank [always]]. Prints where it runs; exits 0 once
+// the world has exit_world ranks, else waits to be stopped. fail_rank exits
+// 3 on round 0 (or on every round with "always").
+COLLIE_TEST_CHILD(elastic_child) {
+  const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  const int round = env_int("TORCHELASTIC_RESTART_COUNT");
+  std::printf("elastic rank %d of %d node %d/%d restart %d\n", rank, world, env_int("GROUP_RANK"),
+              env_int("GROUP_WORLD_SIZE"), round);
+  std::fflush(stdout);
+  const int fail_rank = args.size() > 1 ? std::stoi(args[1]) : -1;
+  const bool always = args.size() > 2 && args[2] == "always";
+  if (rank == fail_rank && (round == 0 || always)) {
+    std::fprintf(stderr, "rank %d failing on round %d\n", rank, round);
+    return 3;
+  }
+  if (world == std::stoi(args.at(0))) return 0;
+  wait_forever();
 }

@@ -1,0 +1,35 @@
+#!/bin/sh
+# resume_latest.sh OUTPUT_DIR PROGRAM [ARGS...]: runs a BLIP-style training
+# program in OUTPUT_DIR, resuming from its newest checkpoint_NN.pth when
+# there is one. This is the part of a job script that torchrun leaves to the
+# user and that a restarted or elastic job needs: collie-run (like torchrun)
+# starts every attempt with the same command line, and the program itself
+# must find where the last attempt got to. With --epochs N among the
+# arguments, a checkpoint of the last epoch means there is nothing left to
+# train, and it exits 0.
+#
+#   collie-run --max-restarts 3 ... examples/resume_latest.sh /runs/j7 build/bin/blip_train --epochs 10
+set -eu
+out=$1
+prog=$2
+shift 2
+epochs=""
+prev=""
+for arg in "$@"; do
+  if [ "$prev" = "--epochs" ]; then epochs=$arg; fi
+  prev=$arg
+done
+latest=""
+for f in "$out"/checkpoint_[0-9]*.pth; do  # a glob expands sorted: the last is the newest
+  if [ -e "$f" ]; then latest=$f; fi
+done
+if [ -n "$latest" ]; then
+  epoch=$(basename "$latest" .pth | sed 's/^checkpoint_0*//')
+  epoch=${epoch:-0}
+  if [ -n "$epochs" ] && [ "$epoch" -ge $((epochs - 1)) ]; then
+    echo "resume_latest: $latest is the last of $epochs epochs: nothing left to train"
+    exit 0
+  fi
+  set -- "$@" --resume "$latest"
+fi
+exec "$prog" --output-dir "$out" "$@"
