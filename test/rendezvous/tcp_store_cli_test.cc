@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "rendezvous/tcp_store.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 namespace collie {
@@ -70,10 +71,8 @@ namespace {
 
 TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store][cli]") {
   const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0) {
-    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-    return;
-  }
+  if (::access(demo.c_str(), X_OK) != 0)
+    test::skip(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
   auto p = test::Subprocess::spawn({demo, "--nproc", "5", "--timeout", "60"});
   auto status = p.wait(std::chrono::seconds(90));
   INFO(p.out() << p.err());
@@ -85,10 +84,8 @@ TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store
 TEST_CASE("rendezvous_demo: a failing worker fails the job and stops the others",
           "[tcp_store][cli]") {
   const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0) {
-    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-    return;
-  }
+  if (::access(demo.c_str(), X_OK) != 0)
+    test::skip(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
   test::SpawnOptions options;
   options.env["COLLIE_DEMO_FAIL_RANK"] = "2";
   auto p = test::Subprocess::spawn({demo, "--nproc", "4", "--timeout", "60"}, options);

@@ -17,6 +17,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "test/support/child.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -66,14 +67,6 @@ s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), None, False, timeout=datetime.t
 s.set("torch", "yes")
 print("torch got", s.get("torch").decode(), flush=True)
 )PY";
-
-bool have_torch() {
-  if (::access("/usr/bin/python3", X_OK) != 0) return false;
-  auto p = Subprocess::spawn(
-      {"/usr/bin/python3", "-c",
-       "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
-  return p.wait(60s).ok();
-}
 
 }  // namespace
 
@@ -152,10 +145,7 @@ TEST_CASE("the store's gate refuses a forged proof byte by byte", "[security][st
 
 TEST_CASE("torch 1.13's TCPStore is refused in secure mode and served in compatibility mode",
           "[security][store][torch]") {
-  if (!have_torch()) {
-    WARN("skipped: /usr/bin/python3 cannot import torch");
-    return;
-  }
+  if (!test::torch_missing().empty()) test::skip(test::torch_missing());
   test::TempDir dir;
   const std::string script = dir.file("client.py");
   std::ofstream(script) << kTorchClient;
