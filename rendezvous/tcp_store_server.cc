@@ -29,7 +29,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
       : options_(options),
         acceptor_(io_),
         retry_timer_(io_),
-        state_([this](ConnectionId id, Bytes reply, bool resumed) {
+        state_([this](ConnectionId id, ReplyQueue reply, bool resumed) {
           deliver(id, std::move(reply), resumed);
         }) {
     limits_.max_value_bytes = options.max_value_bytes;
@@ -143,7 +143,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   }
 
   // A parked request completed: send its reply on its own connection.
-  void deliver(ConnectionId id, Bytes reply, bool resumed) {
+  void deliver(ConnectionId id, ReplyQueue reply, bool resumed) {
     auto it = connections_.find(id);
     if (it == connections_.end()) return;
     it->second->send(std::move(reply));

@@ -5,9 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <regex>
-
 #include "rendezvous/tcp_store.h"
+#include "test/rendezvous/raw_store_client.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
@@ -17,15 +16,8 @@ namespace {
 using namespace std::chrono_literals;
 using test::Subprocess;
 
-const std::string kCollieStore = std::string(COLLIE_BIN_DIR) + "/collie-store";
-
-uint16_t listening_port(Subprocess& p) {
-  const std::string out = p.wait_for_output("\n", 30s);
-  std::smatch m;
-  REQUIRE(
-      std::regex_search(out, m, std::regex("collie-store listening on 127\\.0\\.0\\.1:(\\d+)")));
-  return static_cast<uint16_t>(std::stoi(m[1]));
-}
+const std::string kCollieStore = test::collie_store_path();
+using test::listening_port;
 
 TEST_CASE("collie-store: serves, then stops cleanly on SIGTERM or SIGINT", "[tcp_store][cli]") {
   const int sig = GENERATE(SIGTERM, SIGINT);
