@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store_client.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -31,6 +32,8 @@ std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host, uint16_t po
                                             const TcpStoreOptions& options) {
   COLLIE_ARG_CHECK(!host.empty(), "TcpStore::connect needs a host");
   COLLIE_ARG_CHECK_NE(port, 0, "TcpStore::connect needs the server's port");
+  check_option_range("TcpStoreOptions::max_value_bytes", options.max_value_bytes, 1,
+                     store_protocol::kMaxValueBytesLimit);
   return std::make_unique<TcpStoreClient>(host, port, options);
 }
 

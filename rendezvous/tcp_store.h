@@ -28,11 +28,16 @@ enum class StoreProtocol {
   kV1_13,   // PyTorch 1.13: no VALIDATE, SET=0..DELETE_KEY=8
 };
 
+// The most connections a server may be asked to hold.
+inline constexpr size_t kMaxConnectionsLimit = size_t{1} << 20;
+
 struct TcpStoreServerOptions {
-  std::string host = "0.0.0.0";               // address to bind
-  uint16_t port = 0;                          // 0: an ephemeral port, see port()
-  size_t max_value_bytes = size_t{64} << 20;  // cap on any key or value
-  size_t max_connections = 4096;
+  std::string host = "0.0.0.0";  // address to bind
+  uint16_t port = 0;             // 0: an ephemeral port, see port()
+  // Cap on any key or value: 1 to 512 MiB (store_protocol::kMaxValueBytesLimit).
+  size_t max_value_bytes = size_t{64} << 20;
+  // Clients served at once: 1 to kMaxConnectionsLimit.
+  size_t max_connections = 16384;
   // The job secret clients must prove (docs/security.md); unset:
   // COLLIE_JOB_SECRET. A default JobSecret() means no authentication.
   std::optional<JobSecret> secret;
@@ -44,7 +49,8 @@ struct TcpStoreServerOptions {
 class TcpStoreServer {
  public:
   // Binds and starts serving; throws NetworkError naming host:port when the
-  // address is in use or cannot be bound.
+  // address is in use or cannot be bound, InvalidArgument naming the option
+  // and its allowed range when an option is out of range.
   static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options = {});
   virtual ~TcpStoreServer() = default;
 
@@ -57,7 +63,7 @@ class TcpStoreServer {
 struct TcpStoreOptions {
   Timeout timeout = kDefaultTimeout;  // connect deadline and get/wait default
   StoreProtocol protocol = StoreProtocol::kDetect;
-  size_t max_value_bytes = size_t{64} << 20;
+  size_t max_value_bytes = size_t{64} << 20;  // 1 to 512 MiB, as the server's
   // The job secret to prove to the server; unset: COLLIE_JOB_SECRET.
   std::optional<JobSecret> secret;
 };

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_connection.h"
 #include "rendezvous/tcp_store_state.h"
@@ -171,6 +172,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
 }  // namespace
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOptions& options) {
+  check_option_range("TcpStoreServerOptions::max_value_bytes", options.max_value_bytes, 1,
+                     store_protocol::kMaxValueBytesLimit);
+  check_option_range("TcpStoreServerOptions::max_connections", options.max_connections, 1,
+                     kMaxConnectionsLimit);
   return std::make_unique<TcpStoreServerImpl>(options);
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
 #include "test/rendezvous/raw_store_client.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
@@ -53,6 +54,56 @@ TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
       Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});
   listening_port(p);
   CHECK(p.wait(30s).ok());
+}
+
+TEST_CASE("collie-store: numbers that do not fit are refused naming the flag and the range",
+          "[tcp_store][cli]") {
+  struct Case {
+    const char* flag;
+    const char* value;
+    const char* range;
+  };
+  const Case c =
+      GENERATE(Case{"--max-value-bytes", "18446744073709551615", "1 to 536870912"},
+               Case{"--max-value-bytes", "18446744073709551616", "1 to 536870912"},
+               Case{"--max-value-bytes", "-1", "1 to 536870912"},
+               Case{"--max-value-bytes", "0", "1 to 536870912"},
+               Case{"--max-connections", "99999999999", "1 to 1048576"},
+               Case{"--port", "70000", "0 to 65535"}, Case{"--timeout", "1e300", "0 to 31622400"});
+  INFO(c.flag << " " << c.value);
+  auto p = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", c.flag, c.value});
+  auto status = p.wait(30s);
+  CHECK_FALSE(status.ok());
+  CHECK(p.out().find("listening") == std::string::npos);
+  CHECK_THAT(p.err(),
+             Catch::Contains(c.flag) && Catch::Contains(c.value) && Catch::Contains(c.range));
+  // A user-input error, not a bug: no source file in the message.
+  CHECK(p.err().find(".cc") == std::string::npos);
+}
+
+TEST_CASE("collie-store: --help says how workers reach it and what the job secret does",
+          "[tcp_store][cli]") {
+  auto p = Subprocess::spawn({kCollieStore, "--help"});
+  REQUIRE(p.wait(30s).ok());
+  const std::string help = p.out();
+  for (const char* needle : {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "tcp://",
+                             "COLLIE_JOB_SECRET", "COLLIE_STORE_COMPAT", "--max-connections"})
+    CHECK_THAT(help, Catch::Contains(needle));
+}
+
+TEST_CASE("TcpStoreServer and TcpStore refuse options out of range, naming them",
+          "[tcp_store][cli]") {
+  CHECK_THROWS_MATCHES(
+      TcpStoreServer::start({.host = "127.0.0.1", .max_value_bytes = ~size_t{0}}), InvalidArgument,
+      Catch::Message("TcpStoreServerOptions::max_value_bytes is 18446744073709551615: allowed 1 "
+                     "to 536870912"));
+  CHECK_THROWS_WITH(TcpStoreServer::start({.host = "127.0.0.1", .max_connections = 0}),
+                    Catch::Contains("TcpStoreServerOptions::max_connections is 0"));
+  auto server = TcpStoreServer::start({.host = "127.0.0.1"});
+  TcpStoreOptions options;
+  options.max_value_bytes = 0;
+  CHECK_THROWS_WITH(TcpStore::connect("127.0.0.1", server->port(), options),
+                    Catch::Contains("TcpStoreOptions::max_value_bytes is 0: allowed 1 to"));
 }
 
 }  // namespace
