@@ -4,7 +4,9 @@
 #include "rendezvous/tcp_store.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "rendezvous/store_auth.h"
 #include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store_client.h"
 #include "runtime/base/check.h"
@@ -127,6 +129,8 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
   send(req, "WAIT", deadline);
   uint8_t answer = 0;
   IoResult r = socket_.recv_exact(&answer, 1, deadline.when());
+  if (r.ok() && std::exchange(awaiting_first_answer_, false) && is_store_refusal(answer))
+    refused_by_server(answer);
   if (r.ok()) {
     if (answer != store_protocol::kStopWaiting) {
       socket_.close();

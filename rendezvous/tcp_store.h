@@ -38,6 +38,12 @@ struct TcpStoreServerOptions {
   size_t max_value_bytes = size_t{64} << 20;
   // Clients served at once: 1 to kMaxConnectionsLimit.
   size_t max_connections = 16384;
+  // With a job secret (unless accept_unauthenticated): connections that have
+  // not proven it yet may number at most max_unauthenticated at once (a new
+  // one closes the oldest) and last at most handshake_timeout, so that
+  // strangers cannot hold the job's slots (docs/security.md).
+  size_t max_unauthenticated = 1024;
+  Timeout handshake_timeout = std::chrono::seconds(10);
   // The job secret clients must prove (docs/security.md); unset:
   // COLLIE_JOB_SECRET. A default JobSecret() means no authentication.
   std::optional<JobSecret> secret;

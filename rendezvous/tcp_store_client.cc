@@ -66,17 +66,22 @@ void TcpStoreClient::check_size(const std::string& key, size_t value_bytes) cons
 void TcpStoreClient::open(const Deadline& deadline) {
   Timeout backoff = std::chrono::milliseconds(10);
   int attempts = 0;
-  IoResult last;
+  std::string last_error;
   for (;;) {
     ++attempts;
     StoreSocket socket;
-    last = StoreSocket::connect(host_, port_, deadline.when(), &socket);
-    if (last.ok()) {
-      if (handshake(socket, deadline)) {
+    const IoResult r = StoreSocket::connect(host_, port_, deadline.when(), &socket);
+    if (r.ok()) {
+      const Handshake h = handshake(socket, deadline);
+      if (h == Handshake::kDone) {
         socket_ = std::move(socket);
+        awaiting_first_answer_ = true;
         return;
       }
-      continue;  // a 2.x torch server refused the probe: reconnect in 2.x
+      if (h == Handshake::kRetryIn2x) continue;
+      last_error = describe_store_refusal(kStoreRefusedBusy);
+    } else {
+      last_error = r.describe();
     }
     if (deadline.expired()) break;
     // The server may not be up yet: back off exponentially (capped at 1s).
@@ -84,10 +89,21 @@ void TcpStoreClient::open(const Deadline& deadline) {
     backoff = std::min<Timeout>(backoff * 2, std::chrono::seconds(1));
   }
   throw TimeoutError(describe(str_cat("could not connect ", deadline.describe(), " (", attempts,
-                                      " attempts; last error: ", last.describe(), ")")));
+                                      " attempts; last error: ", last_error, ")")));
 }
 
-bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
+void TcpStoreClient::refused_by_server(uint8_t notice) {
+  socket_.close();
+  throw StoreError(describe(describe_store_refusal(notice)));
+}
+
+bool TcpStoreClient::refused(uint8_t answer) const {
+  if (!is_store_refusal(answer)) return false;
+  if (answer == kStoreRefusedBusy) return true;
+  throw StoreError(describe(describe_store_refusal(answer)));
+}
+
+TcpStoreClient::Handshake TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   auto check_io = [&](const IoResult& r, const char* step) {
     if (r.ok()) return;
     if (r.kind == IoResult::Kind::kTimeout)
@@ -95,9 +111,11 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
     throw StoreError(describe(str_cat(step, " failed: ", r.describe())));
   };
   // With a job secret, prove it before anything else (store_auth.h).
-  if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env(); secret)
-    authenticate_store_client(socket, secret, deadline,
-                              [this](const std::string& w) { return describe(w); });
+  if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env();
+      secret && authenticate_store_client(socket, secret, deadline, [this](const std::string& w) {
+                  return describe(w);
+                }) == StoreAuthResult::kBusy)
+    return Handshake::kBusy;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kV1_13)
     dialect_ = Dialect::kV1_13;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kDetect) {
@@ -113,13 +131,14 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
     if (r.kind == IoResult::Kind::kClosed) {
       COLLIE_LOG(kDebug) << describe("a PyTorch 2.x server; speaking 2.x");
       dialect_ = Dialect::kV2;
-      return false;
+      return Handshake::kRetryIn2x;
     }
     check_io(r, "dialect probe");
+    if (refused(answer)) return Handshake::kBusy;
     if (answer == store_protocol::kCheckReady || answer == store_protocol::kCheckNotReady) {
       COLLIE_LOG(kDebug) << describe("a PyTorch 1.13 server; speaking 1.13");
       dialect_ = Dialect::kV1_13;
-      return true;
+      return Handshake::kDone;
     }
     if (answer != store_protocol::kProbeBothDialects) {
       throw StoreError(describe(str_cat("unexpected answer ", int{answer},
@@ -127,10 +146,11 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
     }
     // collie's server: it serves both, and 2.x has every operation.
   }
-  if (dialect_ == Dialect::kV1_13) return true;
+  if (dialect_ == Dialect::kV1_13) return Handshake::kDone;
   dialect_ = Dialect::kV2;
-  // 2.x: VALIDATE then PING, whose nonce must come back.
-  const uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5a5a0000u;
+  // 2.x: VALIDATE then PING, whose nonce must come back. Its first byte is
+  // never a refusal notice (0xB0-0xBF), which a server may send instead.
+  const uint32_t nonce = ((static_cast<uint32_t>(::getpid()) << 8) ^ 0x5a5a0000u) | 0x2Au;
   Bytes hello;
   Writer(hello)
       .u8(static_cast<uint8_t>(store_protocol::V2Query::kValidate))
@@ -139,7 +159,9 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
       .u32(nonce);
   check_io(socket.send_all(hello.data(), hello.size(), deadline.when()), "2.x handshake");
   uint8_t echoed[4];
-  IoResult r = socket.recv_exact(echoed, 4, deadline.when());
+  IoResult r = socket.recv_exact(echoed, 1, deadline.when());
+  if (r.ok() && refused(echoed[0])) return Handshake::kBusy;
+  if (r.ok()) r = socket.recv_exact(echoed + 1, 3, deadline.when());
   if (r.kind == IoResult::Kind::kClosed) {
     throw StoreError(
         describe("the server closed the connection during the 2.x handshake (VALIDATE, PING); "
@@ -148,7 +170,7 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   check_io(r, "2.x handshake");
   if (store_protocol::load_u32(echoed) != nonce)
     throw StoreError(describe("PING answered with the wrong nonce: is this a TCPStore server?"));
-  return true;
+  return Handshake::kDone;
 }
 
 void TcpStoreClient::ensure_open() {
@@ -175,7 +197,24 @@ void TcpStoreClient::send(const Bytes& request, const char* what, const Deadline
 }
 
 void TcpStoreClient::recv(void* data, size_t n, const char* what, const Deadline& deadline) {
-  if (IoResult r = socket_.recv_exact(data, n, deadline.when()); !r.ok()) fail(r, what, deadline);
+  if (n == 0) return;
+  uint8_t* p = static_cast<uint8_t*>(data);
+  if (awaiting_first_answer_) {
+    // A server that refuses a connection without a handshake (1.13, no
+    // secret) sends one notice byte and closes. No one-byte answer is ever
+    // a notice's value; a longer one is a notice only if the close follows.
+    awaiting_first_answer_ = false;
+    if (IoResult r = socket_.recv_exact(p, 1, deadline.when()); !r.ok()) fail(r, what, deadline);
+    if (is_store_refusal(p[0])) {
+      IoResult rest = n > 1 ? socket_.recv_exact(p + 1, n - 1, deadline.when()) : IoResult{};
+      if (n == 1 || rest.kind == IoResult::Kind::kClosed) refused_by_server(p[0]);
+      if (!rest.ok()) fail(rest, what, deadline);
+      return;
+    }
+    ++p;
+    --n;
+  }
+  if (IoResult r = socket_.recv_exact(p, n, deadline.when()); !r.ok()) fail(r, what, deadline);
 }
 
 uint8_t TcpStoreClient::recv_u8(const char* what, const Deadline& deadline) {

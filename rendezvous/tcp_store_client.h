@@ -47,9 +47,19 @@ class TcpStoreClient final : public TcpStore {
   // Opens a connection (backoff + jitter until `deadline`) and shakes hands
   // in the configured dialect, detecting it first for kDetect.
   void open(const Deadline& deadline);
-  // One handshake on a fresh socket; returns false when a kDetect probe
-  // found a 2.x torch server (which drops the probe's connection).
-  bool handshake(StoreSocket& socket, const Deadline& deadline);
+  enum class Handshake {
+    kDone,
+    kRetryIn2x,  // a kDetect probe found a 2.x torch server (it drops the probe's connection)
+    kBusy,       // the server sent the busy notice (store_auth.h): try again
+  };
+  // One handshake on a fresh socket. Throws StoreError naming the cause when
+  // the server refuses us for good (store_auth.h's notices).
+  Handshake handshake(StoreSocket& socket, const Deadline& deadline);
+  // A handshake answer byte that is a refusal notice: true for busy, throws
+  // for the others, false when it is no notice.
+  bool refused(uint8_t answer) const;
+  // The server sent `notice` instead of an answer: close, throw StoreError.
+  [[noreturn]] void refused_by_server(uint8_t notice);
   void ensure_open();
 
   // The request header: the query byte of `op` in this connection's dialect.
@@ -79,6 +89,9 @@ class TcpStoreClient final : public TcpStore {
   mutable std::mutex mu_;
   StoreSocket socket_;
   store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
+  // No answer has come on this connection yet (a 1.13 connection without a
+  // secret has no handshake): its first may be a refusal notice.
+  bool awaiting_first_answer_ = false;
 };
 
 }  // namespace collie

@@ -103,6 +103,10 @@ void StoreConnection::process() {
       // The job secret's exchange comes before any TCPStore request.
       StoreAuthGate::Step step = auth_->feed({in_.data() + begin_, buffered});
       begin_ += step.consumed;
+      if (step.status == StoreAuthGate::Step::Status::kDone && !owner_.admit(id_)) {
+        refuse(kStoreRefusedFull, "the server serves max_connections clients already");
+        return;
+      }
       out_.append(step.reply);
       if (step.status == StoreAuthGate::Step::Status::kRefuse) {
         drop(str_cat("refused: ", step.error));
@@ -115,6 +119,11 @@ void StoreConnection::process() {
       need_ = 0;
       if (step.status == StoreAuthGate::Step::Status::kDone) auth_.reset();
       continue;
+    }
+    if (dialect_ == store_protocol::Dialect::kUnknown && in_[begin_] == kStoreAuthQuery) {
+      refuse(kStoreRefusedNoSecret,
+             "a client with COLLIE_JOB_SECRET, and this store runs without a job secret");
+      return;
     }
     ParseResult r =
         store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_, owner_.limits());
@@ -208,9 +217,18 @@ void StoreConnection::flush() {
   if (closing_) close();
 }
 
-void StoreConnection::drop(const std::string& why) {
-  COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": dropping connection from "
-                    << peer_ << ": " << why;
+void StoreConnection::refuse(uint8_t notice, const std::string& why, LogLevel level) {
+  if (closed_ || closing_) return;
+  out_.fields().push_back(notice);
+  drop(why, level);
+}
+
+void StoreConnection::drop(const std::string& why, LogLevel level) {
+  if (level >= log_level()) {
+    detail::LogLine(level, __FILE__, __LINE__)
+        << "TcpStoreServer " << owner_.address() << ": dropping connection from " << peer_ << ": "
+        << why;
+  }
   // Replies to the requests before the bad one still go out (torch's server
   // answers each request as it reads it); then the connection closes.
   closing_ = true;

@@ -22,6 +22,7 @@
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store_reply.h"
 #include "rendezvous/tcp_store_state.h"
+#include "runtime/base/logging.h"
 
 namespace collie {
 
@@ -33,6 +34,9 @@ class StoreConnectionOwner {
   virtual const store_protocol::Limits& limits() const = 0;
   virtual std::string address() const = 0;  // the server's host:port, for logs
   virtual void closed(ConnectionId id) = 0;
+  // The connection proved the job secret (or was admitted without it):
+  // false when the server is full and must refuse it.
+  virtual bool admit(ConnectionId id) = 0;
   // Who may talk to this server (rendezvous/store_auth.h); none by default.
   virtual const StoreAuthPolicy* auth_policy() const { return nullptr; }
 };
@@ -50,7 +54,11 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void send(ReplyQueue reply);
   // A parked GET completed: go on with the requests buffered behind it.
   void resume();
+  // Sends `notice` (store_auth.h's refusals) in place of any further answer,
+  // then closes; `why` is logged at `level`.
+  void refuse(uint8_t notice, const std::string& why, LogLevel level = LogLevel::kWarn);
   void close();
+  const std::string& peer() const { return peer_; }
 
  private:
   // Applies what is buffered, sends what is queued, reads more: each step
@@ -65,7 +73,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   // Writes queued replies until the socket would block, then waits for it
   // to become writable again.
   void flush();
-  void drop(const std::string& why);
+  // Sends what is queued, then closes; logs `why` at `level`.
+  void drop(const std::string& why, LogLevel level = LogLevel::kWarn);
   bool output_full() const { return out_.size() > kReplyHighWater; }
 
   ConnectionId id_;

@@ -12,7 +12,9 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -67,7 +69,9 @@ The job secret:
   With COLLIE_JOB_SECRET (64 hex digits) in its environment, collie-store
   serves only clients that prove the same secret (an HMAC exchange; the secret
   never crosses the wire): export the same value to every worker. Others are
-  refused with a line naming their address.
+  refused with a line naming their address, and connections that have not
+  proven it within --handshake-timeout, or beyond --max-unauthenticated at
+  once, are closed, so strangers cannot hold the job's slots.
   torch's TCPStore has no secret: COLLIE_STORE_COMPAT=1 also serves clients
   without one, unauthenticated. Without COLLIE_JOB_SECRET anyone who can reach
   the port can read and write every key. See docs/security.md.
@@ -95,8 +99,21 @@ int main(int argc, char** argv) {
                  "Clients served at once (raise the open-files limit to match: ulimit -n)")
       ->check(whole_number_in(1, collie::kMaxConnectionsLimit))
       ->capture_default_str();
+  app.add_option("--max-unauthenticated", options.max_unauthenticated,
+                 "With COLLIE_JOB_SECRET: connections not yet authenticated held at once (a new "
+                 "one closes the oldest)")
+      ->check(whole_number_in(1, collie::kMaxConnectionsLimit))
+      ->capture_default_str();
+  double handshake_s = std::chrono::duration<double>(options.handshake_timeout).count();
+  app.add_option("--handshake-timeout", handshake_s,
+                 "With COLLIE_JOB_SECRET: seconds a connection has to prove it")
+      ->check(seconds_in(3600))
+      ->capture_default_str();
   app.footer(kFooter);
   CLI11_PARSE(app, argc, argv);
+  options.handshake_timeout = std::max(
+      collie::Timeout(1),
+      std::chrono::duration_cast<collie::Timeout>(std::chrono::duration<double>(handshake_s)));
 
   // Block the stop signals in every thread (the server's loop thread
   // inherits the mask) and take them synchronously below.

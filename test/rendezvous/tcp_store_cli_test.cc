@@ -86,8 +86,9 @@ TEST_CASE("collie-store: --help says how workers reach it and what the job secre
   auto p = Subprocess::spawn({kCollieStore, "--help"});
   REQUIRE(p.wait(30s).ok());
   const std::string help = p.out();
-  for (const char* needle : {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "tcp://",
-                             "COLLIE_JOB_SECRET", "COLLIE_STORE_COMPAT", "--max-connections"})
+  for (const char* needle :
+       {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "tcp://", "COLLIE_JOB_SECRET",
+        "COLLIE_STORE_COMPAT", "--max-connections", "--handshake-timeout", "--max-unauthenticated"})
     CHECK_THAT(help, Catch::Contains(needle));
 }
 

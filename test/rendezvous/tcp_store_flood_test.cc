@@ -5,10 +5,14 @@
 // checks that a well-behaved client is served meanwhile.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "rendezvous/job_secret.h"
+#include "rendezvous/store_auth.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
@@ -93,6 +97,64 @@ TEST_CASE("TcpStore server: a client that never reads its replies costs bounded 
   CHECK(attacker.recv_exact(echo, 4, Clock::now() + 10s).ok());
   attacker.close();
   test::check_still_serving(port);
+}
+
+// A client of the job: it has the secret.
+TcpStoreOptions job_client(const JobSecret& secret) {
+  TcpStoreOptions o;
+  o.timeout = 30s;
+  o.secret = secret;
+  return o;
+}
+
+TEST_CASE("TcpStore server: strangers holding idle connections do not lock the job out",
+          "[tcp_store][flood][security]") {
+  // The agent store of a job, with room for 64 clients; a stranger holds
+  // 100 connections open without a byte sent.
+  const JobSecret secret = JobSecret::generate();
+  uint16_t port = 0;
+  auto server = test::start_collie_store({"--max-connections", "64"}, &port,
+                                         {.env = {{"COLLIE_JOB_SECRET", secret.to_hex()}}});
+  std::vector<StoreSocket> strangers;
+  for (int i = 0; i < 100; ++i) strangers.push_back(raw_connect(port));
+  // The job's ranks still get in, all 64 of them.
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  for (int i = 0; i < 64; ++i) {
+    INFO("rank " << i);
+    ranks.push_back(TcpStore::connect("127.0.0.1", port, job_client(secret)));
+    CHECK(ranks.back()->add("arrived", 1) == i + 1);
+  }
+  CHECK(to_string(ranks.front()->get("arrived")) == "64");
+}
+
+TEST_CASE("TcpStore server: connections without the job secret get a deadline and a quota",
+          "[tcp_store][flood][security]") {
+  const JobSecret secret = JobSecret::generate();
+  uint16_t port = 0;
+  auto server =
+      test::start_collie_store({"--max-unauthenticated", "16", "--handshake-timeout", "1"}, &port,
+                               {.env = {{"COLLIE_JOB_SECRET", secret.to_hex()}}});
+  const auto start = Clock::now();
+  // 48 strangers: the 32 oldest are closed at once to make room for newer
+  // ones, the 16 left when their second is up. Each learns why (a busy
+  // notice) before the close.
+  std::vector<StoreSocket> strangers;
+  for (int i = 0; i < 48; ++i) strangers.push_back(raw_connect(port));
+  auto rank = TcpStore::connect("127.0.0.1", port, job_client(secret));
+  for (auto& s : strangers) {
+    uint8_t notice = 0;
+    REQUIRE(s.recv_exact(&notice, 1, Clock::now() + 20s).ok());
+    CHECK(int{notice} == int{kStoreRefusedBusy});
+    CHECK(test::closed_by_server(s));
+  }
+  // The deadline, not a timeout of ours, closed the last ones.
+  CHECK(Clock::now() - start < 15s);
+  // The authenticated rank is never subject to the deadline.
+  CHECK(rank->add("n", 1) == 1);
+  server.kill(SIGTERM);
+  REQUIRE(server.wait(30s).ok());
+  CHECK_THAT(server.err(),
+             Catch::Contains("without the job secret") && Catch::Contains("127.0.0.1:"));
 }
 
 }  // namespace
