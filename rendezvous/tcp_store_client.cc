@@ -19,10 +19,11 @@ using store_protocol::Writer;
 namespace {
 
 Timeout jittered(Timeout base) {
-  // Full jitter in [base/2, base]: ranks that start together do not retry in
-  // lock-step against a server that is still coming up.
+  // Full jitter, uniform in [0, base]: thousands of ranks that start
+  // together spread their retries over the whole step instead of coming
+  // back in lock-step against a server that is still coming up.
   thread_local std::minstd_rand rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
-  std::uniform_int_distribution<int64_t> dist(base.count() / 2, base.count());
+  std::uniform_int_distribution<int64_t> dist(0, base.count());
   return Timeout(dist(rng));
 }
 

@@ -16,6 +16,7 @@
 #include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_connection.h"
+#include "rendezvous/tcp_store_os_limits.h"
 #include "rendezvous/tcp_store_slots.h"
 #include "rendezvous/tcp_store_state.h"
 #include "runtime/base/error.h"
@@ -94,8 +95,9 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     acceptor_.open(endpoint.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
-    // A deep backlog: a whole job's ranks connect at once.
-    if (!ec) acceptor_.listen(4096, ec);
+    // As deep a backlog as the kernel allows: a whole job's ranks connect
+    // at once, and a full backlog costs a client a SYN retransmit (1 s).
+    if (!ec) acceptor_.listen(listen_backlog(), ec);
     if (ec) {
       throw NetworkError(str_cat("TcpStoreServer: cannot listen on ", where, ": ", ec.message(),
                                  ec == asio::error::address_in_use
@@ -103,6 +105,12 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
                                      : ""));
     }
     port_ = acceptor_.local_endpoint().port();
+    // One descriptor per client, and some for everything else.
+    const size_t unproven = slots_.limits().strict ? options_.max_unauthenticated : 0;
+    raise_open_files_limit(
+        options_.max_connections + unproven + 64, address(),
+        str_cat("max_connections=", options_.max_connections,
+                unproven ? str_cat(" + max_unauthenticated=", unproven) : std::string()));
     COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_
                       << (!auth_.secret ? " (unauthenticated)"
                           : auth_.accept_unauthenticated

@@ -1,0 +1,66 @@
+// The TcpStore server at the scale of a large job: 16,384 clients (its
+// default max_connections) connected at once to one collie-store, started with a low soft open-files limit
+// that it must raise itself.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <vector>
+
+#include "rendezvous/store_protocol.h"
+#include "runtime/base/str_cat.h"
+#include "test/rendezvous/raw_store_client.h"
+#include "test/support/skip.h"
+
+namespace collie {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST_CASE("TcpStore server: 16384 clients connected at once", "[tcp_store][scale]") {
+  constexpr size_t kClients = 16384;
+  // This process holds the client ends: raise our own soft limit first.
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  if (lim.rlim_cur < kClients + 256)
+    test::skip(str_cat("the open-files hard limit is ", lim.rlim_max, ", below the ",
+                       kClients + 256, " this test needs"));
+
+  // collie-store starts with a soft limit of 1024 and must raise it.
+  auto server = test::Subprocess::spawn(
+      {"/bin/sh", "-c", "ulimit -Sn 1024 && exec \"$0\" --host 127.0.0.1 --port 0",
+       test::collie_store_path()},
+      {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
+  const uint16_t port = test::listening_port(server);
+
+  std::vector<StoreSocket> clients;
+  clients.reserve(kClients);
+  for (size_t i = 0; i + 1 < kClients; ++i) {
+    clients.push_back(test::raw_connect(port));
+    test::send_raw(clients.back(), test::v2_hello(static_cast<uint32_t>(i)));
+  }
+  // Every one of them is served: its own PING comes back.
+  size_t served = 0;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    uint8_t nonce[4];
+    if (clients[i].recv_exact(nonce, 4, Clock::now() + 60s).ok() &&
+        store_protocol::load_u32(nonce) == i)
+      ++served;
+  }
+  CHECK(served == kClients - 1);
+  // The 16384th, a collie client, is served too.
+  test::check_still_serving(port);
+  clients.clear();
+  server.kill(SIGTERM);
+  REQUIRE(server.wait(60s).ok());
+  INFO(server.err());
+  CHECK_THAT(server.err(),
+             Catch::Contains("raised the open-files limit (RLIMIT_NOFILE) from 1024"));
+}
+
+}  // namespace
+}  // namespace collie
