@@ -128,7 +128,8 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
   Writer(req).keys(keys);
   send(req, "WAIT", deadline);
   uint8_t answer = 0;
-  IoResult r = socket_.recv_exact(&answer, 1, deadline.when());
+  IoResult r = await_answer(keys, deadline);
+  if (r.ok()) r = socket_.recv_exact(&answer, 1, deadline.when());
   if (r.ok() && std::exchange(awaiting_first_answer_, false) && is_store_refusal(answer))
     refused_by_server(answer);
   if (r.ok()) {

@@ -72,6 +72,11 @@ struct TcpStoreOptions {
   size_t max_value_bytes = size_t{64} << 20;  // 1 to 512 MiB, as the server's
   // The job secret to prove to the server; unset: COLLIE_JOB_SECRET.
   std::optional<JobSecret> secret;
+  // A connect or a wait that lasts this long says so in a WARN line (what it
+  // awaits, for how long so far, the limit), then again each time its
+  // duration doubles (at most every 5 min). The first connect retry is an
+  // INFO line.
+  Timeout report_after = std::chrono::seconds(30);
 };
 
 class TcpStore : public Store {

@@ -29,6 +29,16 @@ Timeout jittered(Timeout base) {
 
 }  // namespace
 
+TcpStoreClient::SlowWaitLog::SlowWaitLog(const Deadline& deadline, Timeout first)
+    : start_(deadline.start()), next_(start_ + std::max<Timeout>(first, Timeout(1))) {}
+
+void TcpStoreClient::SlowWaitLog::report(const std::string& line) {
+  COLLIE_LOG(kWarn) << line;
+  // The next line when the wait has doubled, or in 5 min.
+  const auto now = Clock::now();
+  next_ = now + std::min<Clock::duration>(now - start_, std::chrono::minutes(5));
+}
+
 TcpStoreClient::TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
                                std::unique_ptr<TcpStoreServer> server)
     : TcpStore(options.timeout),
@@ -68,10 +78,14 @@ void TcpStoreClient::open(const Deadline& deadline) {
   Timeout backoff = std::chrono::milliseconds(10);
   int attempts = 0;
   std::string last_error;
+  SlowWaitLog slow(deadline, options_.report_after);
   for (;;) {
     ++attempts;
     StoreSocket socket;
-    const IoResult r = StoreSocket::connect(host_, port_, deadline.when(), &socket);
+    // An attempt ends by the next report at the latest, so that one towards
+    // an unreachable host (SYNs unanswered) is reported too.
+    const IoResult r =
+        StoreSocket::connect(host_, port_, std::min(deadline.when(), slow.next()), &socket);
     if (r.ok()) {
       const Handshake h = handshake(socket, deadline);
       if (h == Handshake::kDone) {
@@ -85,12 +99,35 @@ void TcpStoreClient::open(const Deadline& deadline) {
       last_error = r.describe();
     }
     if (deadline.expired()) break;
+    if (attempts == 1) {
+      COLLIE_LOG(kInfo) << describe(str_cat("cannot connect yet (", last_error,
+                                            "); retrying until the deadline, in ",
+                                            format_duration(deadline.remaining())));
+    } else if (slow.due()) {
+      slow.report(describe(str_cat("still cannot connect ", deadline.describe(), " (", attempts,
+                                   " attempts; last error: ", last_error, ")")));
+    }
     // The server may not be up yet: back off exponentially (capped at 1s).
     std::this_thread::sleep_for(std::min<Timeout>(jittered(backoff), deadline.remaining()));
     backoff = std::min<Timeout>(backoff * 2, std::chrono::seconds(1));
   }
   throw TimeoutError(describe(str_cat("could not connect ", deadline.describe(), " (", attempts,
                                       " attempts; last error: ", last_error, ")")));
+}
+
+IoResult TcpStoreClient::await_answer(const std::vector<std::string>& keys,
+                                      const Deadline& deadline) {
+  SlowWaitLog slow(deadline, options_.report_after);
+  for (;;) {
+    IoResult r = socket_.wait_readable(std::min(deadline.when(), slow.next()));
+    if (r.kind != IoResult::Kind::kTimeout || deadline.expired()) return r;
+    constexpr size_t kShown = 8;
+    std::vector<std::string> shown(keys.begin(), keys.begin() + std::min(keys.size(), kShown));
+    slow.report(describe(str_cat(
+        "still waiting for key(s) [", join(shown, ", "),
+        keys.size() > kShown ? str_cat(", ... ", keys.size() - kShown, " more") : std::string(),
+        "] ", deadline.describe())));
+  }
 }
 
 void TcpStoreClient::refused_by_server(uint8_t notice) {

@@ -73,6 +73,24 @@ class TcpStoreClient final : public TcpStore {
   // TimeoutError naming the server, the request and the time spent.
   [[noreturn]] void fail(const IoResult& r, const char* what, const Deadline& deadline);
 
+  // Says in a WARN line that a connect or a wait is still going: first at
+  // TcpStoreOptions::report_after, then each time its duration doubles (at
+  // most every 5 min).
+  class SlowWaitLog {
+   public:
+    SlowWaitLog(const Deadline& deadline, Timeout first);
+    Clock::time_point next() const { return next_; }
+    bool due() const { return Clock::now() >= next_; }
+    void report(const std::string& line);
+
+   private:
+    Clock::time_point start_;
+    Clock::time_point next_;
+  };
+
+  // Waits until the answer to a request that waits on `keys` starts to
+  // arrive (without reading it), reporting while it does not.
+  IoResult await_answer(const std::vector<std::string>& keys, const Deadline& deadline);
   // Sends WAIT and waits for STOP_WAITING; false on timeout (the wait is
   // then cancelled, or the connection dropped in 1.13).
   bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);

@@ -158,4 +158,8 @@ IoResult StoreSocket::recv_exact(void* data, size_t n, Clock::time_point until) 
   return collie::recv_exact(fd_, data, n, until);
 }
 
+IoResult StoreSocket::wait_readable(Clock::time_point until) {
+  return wait_socket(fd_, POLLIN, until);
+}
+
 }  // namespace collie

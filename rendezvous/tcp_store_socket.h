@@ -44,6 +44,8 @@ class StoreSocket {
 
   IoResult send_all(const void* data, size_t n, Clock::time_point until);
   IoResult recv_exact(void* data, size_t n, Clock::time_point until);
+  // Until there is something to read (or the peer closed), without reading.
+  IoResult wait_readable(Clock::time_point until);
 
   bool is_open() const { return fd_ >= 0; }
   void close();

@@ -1,6 +1,6 @@
 // The TcpStore server at the scale of a large job: 16,384 clients (its
-// default max_connections) connected at once to one collie-store, started with a low soft open-files limit
-// that it must raise itself.
+// default max_connections) connected at once to one collie-store, started with a low soft
+// open-files limit that it must raise itself.
 #include <catch2/catch.hpp>
 
 #include <signal.h>

@@ -158,6 +158,58 @@ TEST_CASE("TcpStore: connect errors name host:port, elapsed and limit", "[tcp_st
   }
 }
 
+// args: what ("connect" or "wait"), port. Connects (and waits for a key
+// nobody sets) with a 1.5 s limit, reporting slow waits after 300 ms; the
+// parent reads the lines it logged.
+COLLIE_TEST_CHILD(slow_store_call) {
+  TcpStoreOptions o = options_for(StoreProtocol::kDetect, 1500ms);
+  o.report_after = 300ms;
+  const auto port = static_cast<uint16_t>(std::stoi(args[1]));
+  try {
+    auto store = TcpStore::connect("127.0.0.1", port, o);
+    if (args[0] == "wait") store->wait({"never_set_key", "other_missing_key"});
+    if (args[0] == "get") store->get("never_set_key");
+  } catch (const TimeoutError& e) {
+    std::fprintf(stderr, "TimeoutError: %s\n", e.what());
+    return 0;
+  }
+  return 1;
+}
+
+TEST_CASE("TcpStore: a slow connect or wait says what it awaits while it waits", "[tcp_store]") {
+  const std::string what = GENERATE("connect", "wait", "get");
+  INFO(what);
+  std::unique_ptr<TcpStoreServer> server;
+  uint16_t port;
+  {
+    auto probe = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+    port = probe->port();
+  }
+  if (what != "connect") server = TcpStoreServer::start({.host = "127.0.0.1", .port = port});
+  auto child =
+      test::Subprocess::spawn(test::child_argv("slow_store_call", {what, std::to_string(port)}),
+                              {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
+  REQUIRE(child.wait(60s).ok());
+  const std::string err = child.err();
+  INFO(err);
+  REQUIRE_THAT(err, Catch::Contains("TimeoutError"));
+  const std::string where = "TcpStore 127.0.0.1:" + std::to_string(port);
+  if (what == "connect") {
+    // At the first retry, then while it goes on: what, how long, the limit.
+    CHECK_THAT(err, Catch::Contains(" I ") && Catch::Contains(where + ": cannot connect yet"));
+    CHECK_THAT(err, Catch::Contains(" W ") &&
+                        Catch::Contains(where + ": still cannot connect after") &&
+                        Catch::Contains("(limit 1.5"));
+  } else if (what == "wait") {
+    CHECK_THAT(err, Catch::Contains(" W ") &&
+                        Catch::Contains(where + ": still waiting for key(s) [never_set_key, "
+                                                "other_missing_key] after") &&
+                        Catch::Contains("(limit 1.5"));
+  } else {
+    CHECK_THAT(err, Catch::Contains(where + ": still waiting for key(s) [never_set_key] after"));
+  }
+}
+
 TEST_CASE("TcpStore: a server that goes away fails a parked wait at once", "[tcp_store]") {
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   auto store = TcpStore::connect("127.0.0.1", server->port());
