@@ -183,6 +183,7 @@ TcpStoreClient::Handshake TcpStoreClient::handshake(StoreSocket& socket, const D
                                         " to the dialect probe: is this a TCPStore server?")));
     }
     // collie's server: it serves both, and 2.x has every operation.
+    server_parks_gets_ = true;
   }
   if (dialect_ == Dialect::kV1_13) return Handshake::kDone;
   dialect_ = Dialect::kV2;

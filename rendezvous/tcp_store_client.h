@@ -95,6 +95,11 @@ class TcpStoreClient final : public TcpStore {
   // then cancelled, or the connection dropped in 1.13).
   bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys);
+  // Reads the values of `keys` with one GET (op kGet, one key) or MULTI_GET,
+  // waiting for them: one round trip to collie's server, which parks the
+  // request until the keys exist, WAIT then the request to others.
+  std::vector<Bytes> fetch_locked(Op op, const std::vector<std::string>& keys,
+                                  const Deadline& deadline);
   std::string describe(const std::string& what) const;
   // Throws InvalidArgument when a key or value is over the cap the server
   // would drop the connection for.
@@ -110,6 +115,9 @@ class TcpStoreClient final : public TcpStore {
   // No answer has come on this connection yet (a 1.13 connection without a
   // secret has no handshake): its first may be a refusal notice.
   bool awaiting_first_answer_ = false;
+  // The dialect probe found collie's server, which parks a GET or MULTI_GET
+  // of missing keys until they exist (docs/store-protocol.md).
+  bool server_parks_gets_ = false;
 };
 
 }  // namespace collie

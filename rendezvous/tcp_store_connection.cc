@@ -151,6 +151,9 @@ void StoreConnection::apply(store_protocol::Request&& request) {
     COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": client " << peer_
                        << " speaks the " << store_protocol::dialect_name(dialect_) << " dialect";
   }
+  COLLIE_LOG(kTrace) << "TcpStoreServer " << owner_.address() << ": " << peer_ << " "
+                     << store_protocol::op_name(request.op) << " (" << request.keys.size()
+                     << " key(s))";
   if (request.op == Op::kValidate) return;
   if (request.op == Op::kWatchKey) {
     drop("WATCH_KEY (torch 1.13's watch_key callbacks) is not supported");

@@ -210,6 +210,46 @@ TEST_CASE("TcpStore: a slow connect or wait says what it awaits while it waits",
   }
 }
 
+// Hosts a server and reads keys through a client, logging every request
+// the server reads (COLLIE_LOG_LEVEL=TRACE); the calls measured are between
+// the BEGIN and END lines.
+COLLIE_TEST_CHILD(count_requests) {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto store = TcpStore::connect("127.0.0.1", server->port());
+  store->multi_set({"a", "b", "c"}, {to_bytes("1"), to_bytes("2"), to_bytes("3")});
+  store->check({"a"});  // the MULTI_SET has been applied
+  std::fprintf(stderr, "BEGIN\n");
+  const auto values = store->multi_get({"c", "a", "b"});
+  const auto one = store->get("b");
+  std::fprintf(stderr, "END\n");
+  return values == std::vector<Bytes>{to_bytes("3"), to_bytes("1"), to_bytes("2")} &&
+                 one == to_bytes("2")
+             ? 0
+             : 1;
+}
+
+TEST_CASE("TcpStore: multi_get and get are one request each to collie's server", "[tcp_store]") {
+  auto child = test::Subprocess::spawn(test::child_argv("count_requests"),
+                                       {.env = {{"COLLIE_LOG_LEVEL", "TRACE"}}});
+  REQUIRE(child.wait(60s).ok());
+  const std::string err = child.err();
+  const size_t begin = err.find("BEGIN"), end = err.find("END");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  const std::string measured = err.substr(begin, end - begin);
+  INFO(measured);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = measured.find(needle); at != std::string::npos;
+         at = measured.find(needle, at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(count(" MULTI_GET (3 key(s))") == 1);
+  CHECK(count(" GET (1 key(s))") == 1);
+  CHECK(count(" WAIT ") == 0);
+}
+
 TEST_CASE("TcpStore: a server that goes away fails a parked wait at once", "[tcp_store]") {
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   auto store = TcpStore::connect("127.0.0.1", server->port());
