@@ -87,6 +87,7 @@ void StoreConnection::on_read(std::error_code ec, size_t n) {
   }
   end_ += n;
   pump();
+  owner_.activity();
 }
 
 void StoreConnection::pump() {

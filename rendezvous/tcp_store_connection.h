@@ -37,6 +37,8 @@ class StoreConnectionOwner {
   // The connection proved the job secret (or was admitted without it):
   // false when the server is full and must refuse it.
   virtual bool admit(ConnectionId id) = 0;
+  // A connection has served what it read: a moment to look for new ones.
+  virtual void activity() {}
   // Who may talk to this server (rendezvous/store_auth.h); none by default.
   virtual const StoreAuthPolicy* auth_policy() const { return nullptr; }
 };

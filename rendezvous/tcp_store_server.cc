@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -80,6 +81,9 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     connections_.erase(id);
   }
   bool admit(ConnectionId id) override { return slots_.admit(id); }
+  void activity() override {
+    if (++activity_ % 16 == 0 && acceptor_.is_open()) drain_accept_queue();
+  }
 
  private:
   void bind() {
@@ -98,6 +102,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     // As deep a backlog as the kernel allows: a whole job's ranks connect
     // at once, and a full backlog costs a client a SYN retransmit (1 s).
     if (!ec) acceptor_.listen(listen_backlog(), ec);
+    if (!ec) acceptor_.non_blocking(true, ec);  // for accept()'s drain loop
     if (ec) {
       throw NetworkError(str_cat("TcpStoreServer: cannot listen on ", where, ": ", ec.message(),
                                  ec == asio::error::address_in_use
@@ -147,30 +152,61 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
         });
         return;
       }
-      const ConnectionId id = next_id_++;
-      const ConnectionSlots::Arrival arrival = slots_.arrive(id, Clock::now());
-      if (arrival.evict) {
-        close_unproven(*arrival.evict,
-                       str_cat("it was the oldest of ", options_.max_unauthenticated,
-                               " connections that have not proven the job secret "
-                               "(max_unauthenticated), and another arrived"));
-      }
-      if (arrival.verdict == ConnectionSlots::Verdict::kRefuseFull) {
-        std::error_code ignored;
-        COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": refusing a connection from "
-                          << socket.remote_endpoint(ignored) << ": already " << slots_.admitted()
-                          << " clients (max_connections)";
-        const uint8_t notice = kStoreRefusedFull;
-        socket.non_blocking(true, ignored);
-        socket.write_some(asio::buffer(&notice, 1), ignored);
-        socket.close(ignored);
-      } else {
-        auto connection = std::make_shared<StoreConnection>(id, std::move(socket), *this);
-        connections_.emplace(id, connection);
-        connection->start();
-      }
+      admit_socket(std::move(socket));
+      drain_accept_queue();
       accept();
     });
+  }
+
+  // Takes every connection waiting in the kernel's accept queue and sets it
+  // up. A job's ranks connect all at once: a connection that finds the queue
+  // full waits for a SYN retransmit (a second or more), while taking one off
+  // the queue costs a few microseconds (its requests wait in its socket
+  // meanwhile). So the queue is emptied first, and again between batches of
+  // set-ups, and also every few requests the loop serves (activity()),
+  // since a loop busy with thousands of requests would otherwise come back
+  // to its acceptor only once per round.
+  void drain_accept_queue() {
+    constexpr size_t kBatch = 64;
+    std::deque<tcp::socket> arrived;
+    for (;;) {
+      for (;;) {
+        tcp::socket next(io_);
+        std::error_code ec;
+        acceptor_.accept(next, ec);
+        if (ec) break;
+        arrived.push_back(std::move(next));
+      }
+      if (arrived.empty()) return;
+      for (size_t i = 0; i < kBatch && !arrived.empty(); ++i) {
+        admit_socket(std::move(arrived.front()));
+        arrived.pop_front();
+      }
+    }
+  }
+
+  void admit_socket(tcp::socket socket) {
+    const ConnectionId id = next_id_++;
+    const ConnectionSlots::Arrival arrival = slots_.arrive(id, Clock::now());
+    if (arrival.evict) {
+      close_unproven(*arrival.evict, str_cat("it was the oldest of ", options_.max_unauthenticated,
+                                             " connections that have not proven the job secret "
+                                             "(max_unauthenticated), and another arrived"));
+    }
+    if (arrival.verdict == ConnectionSlots::Verdict::kRefuseFull) {
+      std::error_code ignored;
+      COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": refusing a connection from "
+                        << socket.remote_endpoint(ignored) << ": already " << slots_.admitted()
+                        << " clients (max_connections)";
+      const uint8_t notice = kStoreRefusedFull;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(&notice, 1), ignored);
+      socket.close(ignored);
+      return;
+    }
+    auto connection = std::make_shared<StoreConnection>(id, std::move(socket), *this);
+    connections_.emplace(id, connection);
+    connection->start();
   }
 
   // Strict mode: closes the pending connections past the handshake deadline,
@@ -234,6 +270,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   Clock::time_point last_unproven_warning_;
   std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections_;
   ConnectionId next_id_ = 1;
+  uint64_t activity_ = 0;
   uint16_t port_ = 0;
   std::thread thread_;
   std::mutex stop_mu_;

@@ -184,8 +184,10 @@ size_t TcpStoreState::park_on_missing(ConnectionId connection,
   for (const auto& key : keys) {
     if (map_.contains(key)) continue;
     auto& list = waiting_on_[key];
-    // A key listed twice is awaited once.
-    if (std::find(list.begin(), list.end(), connection) != list.end()) continue;
+    // A key listed twice is awaited once. Nothing else runs while one
+    // request parks, so this connection, if already listed, is last: no
+    // search through the thousands of ranks that may wait on a barrier key.
+    if (!list.empty() && list.back() == connection) continue;
     list.push_back(connection);
     ++missing;
   }

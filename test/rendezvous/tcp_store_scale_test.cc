@@ -3,12 +3,16 @@
 // open-files limit that it must raise itself.
 #include <catch2/catch.hpp>
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <vector>
 
 #include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store_socket.h"
 #include "runtime/base/str_cat.h"
 #include "test/rendezvous/raw_store_client.h"
 #include "test/support/skip.h"
@@ -37,24 +41,44 @@ TEST_CASE("TcpStore server: 16384 clients connected at once", "[tcp_store][scale
       {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
   const uint16_t port = test::listening_port(server);
 
-  std::vector<StoreSocket> clients;
+  // The clients come from 200 loopback addresses, as a job's ranks come
+  // from many hosts: 16384 ephemeral ports of 127.0.0.1 held by this test
+  // would make other tests that bind a port of 127.0.0.1 fail meanwhile.
+  std::vector<int> clients;
   clients.reserve(kClients);
+  struct CloseAll {
+    std::vector<int>& fds;
+    ~CloseAll() {
+      for (int fd : fds) ::close(fd);
+    }
+  } close_all{clients};
   for (size_t i = 0; i + 1 < kClients; ++i) {
-    clients.push_back(test::raw_connect(port));
-    test::send_raw(clients.back(), test::v2_hello(static_cast<uint32_t>(i)));
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    clients.push_back(fd);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+    sockaddr_in from{}, to{};
+    from.sin_family = to.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000002u + static_cast<uint32_t>(i % 200));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(port);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0);
+    const Bytes hello = test::v2_hello(static_cast<uint32_t>(i));
+    REQUIRE(send_all(fd, hello.data(), hello.size(), Clock::now() + 30s).ok());
   }
   // Every one of them is served: its own PING comes back.
   size_t served = 0;
   for (size_t i = 0; i < clients.size(); ++i) {
     uint8_t nonce[4];
-    if (clients[i].recv_exact(nonce, 4, Clock::now() + 60s).ok() &&
+    if (recv_exact(clients[i], nonce, 4, Clock::now() + 60s).ok() &&
         store_protocol::load_u32(nonce) == i)
       ++served;
   }
   CHECK(served == kClients - 1);
   // The 16384th, a collie client, is served too.
   test::check_still_serving(port);
-  clients.clear();
   server.kill(SIGTERM);
   REQUIRE(server.wait(60s).ok());
   INFO(server.err());
