@@ -58,25 +58,20 @@ TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
 
 TEST_CASE("collie-store: numbers that do not fit are refused naming the flag and the range",
           "[tcp_store][cli]") {
-  struct Case {
-    const char* flag;
-    const char* value;
-    const char* range;
-  };
-  const Case c =
-      GENERATE(Case{"--max-value-bytes", "18446744073709551615", "1 to 536870912"},
-               Case{"--max-value-bytes", "18446744073709551616", "1 to 536870912"},
-               Case{"--max-value-bytes", "-1", "1 to 536870912"},
-               Case{"--max-value-bytes", "0", "1 to 536870912"},
-               Case{"--max-connections", "99999999999", "1 to 1048576"},
-               Case{"--port", "70000", "0 to 65535"}, Case{"--timeout", "1e300", "0 to 31622400"});
-  INFO(c.flag << " " << c.value);
-  auto p = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", c.flag, c.value});
+  const auto [flag, value, range] = GENERATE(table<const char*, const char*, const char*>(
+      {{"--max-value-bytes", "18446744073709551615", "1 to 536870912"},
+       {"--max-value-bytes", "18446744073709551616", "1 to 536870912"},
+       {"--max-value-bytes", "-1", "1 to 536870912"},
+       {"--max-value-bytes", "0", "1 to 536870912"},
+       {"--max-connections", "99999999999", "1 to 1048576"},
+       {"--port", "70000", "0 to 65535"},
+       {"--timeout", "1e300", "0 to 31622400"}}));
+  INFO(flag << " " << value);
+  auto p = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", flag, value});
   auto status = p.wait(30s);
   CHECK_FALSE(status.ok());
   CHECK(p.out().find("listening") == std::string::npos);
-  CHECK_THAT(p.err(),
-             Catch::Contains(c.flag) && Catch::Contains(c.value) && Catch::Contains(c.range));
+  CHECK_THAT(p.err(), Catch::Contains(flag) && Catch::Contains(value) && Catch::Contains(range));
   // A user-input error, not a bug: no source file in the message.
   CHECK(p.err().find(".cc") == std::string::npos);
 }
