@@ -47,6 +47,7 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
           return step;
         }
         step.status = S::kRefuse;
+        step.reply.push_back(kStoreRefusedSecretRequired);
         step.error =
             str_cat(describe_first_message(in),
                     ": this store requires the job secret (docs/security.md; torch clients "
@@ -99,9 +100,36 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
   return step;
 }
 
-void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
-                               const Deadline& deadline,
-                               const std::function<std::string(const std::string&)>& describe) {
+bool is_store_refusal(uint8_t b) {
+  return b == kStoreRefusedBusy || b == kStoreRefusedFull || b == kStoreRefusedNoSecret ||
+         b == kStoreRefusedSecretRequired;
+}
+
+std::string describe_store_refusal(uint8_t notice) {
+  switch (notice) {
+    case kStoreRefusedBusy:
+      return "the server closed the connection before we proved the job secret: past its "
+             "handshake deadline, or to make room among too many connections that have not "
+             "proven it (someone may be holding connections open to it without the secret)";
+    case kStoreRefusedFull:
+      return "the server already serves its max_connections clients (collie-store "
+             "--max-connections, TcpStoreServerOptions::max_connections): raise it, or look for "
+             "processes holding connections to it";
+    case kStoreRefusedNoSecret:
+      return "the server runs without a job secret, and this process has COLLIE_JOB_SECRET: "
+             "give the store the job's COLLIE_JOB_SECRET, or unset it here to connect without "
+             "authentication";
+    case kStoreRefusedSecretRequired:
+      return "the server requires the job secret, and this process has none: set "
+             "COLLIE_JOB_SECRET to the job's secret (the value the store was started with; "
+             "docs/security.md)";
+  }
+  return str_cat("the server refused the connection (notice 0x", to_hex({&notice, 1}), ")");
+}
+
+StoreAuthResult authenticate_store_client(
+    StoreSocket& socket, const JobSecret& secret, const Deadline& deadline,
+    const std::function<std::string(const std::string&)>& describe) {
   auto check = [&](const IoResult& r, const char* step) {
     if (r.ok()) return;
     if (r.kind == IoResult::Kind::kTimeout)
@@ -112,11 +140,18 @@ void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
           str_cat("the server closed the connection during authentication (", step, "): ",
                   std::strcmp(step, "waiting for acceptance") == 0
                       ? "it refused our proof, so it has a different COLLIE_JOB_SECRET"
-                      : "it does not authenticate (a torch TCPStore, or a collie store without "
-                        "COLLIE_JOB_SECRET); unset COLLIE_JOB_SECRET in this process to connect "
+                      : "it does not take a job secret (a torch TCPStore, or an older collie "
+                        "store); unset COLLIE_JOB_SECRET in this process to connect "
                         "unauthenticated")));
     }
     throw StoreError(describe(str_cat("authentication (", step, ") failed: ", r.describe())));
+  };
+  // A refusal notice in place of an answer: busy is the caller's to retry,
+  // the others are final.
+  auto refused = [&](uint8_t b) {
+    if (!is_store_refusal(b)) return false;
+    if (b == kStoreRefusedBusy) return true;
+    throw StoreError(describe(describe_store_refusal(b)));
   };
   uint8_t auth1[kAuth1Bytes];
   auth1[0] = kStoreAuthQuery;
@@ -126,11 +161,14 @@ void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
   check(socket.send_all(auth1, sizeof auth1, deadline.when()), "sending our nonce");
 
   uint8_t auth2[kAuth2Bytes];
-  check(socket.recv_exact(auth2, sizeof auth2, deadline.when()), "reading the server's challenge");
+  check(socket.recv_exact(auth2, 1, deadline.when()), "reading the server's challenge");
+  if (refused(auth2[0])) return StoreAuthResult::kBusy;
   if (auth2[0] != kStoreAuthQuery) {
     throw StoreError(describe(str_cat("unexpected answer 0x", to_hex({auth2, 1}),
                                       " to the authentication request: is this a collie store?")));
   }
+  check(socket.recv_exact(auth2 + 1, sizeof auth2 - 1, deadline.when()),
+        "reading the server's challenge");
   Bytes transcript(auth1, auth1 + kAuth1Bytes);
   transcript.insert(transcript.end(), auth2 + 1, auth2 + 1 + kNonceBytes);
   if (!secret.verify(kServerLabel, transcript, {auth2 + 1 + kNonceBytes, 32})) {
@@ -142,10 +180,12 @@ void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
   check(socket.send_all(proof.data(), proof.size(), deadline.when()), "sending our proof");
   uint8_t verdict = 0xff;
   check(socket.recv_exact(&verdict, 1, deadline.when()), "waiting for acceptance");
+  if (refused(verdict)) return StoreAuthResult::kBusy;
   if (verdict != kStoreAuthAccepted) {
     throw StoreError(
         describe(str_cat("unexpected verdict 0x", to_hex({&verdict, 1}), " after authentication")));
   }
+  return StoreAuthResult::kAccepted;
 }
 
 }  // namespace collie

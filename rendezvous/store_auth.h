@@ -35,6 +35,27 @@ inline constexpr uint8_t kStoreAuthQuery = 0xA5;
 inline constexpr uint32_t kStoreAuthMagic = 0x434c5331;  // "CLS1"
 inline constexpr uint8_t kStoreAuthAccepted = 0x00;
 
+// Why a collie server closes a connection it will not serve: one byte, sent
+// in place of any answer just before the close, so that a collie client can
+// name the cause (others just see the close). No answer a collie client
+// waits for during its handshake (AUTH2's 0xA5, the verdict 0x00, the
+// probe's 0x00/0x01/0xC0, the first byte of its PING nonce) is in 0xB0-0xBF.
+//   busy:            it did not prove the secret within the server's
+//                    handshake deadline, or was the oldest of too many
+//                    connections doing so (a flood): try again
+//   full:            the server serves max_connections clients already
+//   no secret:       the client sent AUTH1 to a server without a secret
+//   secret required: a client without the secret, to a server requiring it
+inline constexpr uint8_t kStoreRefusedBusy = 0xB5;
+inline constexpr uint8_t kStoreRefusedFull = 0xB6;
+inline constexpr uint8_t kStoreRefusedNoSecret = 0xB7;
+inline constexpr uint8_t kStoreRefusedSecretRequired = 0xB8;
+
+bool is_store_refusal(uint8_t b);
+// What a refusal byte means to the client, as the tail of its error
+// message ("the server ...").
+std::string describe_store_refusal(uint8_t notice);
+
 // What a server requires of its clients.
 struct StoreAuthPolicy {
   JobSecret secret;                     // none: no authentication at all
@@ -71,12 +92,15 @@ class StoreAuthGate {
   Bytes transcript_;  // AUTH1 | Ns
 };
 
-// The client's side, on a freshly connected socket. Throws StoreError via
-// `fail` (which prefixes the server's address) when the server refuses our
-// proof, cannot prove the secret itself, or does not speak this exchange;
-// TimeoutError at the deadline.
-void authenticate_store_client(StoreSocket& socket, const JobSecret& secret,
-                               const Deadline& deadline,
-                               const std::function<std::string(const std::string&)>& describe);
+// The client's side, on a freshly connected socket. Returns kAccepted, or
+// kBusy when the server closed the connection with the busy notice (the
+// caller tries again). Throws StoreError via `describe` (which prefixes the
+// server's address) when the server refuses our proof, cannot prove the
+// secret itself, is full, or does not speak this exchange; TimeoutError at
+// the deadline.
+enum class StoreAuthResult { kAccepted, kBusy };
+StoreAuthResult authenticate_store_client(
+    StoreSocket& socket, const JobSecret& secret, const Deadline& deadline,
+    const std::function<std::string(const std::string&)>& describe);
 
 }  // namespace collie

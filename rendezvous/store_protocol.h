@@ -105,6 +105,11 @@ struct Request {
   uint32_t nonce = 0;                   // PING
 };
 
+// The largest max_value_bytes a server or client accepts: 512 MiB. It
+// keeps request_cap() far from overflow, and keeps a 1.13 SET from ever
+// declaring a key of the ~1 GiB that VALIDATE's magic would read as.
+inline constexpr size_t kMaxValueBytesLimit = size_t{512} << 20;
+
 struct Limits {
   size_t max_value_bytes = size_t{64} << 20;  // any one key or value
   size_t max_keys = size_t{1} << 20;          // keys in one CHECK/WAIT/MULTI_*

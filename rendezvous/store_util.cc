@@ -22,4 +22,9 @@ int64_t parse_counter(const std::string& key, std::span<const uint8_t> value) {
   return out;
 }
 
+void check_option_range(const char* what, uint64_t value, uint64_t min, uint64_t max) {
+  if (value < min || value > max)
+    throw InvalidArgument(str_cat(what, " is ", value, ": allowed ", min, " to ", max));
+}
+
 }  // namespace collie

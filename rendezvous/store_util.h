@@ -11,4 +11,8 @@ namespace collie {
 // StoreError naming the key and the bad value.
 int64_t parse_counter(const std::string& key, std::span<const uint8_t> value);
 
+// Throws InvalidArgument "<what> is <value>: allowed <min> to <max>" when
+// value is out of [min, max]; `what` names the option ("TcpStoreServerOptions::max_connections").
+void check_option_range(const char* what, uint64_t value, uint64_t min, uint64_t max);
+
 }  // namespace collie

@@ -4,7 +4,10 @@
 #include "rendezvous/tcp_store.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "rendezvous/store_auth.h"
+#include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store_client.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -31,6 +34,8 @@ std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host, uint16_t po
                                             const TcpStoreOptions& options) {
   COLLIE_ARG_CHECK(!host.empty(), "TcpStore::connect needs a host");
   COLLIE_ARG_CHECK_NE(port, 0, "TcpStore::connect needs the server's port");
+  check_option_range("TcpStoreOptions::max_value_bytes", options.max_value_bytes, 1,
+                     store_protocol::kMaxValueBytesLimit);
   return std::make_unique<TcpStoreClient>(host, port, options);
 }
 
@@ -58,17 +63,48 @@ void TcpStoreClient::set(const std::string& key, std::span<const uint8_t> value)
 
 Bytes TcpStoreClient::get(const std::string& key) {
   std::lock_guard lock(mu_);
-  Deadline deadline(timeout_);
-  // As torch's client does: WAIT for the key, then GET it (a torch server
-  // would drop a GET of a missing key).
-  if (!wait_locked({key}, deadline)) {
-    throw TimeoutError(describe(
-        str_cat("get of key '", key, "' timed out: the key never came ", deadline.describe())));
+  return std::move(fetch_locked(Op::kGet, {key}, Deadline(timeout_)).front());
+}
+
+std::vector<Bytes> TcpStoreClient::fetch_locked(Op op, const std::vector<std::string>& keys,
+                                                const Deadline& deadline) {
+  const char* what = store_protocol::op_name(op);
+  auto timed_out = [&] {
+    if (op == Op::kGet) {
+      return TimeoutError(describe(str_cat(
+          "get of key '", keys[0], "' timed out: the key never came ", deadline.describe())));
+    }
+    return TimeoutError(
+        describe(str_cat("multi_get timed out ", deadline.describe(), "; key(s) that never came: [",
+                         join(missing_locked(keys), ", "), "]")));
+  };
+  ensure_open();
+  if (!server_parks_gets_) {
+    // As torch's client does: WAIT for the keys, then read them (a torch
+    // server drops a GET of a missing key): two round trips.
+    if (!wait_locked(keys, deadline)) throw timed_out();
   }
-  Bytes req = begin(Op::kGet);
-  Writer(req).str(key);
-  send(req, "GET", deadline);
-  return recv_bytes("GET", deadline);
+  Bytes req = begin(op);
+  if (op == Op::kGet)
+    Writer(req).str(keys[0]);
+  else
+    Writer(req).keys(keys);
+  send(req, what, deadline);
+  if (server_parks_gets_) {
+    // collie's server parks the request until every key exists: one round
+    // trip. It cannot be cancelled, so a timeout closes the connection (the
+    // server forgets it; the next call reconnects).
+    IoResult r = await_answer(keys, deadline);
+    if (r.kind == IoResult::Kind::kTimeout) {
+      socket_.close();
+      throw timed_out();
+    }
+    if (!r.ok()) fail(r, what, deadline);
+  }
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) values.push_back(recv_bytes(what, deadline));
+  return values;
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
@@ -123,7 +159,10 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
   Writer(req).keys(keys);
   send(req, "WAIT", deadline);
   uint8_t answer = 0;
-  IoResult r = socket_.recv_exact(&answer, 1, deadline.when());
+  IoResult r = await_answer(keys, deadline);
+  if (r.ok()) r = socket_.recv_exact(&answer, 1, deadline.when());
+  if (r.ok() && std::exchange(awaiting_first_answer_, false) && is_store_refusal(answer))
+    refused_by_server(answer);
   if (r.ok()) {
     if (answer != store_protocol::kStopWaiting) {
       socket_.close();
@@ -205,26 +244,12 @@ void TcpStoreClient::append(const std::string& key, std::span<const uint8_t> val
 }
 
 std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
   {
     std::lock_guard lock(mu_);
-    if (dialect_ == Dialect::kV2) {
-      Deadline deadline(timeout_);
-      if (!wait_locked(keys, deadline)) {
-        std::vector<std::string> missing = missing_locked(keys);
-        throw TimeoutError(
-            describe(str_cat("multi_get timed out ", deadline.describe(),
-                             "; key(s) that never came: [", join(missing, ", "), "]")));
-      }
-      Bytes req = begin(Op::kMultiGet);
-      Writer(req).keys(keys);
-      send(req, "MULTI_GET", deadline);
-      std::vector<Bytes> values;
-      values.reserve(keys.size());
-      for (size_t i = 0; i < keys.size(); ++i) values.push_back(recv_bytes("MULTI_GET", deadline));
-      return values;
-    }
+    if (dialect_ == Dialect::kV2) return fetch_locked(Op::kMultiGet, keys, Deadline(timeout_));
   }
-  return Store::multi_get(keys);
+  return Store::multi_get(keys);  // 1.13 has no MULTI_GET: one get per key
 }
 
 void TcpStoreClient::multi_set(const std::vector<std::string>& keys,

@@ -28,11 +28,22 @@ enum class StoreProtocol {
   kV1_13,   // PyTorch 1.13: no VALIDATE, SET=0..DELETE_KEY=8
 };
 
+// The most connections a server may be asked to hold.
+inline constexpr size_t kMaxConnectionsLimit = size_t{1} << 20;
+
 struct TcpStoreServerOptions {
-  std::string host = "0.0.0.0";               // address to bind
-  uint16_t port = 0;                          // 0: an ephemeral port, see port()
-  size_t max_value_bytes = size_t{64} << 20;  // cap on any key or value
-  size_t max_connections = 4096;
+  std::string host = "0.0.0.0";  // address to bind
+  uint16_t port = 0;             // 0: an ephemeral port, see port()
+  // Cap on any key or value: 1 to 512 MiB (store_protocol::kMaxValueBytesLimit).
+  size_t max_value_bytes = size_t{64} << 20;
+  // Clients served at once: 1 to kMaxConnectionsLimit.
+  size_t max_connections = 16384;
+  // With a job secret (unless accept_unauthenticated): connections that have
+  // not proven it yet may number at most max_unauthenticated at once (a new
+  // one closes the oldest) and last at most handshake_timeout, so that
+  // strangers cannot hold the job's slots (docs/security.md).
+  size_t max_unauthenticated = 1024;
+  Timeout handshake_timeout = std::chrono::seconds(10);
   // The job secret clients must prove (docs/security.md); unset:
   // COLLIE_JOB_SECRET. A default JobSecret() means no authentication.
   std::optional<JobSecret> secret;
@@ -44,7 +55,8 @@ struct TcpStoreServerOptions {
 class TcpStoreServer {
  public:
   // Binds and starts serving; throws NetworkError naming host:port when the
-  // address is in use or cannot be bound.
+  // address is in use or cannot be bound, InvalidArgument naming the option
+  // and its allowed range when an option is out of range.
   static std::unique_ptr<TcpStoreServer> start(const TcpStoreServerOptions& options = {});
   virtual ~TcpStoreServer() = default;
 
@@ -57,9 +69,14 @@ class TcpStoreServer {
 struct TcpStoreOptions {
   Timeout timeout = kDefaultTimeout;  // connect deadline and get/wait default
   StoreProtocol protocol = StoreProtocol::kDetect;
-  size_t max_value_bytes = size_t{64} << 20;
+  size_t max_value_bytes = size_t{64} << 20;  // 1 to 512 MiB, as the server's
   // The job secret to prove to the server; unset: COLLIE_JOB_SECRET.
   std::optional<JobSecret> secret;
+  // A connect or a wait that lasts this long says so in a WARN line (what it
+  // awaits, for how long so far, the limit), then again each time its
+  // duration doubles (at most every 5 min). The first connect retry is an
+  // INFO line.
+  Timeout report_after = std::chrono::seconds(30);
 };
 
 class TcpStore : public Store {

@@ -17,6 +17,16 @@ namespace collie {
 using store_protocol::Dialect;
 using store_protocol::Writer;
 
+TcpStoreClient::SlowWaitLog::SlowWaitLog(const Deadline& deadline, Timeout first)
+    : start_(deadline.start()), next_(start_ + std::max<Timeout>(first, Timeout(1))) {}
+
+void TcpStoreClient::SlowWaitLog::report(const std::string& line) {
+  COLLIE_LOG(kWarn) << line;
+  // The next line when the wait has doubled, or in 5 min.
+  const auto now = Clock::now();
+  next_ = now + std::min<Clock::duration>(now - start_, std::chrono::minutes(5));
+}
+
 TcpStoreClient::TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
                                std::unique_ptr<TcpStoreServer> server)
     : TcpStore(options.timeout),
@@ -53,29 +63,75 @@ void TcpStoreClient::check_size(const std::string& key, size_t value_bytes) cons
 }
 
 void TcpStoreClient::open(const Deadline& deadline) {
-  // The server may not be up yet: back off exponentially, with jitter so that
-  // ranks started together do not retry in lock-step.
-  Backoff backoff({.initial = std::chrono::milliseconds(10), .max = std::chrono::seconds(1)});
+  // The server may not be up yet: back off exponentially (capped at 1 s), with
+  // full jitter (uniform in [0, pause]) so that thousands of ranks that start
+  // together spread their retries instead of coming back in lock-step.
+  Backoff backoff(
+      {.initial = std::chrono::milliseconds(10), .max = std::chrono::seconds(1), .jitter = 1.0});
   int attempts = 0;
-  IoResult last;
+  std::string last_error;
+  SlowWaitLog slow(deadline, options_.report_after);
   for (;;) {
     ++attempts;
     StoreSocket socket;
-    last = StoreSocket::connect(host_, port_, deadline.when(), &socket);
-    if (last.ok()) {
-      if (handshake(socket, deadline)) {
+    // An attempt ends by the next report at the latest, so that one towards
+    // an unreachable host (SYNs unanswered) is reported too.
+    const IoResult r =
+        StoreSocket::connect(host_, port_, std::min(deadline.when(), slow.next()), &socket);
+    if (r.ok()) {
+      const Handshake h = handshake(socket, deadline);
+      if (h == Handshake::kDone) {
         socket_ = std::move(socket);
+        awaiting_first_answer_ = true;
         return;
       }
-      continue;  // a 2.x torch server refused the probe: reconnect in 2.x
+      if (h == Handshake::kRetryIn2x) continue;
+      last_error = describe_store_refusal(kStoreRefusedBusy);
+    } else {
+      last_error = r.describe();
     }
-    if (!backoff.sleep(deadline)) break;
+    if (deadline.expired()) break;
+    if (attempts == 1) {
+      COLLIE_LOG(kInfo) << describe(str_cat("cannot connect yet (", last_error,
+                                            "); retrying until the deadline, in ",
+                                            format_duration(deadline.remaining())));
+    } else if (slow.due()) {
+      slow.report(describe(str_cat("still cannot connect ", deadline.describe(), " (", attempts,
+                                   " attempts; last error: ", last_error, ")")));
+    }
+    backoff.sleep(deadline);
   }
   throw TimeoutError(describe(str_cat("could not connect ", deadline.describe(), " (", attempts,
-                                      " attempts; last error: ", last.describe(), ")")));
+                                      " attempts; last error: ", last_error, ")")));
 }
 
-bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
+IoResult TcpStoreClient::await_answer(const std::vector<std::string>& keys,
+                                      const Deadline& deadline) {
+  SlowWaitLog slow(deadline, options_.report_after);
+  for (;;) {
+    IoResult r = socket_.wait_readable(std::min(deadline.when(), slow.next()));
+    if (r.kind != IoResult::Kind::kTimeout || deadline.expired()) return r;
+    constexpr size_t kShown = 8;
+    std::vector<std::string> shown(keys.begin(), keys.begin() + std::min(keys.size(), kShown));
+    slow.report(describe(str_cat(
+        "still waiting for key(s) [", join(shown, ", "),
+        keys.size() > kShown ? str_cat(", ... ", keys.size() - kShown, " more") : std::string(),
+        "] ", deadline.describe())));
+  }
+}
+
+void TcpStoreClient::refused_by_server(uint8_t notice) {
+  socket_.close();
+  throw StoreError(describe(describe_store_refusal(notice)));
+}
+
+bool TcpStoreClient::refused(uint8_t answer) const {
+  if (!is_store_refusal(answer)) return false;
+  if (answer == kStoreRefusedBusy) return true;
+  throw StoreError(describe(describe_store_refusal(answer)));
+}
+
+TcpStoreClient::Handshake TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   auto check_io = [&](const IoResult& r, const char* step) {
     if (r.ok()) return;
     if (r.kind == IoResult::Kind::kTimeout)
@@ -83,9 +139,11 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
     throw StoreError(describe(str_cat(step, " failed: ", r.describe())));
   };
   // With a job secret, prove it before anything else (store_auth.h).
-  if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env(); secret)
-    authenticate_store_client(socket, secret, deadline,
-                              [this](const std::string& w) { return describe(w); });
+  if (const JobSecret& secret = options_.secret ? *options_.secret : JobSecret::from_env();
+      secret && authenticate_store_client(socket, secret, deadline, [this](const std::string& w) {
+                  return describe(w);
+                }) == StoreAuthResult::kBusy)
+    return Handshake::kBusy;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kV1_13)
     dialect_ = Dialect::kV1_13;
   if (dialect_ == Dialect::kUnknown && options_.protocol == StoreProtocol::kDetect) {
@@ -101,24 +159,27 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
     if (r.kind == IoResult::Kind::kClosed) {
       COLLIE_LOG(kDebug) << describe("a PyTorch 2.x server; speaking 2.x");
       dialect_ = Dialect::kV2;
-      return false;
+      return Handshake::kRetryIn2x;
     }
     check_io(r, "dialect probe");
+    if (refused(answer)) return Handshake::kBusy;
     if (answer == store_protocol::kCheckReady || answer == store_protocol::kCheckNotReady) {
       COLLIE_LOG(kDebug) << describe("a PyTorch 1.13 server; speaking 1.13");
       dialect_ = Dialect::kV1_13;
-      return true;
+      return Handshake::kDone;
     }
     if (answer != store_protocol::kProbeBothDialects) {
       throw StoreError(describe(str_cat("unexpected answer ", int{answer},
                                         " to the dialect probe: is this a TCPStore server?")));
     }
     // collie's server: it serves both, and 2.x has every operation.
+    server_parks_gets_ = true;
   }
-  if (dialect_ == Dialect::kV1_13) return true;
+  if (dialect_ == Dialect::kV1_13) return Handshake::kDone;
   dialect_ = Dialect::kV2;
-  // 2.x: VALIDATE then PING, whose nonce must come back.
-  const uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5a5a0000u;
+  // 2.x: VALIDATE then PING, whose nonce must come back. Its first byte is
+  // never a refusal notice (0xB0-0xBF), which a server may send instead.
+  const uint32_t nonce = ((static_cast<uint32_t>(::getpid()) << 8) ^ 0x5a5a0000u) | 0x2Au;
   Bytes hello;
   Writer(hello)
       .u8(static_cast<uint8_t>(store_protocol::V2Query::kValidate))
@@ -127,7 +188,9 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
       .u32(nonce);
   check_io(socket.send_all(hello.data(), hello.size(), deadline.when()), "2.x handshake");
   uint8_t echoed[4];
-  IoResult r = socket.recv_exact(echoed, 4, deadline.when());
+  IoResult r = socket.recv_exact(echoed, 1, deadline.when());
+  if (r.ok() && refused(echoed[0])) return Handshake::kBusy;
+  if (r.ok()) r = socket.recv_exact(echoed + 1, 3, deadline.when());
   if (r.kind == IoResult::Kind::kClosed) {
     throw StoreError(
         describe("the server closed the connection during the 2.x handshake (VALIDATE, PING); "
@@ -136,7 +199,7 @@ bool TcpStoreClient::handshake(StoreSocket& socket, const Deadline& deadline) {
   check_io(r, "2.x handshake");
   if (store_protocol::load_u32(echoed) != nonce)
     throw StoreError(describe("PING answered with the wrong nonce: is this a TCPStore server?"));
-  return true;
+  return Handshake::kDone;
 }
 
 void TcpStoreClient::ensure_open() {
@@ -163,7 +226,24 @@ void TcpStoreClient::send(const Bytes& request, const char* what, const Deadline
 }
 
 void TcpStoreClient::recv(void* data, size_t n, const char* what, const Deadline& deadline) {
-  if (IoResult r = socket_.recv_exact(data, n, deadline.when()); !r.ok()) fail(r, what, deadline);
+  if (n == 0) return;
+  uint8_t* p = static_cast<uint8_t*>(data);
+  if (awaiting_first_answer_) {
+    // A server that refuses a connection without a handshake (1.13, no
+    // secret) sends one notice byte and closes. No one-byte answer is ever
+    // a notice's value; a longer one is a notice only if the close follows.
+    awaiting_first_answer_ = false;
+    if (IoResult r = socket_.recv_exact(p, 1, deadline.when()); !r.ok()) fail(r, what, deadline);
+    if (is_store_refusal(p[0])) {
+      IoResult rest = n > 1 ? socket_.recv_exact(p + 1, n - 1, deadline.when()) : IoResult{};
+      if (n == 1 || rest.kind == IoResult::Kind::kClosed) refused_by_server(p[0]);
+      if (!rest.ok()) fail(rest, what, deadline);
+      return;
+    }
+    ++p;
+    --n;
+  }
+  if (IoResult r = socket_.recv_exact(p, n, deadline.when()); !r.ok()) fail(r, what, deadline);
 }
 
 uint8_t TcpStoreClient::recv_u8(const char* what, const Deadline& deadline) {

@@ -47,9 +47,19 @@ class TcpStoreClient final : public TcpStore {
   // Opens a connection (backoff + jitter until `deadline`) and shakes hands
   // in the configured dialect, detecting it first for kDetect.
   void open(const Deadline& deadline);
-  // One handshake on a fresh socket; returns false when a kDetect probe
-  // found a 2.x torch server (which drops the probe's connection).
-  bool handshake(StoreSocket& socket, const Deadline& deadline);
+  enum class Handshake {
+    kDone,
+    kRetryIn2x,  // a kDetect probe found a 2.x torch server (it drops the probe's connection)
+    kBusy,       // the server sent the busy notice (store_auth.h): try again
+  };
+  // One handshake on a fresh socket. Throws StoreError naming the cause when
+  // the server refuses us for good (store_auth.h's notices).
+  Handshake handshake(StoreSocket& socket, const Deadline& deadline);
+  // A handshake answer byte that is a refusal notice: true for busy, throws
+  // for the others, false when it is no notice.
+  bool refused(uint8_t answer) const;
+  // The server sent `notice` instead of an answer: close, throw StoreError.
+  [[noreturn]] void refused_by_server(uint8_t notice);
   void ensure_open();
 
   // The request header: the query byte of `op` in this connection's dialect.
@@ -63,10 +73,33 @@ class TcpStoreClient final : public TcpStore {
   // TimeoutError naming the server, the request and the time spent.
   [[noreturn]] void fail(const IoResult& r, const char* what, const Deadline& deadline);
 
+  // Says in a WARN line that a connect or a wait is still going: first at
+  // TcpStoreOptions::report_after, then each time its duration doubles (at
+  // most every 5 min).
+  class SlowWaitLog {
+   public:
+    SlowWaitLog(const Deadline& deadline, Timeout first);
+    Clock::time_point next() const { return next_; }
+    bool due() const { return Clock::now() >= next_; }
+    void report(const std::string& line);
+
+   private:
+    Clock::time_point start_;
+    Clock::time_point next_;
+  };
+
+  // Waits until the answer to a request that waits on `keys` starts to
+  // arrive (without reading it), reporting while it does not.
+  IoResult await_answer(const std::vector<std::string>& keys, const Deadline& deadline);
   // Sends WAIT and waits for STOP_WAITING; false on timeout (the wait is
   // then cancelled, or the connection dropped in 1.13).
   bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys);
+  // Reads the values of `keys` with one GET (op kGet, one key) or MULTI_GET,
+  // waiting for them: one round trip to collie's server, which parks the
+  // request until the keys exist, WAIT then the request to others.
+  std::vector<Bytes> fetch_locked(Op op, const std::vector<std::string>& keys,
+                                  const Deadline& deadline);
   std::string describe(const std::string& what) const;
   // Throws InvalidArgument when a key or value is over the cap the server
   // would drop the connection for.
@@ -79,6 +112,12 @@ class TcpStoreClient final : public TcpStore {
   mutable std::mutex mu_;
   StoreSocket socket_;
   store_protocol::Dialect dialect_ = store_protocol::Dialect::kUnknown;
+  // No answer has come on this connection yet (a 1.13 connection without a
+  // secret has no handshake): its first may be a refusal notice.
+  bool awaiting_first_answer_ = false;
+  // The dialect probe found collie's server, which parks a GET or MULTI_GET
+  // of missing keys until they exist (docs/store-protocol.md).
+  bool server_parks_gets_ = false;
 };
 
 }  // namespace collie

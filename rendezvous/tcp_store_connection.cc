@@ -1,6 +1,7 @@
 #include "rendezvous/tcp_store_connection.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "runtime/base/error.h"
@@ -41,7 +42,7 @@ void StoreConnection::read() {
   const size_t cap = owner_.limits().request_cap();
   // Back-pressure: a client that does not read its replies, or that piles
   // requests behind a parked GET, stops being read until that drains.
-  if (pending_output() > cap || (blocked_ && buffered > cap)) return;
+  if (output_full() || (blocked_ && buffered > cap)) return;
 
   if (buffered == 0) {
     begin_ = end_ = 0;
@@ -85,20 +86,29 @@ void StoreConnection::on_read(std::error_code ec, size_t n) {
     return;
   }
   end_ += n;
+  pump();
+  owner_.activity();
+}
+
+void StoreConnection::pump() {
   process();
   flush();
   read();
 }
 
 void StoreConnection::process() {
-  while (!closed_ && !closing_ && !blocked_) {
+  while (!closed_ && !closing_ && !blocked_ && !output_full()) {
     const size_t buffered = end_ - begin_;
     if (buffered == 0 || buffered < need_) return;
     if (auth_) {
       // The job secret's exchange comes before any TCPStore request.
       StoreAuthGate::Step step = auth_->feed({in_.data() + begin_, buffered});
       begin_ += step.consumed;
-      out_.insert(out_.end(), step.reply.begin(), step.reply.end());
+      if (step.status == StoreAuthGate::Step::Status::kDone && !owner_.admit(id_)) {
+        refuse(kStoreRefusedFull, "the server serves max_connections clients already");
+        return;
+      }
+      out_.append(step.reply);
       if (step.status == StoreAuthGate::Step::Status::kRefuse) {
         drop(str_cat("refused: ", step.error));
         return;
@@ -110,6 +120,11 @@ void StoreConnection::process() {
       need_ = 0;
       if (step.status == StoreAuthGate::Step::Status::kDone) auth_.reset();
       continue;
+    }
+    if (dialect_ == store_protocol::Dialect::kUnknown && in_[begin_] == kStoreAuthQuery) {
+      refuse(kStoreRefusedNoSecret,
+             "a client with COLLIE_JOB_SECRET, and this store runs without a job secret");
+      return;
     }
     ParseResult r =
         store_protocol::parse_request({in_.data() + begin_, buffered}, dialect_, owner_.limits());
@@ -129,7 +144,7 @@ void StoreConnection::apply(store_protocol::Request&& request) {
   if (request.op == Op::kProbe) {
     // kDetect's probe (store_protocol.h): say "both dialects" and keep
     // waiting for the connection's real first message.
-    out_.push_back(store_protocol::kProbeBothDialects);
+    out_.fields().push_back(store_protocol::kProbeBothDialects);
     return;
   }
   if (dialect_ == store_protocol::Dialect::kUnknown) {
@@ -137,6 +152,9 @@ void StoreConnection::apply(store_protocol::Request&& request) {
     COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": client " << peer_
                        << " speaks the " << store_protocol::dialect_name(dialect_) << " dialect";
   }
+  COLLIE_LOG(kTrace) << "TcpStoreServer " << owner_.address() << ": " << peer_ << " "
+                     << store_protocol::op_name(request.op) << " (" << request.keys.size()
+                     << " key(s))";
   if (request.op == Op::kValidate) return;
   if (request.op == Op::kWatchKey) {
     drop("WATCH_KEY (torch 1.13's watch_key callbacks) is not supported");
@@ -150,69 +168,75 @@ void StoreConnection::apply(store_protocol::Request&& request) {
   }
 }
 
-void StoreConnection::send(Bytes bytes) {
+void StoreConnection::send(ReplyQueue reply) {
   if (closed_) return;
-  out_.insert(out_.end(), bytes.begin(), bytes.end());
+  out_.splice(std::move(reply));
   flush();
 }
 
 void StoreConnection::resume() {
   if (closed_ || closing_) return;
   blocked_ = false;
-  process();
-  flush();
-  read();
+  pump();
 }
 
 void StoreConnection::flush() {
-  if (closed_ || write_in_flight_ || out_.empty()) return;
-  // Fast path: the socket is non-blocking, and a reply almost always fits in
-  // its send buffer, so write it now instead of through another handler.
-  std::error_code ec;
-  const size_t written = socket_.write_some(asio::buffer(out_), ec);
-  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-    COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": write to " << peer_
-                       << " failed: " << ec.message();
-    close();
-    return;
+  if (closed_ || write_in_flight_) return;
+  // The socket is non-blocking: write straight from the queue (a gather
+  // write over its chunks) until the kernel's buffer is full.
+  constexpr size_t kChunksPerWrite = 16;
+  while (!out_.empty()) {
+    std::array<std::span<const uint8_t>, kChunksPerWrite> spans;
+    std::array<asio::const_buffer, kChunksPerWrite> buffers;
+    const size_t n = out_.front(spans);
+    for (size_t i = 0; i < n; ++i) buffers[i] = asio::buffer(spans[i].data(), spans[i].size());
+    std::error_code ec;
+    const size_t written =
+        socket_.write_some(std::span<const asio::const_buffer>(buffers.data(), n), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      write_in_flight_ = true;
+      socket_.async_wait(asio::ip::tcp::socket::wait_write,
+                         [self = shared_from_this()](std::error_code ec) {
+                           self->write_in_flight_ = false;
+                           if (self->closed_) return;
+                           if (ec) {
+                             COLLIE_LOG(kDebug) << "TcpStoreServer " << self->owner_.address()
+                                                << ": waiting to write to " << self->peer_
+                                                << " failed: " << ec.message();
+                             self->close();
+                             return;
+                           }
+                           self->pump();
+                         });
+      return;
+    }
+    if (ec) {
+      COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": write to " << peer_
+                         << " failed: " << ec.message();
+      close();
+      return;
+    }
+    out_.consume(written);
   }
-  if (written == out_.size()) {
-    out_.clear();
-    if (closing_) close();
-    return;
-  }
-  out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(written));
-  writing_.swap(out_);
-  out_.clear();
-  write_in_flight_ = true;
-  asio::async_write(
-      socket_, asio::buffer(writing_), [self = shared_from_this()](std::error_code ec, size_t) {
-        self->write_in_flight_ = false;
-        if (self->writing_.capacity() > kMaxReadBytes) Bytes().swap(self->writing_);
-        self->writing_.clear();
-        if (self->closed_) return;
-        if (ec) {
-          COLLIE_LOG(kDebug) << "TcpStoreServer " << self->owner_.address() << ": write to "
-                             << self->peer_ << " failed: " << ec.message();
-          self->close();
-          return;
-        }
-        self->flush();
-        if (self->closing_ && self->pending_output() == 0) self->close();
-        self->read();
-      });
+  if (closing_) close();
 }
 
-void StoreConnection::drop(const std::string& why) {
-  COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": dropping connection from "
-                    << peer_ << ": " << why;
+void StoreConnection::refuse(uint8_t notice, const std::string& why, LogLevel level) {
+  if (closed_ || closing_) return;
+  out_.fields().push_back(notice);
+  drop(why, level);
+}
+
+void StoreConnection::drop(const std::string& why, LogLevel level) {
+  if (level >= log_level()) {
+    detail::LogLine(level, __FILE__, __LINE__)
+        << "TcpStoreServer " << owner_.address() << ": dropping connection from " << peer_ << ": "
+        << why;
+  }
   // Replies to the requests before the bad one still go out (torch's server
   // answers each request as it reads it); then the connection closes.
   closing_ = true;
-  if (pending_output() == 0)
-    close();
-  else
-    flush();
+  flush();  // closes once the queue is empty
 }
 
 void StoreConnection::close() {

@@ -4,6 +4,8 @@
 // operation and the time spent.
 #pragma once
 
+#include <poll.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,6 +32,8 @@ class StoreSocket {
   IoResult recv_exact(void* data, size_t n, Clock::time_point until) {
     return collie::recv_exact(fd_.get(), data, n, until);
   }
+  // Until there is something to read (or the peer closed), without reading.
+  IoResult wait_readable(Clock::time_point until) { return wait_socket(fd_.get(), POLLIN, until); }
 
   bool is_open() const { return fd_.valid(); }
   void close() { fd_.reset(); }

@@ -12,8 +12,7 @@ using store_protocol::Op;
 using store_protocol::Writer;
 
 TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
-                                             store_protocol::Request&& request, Bytes& reply) {
-  Writer w(reply);
+                                             store_protocol::Request&& request, ReplyQueue& reply) {
   auto& keys = request.keys;
   auto& values = request.values;
   switch (request.op) {
@@ -24,18 +23,14 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       // with an empty `expected` is created; a missing key otherwise is
       // reported as `expected` (torch's "lie"), and nothing changes.
       auto it = map_.find(keys[0]);
-      if (it == map_.end()) {
-        if (values[0].empty()) {
-          w.bytes(values[1]);
-          write(keys[0], std::move(values[1]));
-        } else {
-          w.bytes(values[0]);
-        }
-      } else if (it->second == values[0]) {
-        w.bytes(values[1]);
-        write(keys[0], std::move(values[1]));
+      if (it == map_.end() && !values[0].empty()) {
+        reply.value(std::make_shared<const Bytes>(std::move(values[0])));
+      } else if (it == map_.end() || *it->second == values[0]) {
+        auto desired = std::make_shared<Bytes>(std::move(values[1]));
+        reply.value(desired);
+        write(keys[0], std::move(desired));
       } else {
-        w.bytes(it->second);
+        reply.value(it->second);
       }
       return Outcome::kDone;
     }
@@ -43,8 +38,8 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
     case Op::kAdd: {
       auto it = map_.find(keys[0]);
       int64_t value = request.delta;
-      if (it != map_.end()) value += parse_counter(keys[0], it->second);
-      w.i64(value);
+      if (it != map_.end()) value += parse_counter(keys[0], *it->second);
+      Writer(reply.fields()).i64(value);
       write(keys[0], to_bytes(std::to_string(value)));
       return Outcome::kDone;
     }
@@ -53,9 +48,16 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       auto it = map_.find(keys[0]);
       if (it == map_.end()) {
         write(keys[0], std::move(values[0]));
-      } else {
-        it->second.insert(it->second.end(), values[0].begin(), values[0].end());
+      } else if (it->second.use_count() == 1) {
+        it->second->insert(it->second->end(), values[0].begin(), values[0].end());
         wake(keys[0]);
+      } else {
+        // A reply still being sent holds the old value: leave it as it is.
+        auto grown = std::make_shared<Bytes>();
+        grown->reserve(it->second->size() + values[0].size());
+        grown->assign(it->second->begin(), it->second->end());
+        grown->insert(grown->end(), values[0].begin(), values[0].end());
+        write(keys[0], std::move(grown));
       }
       return Outcome::kDone;
     }
@@ -79,12 +81,13 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
     }
 
     case Op::kCheck:
-      w.u8(has_all(keys) ? store_protocol::kCheckReady : store_protocol::kCheckNotReady);
+      Writer(reply.fields())
+          .u8(has_all(keys) ? store_protocol::kCheckReady : store_protocol::kCheckNotReady);
       return Outcome::kDone;
 
     case Op::kWait: {
       if (has_all(keys)) {
-        w.u8(store_protocol::kStopWaiting);
+        Writer(reply.fields()).u8(store_protocol::kStopWaiting);
         return Outcome::kDone;
       }
       // One parked wait per connection, as in torch: a new WAIT replaces it.
@@ -100,14 +103,18 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       // torch answers WAIT_CANCELED whether or not a wait was parked (the
       // STOP_WAITING may already be on its way); its client expects both.
       drop(connection);
-      w.u8(store_protocol::kWaitCanceled);
+      Writer(reply.fields()).u8(store_protocol::kWaitCanceled);
       return Outcome::kDone;
 
-    case Op::kNumKeys: w.i64(static_cast<int64_t>(map_.size())); return Outcome::kDone;
+    case Op::kNumKeys:
+      Writer(reply.fields()).i64(static_cast<int64_t>(map_.size()));
+      return Outcome::kDone;
 
-    case Op::kDeleteKey: w.i64(static_cast<int64_t>(map_.erase(keys[0]))); return Outcome::kDone;
+    case Op::kDeleteKey:
+      Writer(reply.fields()).i64(static_cast<int64_t>(map_.erase(keys[0])));
+      return Outcome::kDone;
 
-    case Op::kPing: w.u32(request.nonce); return Outcome::kDone;
+    case Op::kPing: Writer(reply.fields()).u32(request.nonce); return Outcome::kDone;
 
     case Op::kValidate:
     case Op::kProbe:
@@ -129,6 +136,10 @@ void TcpStoreState::drop(ConnectionId connection) {
 }
 
 void TcpStoreState::write(const std::string& key, Bytes value) {
+  write(key, std::make_shared<Bytes>(std::move(value)));
+}
+
+void TcpStoreState::write(const std::string& key, std::shared_ptr<Bytes> value) {
   map_[key] = std::move(value);
   wake(key);
 }
@@ -142,9 +153,9 @@ void TcpStoreState::wake(const std::string& key) {
     auto it = parked_.find(connection);
     if (it == parked_.end() || --it->second.remaining > 0) continue;
     Parked& p = it->second;
-    Bytes reply;
+    ReplyQueue reply;
     if (p.op == Op::kWait) {
-      reply.push_back(store_protocol::kStopWaiting);
+      Writer(reply.fields()).u8(store_protocol::kStopWaiting);
       parked_.erase(it);
       deliver_(connection, std::move(reply), false);
       continue;
@@ -173,8 +184,10 @@ size_t TcpStoreState::park_on_missing(ConnectionId connection,
   for (const auto& key : keys) {
     if (map_.contains(key)) continue;
     auto& list = waiting_on_[key];
-    // A key listed twice is awaited once.
-    if (std::find(list.begin(), list.end(), connection) != list.end()) continue;
+    // A key listed twice is awaited once. Nothing else runs while one
+    // request parks, so this connection, if already listed, is last: no
+    // search through the thousands of ranks that may wait on a barrier key.
+    if (!list.empty() && list.back() == connection) continue;
     list.push_back(connection);
     ++missing;
   }
@@ -185,9 +198,8 @@ bool TcpStoreState::has_all(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return map_.contains(k); });
 }
 
-void TcpStoreState::append_values(const std::vector<std::string>& keys, Bytes& reply) const {
-  Writer w(reply);
-  for (const auto& key : keys) w.bytes(map_.at(key));
+void TcpStoreState::append_values(const std::vector<std::string>& keys, ReplyQueue& reply) const {
+  for (const auto& key : keys) reply.value(map_.at(key));
 }
 
 }  // namespace collie

@@ -8,15 +8,21 @@
 // connection instead; its clients always WAIT first, so parking is a safe
 // superset). Every write (set, add, compare_set, append, multi_set) wakes
 // the parked requests on its key.
+//
+// Values are stored as shared buffers: a reply carries a reference to the
+// value it reads (rendezvous/tcp_store_reply.h), so building a reply never
+// copies a large value, however many replies ask for it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store_reply.h"
 
 namespace collie {
 
@@ -27,7 +33,7 @@ class TcpStoreState {
   // Called when a parked request of `connection` completes, with its reply.
   // `resumed` is true when the connection had stopped reading requests (a
   // parked GET/MULTI_GET) and may now go on.
-  using Deliver = std::function<void(ConnectionId connection, Bytes reply, bool resumed)>;
+  using Deliver = std::function<void(ConnectionId connection, ReplyQueue reply, bool resumed)>;
 
   explicit TcpStoreState(Deliver deliver) : deliver_(std::move(deliver)) {}
 
@@ -40,7 +46,7 @@ class TcpStoreState {
   // Applies one request. The immediate reply, if any, is appended to
   // `reply`. Throws StoreError when the request cannot be served (add on a
   // value that is not an integer); the server then drops that connection.
-  Outcome handle(ConnectionId connection, store_protocol::Request&& request, Bytes& reply);
+  Outcome handle(ConnectionId connection, store_protocol::Request&& request, ReplyQueue& reply);
 
   // Forgets the parked request of a closed connection.
   void drop(ConnectionId connection);
@@ -56,15 +62,18 @@ class TcpStoreState {
   };
 
   void write(const std::string& key, Bytes value);
+  void write(const std::string& key, std::shared_ptr<Bytes> value);
   // Wakes the parked requests waiting on `key`.
   void wake(const std::string& key);
   // Registers `connection` on the missing keys of `keys`; returns how many.
   size_t park_on_missing(ConnectionId connection, const std::vector<std::string>& keys);
   bool has_all(const std::vector<std::string>& keys) const;
-  void append_values(const std::vector<std::string>& keys, Bytes& reply) const;
+  void append_values(const std::vector<std::string>& keys, ReplyQueue& reply) const;
 
   Deliver deliver_;
-  std::unordered_map<std::string, Bytes> map_;
+  // shared_ptr<Bytes>, not <const Bytes>: APPEND grows a value in place
+  // when no reply holds it.
+  std::unordered_map<std::string, std::shared_ptr<Bytes>> map_;
   std::unordered_map<ConnectionId, Parked> parked_;
   std::unordered_map<std::string, std::vector<ConnectionId>> waiting_on_;
 };

@@ -19,8 +19,6 @@
 // /proc/<pid>/stat): the cost of the server's own work, much less sensitive
 // to load.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -33,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/store_servers/server_process.h"
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -42,102 +41,15 @@ namespace {
 using namespace std::chrono;
 using collie::StoreProtocol;
 
-// A server in another process: its port, and how to stop it.
-struct ServerProcess {
-  pid_t pid = -1;
-  uint16_t port = 0;
-  int control_fd = -1;  // collie's child exits when this closes
-  ~ServerProcess() {
-    if (control_fd >= 0) ::close(control_fd);
-    if (pid > 0) {
-      ::kill(pid, SIGTERM);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-};
-
-// Forks collie's server. Must run before any thread is started.
-void start_collie_server(ServerProcess& out) {
-  int port_pipe[2], control_pipe[2];
-  if (::pipe(port_pipe) != 0 || ::pipe(control_pipe) != 0) throw collie::Error("pipe failed");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(port_pipe[0]);
-    ::close(control_pipe[1]);
-    auto server = collie::TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-    uint16_t port = server->port();
-    if (::write(port_pipe[1], &port, sizeof(port)) != sizeof(port)) _exit(1);
-    char byte;
-    while (::read(control_pipe[0], &byte, 1) > 0) {
-    }
-    server->stop();
-    _exit(0);
-  }
-  ::close(port_pipe[1]);
-  ::close(control_pipe[0]);
-  out.pid = pid;
-  out.control_fd = control_pipe[1];
-  if (::read(port_pipe[0], &out.port, sizeof(out.port)) != sizeof(out.port))
-    throw collie::Error("collie server child did not report its port");
-  ::close(port_pipe[0]);
-}
-
-// Starts torch 1.13's TCPStore server in /usr/bin/python3; false if torch
-// is not importable there.
-bool start_torch_server(ServerProcess& out) {
-  int port_pipe[2];
-  if (::pipe(port_pipe) != 0) throw collie::Error("pipe failed");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(port_pipe[1], 1);
-    ::close(port_pipe[0]);
-    const char* script =
-        "import signal, sys, datetime\n"
-        "import torch.distributed as d\n"
-        "s = d.TCPStore('127.0.0.1', 0, 1, True, timeout=datetime.timedelta(seconds=600),"
-        " wait_for_workers=False)\n"
-        "print(s.port, flush=True)\n"
-        "signal.sigwait([signal.SIGTERM])\n";
-    ::execl("/usr/bin/python3", "python3", "-c", script, static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ::close(port_pipe[1]);
-  out.pid = pid;
-  std::string line;
-  char c;
-  while (::read(port_pipe[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(port_pipe[0]);
-  if (line.empty()) return false;
-  out.port = static_cast<uint16_t>(std::stoi(line));
-  return true;
-}
-
-// CPU seconds (user + system) a process has used so far, from /proc.
-double cpu_seconds(pid_t pid) {
-  FILE* f = std::fopen(collie::str_cat("/proc/", pid, "/stat").c_str(), "r");
-  if (f == nullptr) return 0;
-  char buf[1024];
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = 0;
-  // Fields after the ")" closing the command name: state is field 3, utime
-  // and stime are fields 14 and 15.
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr) return 0;
-  unsigned long utime = 0, stime = 0;
-  std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime);
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 struct Sample {
   double ops_per_s = 0;
   double server_us_per_op = 0;  // the server process's CPU time per operation
 };
 
-// Runs `op` on `clients` threads for `seconds` against the server process
-// `server_pid`.
-Sample measure(pid_t server_pid, uint16_t port, StoreProtocol protocol, const std::string& op,
-               int clients, double seconds, size_t value_bytes) {
+// Runs `op` on `clients` threads for `seconds` against `server`.
+Sample measure(const collie::bench::ServerProcess& server, StoreProtocol protocol,
+               const std::string& op, int clients, double seconds, size_t value_bytes) {
+  const uint16_t port = server.port();
   collie::TcpStoreOptions options;
   options.protocol = protocol;
   options.timeout = std::chrono::seconds(60);
@@ -173,13 +85,13 @@ Sample measure(pid_t server_pid, uint16_t port, StoreProtocol protocol, const st
     });
   }
   start.arrive_and_wait();
-  const double cpu0 = cpu_seconds(server_pid);
+  const double cpu0 = server.cpu_seconds();
   const auto t0 = steady_clock::now();
   std::this_thread::sleep_for(duration<double>(seconds));
   stop = true;
   for (auto& t : threads) t.join();
   const double elapsed = duration<double>(steady_clock::now() - t0).count();
-  const double cpu = cpu_seconds(server_pid) - cpu0;
+  const double cpu = server.cpu_seconds() - cpu0;
   int64_t total = 0;
   for (auto c : counts) total += c;
   return {static_cast<double>(total) / elapsed,
@@ -225,11 +137,11 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   try {
-    ServerProcess collie_server, torch_server;
-    start_collie_server(collie_server);  // before any thread exists
-    const bool have_torch = start_torch_server(torch_server);
-    if (!have_torch)
-      std::fprintf(stderr, "store_bench: torch's server did not start; collie only\n");
+    collie::bench::ServerProcess collie_server, torch_server;
+    collie_server.start_collie({});  // before any thread exists
+    std::string why;
+    const bool have_torch = torch_server.start_torch(1, &why);
+    if (!have_torch) std::fprintf(stderr, "store_bench: %s; collie only\n", why.c_str());
     const StoreProtocol collie_protocol =
         collie_dialect == "v2" ? StoreProtocol::kV2 : StoreProtocol::kV1_13;
 
@@ -245,15 +157,12 @@ int main(int argc, char** argv) {
       for (int clients : client_counts) {
         Sample cs, ts;
         for (int r = 0; r < repeat; ++r) {
-          keep_best(cs,
-                    measure(collie_server.pid, collie_server.port, collie_protocol, op, clients,
-                            seconds, value_bytes),
+          keep_best(cs, measure(collie_server, collie_protocol, op, clients, seconds, value_bytes),
                     r == 0);
           if (have_torch) {
-            keep_best(ts,
-                      measure(torch_server.pid, torch_server.port, StoreProtocol::kV1_13, op,
-                              clients, seconds, value_bytes),
-                      r == 0);
+            keep_best(
+                ts, measure(torch_server, StoreProtocol::kV1_13, op, clients, seconds, value_bytes),
+                r == 0);
           }
         }
         const double c = cs.ops_per_s, t = ts.ops_per_s;

@@ -18,7 +18,8 @@
 //   - it authenticates only after exactly the right proof; compatibility
 //     mode admits a client that does not start with 0xA5 unauthenticated
 //     and without taking a byte (those are TCPStore requests), secure mode
-//     refuses it; a refusal says why and sends nothing;
+//     refuses it; a refusal says why (in its error) and sends nothing but,
+//     to such a client, the one-byte "secret required" notice;
 //   - cutting the stream into different reads never changes the outcome.
 #include <algorithm>
 #include <cstdint>
@@ -79,10 +80,17 @@ Outcome run(std::vector<uint8_t> stream, size_t chunk, bool compat, bool honest)
       out.statuses.push_back(step.status);
       out.consumed += step.consumed;
       switch (step.status) {
-        case Status::kRefuse:
-          check(!step.error.empty() && step.reply.empty() && !gate.done() && !gate.authenticated(),
-                kTarget, "a refusal without a reason, or with an answer");
+        case Status::kRefuse: {
+          // The only answer a refusal carries: "the secret is required",
+          // to a first message that does not open the exchange.
+          const bool notice = step.reply.size() == 1 &&
+                              step.reply[0] == collie::kStoreRefusedSecretRequired && !proof_next &&
+                              in[0] != collie::kStoreAuthQuery;
+          check(!step.error.empty() && (step.reply.empty() || notice) && !gate.done() &&
+                    !gate.authenticated(),
+                kTarget, "a refusal without a reason, or with an answer other than its notice");
           return out;
+        }
         case Status::kProgress: {
           check(!proof_next && step.consumed == 37 && in[0] == collie::kStoreAuthQuery &&
                     u32(in + 1) == collie::kStoreAuthMagic,

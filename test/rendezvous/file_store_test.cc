@@ -16,6 +16,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "test/support/child.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -279,12 +280,9 @@ TEST_CASE("FileStore: torch's FileStore and collie's share one file", "[file_sto
   while (!store.check({"from_torch"})) {
     if (!py.running()) {
       auto early = py.wait(kChildLimit);
-      if (early.exit_code == 77 || early.exit_code == 127) {
-        WARN(
-            "skipped: /usr/bin/python3 cannot import torch.distributed (apt install "
-            "python3-torch)");
-        return;
-      }
+      if (early.exit_code == 77 || early.exit_code == 127)
+        test::skip_test(
+            "/usr/bin/python3 cannot import torch.distributed (apt install python3-torch)");
       FAIL("the torch process exited early (" << early.describe() << "): " << py.err());
     }
     try {

@@ -68,11 +68,15 @@ class SharedFile : public StoreUnderTest {
 // connection to it.
 class TcpServerAndClients : public StoreUnderTest {
  public:
+  explicit TcpServerAndClients(StoreProtocol protocol = StoreProtocol::kDetect)
+      : protocol_(protocol) {}
   std::shared_ptr<Store> open() override {
-    return TcpStore::connect("127.0.0.1", server_->port(), {.timeout = std::chrono::seconds(60)});
+    return TcpStore::connect("127.0.0.1", server_->port(),
+                             {.timeout = std::chrono::seconds(60), .protocol = protocol_});
   }
 
  private:
+  StoreProtocol protocol_;
   std::unique_ptr<TcpStoreServer> server_ = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
 };
 
@@ -91,6 +95,10 @@ const std::vector<Implementation>& implementations() {
       {"PrefixStore(HashStore)", [] { return std::make_unique<PrefixOverHash>(); }},
       {"FileStore", [] { return std::make_unique<SharedFile>(); }},
       {"TcpStore", [] { return std::make_unique<TcpServerAndClients>(); }, false},
+      // The 1.13 dialect lacks APPEND, MULTI_GET, MULTI_SET and CANCEL_WAIT:
+      // the client falls back to the Store defaults and reconnects.
+      {"TcpStore (1.13 dialect)",
+       [] { return std::make_unique<TcpServerAndClients>(StoreProtocol::kV1_13); }, false},
       {"PrefixStore(TcpStore)",
        [] {
          struct PrefixOverTcp : TcpServerAndClients {
@@ -263,7 +271,12 @@ STORE_CONTRACT_CASE("check reports whether every key exists, without waiting") {
   store.set("c1", "x");
   CHECK(store.check({"c1"}));
   CHECK_FALSE(store.check({"c1", "c2"}));
-  sut.open()->set("c2", "y");
+  // TCPStore's SET has no answer, and another connection's requests are not
+  // ordered with it: a round trip on the writer's own connection is what
+  // says the set has been applied.
+  auto writer = sut.open();
+  writer->set("c2", "y");
+  writer->check({"c2"});
   CHECK(store.check({"c1", "c2"}));
 }
 
@@ -326,7 +339,9 @@ STORE_CONTRACT_CASE("append creates the key and appends bytes") {
   store.append("log", as_span("ab"));
   CHECK(to_string(store.get("log")) == "ab");
   Bytes tail = {0, 'c', 0};
-  sut.open()->append("log", tail);
+  auto other = sut.open();
+  other->append("log", tail);
+  other->check({"log"});  // APPEND has no answer either
   Bytes expect = {'a', 'b', 0, 'c', 0};
   CHECK(store.get("log") == expect);
   store.append("log", Bytes{});
@@ -349,4 +364,39 @@ STORE_CONTRACT_CASE("multi_set and multi_get keep the order of the keys") {
   } catch (const TimeoutError& e) {
     CHECK_THAT(e.what(), Contains("m_missing"));
   }
+}
+
+STORE_CONTRACT_CASE("multi_get waits for keys another handle sets later, in the order asked") {
+  auto writer = sut.open();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) keys.push_back("peer/" + std::to_string(i));
+  // Half the keys exist; the reader asks for all of them (and one twice),
+  // and the writer sets the rest once the reader has announced itself.
+  for (int i = 0; i < 200; i += 2) writer->set(keys[i], "addr" + std::to_string(i));
+  std::vector<std::string> asked = keys;
+  asked.push_back(keys[7]);
+  std::vector<Bytes> seen;
+  std::exception_ptr failure;
+  std::thread reader([&] {
+    try {
+      store.set("reader_ready", "1");
+      seen = store.multi_get(asked);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  writer->wait({"reader_ready"});
+  for (int i = 1; i < 200; i += 2) writer->set(keys[i], "addr" + std::to_string(i));
+  reader.join();
+  if (failure) std::rethrow_exception(failure);
+  REQUIRE(seen.size() == asked.size());
+  for (int i = 0; i < 200; ++i) CHECK(to_string(seen[i]) == "addr" + std::to_string(i));
+  CHECK(to_string(seen.back()) == "addr7");
+  // The handle is still in step: a timed-out multi_get leaves it usable too.
+  store.set_timeout(200ms);
+  CHECK_THROWS_AS(store.multi_get({keys[0], "never"}), TimeoutError);
+  store.set_timeout(60s);
+  CHECK(store.multi_get({keys[3], keys[2]}) ==
+        std::vector<Bytes>{to_bytes("addr3"), to_bytes("addr2")});
+  CHECK(store.add("after", 1) == 1);
 }

@@ -6,54 +6,27 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_socket.h"
 #include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "test/rendezvous/raw_store_client.h"
+#include "test/support/skip.h"
 
 namespace collie {
 namespace {
 
 using namespace std::chrono_literals;
 using store_protocol::Writer;
-
-StoreSocket raw_connect(uint16_t port) {
-  StoreSocket s;
-  IoResult r = StoreSocket::connect("127.0.0.1", port, Clock::now() + 30s, &s);
-  REQUIRE(r.ok());
-  return s;
-}
-
-void send_raw(StoreSocket& s, const Bytes& b) {
-  // The server may already have dropped us (that is the point); a failed
-  // send is fine, the check is on what comes back.
-  (void)s.send_all(b.data(), b.size(), Clock::now() + 10s);
-}
-
-// True when the server closes the connection (EOF/reset) within 10s.
-bool closed_by_server(StoreSocket& s) {
-  uint8_t byte;
-  IoResult r = s.recv_exact(&byte, 1, Clock::now() + 10s);
-  return r.kind == IoResult::Kind::kClosed;
-}
-
-Bytes v2_hello(uint32_t nonce) {
-  Bytes b;
-  Writer(b).u8(0).u32(store_protocol::kValidationMagic).u8(13).u32(nonce);
-  return b;
-}
-
-// A well-behaved client still gets answers.
-void check_still_serving(uint16_t port) {
-  auto store = TcpStore::connect("127.0.0.1", port);
-  const int64_t n = store->add("healthy", 1);
-  CHECK(n >= 1);
-  store->set("after", "ok");
-  CHECK(to_string(store->get("after")) == "ok");
-}
+using test::check_still_serving;
+using test::closed_by_server;
+using test::raw_connect;
+using test::resident_kib;
+using test::send_raw;
+using test::v2_hello;
 
 TEST_CASE("TcpStore server: a first message that is not a TCPStore query is dropped",
           "[tcp_store][bad_input]") {
@@ -147,14 +120,6 @@ TEST_CASE("TcpStore server: a client dying mid-message is forgotten", "[tcp_stor
   CHECK(!store->check({"half"}));
 }
 
-size_t resident_kib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  return 0;
-}
-
 TEST_CASE("TcpStore server: 1000 concurrent connections, memory bounded",
           "[tcp_store][bad_input]") {
   // Client and server share this process: 2 fds per connection.
@@ -166,10 +131,9 @@ TEST_CASE("TcpStore server: 1000 concurrent connections, memory bounded",
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
   constexpr int kConnections = 1000;
-  if (lim.rlim_cur < 2 * kConnections + 100) {
-    WARN("RLIMIT_NOFILE hard limit " << lim.rlim_max << " is too low for 1000 connections");
-    return;
-  }
+  if (lim.rlim_cur < 2 * kConnections + 100)
+    test::skip_test(str_cat("RLIMIT_NOFILE hard limit ", lim.rlim_max, " is too low for ",
+                            kConnections, " connections"));
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   const size_t rss_before = resident_kib();
   std::vector<StoreSocket> sockets;

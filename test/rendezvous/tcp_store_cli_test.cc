@@ -5,9 +5,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <regex>
-
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/error.h"
+#include "test/rendezvous/raw_store_client.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 namespace collie {
@@ -16,15 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 using test::Subprocess;
 
-const std::string kCollieStore = std::string(COLLIE_BIN_DIR) + "/collie-store";
-
-uint16_t listening_port(Subprocess& p) {
-  const std::string out = p.wait_for_output("\n", 30s);
-  std::smatch m;
-  REQUIRE(
-      std::regex_search(out, m, std::regex("collie-store listening on 127\\.0\\.0\\.1:(\\d+)")));
-  return static_cast<uint16_t>(std::stoi(m[1]));
-}
+const std::string kCollieStore = test::collie_store_path();
+using test::listening_port;
 
 TEST_CASE("collie-store: serves, then stops cleanly on SIGTERM or SIGINT", "[tcp_store][cli]") {
   const int sig = GENERATE(SIGTERM, SIGINT);
@@ -62,6 +56,52 @@ TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
   CHECK(p.wait(30s).ok());
 }
 
+TEST_CASE("collie-store: numbers that do not fit are refused naming the flag and the range",
+          "[tcp_store][cli]") {
+  const auto [flag, value, range] = GENERATE(table<const char*, const char*, const char*>(
+      {{"--max-value-bytes", "18446744073709551615", "1 to 536870912"},
+       {"--max-value-bytes", "18446744073709551616", "1 to 536870912"},
+       {"--max-value-bytes", "-1", "1 to 536870912"},
+       {"--max-value-bytes", "0", "1 to 536870912"},
+       {"--max-connections", "99999999999", "1 to 1048576"},
+       {"--port", "70000", "0 to 65535"},
+       {"--timeout", "1e300", "0 to 31622400"}}));
+  INFO(flag << " " << value);
+  auto p = Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", flag, value});
+  auto status = p.wait(30s);
+  CHECK_FALSE(status.ok());
+  CHECK(p.out().find("listening") == std::string::npos);
+  CHECK_THAT(p.err(), Catch::Contains(flag) && Catch::Contains(value) && Catch::Contains(range));
+  // A user-input error, not a bug: no source file in the message.
+  CHECK(p.err().find(".cc") == std::string::npos);
+}
+
+TEST_CASE("collie-store: --help says how workers reach it and what the job secret does",
+          "[tcp_store][cli]") {
+  auto p = Subprocess::spawn({kCollieStore, "--help"});
+  REQUIRE(p.wait(30s).ok());
+  const std::string help = p.out();
+  for (const char* needle :
+       {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "tcp://", "COLLIE_JOB_SECRET",
+        "COLLIE_STORE_COMPAT", "--max-connections", "--handshake-timeout", "--max-unauthenticated"})
+    CHECK_THAT(help, Catch::Contains(needle));
+}
+
+TEST_CASE("TcpStoreServer and TcpStore refuse options out of range, naming them",
+          "[tcp_store][cli]") {
+  CHECK_THROWS_MATCHES(
+      TcpStoreServer::start({.host = "127.0.0.1", .max_value_bytes = ~size_t{0}}), InvalidArgument,
+      Catch::Message("TcpStoreServerOptions::max_value_bytes is 18446744073709551615: allowed 1 "
+                     "to 536870912"));
+  CHECK_THROWS_WITH(TcpStoreServer::start({.host = "127.0.0.1", .max_connections = 0}),
+                    Catch::Contains("TcpStoreServerOptions::max_connections is 0"));
+  auto server = TcpStoreServer::start({.host = "127.0.0.1"});
+  TcpStoreOptions options;
+  options.max_value_bytes = 0;
+  CHECK_THROWS_WITH(TcpStore::connect("127.0.0.1", server->port(), options),
+                    Catch::Contains("TcpStoreOptions::max_value_bytes is 0: allowed 1 to"));
+}
+
 }  // namespace
 }  // namespace collie
 
@@ -70,10 +110,8 @@ namespace {
 
 TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store][cli]") {
   const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0) {
-    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-    return;
-  }
+  if (::access(demo.c_str(), X_OK) != 0)
+    test::skip_test(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
   auto p = test::Subprocess::spawn({demo, "--nproc", "5", "--timeout", "60"});
   auto status = p.wait(std::chrono::seconds(90));
   INFO(p.out() << p.err());
@@ -85,10 +123,8 @@ TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store
 TEST_CASE("rendezvous_demo: a failing worker fails the job and stops the others",
           "[tcp_store][cli]") {
   const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0) {
-    WARN("skipped: " << demo << " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-    return;
-  }
+  if (::access(demo.c_str(), X_OK) != 0)
+    test::skip_test(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
   test::SpawnOptions options;
   options.env["COLLIE_DEMO_FAIL_RANK"] = "2";
   auto p = test::Subprocess::spawn({demo, "--nproc", "4", "--timeout", "60"}, options);

@@ -158,6 +158,98 @@ TEST_CASE("TcpStore: connect errors name host:port, elapsed and limit", "[tcp_st
   }
 }
 
+// args: what ("connect" or "wait"), port. Connects (and waits for a key
+// nobody sets) with a 1.5 s limit, reporting slow waits after 300 ms; the
+// parent reads the lines it logged.
+COLLIE_TEST_CHILD(slow_store_call) {
+  TcpStoreOptions o = options_for(StoreProtocol::kDetect, 1500ms);
+  o.report_after = 300ms;
+  const auto port = static_cast<uint16_t>(std::stoi(args[1]));
+  try {
+    auto store = TcpStore::connect("127.0.0.1", port, o);
+    if (args[0] == "wait") store->wait({"never_set_key", "other_missing_key"});
+    if (args[0] == "get") store->get("never_set_key");
+  } catch (const TimeoutError& e) {
+    std::fprintf(stderr, "TimeoutError: %s\n", e.what());
+    return 0;
+  }
+  return 1;
+}
+
+TEST_CASE("TcpStore: a slow connect or wait says what it awaits while it waits", "[tcp_store]") {
+  const std::string what = GENERATE("connect", "wait", "get");
+  INFO(what);
+  std::unique_ptr<TcpStoreServer> server;
+  uint16_t port;
+  {
+    auto probe = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+    port = probe->port();
+  }
+  if (what != "connect") server = TcpStoreServer::start({.host = "127.0.0.1", .port = port});
+  auto child =
+      test::Subprocess::spawn(test::child_argv("slow_store_call", {what, std::to_string(port)}),
+                              {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
+  REQUIRE(child.wait(60s).ok());
+  const std::string err = child.err();
+  INFO(err);
+  REQUIRE_THAT(err, Catch::Contains("TimeoutError"));
+  const std::string where = "TcpStore 127.0.0.1:" + std::to_string(port);
+  if (what == "connect") {
+    // At the first retry, then while it goes on: what, how long, the limit.
+    CHECK_THAT(err, Catch::Contains(" I ") && Catch::Contains(where + ": cannot connect yet"));
+    CHECK_THAT(err, Catch::Contains(" W ") &&
+                        Catch::Contains(where + ": still cannot connect after") &&
+                        Catch::Contains("(limit 1.5"));
+  } else if (what == "wait") {
+    CHECK_THAT(err, Catch::Contains(" W ") &&
+                        Catch::Contains(where + ": still waiting for key(s) [never_set_key, "
+                                                "other_missing_key] after") &&
+                        Catch::Contains("(limit 1.5"));
+  } else {
+    CHECK_THAT(err, Catch::Contains(where + ": still waiting for key(s) [never_set_key] after"));
+  }
+}
+
+// Hosts a server and reads keys through a client, logging every request
+// the server reads (COLLIE_LOG_LEVEL=TRACE); the calls measured are between
+// the BEGIN and END lines.
+COLLIE_TEST_CHILD(count_requests) {
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
+  auto store = TcpStore::connect("127.0.0.1", server->port());
+  store->multi_set({"a", "b", "c"}, {to_bytes("1"), to_bytes("2"), to_bytes("3")});
+  store->check({"a"});  // the MULTI_SET has been applied
+  std::fprintf(stderr, "BEGIN\n");
+  const auto values = store->multi_get({"c", "a", "b"});
+  const auto one = store->get("b");
+  std::fprintf(stderr, "END\n");
+  return values == std::vector<Bytes>{to_bytes("3"), to_bytes("1"), to_bytes("2")} &&
+                 one == to_bytes("2")
+             ? 0
+             : 1;
+}
+
+TEST_CASE("TcpStore: multi_get and get are one request each to collie's server", "[tcp_store]") {
+  auto child = test::Subprocess::spawn(test::child_argv("count_requests"),
+                                       {.env = {{"COLLIE_LOG_LEVEL", "TRACE"}}});
+  REQUIRE(child.wait(60s).ok());
+  const std::string err = child.err();
+  const size_t begin = err.find("BEGIN"), end = err.find("END");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  const std::string measured = err.substr(begin, end - begin);
+  INFO(measured);
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = measured.find(needle); at != std::string::npos;
+         at = measured.find(needle, at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(count(" MULTI_GET (3 key(s))") == 1);
+  CHECK(count(" GET (1 key(s))") == 1);
+  CHECK(count(" WAIT ") == 0);
+}
+
 TEST_CASE("TcpStore: a server that goes away fails a parked wait at once", "[tcp_store]") {
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   auto store = TcpStore::connect("127.0.0.1", server->port());

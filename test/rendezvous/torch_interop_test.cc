@@ -3,17 +3,16 @@
 // client against torch's own server. torch's TCPStore prefixes "/" to every
 // key on the wire, so torch's store.set("a") is collie's "/a".
 //
-// When /usr/bin/python3 cannot import torch the tests say why and pass
-// without checking anything (Catch2 has no per-test skip).
+// When /usr/bin/python3 cannot import torch the tests say why and exit 77
+// (ctest: Skipped); under CI=true they fail instead.
 #include <catch2/catch.hpp>
-
-#include <unistd.h>
 
 #include <fstream>
 #include <regex>
 
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -25,31 +24,8 @@ using test::Subprocess;
 
 constexpr const char* kPython = "/usr/bin/python3";
 
-// Empty when torch is installed for /usr/bin/python3, else why not. Only the
-// package is looked up (importing torch takes seconds, and every test case
-// runs in its own process under ctest); a torch that is installed but broken
-// fails the tests that use it, visibly.
-const std::string& torch_missing() {
-  static const std::string reason = [] {
-    if (::access(kPython, X_OK) != 0) return std::string("no /usr/bin/python3");
-    auto p = Subprocess::spawn(
-        {kPython, "-c",
-         "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
-    auto status = p.wait(60s);
-    return status.ok() ? std::string()
-                       : "/usr/bin/python3 has no torch package (Debian: python3-torch)" + p.err();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_TORCH()                \
-  do {                                      \
-    if (!torch_missing().empty()) {         \
-      WARN("skipped: " << torch_missing()); \
-      SUCCEED("torch unavailable");         \
-      return;                               \
-    }                                       \
-  } while (0)
+#define SKIP_WITHOUT_TORCH() \
+  if (!test::torch_missing().empty()) test::skip_test(test::torch_missing())
 
 std::string write_script(const test::TempDir& dir, const std::string& name,
                          const std::string& body) {

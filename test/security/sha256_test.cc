@@ -10,6 +10,7 @@
 #include "rendezvous/job_secret.h"
 #include "runtime/base/error.h"
 #include "runtime/base/sha256.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 using namespace collie;
@@ -73,10 +74,7 @@ TEST_CASE("HMAC-SHA256 matches RFC 4231", "[security][sha256]") {
 }
 
 TEST_CASE("SHA-256 and HMAC agree with Python's hashlib and hmac", "[security][sha256]") {
-  if (::access("/usr/bin/python3", X_OK) != 0) {
-    WARN("skipped: no /usr/bin/python3");
-    return;
-  }
+  if (::access("/usr/bin/python3", X_OK) != 0) test::skip_test("no /usr/bin/python3");
   std::mt19937 rng(12345);
   std::ostringstream script, expected;
   script << "import hashlib, hmac\n";

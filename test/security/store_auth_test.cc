@@ -17,6 +17,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "test/support/child.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -67,14 +68,6 @@ s.set("torch", "yes")
 print("torch got", s.get("torch").decode(), flush=True)
 )PY";
 
-bool have_torch() {
-  if (::access("/usr/bin/python3", X_OK) != 0) return false;
-  auto p = Subprocess::spawn(
-      {"/usr/bin/python3", "-c",
-       "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
-  return p.wait(60s).ok();
-}
-
 }  // namespace
 
 TEST_CASE("the store serves clients that prove the job secret and refuses others",
@@ -96,9 +89,21 @@ TEST_CASE("the store serves clients that prove the job secret and refuses others
                  Contains(where) && Contains("failed to prove knowledge of the job secret"));
     }
   }
-  SECTION("a client without a secret is dropped") {
-    CHECK_THROWS_AS(TcpStore::connect("127.0.0.1", server->port(), client(JobSecret())),
-                    StoreError);
+  SECTION("a client without a secret is told the store requires it") {
+    const auto protocol =
+        GENERATE(StoreProtocol::kDetect, StoreProtocol::kV2, StoreProtocol::kV1_13);
+    INFO("protocol " << static_cast<int>(protocol));
+    TcpStoreOptions options = client(JobSecret());
+    options.protocol = protocol;
+    try {
+      // 1.13 has no handshake: its first request meets the refusal.
+      TcpStore::connect("127.0.0.1", server->port(), options)->add("n", 1);
+      FAIL("a client without the secret was served");
+    } catch (const StoreError& e) {
+      CHECK_THAT(e.what(), Contains(where) && Contains("requires the job secret") &&
+                               Contains("COLLIE_JOB_SECRET"));
+      CHECK_THAT(e.what(), !Contains("1.13"));
+    }
   }
   SECTION("a client with a secret gets a clear error from a store without one") {
     auto plain = TcpStoreServer::start({.host = "127.0.0.1", .port = 0, .secret = JobSecret()});
@@ -107,7 +112,32 @@ TEST_CASE("the store serves clients that prove the job secret and refuses others
       FAIL("authenticated against a server without a secret");
     } catch (const StoreError& e) {
       CHECK_THAT(e.what(), Contains(str_cat("127.0.0.1:", plain->port())) &&
-                               Contains("does not authenticate"));
+                               Contains("runs without a job secret"));
+    }
+  }
+  SECTION("a full store says so, and does not blame the secret") {
+    auto small = TcpStoreServer::start(
+        {.host = "127.0.0.1", .port = 0, .max_connections = 2, .secret = secret});
+    auto first = TcpStore::connect("127.0.0.1", small->port(), client(secret));
+    auto second = TcpStore::connect("127.0.0.1", small->port(), client(secret));
+    try {
+      TcpStore::connect("127.0.0.1", small->port(), client(secret));
+      FAIL("a third client got into a store with room for 2");
+    } catch (const StoreError& e) {
+      CHECK_THAT(e.what(),
+                 Contains(str_cat("127.0.0.1:", small->port())) && Contains("max_connections"));
+      CHECK_THAT(e.what(), !Contains("unset COLLIE_JOB_SECRET"));
+    }
+    first.reset();  // a slot frees up
+    const Deadline deadline(20s);
+    for (;;) {
+      try {
+        CHECK(TcpStore::connect("127.0.0.1", small->port(), client(secret))->add("m", 1) >= 1);
+        break;
+      } catch (const StoreError&) {
+        REQUIRE_FALSE(deadline.expired());  // the server sees the close a moment later
+        std::this_thread::sleep_for(10ms);
+      }
     }
   }
   // Whatever was refused, the authenticated client is still served, and a
@@ -152,10 +182,7 @@ TEST_CASE("the store's gate refuses a forged proof byte by byte", "[security][st
 
 TEST_CASE("torch 1.13's TCPStore is refused in secure mode and served in compatibility mode",
           "[security][store][torch]") {
-  if (!have_torch()) {
-    WARN("skipped: /usr/bin/python3 cannot import torch");
-    return;
-  }
+  if (!test::torch_missing().empty()) test::skip_test(test::torch_missing());
   test::TempDir dir;
   const std::string script = dir.file("client.py");
   std::ofstream(script) << kTorchClient;

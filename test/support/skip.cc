@@ -1,8 +1,12 @@
 #include "test/support/skip.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "test/support/subprocess.h"
 
 namespace collie::test {
 
@@ -39,5 +43,19 @@ void require_or_skip(bool condition, const std::string& reason) {
 }
 
 void skip_gpu_test(const std::string& reason) { report_and_exit("SKIP: " + reason, 77); }
+
+const std::string& torch_missing() {
+  static const std::string reason = [] {
+    constexpr const char* kPython = "/usr/bin/python3";
+    if (::access(kPython, X_OK) != 0) return std::string("no /usr/bin/python3");
+    auto p = Subprocess::spawn(
+        {kPython, "-c",
+         "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"});
+    const ExitStatus status = p.wait(std::chrono::seconds(60));
+    return status.ok() ? std::string()
+                       : "/usr/bin/python3 has no torch package (Debian: python3-torch)" + p.err();
+  }();
+  return reason;
+}
 
 }  // namespace collie::test

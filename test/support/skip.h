@@ -32,4 +32,9 @@ void require_or_skip(bool condition, const std::string& reason);
 // need a GPU, which CI machines need not have.
 [[noreturn]] void skip_gpu_test(const std::string& reason);
 
+// Empty when /usr/bin/python3 has the torch package, else why not. Only the
+// package is looked up (importing torch takes seconds); a torch that is
+// installed but broken fails the tests that use it, visibly.
+const std::string& torch_missing();
+
 }  // namespace collie::test
