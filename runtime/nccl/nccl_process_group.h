@@ -72,7 +72,7 @@ class NcclProcessGroup : public ProcessGroup {
   void abort(const std::string& reason);
   bool broken() const;
 
-  // The NCCL library version, e.g. "2.28.3".
+  // The NCCL library version, e.g. "2.28.3" (nccl::version_string()).
   static std::string nccl_version();
 
  private:

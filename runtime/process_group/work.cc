@@ -35,6 +35,16 @@ void CompletionWork::wait(Timeout timeout) {
   if (error_) std::rethrow_exception(error_);
 }
 
+int CompletionWork::source_rank() const {
+  std::lock_guard lock(mu_);
+  return source_rank_;
+}
+
+void CompletionWork::set_source_rank(int rank) {
+  std::lock_guard lock(mu_);
+  source_rank_ = rank;
+}
+
 void CompletionWork::mark_completed(std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);

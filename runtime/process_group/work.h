@@ -24,6 +24,10 @@ class Work {
   virtual void wait(Timeout timeout = kUnsetTimeout) = 0;
   // The stored error, or nullptr.
   virtual std::exception_ptr exception() const = 0;
+  // For a receive: the group rank whose message it took (a receive from any
+  // source learns it only when the message arrives; valid once completed).
+  // -1 for everything else (torch's Work._source_rank()).
+  virtual int source_rank() const { return -1; }
 };
 
 // A Work completed by whoever runs the operation (a backend's worker thread)
@@ -37,8 +41,12 @@ class CompletionWork : public Work {
   void wait(Timeout timeout = kUnsetTimeout) override;
   std::exception_ptr exception() const override;
 
+  int source_rank() const override;
+
   // Completes the work (error == nullptr for success) and wakes waiters.
   void mark_completed(std::exception_ptr error = nullptr);
+  // For a receive: who sent the message; set before mark_completed().
+  void set_source_rank(int rank);
   const std::string& description() const { return description_; }
 
  private:
@@ -47,6 +55,7 @@ class CompletionWork : public Work {
   std::condition_variable cv_;
   bool completed_ = false;
   std::exception_ptr error_;
+  int source_rank_ = -1;
 };
 
 }  // namespace collie

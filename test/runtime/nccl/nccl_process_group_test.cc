@@ -207,7 +207,7 @@ TEST_CASE("bad input: host buffers, wrong device, AVG on integers, bad counts") 
   run_ranks(1, [&](int, NcclProcessGroup& pg) {
     std::vector<float> host(16);
     CHECK_THROWS_WITH(pg.all_reduce(view(host.data(), host.size())),
-                      Contains("takes CUDA device buffers"));
+                      Contains("backend takes cuda memory"));
     // A host pointer labelled as device memory is caught, not handed to NCCL.
     CHECK_THROWS_WITH(
         pg.all_reduce(TensorView{host.data(), 16, DataType::kFloat32, Device::cuda(0)}),

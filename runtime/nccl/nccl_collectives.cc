@@ -1,0 +1,101 @@
+// NcclProcessGroup's operations: the shared argument checks, then one NCCL
+// launch each through Impl::run (nccl_impl.h), which orders it after the
+// caller's stream and hands its Work to the watchdog.
+#include "runtime/nccl/nccl_impl.h"
+
+namespace collie {
+
+std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduceOptions& options) {
+  const CallSite where = impl_->site("all_reduce");
+  impl_->check_tensor(where, "tensor", t);
+  check_reduce_op(where, options.op, t.dtype);
+  check_timeout(where, options.timeout);
+  return impl_->run({str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")")},
+                    options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+                      impl_->settle(ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
+                                                  to_nccl(options.op), comm, impl_->stream),
+                                    "ncclAllReduce", d);
+                    });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const TensorView> tensors,
+                                                             const AllReduceOptions& options) {
+  const CallSite where = impl_->site("all_reduce_coalesced");
+  check_timeout(where, options.timeout);
+  for (const auto& t : tensors) {
+    impl_->check_tensor(where, "tensor", t);
+    check_reduce_op(where, options.op, t.dtype);
+  }
+  return impl_->run(
+      {str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")")},
+      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+        impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
+        for (const auto& t : tensors) {
+          ncclResult_t r = ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
+                                         to_nccl(options.op), comm, impl_->stream);
+          if (r != ncclSuccess && r != ncclInProgress) {
+            ncclGroupEnd();
+            impl_->settle(r, "ncclAllReduce (coalesced)", d);
+          }
+        }
+        impl_->settle(ncclGroupEnd(), "ncclGroupEnd", d);
+      });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::broadcast(TensorView t, const BroadcastOptions& options) {
+  const CallSite where = impl_->site("broadcast");
+  impl_->check_tensor(where, "tensor", t);
+  check_root(where, options.root, size());
+  check_timeout(where, options.timeout);
+  return impl_->run({str_cat("broadcast(", t.dtype, ", ", t.count, ", root ", options.root, ")")},
+                    options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+                      impl_->settle(ncclBroadcast(t.data, t.data, t.count, to_nccl(t.dtype),
+                                                  options.root, comm, impl_->stream),
+                                    "ncclBroadcast", d);
+                    });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::barrier(const BarrierOptions& options) {
+  check_timeout(impl_->site("barrier"), options.timeout);
+  // Like ProcessGroupNCCL: an all_reduce of one element, waited on the host.
+  return impl_->run({"barrier()", true, -1, /*synchronize=*/true}, options.timeout,
+                    [&](ncclComm_t comm, const Deadline& d) {
+                      impl_->settle(ncclAllReduce(impl_->barrier_buffer, impl_->barrier_buffer, 1,
+                                                  ncclFloat32, ncclSum, comm, impl_->stream),
+                                    "ncclAllReduce (barrier)", d);
+                    });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::all_gather(TensorView output, TensorView input,
+                                                   const AllGatherOptions& options) {
+  const CallSite where = impl_->site("all_gather");
+  impl_->check_tensor(where, "input", input);
+  impl_->check_tensor(where, "output", output);
+  check_gather_shapes(where, output, "output", input, "input", size());
+  check_timeout(where, options.timeout);
+  return impl_->run({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options.timeout,
+                    [&](ncclComm_t comm, const Deadline& d) {
+                      impl_->settle(ncclAllGather(input.data, output.data, input.count,
+                                                  to_nccl(input.dtype), comm, impl_->stream),
+                                    "ncclAllGather", d);
+                    });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, TensorView input,
+                                                       const ReduceScatterOptions& options) {
+  const CallSite where = impl_->site("reduce_scatter");
+  impl_->check_tensor(where, "input", input);
+  impl_->check_tensor(where, "output", output);
+  check_gather_shapes(where, input, "input", output, "output", size());
+  check_reduce_op(where, options.op, input.dtype);
+  check_timeout(where, options.timeout);
+  return impl_->run(
+      {str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")")},
+      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+        impl_->settle(ncclReduceScatter(input.data, output.data, output.count, to_nccl(input.dtype),
+                                        to_nccl(options.op), comm, impl_->stream),
+                      "ncclReduceScatter", d);
+      });
+}
+
+}  // namespace collie

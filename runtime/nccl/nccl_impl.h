@@ -1,0 +1,99 @@
+// NcclProcessGroup's internals, shared by its source files (the group's
+// lifecycle in nccl_process_group.cc, the collectives in
+// nccl_collectives.cc). Internal: it includes CUDA and NCCL headers.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "rendezvous/store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/cuda/cuda_device.h"
+#include "runtime/nccl/nccl_comm.h"
+#include "runtime/nccl/nccl_process_group.h"
+#include "runtime/nccl/nccl_work.h"
+#include "runtime/process_group/call_log.h"
+#include "runtime/process_group/collective_checks.h"
+
+namespace collie {
+
+// NCCL's names for collie's types. bool travels as uint8 (0/1), as in torch.
+ncclDataType_t to_nccl(DataType dtype);
+// Only the ops NCCL has; check_nccl_reduce_op() refuses the others first.
+ncclRedOp_t to_nccl(ReduceOp op);
+
+struct NcclProcessGroup::Impl {
+  std::shared_ptr<NcclComm> comm;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<CallLog> calls = std::make_shared<CallLog>();
+  std::unique_ptr<NcclWatchdog> watchdog;
+  NcclOptions options;
+  Timeout timeout{};
+  bool blocking_wait = false;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr;  // recorded on the caller's stream at each launch
+  float* barrier_buffer = nullptr;
+  uint64_t p2p_seq = 0;
+  std::mutex launch_mu;  // one launch at a time: stream order = issue order
+
+  // What a launch is: a collective (numbered in the CallLog, its signature
+  // compared across ranks) or a point-to-point operation (not numbered: only
+  // two ranks make it).
+  struct Launch {
+    std::string signature;  // "all_reduce(float32, 1024, sum)"
+    bool collective = true;
+    int source_rank = -1;      // a receive's peer
+    bool synchronize = false;  // wait on the host before returning (barrier)
+  };
+
+  // The path of every operation: refuse when broken, order the group's
+  // stream after the caller's, enqueue `enqueue(comm, deadline)` holding the
+  // communicator's lock (it calls NCCL through settle()), record the
+  // completion event and hand the Work to the watchdog.
+  template <typename Enqueue>
+  std::shared_ptr<Work> run(const Launch& launch, Timeout timeout, Enqueue&& enqueue) {
+    if (comm->broken()) std::rethrow_exception(comm->broken_error());
+    const Deadline deadline(resolve_timeout(timeout, this->timeout));
+    std::lock_guard lock(launch_mu);
+    cuda::check(cudaSetDevice(comm->device()), "cudaSetDevice");
+    auto caller = static_cast<cudaStream_t>(cuda::current_stream());
+    cuda::check(cudaEventRecord(ready, caller), "cudaEventRecord(caller stream)");
+    cuda::check(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent(nccl stream)");
+    const uint64_t seq = launch.collective ? calls->issue(launch.signature) : 0;
+    const std::string description =
+        launch.collective
+            ? str_cat(launch.signature, " #", seq, " on rank ", comm->rank())
+            : str_cat(launch.signature, " (p2p #", ++p2p_seq, ") on rank ", comm->rank());
+    comm->with_comm([&](ncclComm_t c) { enqueue(c, deadline); });
+    cudaEvent_t done = nullptr;
+    cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    cuda::check(cudaEventRecord(done, stream), "cudaEventRecord(nccl stream)");
+    auto work =
+        std::make_shared<NcclWork>(comm, done, deadline, description,
+                                   blocking_wait || launch.synchronize, seq, launch.source_rank);
+    watchdog->watch(work);
+    if (launch.synchronize) work->wait(kUnsetTimeout);
+    return work;
+  }
+
+  // Inside an enqueue: NCCL's result, settled (see NcclComm::settle_locked).
+  void settle(ncclResult_t r, const char* op, const Deadline& deadline) {
+    comm->settle_locked(r, op, deadline);
+  }
+
+  CallSite site(std::string_view op) const {
+    return CallSite{op, comm->rank(), options.group_name, "nccl"};
+  }
+
+  // The shared checks (runtime/process_group/collective_checks.h), then what
+  // only NCCL needs: the buffer is on this rank's device and really is device
+  // memory.
+  void check_tensor(const CallSite& where, std::string_view name, const TensorView& t);
+};
+
+}  // namespace collie
