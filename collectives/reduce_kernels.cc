@@ -1,6 +1,7 @@
 #include "collectives/reduce_kernels.h"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "runtime/base/check.h"
 #include "runtime/base/half.h"
@@ -22,13 +23,21 @@ namespace {
 struct Sum {
   template <typename T>
   static T apply(T a, T b) {
-    return a + b;
+    if constexpr (std::is_same_v<T, bool>) {
+      return a || b;
+    } else {
+      return a + b;
+    }
   }
 };
 struct Product {
   template <typename T>
   static T apply(T a, T b) {
-    return a * b;
+    if constexpr (std::is_same_v<T, bool>) {
+      return a && b;
+    } else {
+      return a * b;
+    }
   }
 };
 struct Min {
@@ -43,12 +52,32 @@ struct Max {
     return a < b ? b : a;
   }
 };
+struct Band {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a & b);
+  }
+};
+struct Bor {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a | b);
+  }
+};
+struct Bxor {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a ^ b);
+  }
+};
 
 template <typename Op, typename T>
 [[gnu::always_inline]] inline void loop(T* dst, const T* a, const T* b, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(Op::apply(a[i], b[i]));
 }
 
+// bool: SUM and MAX are a logical or, PRODUCT and MIN a logical and (the
+// arithmetic happens in int and converts back to bool), as torch defines them.
 template <typename T>
 [[gnu::always_inline]] inline void dispatch(T* dst, const T* a, const T* b, size_t n, ReduceOp op) {
   switch (op) {
@@ -57,27 +86,47 @@ template <typename T>
     case ReduceOp::kProduct: return loop<Product>(dst, a, b, n);
     case ReduceOp::kMin: return loop<Min>(dst, a, b, n);
     case ReduceOp::kMax: return loop<Max>(dst, a, b, n);
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      // Refused for floating-point types before anything is sent
+      // (unsupported_reduction()); instantiated for integer types only.
+      if constexpr (std::is_integral_v<T>) {
+        if (op == ReduceOp::kBand) return loop<Band>(dst, a, b, n);
+        if (op == ReduceOp::kBor) return loop<Bor>(dst, a, b, n);
+        return loop<Bxor>(dst, a, b, n);
+      }
+      break;
   }
+  COLLIE_CHECK(false, "reduce op ", op, " on this element type");
 }
 
-// One cloned entry point per element type: the template loops inline into
-// it and get vectorised once per target.
-COLLIE_CLONES void reduce_f32(float* d, const float* a, const float* b, size_t n, ReduceOp op) {
+// One cloned entry point per element type, overloaded on it: the template
+// loops inline into it and get vectorised once per target.
+COLLIE_CLONES void reduce_typed(float* d, const float* a, const float* b, size_t n, ReduceOp op) {
   dispatch(d, a, b, n, op);
 }
-COLLIE_CLONES void reduce_f64(double* d, const double* a, const double* b, size_t n, ReduceOp op) {
+COLLIE_CLONES void reduce_typed(double* d, const double* a, const double* b, size_t n,
+                                ReduceOp op) {
   dispatch(d, a, b, n, op);
 }
-COLLIE_CLONES void reduce_i32(int32_t* d, const int32_t* a, const int32_t* b, size_t n,
-                              ReduceOp op) {
+COLLIE_CLONES void reduce_typed(int32_t* d, const int32_t* a, const int32_t* b, size_t n,
+                                ReduceOp op) {
   dispatch(d, a, b, n, op);
 }
-COLLIE_CLONES void reduce_i64(int64_t* d, const int64_t* a, const int64_t* b, size_t n,
-                              ReduceOp op) {
+COLLIE_CLONES void reduce_typed(int64_t* d, const int64_t* a, const int64_t* b, size_t n,
+                                ReduceOp op) {
   dispatch(d, a, b, n, op);
 }
-COLLIE_CLONES void reduce_u8(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t n,
-                             ReduceOp op) {
+COLLIE_CLONES void reduce_typed(uint8_t* d, const uint8_t* a, const uint8_t* b, size_t n,
+                                ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_typed(int8_t* d, const int8_t* a, const int8_t* b, size_t n,
+                                ReduceOp op) {
+  dispatch(d, a, b, n, op);
+}
+COLLIE_CLONES void reduce_typed(bool* d, const bool* a, const bool* b, size_t n, ReduceOp op) {
   dispatch(d, a, b, n, op);
 }
 
@@ -119,7 +168,11 @@ void reduce_widen_t(float* d, const H* a, const float* b, size_t n, ReduceOp op)
     case ReduceOp::kProduct: return widen_loop<Product>(d, a, b, n);
     case ReduceOp::kMin: return widen_loop<Min>(d, a, b, n);
     case ReduceOp::kMax: return widen_loop<Max>(d, a, b, n);
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor: break;
   }
+  COLLIE_CHECK(false, "reduce op ", op, " on a half type");
 }
 
 template <typename H>
@@ -130,32 +183,24 @@ void reduce_narrow_t(H* d, const H* a, const float* b, size_t n, ReduceOp op, fl
     case ReduceOp::kProduct: return narrow_loop<Product>(d, a, b, n, divisor);
     case ReduceOp::kMin: return narrow_loop<Min>(d, a, b, n, divisor);
     case ReduceOp::kMax: return narrow_loop<Max>(d, a, b, n, divisor);
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor: break;
   }
+  COLLIE_CHECK(false, "reduce op ", op, " on a half type");
 }
 
 }  // namespace
 
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DataType::kFloat32:
-      return reduce_f32(static_cast<float*>(dst), static_cast<const float*>(a),
-                        static_cast<const float*>(b), n, op);
-    case DataType::kFloat64:
-      return reduce_f64(static_cast<double*>(dst), static_cast<const double*>(a),
-                        static_cast<const double*>(b), n, op);
-    case DataType::kInt32:
-      return reduce_i32(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a),
-                        static_cast<const int32_t*>(b), n, op);
-    case DataType::kInt64:
-      return reduce_i64(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a),
-                        static_cast<const int64_t*>(b), n, op);
-    case DataType::kUInt8:
-      return reduce_u8(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(a),
-                       static_cast<const uint8_t*>(b), n, op);
-    case DataType::kFloat16:
-    case DataType::kBFloat16: break;
-  }
-  COLLIE_CHECK(false, "reduce() on ", dtype, ": half types go through reduce_widen/reduce_narrow");
+  visit_dtype(dtype, [&]<typename T>(TypeTag<T>) {
+    if constexpr (is_half_type_v<T>) {
+      COLLIE_CHECK(false, "reduce() on ", dtype,
+                   ": half types go through reduce_widen/reduce_narrow");
+    } else {
+      reduce_typed(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), n, op);
+    }
+  });
 }
 
 void reduce_widen(float* dst, const void* a, const float* b, size_t n, DataType dtype,

@@ -85,10 +85,8 @@ CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
 }
 
 void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
-  COLLIE_ARG_CHECK(is_valid(op), what, ": invalid reduce op ", static_cast<int>(op));
-  COLLIE_ARG_CHECK(op != ReduceOp::kAvg || is_floating_point(dtype), what,
-                   ": AVG needs a floating-point dtype, got ", dtype,
-                   " (use SUM and divide by the world size)");
+  const std::string why = unsupported_reduction(op, dtype);
+  COLLIE_ARG_CHECK(why.empty(), what, ": ", why);
 }
 
 void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
-#include "runtime/base/half.h"
 #include "runtime/base/logging.h"
 
 namespace collie::bench {
@@ -16,19 +16,17 @@ double input_value(ReduceOp op, int rank, size_t i) {
   return static_cast<double>((rank % 4 + 1) * (i % 3 + 1));
 }
 
-double reduced_value(ReduceOp op, int world, size_t i) {
-  double acc = input_value(op, 0, i);
-  for (int r = 1; r < world; ++r) {
-    double v = input_value(op, r, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-    }
-  }
-  return op == ReduceOp::kAvg ? acc / world : acc;
+double reduced_value(ReduceOp op, int world, size_t i, DataType dtype) {
+  return visit_dtype(dtype, [&]<typename T>(TypeTag<T>) {
+    // In the dtype's own arithmetic (half types in float32), as the
+    // collectives reduce: bool sums are a logical or, int8 sums wrap.
+    using Acc = std::conditional_t<is_half_type_v<T>, float, T>;
+    Acc acc = from_double<Acc>(input_value(op, 0, i));
+    for (int r = 1; r < world; ++r)
+      acc = reduce_value(op, acc, from_double<Acc>(input_value(op, r, i)));
+    const double v = to_double(acc);
+    return op == ReduceOp::kAvg ? v / world : v;
+  });
 }
 
 bool close_enough(double got, double want, DataType dtype) {
@@ -50,32 +48,18 @@ TensorView HostBuffer::view(size_t offset, size_t count) {
 }
 
 void HostBuffer::set(size_t i, double v) {
-  void* p = bytes_.data() + i * element_size(dtype_);
-  switch (dtype_) {
-    case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
-    case DataType::kFloat64: *static_cast<double*>(p) = v; break;
-    case DataType::kFloat16: *static_cast<Half*>(p) = to_half(static_cast<float>(v)); break;
-    case DataType::kBFloat16:
-      *static_cast<BFloat16*>(p) = to_bfloat16(static_cast<float>(v));
-      break;
-    case DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-    case DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case DataType::kUInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-  }
+  visit_dtype(dtype_, [&]<typename T>(TypeTag<T>) {
+    const T value = from_double<T>(v);
+    std::memcpy(bytes_.data() + i * sizeof(T), &value, sizeof(T));
+  });
 }
 
 double HostBuffer::get(size_t i) const {
-  const void* p = bytes_.data() + i * element_size(dtype_);
-  switch (dtype_) {
-    case DataType::kFloat32: return *static_cast<const float*>(p);
-    case DataType::kFloat64: return *static_cast<const double*>(p);
-    case DataType::kFloat16: return to_float(*static_cast<const Half*>(p));
-    case DataType::kBFloat16: return to_float(*static_cast<const BFloat16*>(p));
-    case DataType::kInt32: return *static_cast<const int32_t*>(p);
-    case DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-    case DataType::kUInt8: return *static_cast<const uint8_t*>(p);
-  }
-  return 0;
+  return visit_dtype(dtype_, [&]<typename T>(TypeTag<T>) {
+    T value;
+    std::memcpy(&value, bytes_.data() + i * sizeof(T), sizeof(T));
+    return to_double(value);
+  });
 }
 
 void HostBuffer::fill_input(ReduceOp op, int rank, size_t begin, size_t n) {

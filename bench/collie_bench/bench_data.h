@@ -13,8 +13,9 @@ namespace collie::bench {
 
 // Element i of rank r's input for `op`.
 double input_value(ReduceOp op, int rank, size_t i);
-// What element i of the reduction of every rank's input must be.
-double reduced_value(ReduceOp op, int world, size_t i);
+// What element i of the reduction of every rank's input must be, in
+// `dtype`'s arithmetic.
+double reduced_value(ReduceOp op, int world, size_t i, DataType dtype);
 
 // A host buffer of `count` elements of `dtype`.
 class HostBuffer {

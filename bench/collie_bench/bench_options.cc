@@ -97,8 +97,10 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
-  app.add_option("-o,--op", o.op, "sum, prod, min, max, avg")->capture_default_str();
-  app.add_option("-d,--datatype", o.dtype, "float, double, half, bfloat16, int32, int64, uint8")
+  app.add_option("-o,--op", o.op, "sum, prod, min, max, avg, band, bor, bxor")
+      ->capture_default_str();
+  app.add_option("-d,--datatype", o.dtype,
+                 "float, double, half, bfloat16, int32, int64, uint8, int8, bool")
       ->capture_default_str();
   app.add_option("-c,--check", o.check, "check results (0/1)")->capture_default_str();
   app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
@@ -131,11 +133,17 @@ Settings validate_options(const Options& o) {
   if (!dtype)
     throw InvalidArgument(str_cat("-d '", o.dtype,
                                   "': unknown dtype (float, double, half, bfloat16, int32, "
-                                  "int64, uint8)"));
+                                  "int64, uint8, int8, bool)"));
   s.dtype = *dtype;
   const auto op = parse_reduce_op(o.op);
-  if (!op) throw InvalidArgument(str_cat("-o '", o.op, "': unknown op (sum, prod, min, max, avg)"));
+  if (!op)
+    throw InvalidArgument(
+        str_cat("-o '", o.op, "': unknown op (sum, prod, min, max, avg, band, bor, bxor)"));
   s.op = *op;
+  const bool reduces =
+      o.collective == "all_reduce" || o.collective == "reduce_scatter" || o.collective == "reduce";
+  if (std::string why = unsupported_reduction(s.op, s.dtype); reduces && !why.empty())
+    throw InvalidArgument(str_cat("-o ", o.op, " -d ", o.dtype, ": ", why));
   s.min_bytes = parse_bytes(o.min_bytes, "-b");
   s.max_bytes = parse_bytes(o.max_bytes, "-e");
   if (s.min_bytes > s.max_bytes)

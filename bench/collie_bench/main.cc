@@ -121,7 +121,7 @@ class Runner {
       big.fill_input(op_, rank_, 0, big.count());
       issue(big, small)->wait();
       wrong = count_wrong(big, 0, big.count(), dtype_,
-                          [&](size_t i) { return reduced_value(op_, world_, i); });
+                          [&](size_t i) { return reduced_value(op_, world_, i, dtype_); });
     } else if (c == "broadcast") {
       big.fill_input(ReduceOp::kSum, rank_, 0, big.count());
       issue(big, small)->wait();
@@ -137,7 +137,7 @@ class Runner {
       big.fill_input(op_, rank_, 0, big.count());
       issue(big, small)->wait();
       wrong = count_wrong(small, 0, per_rank, dtype_, [&](size_t i) {
-        return reduced_value(op_, world_, rank_ * per_rank + i);
+        return reduced_value(op_, world_, rank_ * per_rank + i, dtype_);
       });
     } else {
       issue(big, small)->wait();

@@ -4,19 +4,18 @@
 #include <cctype>
 #include <string>
 
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
 namespace collie {
 
+void throw_unknown_dtype(DataType dtype) {
+  throw InvalidArgument(str_cat("unknown dtype (", static_cast<int>(dtype), ")"));
+}
+
 size_t element_size(DataType dtype) {
-  switch (dtype) {
-    case DataType::kFloat32: return 4;
-    case DataType::kFloat64: return 8;
-    case DataType::kFloat16: return 2;
-    case DataType::kBFloat16: return 2;
-    case DataType::kInt32: return 4;
-    case DataType::kInt64: return 8;
-    case DataType::kUInt8: return 1;
-  }
-  return 0;
+  if (!is_valid(dtype)) return 0;
+  return visit_dtype(dtype, []<typename T>(TypeTag<T>) { return sizeof(T); });
 }
 
 std::string_view to_string(DataType dtype) {
@@ -28,6 +27,8 @@ std::string_view to_string(DataType dtype) {
     case DataType::kInt32: return "int32";
     case DataType::kInt64: return "int64";
     case DataType::kUInt8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kBool: return "bool";
   }
   return "invalid-dtype";
 }
@@ -39,6 +40,9 @@ std::string_view to_string(ReduceOp op) {
     case ReduceOp::kProduct: return "product";
     case ReduceOp::kMin: return "min";
     case ReduceOp::kMax: return "max";
+    case ReduceOp::kBand: return "band";
+    case ReduceOp::kBor: return "bor";
+    case ReduceOp::kBxor: return "bxor";
   }
   return "invalid-op";
 }
@@ -49,8 +53,29 @@ std::string to_string(Device device) {
 }
 
 bool is_floating_point(DataType dtype) {
-  return dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
-         dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  if (!is_valid(dtype)) return false;
+  return visit_dtype(dtype, []<typename T>(TypeTag<T>) {
+    return std::is_floating_point_v<T> || is_half_type_v<T>;
+  });
+}
+
+bool is_integral(DataType dtype) {
+  if (!is_valid(dtype)) return false;
+  return visit_dtype(dtype, []<typename T>(TypeTag<T>) { return std::is_integral_v<T>; });
+}
+
+std::string unsupported_reduction(ReduceOp op, DataType dtype) {
+  if (!is_valid(op)) return str_cat("unknown reduce op (", static_cast<int>(op), ")");
+  if (!is_valid(dtype)) return str_cat("unknown dtype (", static_cast<int>(dtype), ")");
+  if (op == ReduceOp::kAvg && !is_floating_point(dtype))
+    return str_cat("ReduceOp avg is not defined for ", dtype,
+                   " (an integer average would truncate); use sum and divide, or a "
+                   "floating-point tensor");
+  if ((op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor) &&
+      !is_integral(dtype))
+    return str_cat("ReduceOp ", op, " is not defined for ", dtype,
+                   " (the bitwise ops take integer and bool tensors)");
+  return "";
 }
 
 bool is_valid(DataType dtype) { return static_cast<int>(dtype) < kNumDataTypes; }
@@ -74,6 +99,8 @@ std::optional<DataType> parse_data_type(std::string_view name) {
   if (n == "int32" || n == "int" || n == "i32") return DataType::kInt32;
   if (n == "int64" || n == "long" || n == "i64") return DataType::kInt64;
   if (n == "uint8" || n == "byte" || n == "u8") return DataType::kUInt8;
+  if (n == "int8" || n == "char" || n == "i8") return DataType::kInt8;
+  if (n == "bool") return DataType::kBool;
   return std::nullopt;
 }
 
@@ -84,6 +111,9 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
   if (n == "product" || n == "prod") return ReduceOp::kProduct;
   if (n == "min") return ReduceOp::kMin;
   if (n == "max") return ReduceOp::kMax;
+  if (n == "band") return ReduceOp::kBand;
+  if (n == "bor") return ReduceOp::kBor;
+  if (n == "bxor") return ReduceOp::kBxor;
   return std::nullopt;
 }
 

@@ -8,6 +8,9 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#include "runtime/base/half.h"
 
 namespace collie {
 
@@ -21,12 +24,25 @@ enum class DataType : uint8_t {
   kInt32 = 4,
   kInt64 = 5,
   kUInt8 = 6,
+  kInt8 = 7,
+  kBool = 8,  // one byte holding 0 or 1, as torch.bool
 };
-inline constexpr int kNumDataTypes = 7;
+inline constexpr int kNumDataTypes = 9;
 
-// Values are part of the wire format: append only.
-enum class ReduceOp : uint8_t { kSum = 0, kAvg = 1, kProduct = 2, kMin = 3, kMax = 4 };
-inline constexpr int kNumReduceOps = 5;
+// torch's ReduceOp. Values are part of the wire format: append only.
+// The bitwise ops take integer and bool tensors only; on bool, SUM and MAX
+// are a logical or, PRODUCT and MIN a logical and (as in torch).
+enum class ReduceOp : uint8_t {
+  kSum = 0,
+  kAvg = 1,
+  kProduct = 2,
+  kMin = 3,
+  kMax = 4,
+  kBand = 5,
+  kBor = 6,
+  kBxor = 7,
+};
+inline constexpr int kNumReduceOps = 8;
 
 enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
 
@@ -46,8 +62,14 @@ std::string_view to_string(DataType dtype);  // "float32"
 std::string_view to_string(ReduceOp op);     // "sum"
 std::string to_string(Device device);        // "cpu", "cuda:0"
 bool is_floating_point(DataType dtype);
+// Integer types and bool: the ones the bitwise ops take.
+bool is_integral(DataType dtype);
+// Why `op` cannot reduce `dtype` ("" when it can): AVG needs a
+// floating-point type (an integer average would truncate), the bitwise ops
+// an integer or bool one. Every backend's argument checks ask this.
+std::string unsupported_reduction(ReduceOp op, DataType dtype);
 // Parse torch-style names ("float32", "float", "fp16", "bfloat16", "int64",
-// "uint8", ...); std::nullopt when unknown.
+// "uint8", "int8", "bool", ...); std::nullopt when unknown.
 std::optional<DataType> parse_data_type(std::string_view name);
 std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 // Range checks for values read off the wire.
@@ -72,6 +94,97 @@ struct TensorView {
   }
 };
 
+// The one dtype visitor: calls fn(TypeTag<T>{}) with T the C++ type of one
+// element of `dtype` (float, double, Half, BFloat16, int32_t, int64_t,
+// uint8_t, int8_t, bool) and returns what fn returns. Throws
+// InvalidArgument for a value outside the enum (one read off the wire).
+//
+//   visit_dtype(t.dtype, [&]<typename T>(TypeTag<T>) { sum += to_double(t.as<T>()[0]); });
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+[[noreturn]] void throw_unknown_dtype(DataType dtype);
+
+template <typename Fn>
+decltype(auto) visit_dtype(DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DataType::kFloat32: return fn(TypeTag<float>{});
+    case DataType::kFloat64: return fn(TypeTag<double>{});
+    case DataType::kFloat16: return fn(TypeTag<Half>{});
+    case DataType::kBFloat16: return fn(TypeTag<BFloat16>{});
+    case DataType::kInt32: return fn(TypeTag<int32_t>{});
+    case DataType::kInt64: return fn(TypeTag<int64_t>{});
+    case DataType::kUInt8: return fn(TypeTag<uint8_t>{});
+    case DataType::kInt8: return fn(TypeTag<int8_t>{});
+    case DataType::kBool: return fn(TypeTag<bool>{});
+  }
+  throw_unknown_dtype(dtype);
+}
+
+// The 16-bit floating-point storage types, reduced in float32.
+template <typename T>
+inline constexpr bool is_half_type_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Element values through double, for tests, benchmarks and references: exact
+// for every value of the integer types up to 2^53 and for every half value;
+// Half and BFloat16 round to nearest even, bool is v != 0.
+template <typename T>
+T from_double(double v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return to_half(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return to_bfloat16(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != 0;
+  } else {
+    return static_cast<T>(v);
+  }
+}
+template <typename T>
+double to_double(T v) {
+  if constexpr (is_half_type_v<T>) {
+    return to_float(v);
+  } else {
+    return static_cast<double>(v);
+  }
+}
+
+// One step of `op` on native values (not the half types: reduce those in
+// float): the scalar reference the reduction kernels must match bit for
+// bit. AVG is SUM here; the caller divides once at the end. Integer
+// arithmetic wraps, as the kernels' does.
+template <typename T>
+T reduce_value(ReduceOp op, T a, T b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      if constexpr (std::is_same_v<T, bool>) {
+        return a || b;  // a logical or, as in torch
+      } else {
+        return static_cast<T>(a + b);
+      }
+    case ReduceOp::kProduct:
+      if constexpr (std::is_same_v<T, bool>) {
+        return a && b;
+      } else {
+        return static_cast<T>(a * b);
+      }
+    case ReduceOp::kMin: return b < a ? b : a;
+    case ReduceOp::kMax: return a < b ? b : a;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      if constexpr (std::is_integral_v<T>) {
+        if (op == ReduceOp::kBand) return static_cast<T>(a & b);
+        if (op == ReduceOp::kBor) return static_cast<T>(a | b);
+        return static_cast<T>(a ^ b);
+      }
+      break;
+  }
+  return a;
+}
+
 template <typename T>
 constexpr DataType data_type_of();
 template <>
@@ -93,6 +206,22 @@ constexpr DataType data_type_of<int64_t>() {
 template <>
 constexpr DataType data_type_of<uint8_t>() {
   return DataType::kUInt8;
+}
+template <>
+constexpr DataType data_type_of<int8_t>() {
+  return DataType::kInt8;
+}
+template <>
+constexpr DataType data_type_of<bool>() {
+  return DataType::kBool;
+}
+template <>
+constexpr DataType data_type_of<Half>() {
+  return DataType::kFloat16;
+}
+template <>
+constexpr DataType data_type_of<BFloat16>() {
+  return DataType::kBFloat16;
 }
 
 // A view of a host array of a native type: view(vec.data(), vec.size()).

@@ -8,13 +8,14 @@ namespace collie {
 std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduceOptions& options) {
   const CallSite where = impl_->site("all_reduce");
   impl_->check_tensor(where, "tensor", t);
-  check_reduce_op(where, options.op, t.dtype);
+  impl_->check_reduce(where, options.op, t.dtype);
   check_timeout(where, options.timeout);
   return impl_->run({str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")")},
                     options.timeout, [&](ncclComm_t comm, const Deadline& d) {
-                      impl_->settle(ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
-                                                  to_nccl(options.op), comm, impl_->stream),
-                                    "ncclAllReduce", d);
+                      impl_->settle(
+                          ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
+                                        to_nccl(options.op, t.dtype), comm, impl_->stream),
+                          "ncclAllReduce", d);
                     });
 }
 
@@ -24,7 +25,7 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const Ten
   check_timeout(where, options.timeout);
   for (const auto& t : tensors) {
     impl_->check_tensor(where, "tensor", t);
-    check_reduce_op(where, options.op, t.dtype);
+    impl_->check_reduce(where, options.op, t.dtype);
   }
   return impl_->run(
       {str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")")},
@@ -32,7 +33,7 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const Ten
         impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
         for (const auto& t : tensors) {
           ncclResult_t r = ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
-                                         to_nccl(options.op), comm, impl_->stream);
+                                         to_nccl(options.op, t.dtype), comm, impl_->stream);
           if (r != ncclSuccess && r != ncclInProgress) {
             ncclGroupEnd();
             impl_->settle(r, "ncclAllReduce (coalesced)", d);
@@ -87,13 +88,13 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, Tensor
   impl_->check_tensor(where, "input", input);
   impl_->check_tensor(where, "output", output);
   check_gather_shapes(where, input, "input", output, "output", size());
-  check_reduce_op(where, options.op, input.dtype);
+  impl_->check_reduce(where, options.op, input.dtype);
   check_timeout(where, options.timeout);
   return impl_->run(
       {str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")")},
       options.timeout, [&](ncclComm_t comm, const Deadline& d) {
         impl_->settle(ncclReduceScatter(input.data, output.data, output.count, to_nccl(input.dtype),
-                                        to_nccl(options.op), comm, impl_->stream),
+                                        to_nccl(options.op, input.dtype), comm, impl_->stream),
                       "ncclReduceScatter", d);
       });
 }

@@ -24,8 +24,9 @@ namespace collie {
 
 // NCCL's names for collie's types. bool travels as uint8 (0/1), as in torch.
 ncclDataType_t to_nccl(DataType dtype);
-// Only the ops NCCL has; check_nccl_reduce_op() refuses the others first.
-ncclRedOp_t to_nccl(ReduceOp op);
+// The NCCL op for `op` on `dtype` (Impl::check_reduce refuses the pairs NCCL
+// has no op for, before anything is launched).
+ncclRedOp_t to_nccl(ReduceOp op, DataType dtype);
 
 struct NcclProcessGroup::Impl {
   std::shared_ptr<NcclComm> comm;
@@ -94,6 +95,9 @@ struct NcclProcessGroup::Impl {
   // only NCCL needs: the buffer is on this rank's device and really is device
   // memory.
   void check_tensor(const CallSite& where, std::string_view name, const TensorView& t);
+  // The shared reduce-op check, then the pairs NCCL cannot do (bitwise ops
+  // other than band/bor on bool).
+  void check_reduce(const CallSite& where, ReduceOp op, DataType dtype);
 };
 
 }  // namespace collie

@@ -69,19 +69,47 @@ ncclDataType_t to_nccl(DataType dtype) {
     case DataType::kInt32: return ncclInt32;
     case DataType::kInt64: return ncclInt64;
     case DataType::kUInt8: return ncclUint8;
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kBool: return ncclUint8;
   }
   throw InvalidArgument(str_cat("nccl backend: unsupported dtype ", static_cast<int>(dtype)));
 }
 
-ncclRedOp_t to_nccl(ReduceOp op) {
+ncclRedOp_t to_nccl(ReduceOp op, DataType dtype) {
+  // bool is uint8 0/1 to NCCL: or is max, and is min (torch maps them so).
+  if (dtype == DataType::kBool) {
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kMax:
+      case ReduceOp::kBor: return ncclMax;
+      case ReduceOp::kProduct:
+      case ReduceOp::kMin:
+      case ReduceOp::kBand: return ncclMin;
+      default: break;
+    }
+  }
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
     case ReduceOp::kAvg: return ncclAvg;
     case ReduceOp::kProduct: return ncclProd;
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor: break;
   }
-  throw InvalidArgument(str_cat("nccl backend: unsupported reduce op ", static_cast<int>(op)));
+  throw InvalidArgument(str_cat("nccl backend: no NCCL reduction for ", op, " on ", dtype));
+}
+
+void NcclProcessGroup::Impl::check_reduce(const CallSite& where, ReduceOp op, DataType dtype) {
+  collie::check_reduce_op(where, op, dtype);
+  const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+  if (bitwise && !(dtype == DataType::kBool && op != ReduceOp::kBxor))
+    throw InvalidArgument(str_cat(
+        where.op, " on rank ", comm->rank(), ": the nccl backend cannot reduce ", dtype, " with ",
+        op,
+        ": NCCL has no bitwise reductions (only band/bor on bool, as min/max); reduce on the "
+        "socket backend (a cpu tensor) instead"));
 }
 
 std::string NcclProcessGroup::nccl_version() { return nccl::version_string(); }

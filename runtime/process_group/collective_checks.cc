@@ -27,12 +27,8 @@ void check_tensor(const CallSite& site, std::string_view name, const TensorView&
 }
 
 void check_reduce_op(const CallSite& site, ReduceOp op, DataType dtype) {
-  if (!is_valid(op))
-    throw InvalidArgument(str_cat(where(site), ": unknown reduce op (", static_cast<int>(op), ")"));
-  if (op == ReduceOp::kAvg && !is_floating_point(dtype))
-    throw InvalidArgument(str_cat(where(site), ": ReduceOp avg is not defined for ", dtype,
-                                  " (an integer average would truncate); use sum and divide, or a "
-                                  "floating-point tensor"));
+  if (std::string why = unsupported_reduction(op, dtype); !why.empty())
+    throw InvalidArgument(str_cat(where(site), ": ", why));
 }
 
 void check_root(const CallSite& site, int root, int size) {

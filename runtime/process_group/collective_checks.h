@@ -23,8 +23,8 @@ struct CallSite {
 // and on a device type this backend serves (`device_type`).
 void check_tensor(const CallSite& site, std::string_view name, const TensorView& t,
                   DeviceType device_type);
-// A known op; AVG only on floating-point types (an integer average would
-// silently truncate).
+// A known op that can reduce `dtype` (unsupported_reduction(): AVG only on
+// floating-point types, the bitwise ops only on integer and bool ones).
 void check_reduce_op(const CallSite& site, ReduceOp op, DataType dtype);
 void check_root(const CallSite& site, int root, int size);
 // kUnsetTimeout or a non-negative duration.

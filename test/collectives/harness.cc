@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "rendezvous/hash_store.h"
-#include "runtime/base/half.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie::test {
@@ -43,6 +42,9 @@ std::string join_errors(const std::vector<std::string>& errors) {
 
 double value_of(int rank, size_t i, ReduceOp op, DataType dtype) {
   const size_t k = (i * 7 + static_cast<size_t>(rank) * 3 + 1) % 5;
+  if (dtype == DataType::kBool) return k != 0 ? 1 : 0;
+  if (op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor)
+    return static_cast<double>((i * 37 + static_cast<size_t>(rank) * 11 + 5) % 64);
   if (op == ReduceOp::kProduct) {
     static const double kFactors[] = {1, 2, -1, 1, -2};
     static const double kUnsigned[] = {1, 2, 1, 3, 1};
@@ -59,26 +61,19 @@ void put(std::vector<uint8_t>& out, size_t i, T v) {
   std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
 }
 
-template <typename T>
-T apply(ReduceOp op, T a, T b) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return static_cast<T>(a + b);
-    case ReduceOp::kProduct: return static_cast<T>(a * b);
-    case ReduceOp::kMin: return b < a ? b : a;
-    case ReduceOp::kMax: return a < b ? b : a;
-  }
-  return a;
-}
-
+// The reduction of every rank's value_of in rank order, in T's own
+// arithmetic (the values are small integers, so any order gives the same
+// bits; integer types wrap as the kernels do).
 template <typename T>
 void reduce_native(std::vector<uint8_t>& out, DataType dtype, ReduceOp op, int size, size_t count,
                    size_t offset) {
   for (size_t i = 0; i < count; ++i) {
     T acc = static_cast<T>(value_of(0, offset + i, op, dtype));
     for (int p = 1; p < size; ++p)
-      acc = apply(op, acc, static_cast<T>(value_of(p, offset + i, op, dtype)));
-    if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(size));
+      acc = reduce_value(op, acc, static_cast<T>(value_of(p, offset + i, op, dtype)));
+    if constexpr (std::is_floating_point_v<T>) {
+      if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(size));
+    }
     put(out, i, acc);
   }
 }
@@ -87,46 +82,30 @@ void reduce_native(std::vector<uint8_t>& out, DataType dtype, ReduceOp op, int s
 
 std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp op, size_t offset) {
   std::vector<uint8_t> out(count * element_size(dtype));
-  for (size_t i = 0; i < count; ++i) {
-    const double v = value_of(rank, offset + i, op, dtype);
-    switch (dtype) {
-      case DataType::kFloat32: put(out, i, static_cast<float>(v)); break;
-      case DataType::kFloat64: put(out, i, v); break;
-      case DataType::kFloat16: put(out, i, to_half(static_cast<float>(v))); break;
-      case DataType::kBFloat16: put(out, i, to_bfloat16(static_cast<float>(v))); break;
-      case DataType::kInt32: put(out, i, static_cast<int32_t>(v)); break;
-      case DataType::kInt64: put(out, i, static_cast<int64_t>(v)); break;
-      case DataType::kUInt8: put(out, i, static_cast<uint8_t>(v)); break;
-    }
-  }
+  visit_dtype(dtype, [&]<typename T>(TypeTag<T>) {
+    for (size_t i = 0; i < count; ++i)
+      put(out, i, from_double<T>(value_of(rank, offset + i, op, dtype)));
+  });
   return out;
 }
 
 std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count,
                                       size_t offset) {
   std::vector<uint8_t> out(count * element_size(dtype));
-  switch (dtype) {
-    case DataType::kFloat32: reduce_native<float>(out, dtype, op, size, count, offset); break;
-    case DataType::kFloat64: reduce_native<double>(out, dtype, op, size, count, offset); break;
-    case DataType::kInt32: reduce_native<int32_t>(out, dtype, op, size, count, offset); break;
-    case DataType::kInt64: reduce_native<int64_t>(out, dtype, op, size, count, offset); break;
-    case DataType::kUInt8: reduce_native<uint8_t>(out, dtype, op, size, count, offset); break;
-    case DataType::kFloat16:
-    case DataType::kBFloat16: {
+  visit_dtype(dtype, [&]<typename T>(TypeTag<T>) {
+    if constexpr (is_half_type_v<T>) {
+      // Reduced in float32 and rounded once, as the collectives promise.
       std::vector<uint8_t> wide(count * sizeof(float));
-      reduce_native<float>(wide, DataType::kFloat32, op, size, count, offset);
+      reduce_native<float>(wide, dtype, op, size, count, offset);
       for (size_t i = 0; i < count; ++i) {
         float f;
         std::memcpy(&f, wide.data() + i * 4, 4);
-        if (dtype == DataType::kFloat16) {
-          put(out, i, to_half(f));
-        } else {
-          put(out, i, to_bfloat16(f));
-        }
+        put(out, i, from_double<T>(f));
       }
-      break;
+    } else {
+      reduce_native<T>(out, dtype, op, size, count, offset);
     }
-  }
+  });
   return out;
 }
 

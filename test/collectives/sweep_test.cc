@@ -19,9 +19,9 @@ namespace {
 
 constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                 DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                DataType::kUInt8};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct, ReduceOp::kMin,
-                             ReduceOp::kMax};
+                                DataType::kUInt8,    DataType::kInt8,    DataType::kBool};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProduct, ReduceOp::kMin,
+                             ReduceOp::kMax, ReduceOp::kBand, ReduceOp::kBor,     ReduceOp::kBxor};
 
 std::vector<size_t> counts_for(int P) {
   return {0, 1, static_cast<size_t>(std::max(P - 1, 0)), static_cast<size_t>(P + 1), 3001};
@@ -51,7 +51,7 @@ void sweep_all_reduce(Communicator& c, AllReduceAlgorithm algo) {
   const int P = c.size(), r = c.rank();
   for (DataType dt : kDtypes) {
     for (ReduceOp op : kOps) {
-      if (op == ReduceOp::kAvg && !is_floating_point(dt)) continue;
+      if (!unsupported_reduction(op, dt).empty()) continue;
       for (size_t n : counts_for(P)) {
         for (bool in_place : {false, true}) {
           auto in = make_data(dt, n, r, op);
@@ -77,7 +77,7 @@ void sweep_reduce_scatter(Communicator& c) {
   const int P = c.size(), r = c.rank();
   for (DataType dt : kDtypes) {
     for (ReduceOp op : kOps) {
-      if (op == ReduceOp::kAvg && !is_floating_point(dt)) continue;
+      if (!unsupported_reduction(op, dt).empty()) continue;
       for (size_t n : counts_for(P)) {
         for (bool in_place : {false, true}) {
           auto in = make_data(dt, n * P, r, op);

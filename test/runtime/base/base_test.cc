@@ -97,6 +97,35 @@ TEST_CASE("DataType sizes, names and parsing round-trip") {
   CHECK(to_string(Device::cuda(1)) == "cuda:1");
 }
 
+TEST_CASE("visit_dtype hands every dtype its C++ type; reductions refuse what they cannot do") {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const auto dt = static_cast<DataType>(i);
+    visit_dtype(dt, [&]<typename T>(TypeTag<T>) {
+      CHECK(sizeof(T) == element_size(dt));
+      CHECK(data_type_of<T>() == dt);
+      CHECK(to_double(from_double<T>(1.0)) == 1.0);
+    });
+  }
+  CHECK_THROWS_AS(visit_dtype(static_cast<DataType>(99), [](auto) {}), InvalidArgument);
+  CHECK(is_integral(DataType::kBool));
+  CHECK(is_integral(DataType::kInt8));
+  CHECK_FALSE(is_integral(DataType::kBFloat16));
+  CHECK(unsupported_reduction(ReduceOp::kBxor, DataType::kInt64).empty());
+  CHECK(unsupported_reduction(ReduceOp::kMax, DataType::kBool).empty());
+  CHECK_THAT(unsupported_reduction(ReduceOp::kBand, DataType::kFloat32),
+             Contains("ReduceOp band is not defined for float32"));
+  CHECK_THAT(unsupported_reduction(ReduceOp::kAvg, DataType::kInt8),
+             Contains("ReduceOp avg is not defined for int8"));
+  // bool: sum and max are or, product and min are and; ints wrap.
+  CHECK(reduce_value(ReduceOp::kSum, true, true) == true);
+  CHECK(reduce_value(ReduceOp::kProduct, true, false) == false);
+  CHECK(reduce_value(ReduceOp::kBxor, true, true) == false);
+  CHECK(reduce_value<int8_t>(ReduceOp::kSum, 100, 100) == static_cast<int8_t>(-56));
+  CHECK(reduce_value<uint8_t>(ReduceOp::kBxor, 0x0f, 0xff) == 0xf0);
+  CHECK(parse_data_type("bool") == DataType::kBool);
+  CHECK(parse_reduce_op("BXOR") == ReduceOp::kBxor);
+}
+
 TEST_CASE("float16 conversion is exact on every half value and rounds to nearest even") {
   // Every finite half round-trips through float exactly.
   for (uint32_t bits = 0; bits < 0x10000; ++bits) {
