@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "collectives/transport.h"
@@ -40,13 +41,46 @@ struct AlgorithmConfig {
   size_t small_message_bytes;
 };
 
+// A byte range a message is sent from / received into.
+struct Span {
+  const void* data;
+  size_t bytes;
+};
+struct MutableSpan {
+  void* data;
+  size_t bytes;
+};
+
+// out = the P slots (slot p at slots + p * slot_bytes, out.count elements
+// each) reduced in rank order 0, 1, ..., P-1, so that every rank that does
+// this computes bitwise the same result; half types in float32, rounded
+// once; AVG divides once. The direct-exchange algorithms end with it.
+void reduce_in_rank_order(Workspace& ws, const uint8_t* slots, size_t slot_bytes, int P,
+                          TensorView out, ReduceOp op);
+
 void ring_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
                      TensorView out, ReduceOp op);
 void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void broadcast(Transport& t, const AlgorithmConfig& cfg, TensorView tensor, int root);
 void dissemination_barrier(Transport& t);
-void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorView out);
-void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
-                    TensorView out, ReduceOp op);
+// The list forms: slots[p] holds rank p's part (in.nbytes() / out.nbytes()
+// bytes each); the tensor forms pass the P consecutive slots of one buffer.
+void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in,
+                std::span<uint8_t* const> slots);
+void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                    std::span<const uint8_t* const> slots, TensorView out, ReduceOp op);
+// Root's out = every rank's in reduced; the other ranks' out is not written.
+void reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in, TensorView out,
+            ReduceOp op, int root);
+// On the root, slots[p] receives rank p's in; elsewhere slots is empty.
+void gather(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
+            std::span<uint8_t* const> slots, int root);
+// Rank p's out receives the root's slots[p]; slots is empty off the root.
+void scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+             std::span<const uint8_t* const> slots, TensorView out, int root);
+// Rank r sends in[p] to rank p and receives out[p] from it, for every p
+// (in[r] is copied to out[r]); sizes may differ per peer.
+void all_to_all(Transport& t, const AlgorithmConfig& cfg, std::span<const Span> in,
+                std::span<const MutableSpan> out);
 
 }  // namespace collie

@@ -1,5 +1,5 @@
-// all_gather. The output has P slots of in.count elements; rank r's input
-// belongs in slot r.
+// all_gather. The output has P slots of in.count elements (one buffer, or a
+// list of P buffers); rank r's input belongs in slot r.
 //
 // Ring (the default): in step s (0 <= s < P-1) rank r sends slot r - s to its
 // right and receives slot r - s - 1 from its left, straight into the output;
@@ -16,18 +16,18 @@
 
 namespace collie {
 
-void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorView out) {
+void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in,
+                std::span<uint8_t* const> slots) {
   const size_t P = static_cast<size_t>(t.size());
   const size_t r = static_cast<size_t>(t.rank());
   const size_t slot_bytes = in.nbytes();
-  auto* out_bytes = static_cast<uint8_t*>(out.data);
-  auto* mine = out_bytes + r * slot_bytes;
+  uint8_t* mine = slots[r];
   if (in.data != mine && slot_bytes > 0) std::memcpy(mine, in.data, slot_bytes);
 
   if (slot_bytes * P <= cfg.small_message_bytes) {
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;
-      t.recv(static_cast<int>(p), out_bytes + p * slot_bytes, slot_bytes);
+      t.recv(static_cast<int>(p), slots[p], slot_bytes);
       t.send(static_cast<int>(p), mine, slot_bytes);
     }
     t.wait_all();
@@ -39,7 +39,7 @@ void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorV
   const size_t segments = std::max<size_t>(1, (slot_bytes + seg_bytes - 1) / seg_bytes);
   auto piece = [&](size_t slot, size_t k) {
     const size_t b = std::min(slot_bytes, k * seg_bytes);
-    return MutableSpan{out_bytes + slot * slot_bytes + b, std::min(slot_bytes, b + seg_bytes) - b};
+    return MutableSpan{slots[slot] + b, std::min(slot_bytes, b + seg_bytes) - b};
   };
   auto send_of = [&](size_t i) {
     const MutableSpan s = piece((r + P - i / segments % P) % P, i % segments);

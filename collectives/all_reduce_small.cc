@@ -16,8 +16,6 @@ namespace collie {
 void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op) {
   const int P = t.size();
   const int r = t.rank();
-  const size_t n = out.count;
-  const DataType dtype = out.dtype;
   const size_t bytes = out.nbytes();
   auto* slots = static_cast<uint8_t*>(ws.get(0, P * bytes));
   auto slot = [&](int p) { return slots + static_cast<size_t>(p) * bytes; };
@@ -30,6 +28,18 @@ void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out
   if (bytes > 0) std::memcpy(slot(r), in.data, bytes);
   t.wait_all();  // also means every send is done: out may now overwrite in
 
+  reduce_in_rank_order(ws, slots, bytes, P, out, op);
+}
+
+void reduce_in_rank_order(Workspace& ws, const uint8_t* slots, size_t slot_bytes, int P,
+                          TensorView out, ReduceOp op) {
+  const size_t n = out.count;
+  const DataType dtype = out.dtype;
+  auto slot = [&](int p) { return slots + static_cast<size_t>(p) * slot_bytes; };
+  if (P == 1) {
+    if (slot_bytes > 0 && out.data != slots) std::memcpy(out.data, slots, slot_bytes);
+    return;
+  }
   if (is_half(dtype)) {
     auto* acc = static_cast<float*>(ws.get(1, n * sizeof(float)));
     widen(acc, slot(0), n, dtype);

@@ -18,7 +18,9 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "collectives/all_reduce_algorithm.h"
 #include "rendezvous/store.h"
@@ -93,6 +95,36 @@ class Communicator {
   // in[rank() * out.count]. out may be exactly that slot of in (in place).
   virtual void reduce_scatter(TensorView in, TensorView out, ReduceOp op,
                               const Deadline& deadline) = 0;
+  // The list forms: out (all_gather) or in (reduce_scatter) is size()
+  // buffers of the other argument's dtype and count; in may be out[rank()]
+  // (all_gather), out may be in[rank()] (reduce_scatter).
+  virtual void all_gather(TensorView in, std::span<const TensorView> out,
+                          const Deadline& deadline) = 0;
+  virtual void reduce_scatter(std::span<const TensorView> in, TensorView out, ReduceOp op,
+                              const Deadline& deadline) = 0;
+  // root's out = reduction of every rank's in (in place when the same
+  // buffer); no other rank's out is written (it may be empty there).
+  virtual void reduce(TensorView in, TensorView out, ReduceOp op, int root,
+                      const Deadline& deadline) = 0;
+  // On root, out is size() buffers like in and out[p] receives rank p's in
+  // (in may be out[root]); elsewhere out is empty.
+  virtual void gather(TensorView in, std::span<const TensorView> out, int root,
+                      const Deadline& deadline) = 0;
+  // On root, in is size() buffers like out and rank p's out receives in[p]
+  // (out may be in[root]); elsewhere in is empty.
+  virtual void scatter(std::span<const TensorView> in, TensorView out, int root,
+                       const Deadline& deadline) = 0;
+  // in[p] goes to rank p, out[p] comes from rank p (size() buffers each, one
+  // dtype, any counts; rank p's in[r] must be as long as rank r's out[p]).
+  virtual void all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
+                          const Deadline& deadline) = 0;
+
+  // Point-to-point, outside the collectives' order: every send and receive
+  // of `ops` at once; returns when all are done. A receive's peer may be
+  // kAnySource; the result holds, per op, the rank a receive's message came
+  // from (-1 for sends). Messages are matched by (peer, tag) in FIFO order,
+  // and must have the receive's size (else BackendError naming both).
+  virtual std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) = 0;
 
   // True after a network error, timeout, mismatch or abort(): every later
   // call throws BackendError at once, naming the original error.

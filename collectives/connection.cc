@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -110,6 +111,12 @@ ssize_t Connection::read_small_frame(RecvOp& op) {
 long Connection::progress_recv(RecvProblem* problem, int* err) {
   long moved = 0;
   while (!recvs_.empty()) {
+    if (p2p_.open) {  // a p2p frame came first: its payload, then ours
+      const long r = read_p2p_payload(problem, err);
+      if (r < 0) return -1;
+      moved += r;
+      if (p2p_.open) break;
+    }
     RecvOp& op = recvs_.front();
     const size_t total = kHeaderBytes + op.expected.payload_bytes;
     const bool had_header = op.got >= kHeaderBytes;
@@ -150,6 +157,18 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
     // call must never be taken for data.
     if (!had_header && op.got >= kHeaderBytes &&
         std::memcmp(&op.header, &op.expected, kHeaderBytes) != 0) {
+      if (sink_ != nullptr && op.header.magic == kWireMagic &&
+          op.header.frame == static_cast<uint8_t>(FrameType::kP2P)) {
+        // A point-to-point message sent before the data this receive waits
+        // for: the inbox takes it, and the receive reads its header again.
+        const WireHeader h = op.header;
+        op.got = 0;
+        if (!open_p2p(h)) {
+          *problem = RecvProblem::kMismatch;
+          return -1;
+        }
+        continue;
+      }
       problem_header_ = op.header;
       const auto frame = static_cast<FrameType>(op.header.frame);
       if (op.header.magic == kWireMagic && frame == FrameType::kAbort) {
@@ -173,6 +192,108 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
     ++recvs_completed_;
   }
   return moved;
+}
+
+bool Connection::open_p2p(const WireHeader& header) {
+  void* dest = nullptr;
+  problem_header_ = header;
+  if (!sink_->begin_frame(peer_, header, &dest)) return false;
+  p2p_ = P2PFrame{true, header, static_cast<uint8_t*>(dest), 0};
+  return true;
+}
+
+long Connection::read_p2p_payload(RecvProblem* problem, int* err) {
+  long moved = 0;
+  const size_t want = p2p_.header.payload_bytes;
+  while (p2p_.got < want) {
+    if (stash_pos_ < stash_.size()) {
+      const size_t n = std::min(want - p2p_.got, stash_.size() - stash_pos_);
+      std::memcpy(p2p_.dest + p2p_.got, stash_.data() + stash_pos_, n);
+      p2p_.got += n;
+      stash_pos_ += n;
+      moved += static_cast<long>(n);
+      if (stash_pos_ == stash_.size()) {
+        stash_.clear();
+        stash_pos_ = 0;
+      }
+      continue;
+    }
+    if (eof_) {
+      *problem = RecvProblem::kEof;
+      return -1;
+    }
+    const ssize_t r = ::read(fd_, p2p_.dest + p2p_.got, want - p2p_.got);
+    if (r == 0) {
+      eof_ = true;
+      *problem = RecvProblem::kEof;
+      return -1;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      *err = errno;
+      *problem = RecvProblem::kError;
+      return -1;
+    }
+    p2p_.got += static_cast<size_t>(r);
+    moved += r;
+  }
+  if (p2p_.got == want) {
+    p2p_.open = false;
+    sink_->end_frame(peer_);
+  }
+  return moved;
+}
+
+long Connection::progress_p2p(RecvProblem* problem, int* err, bool* other_next) {
+  long moved = 0;
+  *other_next = false;
+  for (;;) {
+    if (p2p_.open) {
+      const long r = read_p2p_payload(problem, err);
+      if (r < 0) return -1;
+      moved += r;
+      if (p2p_.open) return moved;
+    }
+    WireHeader h;
+    if (stash_pos_ < stash_.size()) {
+      if (stash_.size() - stash_pos_ < kHeaderBytes) return moved;
+      std::memcpy(&h, stash_.data() + stash_pos_, kHeaderBytes);
+    } else {
+      if (eof_) return moved;
+      const ssize_t r = ::recv(fd_, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+      if (r == 0) {
+        eof_ = true;
+        *problem = RecvProblem::kEof;
+        return -1;
+      }
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        *err = errno;
+        *problem = RecvProblem::kError;
+        return -1;
+      }
+      if (r < static_cast<ssize_t>(kHeaderBytes)) return moved;  // the rest is on its way
+    }
+    if (h.magic != kWireMagic || h.frame != static_cast<uint8_t>(FrameType::kP2P)) {
+      *other_next = true;  // for the Transport: an abort, a goodbye, a later call's data
+      return moved;
+    }
+    if (stash_pos_ < stash_.size()) {
+      stash_pos_ += kHeaderBytes;
+    } else {
+      WireHeader discard;
+      if (::recv(fd_, &discard, kHeaderBytes, MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes)) {
+        *err = errno;
+        *problem = RecvProblem::kError;
+        return -1;
+      }
+    }
+    moved += static_cast<long>(kHeaderBytes);
+    if (!open_p2p(h)) {
+      *problem = RecvProblem::kMismatch;
+      return -1;
+    }
+  }
 }
 
 std::string Connection::read_abort_text() {

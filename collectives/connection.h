@@ -26,6 +26,20 @@ namespace collie {
 // What a receive found instead of the data it expected.
 enum class RecvProblem { kNone, kMismatch, kAbort, kGoodbye, kEof, kError };
 
+// Where a connection puts a point-to-point frame (FrameType::kP2P) it meets
+// in the stream, whatever it was reading for: the Transport's inbox
+// (p2p_inbox.h), which matches it with a posted receive or buffers it.
+class P2PSink {
+ public:
+  virtual ~P2PSink() = default;
+  // The header of a p2p frame from `peer` has arrived: sets where its
+  // payload goes (may be null when it has none), or returns false to refuse
+  // it (a size mismatch with the matching receive; the sink says why).
+  virtual bool begin_frame(int peer, const WireHeader& header, void** payload) = 0;
+  // Its payload has arrived entirely.
+  virtual void end_frame(int peer) = 0;
+};
+
 class Connection {
  public:
   Connection(int fd, int peer, std::string address);
@@ -69,8 +83,23 @@ class Connection {
   RecvProblem absorb(std::string* abort_text);
   bool finished() const { return eof_; }
 
+  // Point-to-point frames go to `sink` (set once, before any traffic):
+  // progress_recv() hands one that comes ahead of a posted receive's frame to
+  // it and reads on; progress_p2p() reads them when nothing is posted.
+  void set_p2p_sink(P2PSink* sink) { sink_ = sink; }
+  // With no receive posted: reads the p2p frames at the head of the stream
+  // (and the rest of one begun) into the sink, until a frame of another kind
+  // is next (*other_next) or the socket has nothing more. Returns bytes
+  // moved, or -1 with *problem: kEof, kError (*err), or kMismatch when the
+  // sink refused a frame (received_header() is its header).
+  long progress_p2p(RecvProblem* problem, int* err, bool* other_next);
+  // A p2p frame's payload is still being read.
+  bool p2p_frame_open() const { return p2p_.open; }
+
   // Whether the stream is between frames (nothing of the next one read).
-  bool at_frame_boundary() const { return recvs_.empty() || recvs_.front().got == 0; }
+  bool at_frame_boundary() const {
+    return !p2p_.open && (recvs_.empty() || recvs_.front().got == 0);
+  }
   // At a frame boundary: the header of the next frame, without consuming
   // it. False when fewer than kHeaderBytes have arrived.
   bool peek_header(WireHeader* header);
@@ -102,8 +131,20 @@ class Connection {
   static constexpr size_t kBounceBytes = 4096;
   ssize_t read_small_frame(RecvOp& op);
 
+  // The p2p frame whose payload is being read into the sink's buffer.
+  struct P2PFrame {
+    bool open = false;
+    WireHeader header;
+    uint8_t* dest = nullptr;
+    size_t got = 0;  // payload bytes
+  };
+  bool open_p2p(const WireHeader& header);
+  long read_p2p_payload(RecvProblem* problem, int* err);
+
   int fd_;
   int peer_;
+  P2PSink* sink_ = nullptr;
+  P2PFrame p2p_;
   std::string address_;
   std::deque<SendOp> sends_;
   std::deque<RecvOp> recvs_;

@@ -1,5 +1,5 @@
-// reduce_scatter. The input has P slots of out.count elements; rank r ends
-// with slot r reduced over every rank.
+// reduce_scatter. The input has P slots of out.count elements (one buffer,
+// or a list of P buffers); rank r ends with slot r reduced over every rank.
 //
 // Ring (the default): in step s (0 <= s < P-1) rank r sends slot r - s - 1 to
 // its right and receives slot r - s - 2 from its left, reduces it with its
@@ -9,7 +9,7 @@
 //   out    = in[r] op received      (the last step receives slot r)
 //
 // Partial results live in a workspace (the input is never written, except
-// that out may be slot r of it, which is only written at the very end).
+// that out may be slot r, which is only written at the very end).
 // Segmented and pipelined like the ring all_reduce; each rank sends and
 // receives (P-1)/P of the input. float16/bfloat16 partial sums travel as
 // float32 and are rounded once, at the end; AVG divides once, at the end.
@@ -23,48 +23,26 @@
 #include "collectives/ring_pipeline.h"
 
 namespace collie {
-namespace {
 
-// Reduces the P copies of a slot in rank order into out.
-void reduce_in_rank_order(Workspace& ws, const uint8_t* slots, size_t bytes, int P, TensorView out,
-                          ReduceOp op) {
-  const size_t n = out.count;
-  auto slot = [&](int p) { return slots + static_cast<size_t>(p) * bytes; };
-  if (is_half(out.dtype)) {
-    auto* acc = static_cast<float*>(ws.get(1, n * sizeof(float)));
-    widen(acc, slot(0), n, out.dtype);
-    for (int p = 1; p < P - 1; ++p) reduce_widen(acc, slot(p), acc, n, out.dtype, op);
-    reduce_narrow(out.data, slot(P - 1), acc, n, out.dtype, op,
-                  op == ReduceOp::kAvg ? static_cast<float>(P) : 1.0f);
-    return;
-  }
-  reduce(out.data, slot(0), slot(1), n, out.dtype, op);
-  for (int p = 2; p < P; ++p) reduce(out.data, out.data, slot(p), n, out.dtype, op);
-  if (op == ReduceOp::kAvg) divide(out.data, n, out.dtype, P);
-}
-
-}  // namespace
-
-void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
-                    TensorView out, ReduceOp op) {
+void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                    std::span<const uint8_t* const> slots, TensorView out, ReduceOp op) {
   const size_t P = static_cast<size_t>(t.size());
   const size_t r = static_cast<size_t>(t.rank());
   const size_t n = out.count;
   const DataType dtype = out.dtype;
   const size_t es = element_size(dtype);
   const size_t slot_bytes = n * es;
-  auto* in_bytes = static_cast<const uint8_t*>(in.data);
 
   if (slot_bytes * P <= cfg.small_message_bytes) {
-    auto* slots = static_cast<uint8_t*>(ws.get(0, P * slot_bytes));
+    auto* gathered = static_cast<uint8_t*>(ws.get(0, P * slot_bytes));
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;
-      t.recv(static_cast<int>(p), slots + p * slot_bytes, slot_bytes);
-      t.send(static_cast<int>(p), in_bytes + p * slot_bytes, slot_bytes);
+      t.recv(static_cast<int>(p), gathered + p * slot_bytes, slot_bytes);
+      t.send(static_cast<int>(p), slots[p], slot_bytes);
     }
-    if (slot_bytes > 0) std::memcpy(slots + r * slot_bytes, in_bytes + r * slot_bytes, slot_bytes);
+    if (slot_bytes > 0) std::memcpy(gathered + r * slot_bytes, slots[r], slot_bytes);
     t.wait_all();
-    reduce_in_rank_order(ws, slots, slot_bytes, static_cast<int>(P), out, op);
+    reduce_in_rank_order(ws, gathered, slot_bytes, static_cast<int>(P), out, op);
     return;
   }
 
@@ -83,13 +61,13 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Ten
   };
   if (half) {  // step 0 sends slot r - 1 as float32
     const size_t c = slot_of(0, true);
-    widen(reinterpret_cast<float*>(acc) + c * n, in_bytes + c * slot_bytes, n, dtype);
+    widen(reinterpret_cast<float*>(acc) + c * n, slots[c], n, dtype);
   }
 
   auto send_of = [&](size_t i) -> Span {
     const size_t s = i / segments, c = slot_of(s, true);
     const auto [b, len] = seg(i % segments);
-    if (s == 0 && !half) return {in_bytes + c * slot_bytes + b * es, len * es};
+    if (s == 0 && !half) return {slots[c] + b * es, len * es};
     return {acc + (c * n + b) * wire_es, len * wire_es};
   };
   auto recv_of = [&](size_t i) -> MutableSpan {
@@ -100,7 +78,7 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Ten
     const size_t s = i / segments, c = slot_of(s, false);
     const auto [b, len] = seg(i % segments);
     const void* received = staging + (i % kWindow) * seg_elems * wire_es;
-    const uint8_t* mine = in_bytes + c * slot_bytes + b * es;
+    const uint8_t* mine = slots[c] + b * es;
     if (s + 1 < P - 1) {
       if (half) {
         reduce_widen(reinterpret_cast<float*>(acc) + c * n + b, mine,

@@ -20,18 +20,10 @@
 
 #include <cstddef>
 
+#include "collectives/algorithms.h"
 #include "collectives/transport.h"
 
 namespace collie {
-
-struct Span {
-  const void* data;
-  size_t bytes;
-};
-struct MutableSpan {
-  void* data;
-  size_t bytes;
-};
 
 template <typename SendOf, typename RecvOf, typename OnRecv>
 void run_ring_pipeline(Transport& t, size_t messages, size_t segments, size_t window,

@@ -89,6 +89,26 @@ void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, Reduc
   COLLIE_ARG_CHECK(why.empty(), what, ": ", why);
 }
 
+void SocketCommunicator::check_root(const char* what, int root) const {
+  COLLIE_ARG_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of this ",
+                   size_, "-rank group");
+}
+
+void SocketCommunicator::check_list(const char* what, const char* name,
+                                    std::span<const TensorView> list, DataType dtype,
+                                    size_t count) const {
+  COLLIE_ARG_CHECK(list.size() == static_cast<size_t>(size_), what, ": ", name, " holds ",
+                   list.size(), " buffer(s) but the group has ", size_, " ranks");
+  for (size_t p = 0; p < list.size(); ++p) {
+    const std::string which = str_cat(name, "[", p, "]");
+    check_tensor(what, which.c_str(), list[p]);
+    COLLIE_ARG_CHECK(list[p].dtype == dtype, what, ": ", which, " is ", list[p].dtype,
+                     " but the call's dtype is ", dtype);
+    COLLIE_ARG_CHECK(count == SIZE_MAX || list[p].count == count, what, ": ", which, " has ",
+                     list[p].count, " elements, expected ", count);
+  }
+}
+
 void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
                                     const Deadline& deadline, AllReduceAlgorithm algorithm) {
   constexpr const char* kWhat = "all_reduce";
@@ -149,7 +169,25 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
     return;
   }
-  collie::all_gather(*transport_, config_, in, out);
+  std::vector<uint8_t*> slots(size_);
+  for (int p = 0; p < size_; ++p) slots[p] = static_cast<uint8_t*>(out.data) + p * in.nbytes();
+  collie::all_gather(*transport_, config_, in, slots);
+}
+
+void SocketCommunicator::all_gather(TensorView in, std::span<const TensorView> out,
+                                    const Deadline& deadline) {
+  constexpr const char* kWhat = "all_gather";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_list(kWhat, "out", out, in.dtype, in.count);
+  begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
+  std::vector<uint8_t*> slots(size_);
+  for (int p = 0; p < size_; ++p) slots[p] = static_cast<uint8_t*>(out[p].data);
+  if (size_ == 1) {
+    if (in.data != slots[0] && in.count > 0) std::memcpy(slots[0], in.data, in.nbytes());
+    return;
+  }
+  collie::all_gather(*transport_, config_, in, slots);
 }
 
 void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
@@ -170,7 +208,138 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
     if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
     return;
   }
-  collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+  std::vector<const uint8_t*> slots(size_);
+  for (int p = 0; p < size_; ++p)
+    slots[p] = static_cast<const uint8_t*>(in.data) + p * out.nbytes();
+  collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
+}
+
+void SocketCommunicator::reduce_scatter(std::span<const TensorView> in, TensorView out, ReduceOp op,
+                                        const Deadline& deadline) {
+  constexpr const char* kWhat = "reduce_scatter";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "out", out);
+  check_list(kWhat, "in", in, out.dtype, out.count);
+  check_reduce_op(kWhat, out.dtype, op);
+  begin(CallInfo{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count}, deadline);
+  if (size_ == 1) {
+    if (in[0].data != out.data && out.count > 0) std::memcpy(out.data, in[0].data, out.nbytes());
+    return;
+  }
+  std::vector<const uint8_t*> slots(size_);
+  for (int p = 0; p < size_; ++p) slots[p] = static_cast<const uint8_t*>(in[p].data);
+  collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
+}
+
+void SocketCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int root,
+                                const Deadline& deadline) {
+  constexpr const char* kWhat = "reduce";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_root(kWhat, root);
+  check_reduce_op(kWhat, in.dtype, op);
+  if (rank_ == root) {
+    check_tensor(kWhat, "out", out);
+    COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count, kWhat, ": in is (", in.dtype,
+                     ", ", in.count, ") but out is (", out.dtype, ", ", out.count, ")");
+    COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
+                     kWhat, ": in and out overlap without being the same buffer");
+  }
+  begin(CallInfo{CollectiveKind::kReduce, in.dtype, op, root, in.count}, deadline);
+  if (size_ == 1) {
+    if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
+    return;
+  }
+  collie::reduce(*transport_, workspace_, config_, in, out, op, root);
+}
+
+void SocketCommunicator::gather(TensorView in, std::span<const TensorView> out, int root,
+                                const Deadline& deadline) {
+  constexpr const char* kWhat = "gather";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "in", in);
+  check_root(kWhat, root);
+  if (rank_ == root) {
+    check_list(kWhat, "out", out, in.dtype, in.count);
+  } else {
+    COLLIE_ARG_CHECK(out.empty(), kWhat, ": rank ", rank_, " is not the root (", root,
+                     ") but passed ", out.size(), " output buffer(s)");
+  }
+  begin(CallInfo{CollectiveKind::kGather, in.dtype, ReduceOp::kSum, root, in.count}, deadline);
+  std::vector<uint8_t*> slots;
+  for (const auto& o : out) slots.push_back(static_cast<uint8_t*>(o.data));
+  if (size_ == 1) {
+    if (in.data != slots[0] && in.count > 0) std::memcpy(slots[0], in.data, in.nbytes());
+    return;
+  }
+  collie::gather(*transport_, workspace_, config_, in, slots, root);
+}
+
+void SocketCommunicator::scatter(std::span<const TensorView> in, TensorView out, int root,
+                                 const Deadline& deadline) {
+  constexpr const char* kWhat = "scatter";
+  if (transport_) transport_->check_usable(kWhat);
+  check_tensor(kWhat, "out", out);
+  check_root(kWhat, root);
+  if (rank_ == root) {
+    check_list(kWhat, "in", in, out.dtype, out.count);
+  } else {
+    COLLIE_ARG_CHECK(in.empty(), kWhat, ": rank ", rank_, " is not the root (", root,
+                     ") but passed ", in.size(), " input buffer(s)");
+  }
+  begin(CallInfo{CollectiveKind::kScatter, out.dtype, ReduceOp::kSum, root, out.count}, deadline);
+  std::vector<const uint8_t*> slots;
+  for (const auto& i : in) slots.push_back(static_cast<const uint8_t*>(i.data));
+  if (size_ == 1) {
+    if (slots[0] != out.data && out.count > 0) std::memcpy(out.data, slots[0], out.nbytes());
+    return;
+  }
+  collie::scatter(*transport_, workspace_, config_, slots, out, root);
+}
+
+void SocketCommunicator::all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
+                                    const Deadline& deadline) {
+  constexpr const char* kWhat = "all_to_all";
+  if (transport_) transport_->check_usable(kWhat);
+  COLLIE_ARG_CHECK(!in.empty(), kWhat, ": in holds no buffer; the group has ", size_, " ranks");
+  const DataType dtype = in[0].dtype;
+  check_list(kWhat, "in", in, dtype, SIZE_MAX);
+  check_list(kWhat, "out", out, dtype, SIZE_MAX);
+  COLLIE_ARG_CHECK(in[rank_].count == out[rank_].count, kWhat, ": in[", rank_, "] has ",
+                   in[rank_].count, " elements but out[", rank_, "] has ", out[rank_].count,
+                   " (this rank's own part is copied across)");
+  begin(CallInfo{CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, 0, 0}, deadline);
+  std::vector<Span> sends;
+  std::vector<MutableSpan> recvs;
+  for (int p = 0; p < size_; ++p) {
+    sends.push_back(Span{in[p].data, in[p].nbytes()});
+    recvs.push_back(MutableSpan{out[p].data, out[p].nbytes()});
+  }
+  if (size_ == 1) {
+    if (sends[0].data != recvs[0].data && recvs[0].bytes > 0)
+      std::memcpy(recvs[0].data, sends[0].data, recvs[0].bytes);
+    return;
+  }
+  collie::all_to_all(*transport_, config_, sends, recvs);
+}
+
+std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
+                                               const Deadline& deadline) {
+  constexpr const char* kWhat = "send/recv";
+  if (transport_) transport_->check_usable(kWhat);
+  for (const P2POp& op : ops) {
+    const bool recv = op.type == P2POpType::kIrecv;
+    check_tensor(kWhat, recv ? "recv tensor" : "send tensor", op.tensor);
+    COLLIE_ARG_CHECK((recv && op.peer == kAnySource) || (op.peer >= 0 && op.peer < size_), kWhat,
+                     ": peer ", op.peer, " is not a rank of this ", size_, "-rank group",
+                     recv ? " (nor kAnySource)" : "");
+    COLLIE_ARG_CHECK(op.peer != rank_, kWhat, ": rank ", rank_,
+                     recv ? " cannot receive from itself" : " cannot send to itself");
+  }
+  if (ops.empty()) return {};
+  std::vector<int> sources;
+  transport_->run_p2p(ops, deadline, &sources);
+  return sources;
 }
 
 }  // namespace collie

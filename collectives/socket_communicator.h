@@ -29,6 +29,19 @@ class SocketCommunicator final : public Communicator {
   void all_gather(TensorView in, TensorView out, const Deadline& deadline) override;
   void reduce_scatter(TensorView in, TensorView out, ReduceOp op,
                       const Deadline& deadline) override;
+  void all_gather(TensorView in, std::span<const TensorView> out,
+                  const Deadline& deadline) override;
+  void reduce_scatter(std::span<const TensorView> in, TensorView out, ReduceOp op,
+                      const Deadline& deadline) override;
+  void reduce(TensorView in, TensorView out, ReduceOp op, int root,
+              const Deadline& deadline) override;
+  void gather(TensorView in, std::span<const TensorView> out, int root,
+              const Deadline& deadline) override;
+  void scatter(std::span<const TensorView> in, TensorView out, int root,
+               const Deadline& deadline) override;
+  void all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
+                  const Deadline& deadline) override;
+  std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) override;
 
   bool broken() const override { return transport_ && transport_->broken(); }
   void abort() override {
@@ -40,6 +53,10 @@ class SocketCommunicator final : public Communicator {
   // broken). Returns the call for size-1 groups too.
   CallInfo begin(CallInfo call, const Deadline& deadline);
   void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
+  void check_root(const char* what, int root) const;
+  // size() buffers, each of `dtype` and `count` elements (count SIZE_MAX: any).
+  void check_list(const char* what, const char* name, std::span<const TensorView> list,
+                  DataType dtype, size_t count) const;
 
   const int rank_;
   const int size_;

@@ -25,7 +25,13 @@ Transport::Transport(int rank, int size, uint32_t group,
       spin_(spin),
       send_base_(size, 0),
       recv_base_(size, 0),
-      peeked_seq_(size, 0) {}
+      peeked_seq_(size, 0),
+      inbox_(size),
+      p2p_sent_(size, 0),
+      p2p_blocked_(size, UINT64_MAX) {
+  for (auto& c : connections_)
+    if (c) c->set_p2p_sink(&inbox_);
+}
 
 Transport::~Transport() {
   if (broken_.load()) return;
@@ -55,6 +61,7 @@ void Transport::check_usable(std::string_view what) const {
 void Transport::begin(const CallInfo& call, const Deadline& deadline) {
   check_usable(call.describe_with_seq());
   call_ = call;
+  p2p_context_.clear();
   deadline_ = &deadline;
   for (int p = 0; p < size_; ++p) {
     if (!connections_[p]) continue;
@@ -83,7 +90,15 @@ uint64_t Transport::recvs_done(int peer) const {
 }
 
 std::string Transport::context() const {
+  if (!p2p_context_.empty()) return str_cat(p2p_context_, " on rank ", rank_);
   return str_cat(call_.describe_with_seq(), " on rank ", rank_);
+}
+
+bool Transport::pending() const {
+  if (inbox_.has_pending()) return true;
+  for (auto& c : connections_)
+    if (c && (c->send_pending() || c->recv_pending())) return true;
+  return false;
 }
 
 bool Transport::progress_all() {
@@ -102,6 +117,7 @@ bool Transport::progress_all() {
       moved |= r > 0;
       completed_ += c->sends_completed() - before;
     }
+    const uint64_t p2p_before = inbox_.completed();
     if (c->recv_pending()) {
       const uint64_t before = c->recvs_completed();
       int err = 0;
@@ -110,7 +126,10 @@ bool Transport::progress_all() {
       if (r < 0) on_recv_problem(*c, problem, err);
       moved |= r > 0;
       completed_ += c->recvs_completed() - before;
+    } else if (wants_p2p(*c)) {
+      moved |= progress_p2p_reads(*c);
     }
+    completed_ += inbox_.completed() - p2p_before;
   }
   return moved;
 }
@@ -123,9 +142,7 @@ void Transport::progress() {
   for (;;) {
     if (aborted_.load()) fail_aborted();
     const bool moved = progress_all();
-    bool pending = false;
-    for (auto& c : connections_) pending |= c && (c->send_pending() || c->recv_pending());
-    if (!pending) return;
+    if (!pending()) return;
     // Checked even while data moves: a call that is slow, not stuck, still
     // ends at its deadline.
     const auto now = Clock::now();
@@ -188,12 +205,7 @@ void Transport::spin_succeeded() {
 }
 
 void Transport::wait_all() {
-  for (;;) {
-    bool pending = false;
-    for (auto& c : connections_) pending |= c && (c->send_pending() || c->recv_pending());
-    if (!pending) return;
-    progress();
-  }
+  while (pending()) progress();
 }
 
 void Transport::wait_for_io() {
@@ -217,7 +229,8 @@ void Transport::wait_for_io() {
     // Data on a connection where nothing is posted is looked at once per
     // call: a frame of a different call with our sequence number (or an
     // older one) is a mismatch we can report before anyone hangs.
-    if (c->recv_pending() || (!c->finished() && peeked_seq_[c->peer()] != call_.seq)) {
+    if (c->recv_pending() || wants_p2p(*c) ||
+        (!c->finished() && peeked_seq_[c->peer()] != call_.seq)) {
       events |= POLLIN;
     }
     // Idle connections are watched for a hang-up: that is how a failure
@@ -234,7 +247,8 @@ void Transport::wait_for_io() {
   const int r = ::poll(pf, n, timeout_ms);
   if (r <= 0) return;  // timeout or EINTR: the caller checks the deadline
   for (int i = 0; i < n; ++i) {
-    if (po[i]->recv_pending() || po[i]->finished()) continue;
+    // progress_all() reads these next: mid-frame, or wanted for p2p.
+    if (po[i]->recv_pending() || po[i]->finished() || wants_p2p(*po[i])) continue;
     if (pf[i].revents & POLLIN) on_unexpected_input(*po[i]);
     if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(*po[i]);
   }

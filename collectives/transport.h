@@ -23,12 +23,15 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "collectives/connection.h"
+#include "collectives/p2p_inbox.h"
 #include "collectives/wire.h"
 #include "runtime/base/deadline.h"
+#include "runtime/base/types.h"
 
 namespace collie {
 
@@ -58,6 +61,15 @@ class Transport {
   uint64_t sends_done(int peer) const;
   uint64_t recvs_done(int peer) const;
 
+  // Point-to-point (transport_p2p.cc): posts every send and receive of
+  // `ops` at once (a receive's peer may be kAnySource), outside the
+  // collectives' sequence, and returns when all are done; sources[i] is who
+  // sent op i's message (receives; -1 for sends). Messages that arrive
+  // before their receive, during any call, wait in the inbox. Throws like a
+  // collective; a timeout names the peers still owing a message or not
+  // taking one (there is no probe: the other ranks are not in this call).
+  void run_p2p(std::span<const P2POp> ops, const Deadline& deadline, std::vector<int>* sources);
+
   // Blocks until at least one posted operation completes (returns at once
   // when none is posted). Throws on error, timeout or abort().
   void progress();
@@ -72,8 +84,17 @@ class Transport {
 
  private:
   Connection& conn(int peer) const;
-  bool progress_all();  // one non-blocking pass; true if bytes moved
-  void wait_for_io();   // poll() until something happens or the deadline
+  bool progress_all();   // one non-blocking pass; true if bytes moved
+  bool pending() const;  // any posted operation (collective or p2p) not done
+  // Point-to-point reads on a connection with no receive posted (p2p frames
+  // at its head go to the inbox); true if bytes moved.
+  bool progress_p2p_reads(Connection& c);
+  // The next frame on `c` is not a p2p message while a receive waits.
+  void on_p2p_blocked(Connection& c);
+  bool wants_p2p(const Connection& c) const {
+    return c.p2p_frame_open() || (inbox_.wants(c.peer()) && p2p_blocked_[c.peer()] != call_.seq);
+  }
+  void wait_for_io();  // poll() until something happens or the deadline
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
   void on_hangup(Connection& c);            // an idle connection's peer hung up
   void on_unexpected_input(Connection& c);  // data where nothing is posted
@@ -127,6 +148,16 @@ class Transport {
   // our probe), which notify_peers() sends ahead of the abort frame.
   bool probed_ = false;
   std::vector<std::string> owed_;
+  // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
+  // peer's count of messages sent to it, and what run_p2p() is doing (for
+  // error messages; empty inside a collective).
+  P2PInbox inbox_;
+  std::vector<uint64_t> p2p_sent_;
+  std::string p2p_context_;
+  // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
+  // (a later collective's data): nothing behind it can be read before that
+  // collective, so receives from any source stop reading p's connection.
+  std::vector<uint64_t> p2p_blocked_;
 };
 
 }  // namespace collie

@@ -101,6 +101,11 @@ void Transport::on_unexpected_input(Connection& c) {
     case FrameType::kData:
       if (h.seq < call_.seq || (h.seq == call_.seq && !(h.call() == call_))) fail_mismatch(c, h);
       break;
+    case FrameType::kP2P:
+      // A point-to-point message: into the inbox now, whatever this rank is
+      // doing, so that a peer sending before it receives never waits on us.
+      progress_p2p_reads(c);
+      return;
   }
   peeked_seq_[c.peer()] = call_.seq;
 }
@@ -147,6 +152,7 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
   const WireHeader& h = c.received_header();
   switch (problem) {
     case RecvProblem::kMismatch:
+      if (h.is_p2p(group_)) fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
       if (h.is_probe(group_)) fail_probed(c, h);
       if (h.magic == kWireMagic && h.group == group_ && h.call() == call_) {
         fail(ErrorKind::kBackend,
@@ -215,7 +221,17 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
 }
 
 void Transport::fail_timeout() {
-  const std::vector<std::string> waiting = waiting_for(nullptr);
+  std::vector<std::string> waiting = waiting_for(nullptr);
+  if (!p2p_context_.empty()) {
+    // Only this rank and its peers are in a send/recv: no probe (the other
+    // ranks are not reading); the peers owing a message are the culprits.
+    for (auto& r : inbox_.describe_posted()) waiting.push_back(std::move(r));
+    fail(ErrorKind::kTimeout,
+         str_cat(context(), " timed out ", deadline_->describe(), "; still waiting to ",
+                 join(waiting, ", "),
+                 ": the peer has not made the matching call (same tag and size), or it is "
+                 "stopped or hung"));
+  }
   // The limit as it stood when the deadline passed, not after the probe.
   const std::string head = str_cat(context(), " timed out ", deadline_->describe(),
                                    "; still waiting to ", join(waiting, ", "));
@@ -343,7 +359,8 @@ void read_for_answer(PeerWatch& w, uint32_t group, std::vector<uint8_t>& scratch
       return;
     }
     switch (static_cast<FrameType>(h.frame)) {
-      case FrameType::kData: w.skip = h.payload_bytes; break;
+      case FrameType::kData:
+      case FrameType::kP2P: w.skip = h.payload_bytes; break;
       case FrameType::kAbort: w.answer = Answer::kAbort; return;
       case FrameType::kGoodbye: w.answer = Answer::kGoodbye; return;
       default: w.answer = Answer::kGarbled; return;

@@ -18,6 +18,11 @@ std::string_view to_string(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
     case CollectiveKind::kAllGather: return "all_gather";
     case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kGather: return "gather";
+    case CollectiveKind::kScatter: return "scatter";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kPointToPoint: return "send/recv";
   }
   return "invalid-collective";
 }
@@ -33,6 +38,14 @@ std::string CallInfo::describe() const {
                      to_string(static_cast<AllReduceAlgorithm>(algorithm)), ")");
     case CollectiveKind::kReduceScatter:
       return str_cat(to_string(kind), "(", dtype, ", ", count, ", ", op, ")");
+    case CollectiveKind::kReduce:
+      return str_cat("reduce(", dtype, ", ", count, ", ", op, ", root ", root, ")");
+    case CollectiveKind::kGather:
+    case CollectiveKind::kScatter:
+      return str_cat(to_string(kind), "(", dtype, ", ", count, ", root ", root, ")");
+    case CollectiveKind::kAllToAll: return str_cat("all_to_all(", dtype, ")");
+    case CollectiveKind::kPointToPoint:
+      return str_cat("send/recv(", dtype, ", ", count, ", tag ", root, ")");
   }
   return str_cat("collective kind ", static_cast<int>(kind));
 }
@@ -69,6 +82,26 @@ WireHeader WireHeader::make_probe(uint32_t group, const CallInfo& call, ProbeRea
   h.frame = static_cast<uint8_t>(FrameType::kProbe);
   h.probe = static_cast<uint8_t>(why);
   return h;
+}
+
+WireHeader WireHeader::p2p(uint32_t group, uint64_t seq, int tag, DataType dtype, uint64_t count,
+                           uint32_t payload_bytes) {
+  WireHeader h;
+  h.group = group;
+  h.seq = seq;
+  h.count = count;
+  h.root = tag;
+  h.kind = static_cast<uint8_t>(CollectiveKind::kPointToPoint);
+  h.dtype = static_cast<uint8_t>(dtype);
+  h.frame = static_cast<uint8_t>(FrameType::kP2P);
+  h.payload_bytes = payload_bytes;
+  return h;
+}
+
+bool WireHeader::is_p2p(uint32_t group_id) const {
+  return magic == kWireMagic && group == group_id &&
+         frame == static_cast<uint8_t>(FrameType::kP2P) &&
+         kind == static_cast<uint8_t>(CollectiveKind::kPointToPoint);
 }
 
 bool WireHeader::is_probe(uint32_t group_id) const {

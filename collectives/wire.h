@@ -27,10 +27,17 @@ enum class CollectiveKind : uint8_t {
   kBarrier = 2,
   kAllGather = 3,
   kReduceScatter = 4,
+  kReduce = 5,
+  kGather = 6,
+  kScatter = 7,
+  kAllToAll = 8,
+  kPointToPoint = 9,  // kP2P frames: send/recv, outside the collectives' sequence
 };
 std::string_view to_string(CollectiveKind kind);
 
-enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2, kProbe = 3 };
+// kP2P: a point-to-point message (send/recv), matched by (sender, tag) in
+// the receiver's inbox (p2p_inbox.h), not by the collective sequence.
+enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2, kProbe = 3, kP2P = 4 };
 
 // Why a probe frame was sent: the sender's own deadline passed, or it answers
 // (and spreads) a probe it received.
@@ -85,6 +92,11 @@ struct WireHeader {
                             ErrorKind error_kind = ErrorKind::kNetwork);
   // A probe: no payload; the call fields name the sender's current call.
   static WireHeader make_probe(uint32_t group, const CallInfo& call, ProbeReason why);
+  // A point-to-point message: `tag` in root, the sender's count of messages
+  // to this peer in seq (for messages only), the element type and count.
+  static WireHeader p2p(uint32_t group, uint64_t seq, int tag, DataType dtype, uint64_t count,
+                        uint32_t payload_bytes);
+  bool is_p2p(uint32_t group) const;
   CallInfo call() const;
   // Whether this data header announces exactly `call` in `group`.
   bool matches(uint32_t group, const CallInfo& call) const;

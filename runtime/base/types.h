@@ -185,6 +185,20 @@ T reduce_value(ReduceOp op, T a, T b) {
   return a;
 }
 
+// Point-to-point: recv's source when any rank may send (torch's src=None).
+inline constexpr int kAnySource = -1;
+
+// One operation of batch_isend_irecv (torch's P2POp): send `tensor` to, or
+// receive it from, group rank `peer`, matched with the peer's opposite
+// operation of the same `tag` in FIFO order per (peer, tag).
+enum class P2POpType : uint8_t { kIsend, kIrecv };
+struct P2POp {
+  P2POpType type = P2POpType::kIsend;
+  TensorView tensor;
+  int peer = 0;
+  int tag = 0;
+};
+
 template <typename T>
 constexpr DataType data_type_of();
 template <>

@@ -68,6 +68,32 @@ class FakeCommunicator : public Communicator {
   void reduce_scatter(TensorView, TensorView, ReduceOp op, const Deadline& deadline) override {
     run(str_cat("reduce_scatter ", op), deadline);
   }
+  void all_gather(TensorView, std::span<const TensorView>, const Deadline& deadline) override {
+    run("all_gather list", deadline);
+  }
+  void reduce_scatter(std::span<const TensorView>, TensorView, ReduceOp op,
+                      const Deadline& deadline) override {
+    run(str_cat("reduce_scatter list ", op), deadline);
+  }
+  void reduce(TensorView, TensorView, ReduceOp op, int root, const Deadline& deadline) override {
+    run(str_cat("reduce ", op, " ", root), deadline);
+  }
+  void gather(TensorView, std::span<const TensorView>, int root,
+              const Deadline& deadline) override {
+    run(str_cat("gather ", root), deadline);
+  }
+  void scatter(std::span<const TensorView>, TensorView, int root,
+               const Deadline& deadline) override {
+    run(str_cat("scatter ", root), deadline);
+  }
+  void all_to_all(std::span<const TensorView>, std::span<const TensorView>,
+                  const Deadline& deadline) override {
+    run("all_to_all", deadline);
+  }
+  std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) override {
+    run(str_cat("send_recv ", ops.size()), deadline);
+    return std::vector<int>(ops.size(), -1);
+  }
   bool broken() const override {
     std::lock_guard lock(control_->mu);
     return control_->aborted;
