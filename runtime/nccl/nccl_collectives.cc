@@ -99,4 +99,82 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, Tensor
       });
 }
 
+std::shared_ptr<Work> NcclProcessGroup::reduce(TensorView t, const ReduceOptions& options) {
+  const CallSite where = impl_->site("reduce");
+  impl_->check_tensor(where, "tensor", t);
+  impl_->check_reduce(where, options.op, t.dtype);
+  check_root(where, options.root, size());
+  check_timeout(where, options.timeout);
+  return impl_->run(
+      {str_cat("reduce(", t.dtype, ", ", t.count, ", ", options.op, ", root ", options.root, ")")},
+      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+        impl_->settle(ncclReduce(t.data, t.data, t.count, to_nccl(t.dtype),
+                                 to_nccl(options.op, t.dtype), options.root, comm, impl_->stream),
+                      "ncclReduce", d);
+      });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::all_gather(std::span<const TensorView> outputs,
+                                                   TensorView input,
+                                                   const AllGatherOptions& options) {
+  const CallSite where = impl_->site("all_gather");
+  impl_->check_tensor(where, "input", input);
+  check_tensor_list(where, "outputs", outputs, input, size(), DeviceType::kCUDA);
+  for (const auto& o : outputs) impl_->check_tensor(where, "outputs[i]", o);
+  check_timeout(where, options.timeout);
+  // One ncclAllGather when the outputs are consecutive in memory (the
+  // common case); else every rank broadcasts its input into outputs[rank].
+  bool consecutive = true;
+  for (size_t p = 1; p < outputs.size(); ++p)
+    consecutive &= outputs[p].data == static_cast<uint8_t*>(outputs[0].data) + p * input.nbytes();
+  return impl_->run({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options.timeout,
+                    [&](ncclComm_t comm, const Deadline& d) {
+                      if (consecutive) {
+                        impl_->settle(ncclAllGather(input.data, outputs[0].data, input.count,
+                                                    to_nccl(input.dtype), comm, impl_->stream),
+                                      "ncclAllGather", d);
+                        return;
+                      }
+                      impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
+                      for (int p = 0; p < size(); ++p) {
+                        const ncclResult_t r =
+                            ncclBroadcast(input.data, outputs[p].data, input.count,
+                                          to_nccl(input.dtype), p, comm, impl_->stream);
+                        if (r != ncclSuccess && r != ncclInProgress) {
+                          ncclGroupEnd();
+                          impl_->settle(r, "ncclBroadcast (all_gather)", d);
+                        }
+                      }
+                      impl_->settle(ncclGroupEnd(), "ncclGroupEnd", d);
+                    });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output,
+                                                       std::span<const TensorView> inputs,
+                                                       const ReduceScatterOptions& options) {
+  const CallSite where = impl_->site("reduce_scatter");
+  impl_->check_tensor(where, "output", output);
+  check_tensor_list(where, "inputs", inputs, output, size(), DeviceType::kCUDA);
+  for (const auto& i : inputs) impl_->check_tensor(where, "inputs[i]", i);
+  impl_->check_reduce(where, options.op, output.dtype);
+  check_timeout(where, options.timeout);
+  // Rank p's part is the reduction of every rank's inputs[p] at root p.
+  return impl_->run(
+      {str_cat("reduce_scatter(", output.dtype, ", ", output.count, ", ", options.op, ")")},
+      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+        impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
+        for (int p = 0; p < size(); ++p) {
+          void* dst = p == rank() ? output.data : inputs[p].data;  // only the root's is written
+          const ncclResult_t r =
+              ncclReduce(inputs[p].data, dst, output.count, to_nccl(output.dtype),
+                         to_nccl(options.op, output.dtype), p, comm, impl_->stream);
+          if (r != ncclSuccess && r != ncclInProgress) {
+            ncclGroupEnd();
+            impl_->settle(r, "ncclReduce (reduce_scatter)", d);
+          }
+        }
+        impl_->settle(ncclGroupEnd(), "ncclGroupEnd", d);
+      });
+}
+
 }  // namespace collie

@@ -98,6 +98,13 @@ struct NcclProcessGroup::Impl {
   // The shared reduce-op check, then the pairs NCCL cannot do (bitwise ops
   // other than band/bor on bool).
   void check_reduce(const CallSite& where, ReduceOp op, DataType dtype);
+
+  // Inside an enqueue: `ops` as ncclSend/ncclRecv in one NCCL group.
+  void grouped(ncclComm_t comm, std::span<const P2POp> ops, const Deadline& deadline);
+  // Inside an enqueue: a device-to-device copy on the group's stream (a
+  // rank's own part of gather, scatter, all_to_all), unless dst is src.
+  void copy_local(void* dst, const void* src, size_t bytes);
+  uint64_t monitored_barriers = 0;
 };
 
 }  // namespace collie

@@ -58,6 +58,32 @@ class NcclProcessGroup : public ProcessGroup {
                                    const AllGatherOptions& options = {}) override;
   std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
                                        const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(std::span<const TensorView> outputs, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, std::span<const TensorView> inputs,
+                                       const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> reduce(TensorView tensor, const ReduceOptions& options = {}) override;
+  std::shared_ptr<Work> gather(std::span<const TensorView> outputs, TensorView input,
+                               const GatherOptions& options = {}) override;
+  std::shared_ptr<Work> scatter(TensorView output, std::span<const TensorView> inputs,
+                                const ScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all(std::span<const TensorView> outputs,
+                                   std::span<const TensorView> inputs,
+                                   const AllToAllOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all_single(TensorView output, TensorView input,
+                                          std::span<const size_t> output_split_sizes,
+                                          std::span<const size_t> input_split_sizes,
+                                          const AllToAllOptions& options = {}) override;
+  // ncclSend/ncclRecv in one NCCL group. NCCL has no tags (messages between
+  // two ranks match in order; the tag is ignored, as in torch) and no
+  // receive from any source (refused with InvalidArgument).
+  std::shared_ptr<Work> send(TensorView tensor, int dst, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> recv(TensorView tensor, int src, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> batch_isend_irecv(std::span<const P2POp> ops,
+                                          Timeout timeout = kUnsetTimeout) override;
+  // Through the store (runtime/process_group/monitored_barrier.h): it
+  // names the ranks whose host never reached the call.
+  void monitored_barrier(const MonitoredBarrierOptions& options = {}) override;
 
   // Several all_reduces in one ncclGroupStart/End launch (DDP's buckets).
   std::shared_ptr<Work> all_reduce_coalesced(std::span<const TensorView> tensors,

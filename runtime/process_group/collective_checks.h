@@ -4,7 +4,9 @@
 // failing later inside a worker and breaking the group.
 #pragma once
 
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "runtime/base/deadline.h"
 #include "runtime/base/types.h"
@@ -34,5 +36,19 @@ void check_timeout(const CallSite& site, Timeout timeout);
 // holding all ranks' slots, `small` the one holding this rank's.
 void check_gather_shapes(const CallSite& site, const TensorView& big, std::string_view big_name,
                          const TensorView& small, std::string_view small_name, int size);
+// A list of `size` buffers (size 0: must be empty, as off the root), each
+// passing check_tensor and having `like`'s dtype and device, and its count
+// unless any_count (all_to_all's parts may differ).
+void check_tensor_list(const CallSite& site, std::string_view name,
+                       std::span<const TensorView> list, const TensorView& like, size_t size,
+                       DeviceType device_type, bool any_count = false);
+// all_to_all_single: `t` cut into size() consecutive parts; `splits` empty
+// means equal parts (t.count divisible by size), else size() counts
+// summing to t.count.
+std::vector<TensorView> split_buffer(const CallSite& site, std::string_view name,
+                                     const TensorView& t, std::span<const size_t> splits, int size);
+// A point-to-point peer: a rank of the group other than this one, or
+// kAnySource where `any_source` allows it.
+void check_peer(const CallSite& site, int peer, int size, bool any_source);
 
 }  // namespace collie

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/base/deadline.h"
 #include "runtime/base/types.h"
@@ -44,6 +46,44 @@ struct ReduceScatterOptions {
   bool async_op = true;  // see AllReduceOptions::async_op
 };
 
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;  // torch's dst
+  Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
+};
+
+struct GatherOptions {
+  int root = 0;  // torch's dst
+  Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
+};
+
+struct ScatterOptions {
+  int root = 0;  // torch's src
+  Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
+};
+
+struct AllToAllOptions {
+  Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
+};
+
+// send and recv (torch's isend/irecv; send/recv are the same waited on).
+struct P2POptions {
+  int tag = 0;
+  Timeout timeout = kUnsetTimeout;
+  bool async_op = true;  // see AllReduceOptions::async_op
+};
+
+struct MonitoredBarrierOptions {
+  Timeout timeout = kUnsetTimeout;  // the group's timeout when unset
+  // false: rank 0 reports the first rank that did not arrive; true: it
+  // waits for everyone (up to the timeout) and names every missing rank.
+  bool wait_all_ranks = false;
+};
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
@@ -70,6 +110,61 @@ class ProcessGroup {
   // rank's slot r.
   virtual std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
                                                const ReduceScatterOptions& options = {}) = 0;
+
+  // The list forms (torch's all_gather and reduce_scatter with tensor
+  // lists): size() buffers, each like `input` (all_gather) or `output`
+  // (reduce_scatter); rank r's part is outputs[r] / inputs[r].
+  virtual std::shared_ptr<Work> all_gather(std::span<const TensorView> outputs, TensorView input,
+                                           const AllGatherOptions& options = {}) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(TensorView output,
+                                               std::span<const TensorView> inputs,
+                                               const ReduceScatterOptions& options = {}) = 0;
+
+  // `tensor` on options.root becomes the reduction of every rank's
+  // `tensor`; the other ranks' tensors are left as they were.
+  virtual std::shared_ptr<Work> reduce(TensorView tensor, const ReduceOptions& options = {}) = 0;
+  // On the root, outputs holds size() buffers like `input` and outputs[r]
+  // receives rank r's input; on the other ranks outputs is empty.
+  virtual std::shared_ptr<Work> gather(std::span<const TensorView> outputs, TensorView input,
+                                       const GatherOptions& options = {}) = 0;
+  // On the root, inputs holds size() buffers like `output` and rank r's
+  // output receives inputs[r]; on the other ranks inputs is empty.
+  virtual std::shared_ptr<Work> scatter(TensorView output, std::span<const TensorView> inputs,
+                                        const ScatterOptions& options = {}) = 0;
+  // outputs[r] receives rank r's inputs[this rank]: size() buffers each, one
+  // dtype; counts may differ (rank p's inputs[r] as long as rank r's
+  // outputs[p]).
+  virtual std::shared_ptr<Work> all_to_all(std::span<const TensorView> outputs,
+                                           std::span<const TensorView> inputs,
+                                           const AllToAllOptions& options = {}) = 0;
+  // One buffer each way, cut into size() consecutive parts: part r of
+  // `input` goes to rank r, part r of `output` comes from rank r. Empty
+  // split sizes mean equal parts (count divisible by size()); otherwise
+  // size() element counts summing to the buffer's count.
+  virtual std::shared_ptr<Work> all_to_all_single(TensorView output, TensorView input,
+                                                  std::span<const size_t> output_split_sizes,
+                                                  std::span<const size_t> input_split_sizes,
+                                                  const AllToAllOptions& options = {}) = 0;
+
+  // Point-to-point (torch's isend/irecv; their blocking forms wait on the
+  // Work). Only the two ranks take part, outside the collectives' order on
+  // other ranks; on this rank every call still runs in issue order. A
+  // message goes to the earliest receive of the same sender and tag (FIFO
+  // per (peer, tag)) and must have its size.
+  virtual std::shared_ptr<Work> send(TensorView tensor, int dst,
+                                     const P2POptions& options = {}) = 0;
+  // src may be kAnySource; the Work's source_rank() says who sent.
+  virtual std::shared_ptr<Work> recv(TensorView tensor, int src,
+                                     const P2POptions& options = {}) = 0;
+  // Every op at once (no order among them, so a ring exchange cannot
+  // deadlock); one Work for the batch (torch returns it once per op).
+  virtual std::shared_ptr<Work> batch_isend_irecv(std::span<const P2POp> ops,
+                                                  Timeout timeout = kUnsetTimeout) = 0;
+
+  // torch's monitored_barrier: blocks until every rank arrived; on the
+  // timeout rank 0 throws TimeoutError naming the first rank that did not
+  // arrive (every one with wait_all_ranks), and the other ranks throw too.
+  virtual void monitored_barrier(const MonitoredBarrierOptions& options = {}) = 0;
 
   // Stops the group: waits up to `timeout` (kUnsetTimeout: the group's
   // timeout) for the collectives already issued, then aborts what is still

@@ -50,7 +50,7 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
 }
 
 std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string& details,
-                                      Timeout timeout, std::function<void(const Deadline&)> op) {
+                                      Timeout timeout, OpFn op) {
   std::exception_ptr refusal;
   std::shared_ptr<CompletionWork> work;
   {
@@ -69,8 +69,7 @@ std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string
 }
 
 std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std::string& details,
-                                             Timeout timeout,
-                                             std::function<void(const Deadline&)> op) {
+                                             Timeout timeout, OpFn op) {
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
@@ -90,7 +89,7 @@ std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std:
 std::exception_ptr OpQueue::run_op(Op& op) {
   std::exception_ptr error;
   try {
-    op.run(Deadline(op.timeout));
+    op.run(Deadline(op.timeout), *op.work);
   } catch (...) {
     error = std::current_exception();
   }

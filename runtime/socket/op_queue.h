@@ -26,6 +26,10 @@ namespace collie {
 
 class OpQueue {
  public:
+  // An operation: runs under the deadline; may set things on its Work (a
+  // receive's source rank) before the queue completes it.
+  using OpFn = std::function<void(const Deadline&, CompletionWork&)>;
+
   // `what` names the owner in messages: "process group \"0\" (socket, rank 1 of 4)".
   explicit OpQueue(std::string what);
   // Calls shutdown with a zero grace period if nobody did.
@@ -39,14 +43,14 @@ class OpQueue {
   // `timeout` that starts when the op starts. When the queue is broken or
   // shut down, the returned Work has already failed.
   std::shared_ptr<Work> submit(const std::string& kind, const std::string& details, Timeout timeout,
-                               std::function<void(const Deadline&)> op);
+                               OpFn op);
   // Like submit, but when nothing is queued or running it runs `op` right
   // here on the caller's thread (the worker holds back anything submitted
   // meanwhile, so issue order is kept) and returns a completed Work. For
   // callers that would wait at once: it saves the hand-off to the worker and
   // the wake-up back, the bulk of a small collective's latency.
   std::shared_ptr<Work> run_or_submit(const std::string& kind, const std::string& details,
-                                      Timeout timeout, std::function<void(const Deadline&)> op);
+                                      Timeout timeout, OpFn op);
 
   // Waits up to `grace` for the queued operations; if some are left, calls
   // `abort` (which must make a running op return promptly), fails the rest
@@ -63,7 +67,7 @@ class OpQueue {
   struct Op {
     std::shared_ptr<CompletionWork> work;
     Timeout timeout;
-    std::function<void(const Deadline&)> run;
+    OpFn run;
   };
 
   void run_worker();

@@ -1,8 +1,10 @@
 #include "runtime/socket/socket_process_group.h"
 
 #include "runtime/base/check.h"
+#include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
+#include "runtime/process_group/monitored_barrier.h"
 
 namespace collie {
 namespace {
@@ -58,12 +60,13 @@ std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor,
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   const AllReduceAlgorithm algorithm = all_reduce_algorithm_.load(std::memory_order_relaxed);
-  return enqueue(options.async_op, "all_reduce",
-                 str_cat(shape(tensor), ", ", options.op, ", ", to_string(algorithm)),
-                 op_timeout(options.timeout),
-                 [comm, tensor, op = options.op, algorithm](const Deadline& deadline) {
-                   comm->all_reduce(tensor, tensor, op, deadline, algorithm);
-                 });
+  return enqueue(
+      options.async_op, "all_reduce",
+      str_cat(shape(tensor), ", ", options.op, ", ", to_string(algorithm)),
+      op_timeout(options.timeout),
+      [comm, tensor, op = options.op, algorithm](const Deadline& deadline, CompletionWork&) {
+        comm->all_reduce(tensor, tensor, op, deadline, algorithm);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor,
@@ -75,7 +78,8 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor,
   auto* comm = communicator_.get();
   int root = options.root;
   return enqueue(options.async_op, "broadcast", str_cat(shape(tensor), ", root ", root),
-                 op_timeout(options.timeout), [comm, tensor, root](const Deadline& deadline) {
+                 op_timeout(options.timeout),
+                 [comm, tensor, root](const Deadline& deadline, CompletionWork&) {
                    comm->broadcast(tensor, root, deadline);
                  });
 }
@@ -85,7 +89,7 @@ std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options)
   auto* comm = communicator_.get();
   return enqueue(options.async_op, "barrier", str_cat(size_, size_ == 1 ? " rank" : " ranks"),
                  op_timeout(options.timeout),
-                 [comm](const Deadline& deadline) { comm->barrier(deadline); });
+                 [comm](const Deadline& deadline, CompletionWork&) { comm->barrier(deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorView input,
@@ -97,7 +101,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorVi
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(options.async_op, "all_gather", shape(input), op_timeout(options.timeout),
-                 [comm, input, output](const Deadline& deadline) {
+                 [comm, input, output](const Deadline& deadline, CompletionWork&) {
                    comm->all_gather(input, output, deadline);
                  });
 }
@@ -113,16 +117,205 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, Tens
   auto* comm = communicator_.get();
   ReduceOp op = options.op;
   return enqueue(options.async_op, "reduce_scatter", str_cat(shape(output), " per rank, ", op),
-                 op_timeout(options.timeout), [comm, input, output, op](const Deadline& deadline) {
+                 op_timeout(options.timeout),
+                 [comm, input, output, op](const Deadline& deadline, CompletionWork&) {
                    comm->reduce_scatter(input, output, op, deadline);
                  });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const std::string& kind,
                                                   const std::string& details, Timeout timeout,
-                                                  std::function<void(const Deadline&)> op) {
+                                                  OpQueue::OpFn op) {
   return async_op ? queue_.submit(kind, details, timeout, std::move(op))
                   : queue_.run_or_submit(kind, details, timeout, std::move(op));
+}
+
+std::shared_ptr<Work> SocketProcessGroup::all_gather(std::span<const TensorView> outputs,
+                                                     TensorView input,
+                                                     const AllGatherOptions& options) {
+  CallSite where = site("all_gather");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor_list(where, "outputs", outputs, input, size_, DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_gather", str_cat(shape(input), ", list"), op_timeout(options.timeout),
+      [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
+          const Deadline& deadline, CompletionWork&) { comm->all_gather(input, out, deadline); });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output,
+                                                         std::span<const TensorView> inputs,
+                                                         const ReduceScatterOptions& options) {
+  CallSite where = site("reduce_scatter");
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_tensor_list(where, "inputs", inputs, output, size_, DeviceType::kCPU);
+  check_reduce_op(where, options.op, output.dtype);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "reduce_scatter",
+      str_cat(shape(output), " per rank, ", options.op, ", list"), op_timeout(options.timeout),
+      [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
+          const Deadline& deadline, CompletionWork&) {
+        comm->reduce_scatter(in, output, op, deadline);
+      });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::reduce(TensorView tensor, const ReduceOptions& options) {
+  CallSite where = site("reduce");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_reduce_op(where, options.op, tensor.dtype);
+  check_root(where, options.root, size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(options.async_op, "reduce",
+                 str_cat(shape(tensor), ", ", options.op, ", root ", options.root),
+                 op_timeout(options.timeout),
+                 [comm, tensor, op = options.op, root = options.root](const Deadline& deadline,
+                                                                      CompletionWork&) {
+                   comm->reduce(tensor, tensor, op, root, deadline);
+                 });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::gather(std::span<const TensorView> outputs,
+                                                 TensorView input, const GatherOptions& options) {
+  CallSite where = site("gather");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_root(where, options.root, size_);
+  check_tensor_list(where, "outputs", outputs, input, rank_ == options.root ? size_ : 0,
+                    DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "gather", str_cat(shape(input), ", root ", options.root),
+      op_timeout(options.timeout),
+      [comm, input, root = options.root,
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](
+          const Deadline& deadline, CompletionWork&) { comm->gather(input, out, root, deadline); });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::scatter(TensorView output,
+                                                  std::span<const TensorView> inputs,
+                                                  const ScatterOptions& options) {
+  CallSite where = site("scatter");
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_root(where, options.root, size_);
+  check_tensor_list(where, "inputs", inputs, output, rank_ == options.root ? size_ : 0,
+                    DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(options.async_op, "scatter", str_cat(shape(output), ", root ", options.root),
+                 op_timeout(options.timeout),
+                 [comm, output, root = options.root,
+                  in = std::vector<TensorView>(inputs.begin(), inputs.end())](
+                     const Deadline& deadline, CompletionWork&) {
+                   comm->scatter(in, output, root, deadline);
+                 });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::all_to_all(std::span<const TensorView> outputs,
+                                                     std::span<const TensorView> inputs,
+                                                     const AllToAllOptions& options) {
+  CallSite where = site("all_to_all");
+  if (inputs.empty())
+    throw InvalidArgument(str_cat("all_to_all on rank ", rank_, ": inputs holds no buffer"));
+  check_tensor_list(where, "inputs", inputs, inputs[0], size_, DeviceType::kCPU, true);
+  check_tensor_list(where, "outputs", outputs, inputs[0], size_, DeviceType::kCPU, true);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_to_all", str_cat(inputs[0].dtype), op_timeout(options.timeout),
+      [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](
+          const Deadline& deadline, CompletionWork&) { comm->all_to_all(in, out, deadline); });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::all_to_all_single(
+    TensorView output, TensorView input, std::span<const size_t> output_split_sizes,
+    std::span<const size_t> input_split_sizes, const AllToAllOptions& options) {
+  CallSite where = site("all_to_all_single");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  if (input.dtype != output.dtype)
+    throw InvalidArgument(str_cat("all_to_all_single on rank ", rank_, ": input is ", input.dtype,
+                                  " but output is ", output.dtype));
+  auto in = split_buffer(where, "input", input, input_split_sizes, size_);
+  auto out = split_buffer(where, "output", output, output_split_sizes, size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_to_all_single",
+      str_cat(input.dtype, " x ", input.count, " -> ", output.count), op_timeout(options.timeout),
+      [comm, in = std::move(in), out = std::move(out)](const Deadline& deadline, CompletionWork&) {
+        comm->all_to_all(in, out, deadline);
+      });
+}
+
+std::shared_ptr<Work> SocketProcessGroup::send(TensorView tensor, int dst,
+                                               const P2POptions& options) {
+  CallSite where = site("send");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_peer(where, dst, size_, false);
+  check_timeout(where, options.timeout);
+  return run_p2p(options.async_op, str_cat(shape(tensor), " to rank ", dst, ", tag ", options.tag),
+                 options.timeout, {P2POp{P2POpType::kIsend, tensor, dst, options.tag}});
+}
+
+std::shared_ptr<Work> SocketProcessGroup::recv(TensorView tensor, int src,
+                                               const P2POptions& options) {
+  CallSite where = site("recv");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_peer(where, src, size_, true);
+  check_timeout(where, options.timeout);
+  return run_p2p(options.async_op,
+                 str_cat(shape(tensor), " from ",
+                         src == kAnySource ? std::string("any rank") : str_cat("rank ", src),
+                         ", tag ", options.tag),
+                 options.timeout, {P2POp{P2POpType::kIrecv, tensor, src, options.tag}});
+}
+
+std::shared_ptr<Work> SocketProcessGroup::batch_isend_irecv(std::span<const P2POp> ops,
+                                                            Timeout timeout) {
+  CallSite where = site("batch_isend_irecv");
+  for (const P2POp& op : ops) {
+    check_tensor(where, "tensor", op.tensor, DeviceType::kCPU);
+    check_peer(where, op.peer, size_, false);
+  }
+  check_timeout(where, timeout);
+  return run_p2p(true, str_cat(ops.size(), " ops"), timeout,
+                 std::vector<P2POp>(ops.begin(), ops.end()));
+}
+
+std::shared_ptr<Work> SocketProcessGroup::run_p2p(bool async_op, std::string details,
+                                                  Timeout timeout, std::vector<P2POp> ops) {
+  const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
+                     : ops[0].type == P2POpType::kIsend ? "send"
+                                                        : "recv";
+  auto* comm = communicator_.get();
+  return enqueue(async_op, kind, details, op_timeout(timeout),
+                 [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
+                   const std::vector<int> sources = comm->send_recv(ops, deadline);
+                   if (ops.size() == 1) work.set_source_rank(sources[0]);
+                 });
+}
+
+void SocketProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) {
+  check_timeout(site("monitored_barrier"), options.timeout);
+  // Through the queue, so that it waits behind the collectives issued
+  // before it, like any call; the barrier itself goes through the store.
+  const uint64_t seq = ++monitored_barriers_;
+  const Timeout timeout = op_timeout(options.timeout);
+  auto store = store_;
+  const std::string prefix = str_cat("socket/", group_name_, "/");
+  const int rank = rank_, size = size_;
+  const bool all = options.wait_all_ranks;
+  enqueue(false, "monitored_barrier", str_cat("#", seq), timeout,
+          [=](const Deadline&, CompletionWork&) {
+            if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
+            collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);
+          })
+      ->wait();
 }
 
 void SocketProcessGroup::shutdown(Timeout timeout) {

@@ -17,7 +17,9 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "collectives/all_reduce_algorithm.h"
 #include "collectives/communicator.h"
@@ -64,6 +66,27 @@ class SocketProcessGroup : public ProcessGroup {
                                    const AllGatherOptions& options = {}) override;
   std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
                                        const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(std::span<const TensorView> outputs, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, std::span<const TensorView> inputs,
+                                       const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> reduce(TensorView tensor, const ReduceOptions& options = {}) override;
+  std::shared_ptr<Work> gather(std::span<const TensorView> outputs, TensorView input,
+                               const GatherOptions& options = {}) override;
+  std::shared_ptr<Work> scatter(TensorView output, std::span<const TensorView> inputs,
+                                const ScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all(std::span<const TensorView> outputs,
+                                   std::span<const TensorView> inputs,
+                                   const AllToAllOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all_single(TensorView output, TensorView input,
+                                          std::span<const size_t> output_split_sizes,
+                                          std::span<const size_t> input_split_sizes,
+                                          const AllToAllOptions& options = {}) override;
+  std::shared_ptr<Work> send(TensorView tensor, int dst, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> recv(TensorView tensor, int src, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> batch_isend_irecv(std::span<const P2POp> ops,
+                                          Timeout timeout = kUnsetTimeout) override;
+  void monitored_barrier(const MonitoredBarrierOptions& options = {}) override;
   void shutdown(Timeout timeout = kUnsetTimeout) override;
 
  private:
@@ -71,12 +94,15 @@ class SocketProcessGroup : public ProcessGroup {
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
   // async_op false: run on this thread when the group is idle.
   std::shared_ptr<Work> enqueue(bool async_op, const std::string& kind, const std::string& details,
-                                Timeout timeout, std::function<void(const Deadline&)> op);
+                                Timeout timeout, OpQueue::OpFn op);
+  std::shared_ptr<Work> run_p2p(bool async_op, std::string details, Timeout timeout,
+                                std::vector<P2POp> ops);
 
   const std::string group_name_;
   const Timeout timeout_;
   std::shared_ptr<Store> store_;
   std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
+  std::atomic<uint64_t> monitored_barriers_{0};
   // Used only by the worker thread, except abort() (thread-safe).
   std::unique_ptr<Communicator> communicator_;
   // Declared last: destroyed (and its worker joined) before the communicator.

@@ -148,6 +148,45 @@ class TwinGroup final : public ProcessGroup {
                                        const ReduceScatterOptions&) override {
     throw Error("DDP does not reduce_scatter");
   }
+  // DDP uses none of the rest of the ProcessGroup surface.
+  std::shared_ptr<Work> all_gather(std::span<const TensorView>, TensorView,
+                                   const AllGatherOptions&) override {
+    throw Error("DDP does not all_gather lists");
+  }
+  std::shared_ptr<Work> reduce_scatter(TensorView, std::span<const TensorView>,
+                                       const ReduceScatterOptions&) override {
+    throw Error("DDP does not reduce_scatter");
+  }
+  std::shared_ptr<Work> reduce(TensorView, const ReduceOptions&) override {
+    throw Error("DDP does not reduce");
+  }
+  std::shared_ptr<Work> gather(std::span<const TensorView>, TensorView,
+                               const GatherOptions&) override {
+    throw Error("DDP does not gather");
+  }
+  std::shared_ptr<Work> scatter(TensorView, std::span<const TensorView>,
+                                const ScatterOptions&) override {
+    throw Error("DDP does not scatter");
+  }
+  std::shared_ptr<Work> all_to_all(std::span<const TensorView>, std::span<const TensorView>,
+                                   const AllToAllOptions&) override {
+    throw Error("DDP does not all_to_all");
+  }
+  std::shared_ptr<Work> all_to_all_single(TensorView, TensorView, std::span<const size_t>,
+                                          std::span<const size_t>,
+                                          const AllToAllOptions&) override {
+    throw Error("DDP does not all_to_all");
+  }
+  std::shared_ptr<Work> send(TensorView, int, const P2POptions&) override {
+    throw Error("DDP does not send");
+  }
+  std::shared_ptr<Work> recv(TensorView, int, const P2POptions&) override {
+    throw Error("DDP does not recv");
+  }
+  std::shared_ptr<Work> batch_isend_irecv(std::span<const P2POp>, Timeout) override {
+    throw Error("DDP does not send");
+  }
+  void monitored_barrier(const MonitoredBarrierOptions&) override {}
   void shutdown(Timeout) override {}
 
   int all_reduces = 0, broadcasts = 0, all_gathers = 0;
