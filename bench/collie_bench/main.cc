@@ -21,6 +21,7 @@
 #include "bench/collie_bench/bench_report.h"
 #include "bench/collie_bench/local_launch.h"
 #include "runtime/api/distributed.h"
+#include "runtime/api/per_device_process_group.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 #include "runtime/socket/socket_process_group.h"
@@ -38,7 +39,10 @@ class Runner {
         rank_(get_rank()),
         world_(get_world_size()),
         timeout_(s.timeout) {
-    if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(pg_))
+    std::shared_ptr<ProcessGroup> host = pg_;
+    if (auto per_device = std::dynamic_pointer_cast<PerDeviceProcessGroup>(pg_))
+      host = per_device->backend(DeviceType::kCPU);
+    if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(host))
       socket->set_all_reduce_algorithm(s.algo);
     else if (s.algo != AllReduceAlgorithm::kAuto)
       throw InvalidArgument(str_cat("collie-bench: --algo ", o.algo,

@@ -4,7 +4,9 @@
 #include <cctype>
 #include <map>
 #include <mutex>
+#include <optional>
 
+#include "runtime/api/per_device_process_group.h"
 #include "runtime/base/config.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -28,8 +30,7 @@ std::string nccl_unavailable_reason() {
          "toolkit and NCCL installed, or use backend \"socket\"";
 #else
   if (cuda::device_count() == 0)
-    return str_cat("no CUDA device is visible (", cuda::no_device_reason(),
-                   "); use backend \"socket\" or \"auto\"");
+    return str_cat("no CUDA device is visible (", cuda::no_device_reason(), ")");
   return "";
 #endif
 }
@@ -118,12 +119,101 @@ bool is_backend_available(const std::string& name) {
   return backend_unavailable_reason(name).empty();
 }
 
-std::string resolve_backend_name(const std::string& name) {
-  std::string n = lower(name);
-  if (n.empty())
-    throw InvalidArgument("backend name is empty: expected \"socket\", \"nccl\" or \"auto\"");
-  if (n != "auto") return n;
-  return is_backend_available("nccl") ? "nccl" : "socket";
+namespace {
+
+// The device type a backend serves when named alone.
+std::optional<DeviceType> device_of(const std::string& backend) {
+  if (backend == "socket") return DeviceType::kCPU;
+  if (backend == "nccl") return DeviceType::kCUDA;
+  return std::nullopt;
+}
+
+std::string known_names() { return str_cat(join(registered_backends(), ", "), ", auto"); }
+
+}  // namespace
+
+BackendSpec parse_backend_spec(const std::string& text) {
+  BackendSpec spec;
+  spec.text = text;
+  const std::string t = lower(text);
+  if (t.empty())
+    throw InvalidArgument(
+        "backend is empty: expected \"socket\", \"nccl\", \"auto\" or \"cpu:socket,cuda:nccl\"");
+  if (t == "auto") {
+    spec.cpu = "socket";
+    if (std::string why = backend_unavailable_reason("nccl"); why.empty()) {
+      spec.cuda = "nccl";
+    } else {
+      spec.cuda_why = str_cat("\"auto\" found no usable NCCL: ", why);
+    }
+    return spec;
+  }
+  if (t.find(':') == std::string::npos) {
+    auto known = registered_backends();
+    if (std::find(known.begin(), known.end(), t) == known.end())
+      throw InvalidArgument(str_cat("unknown backend \"", text, "\" (known: ", known_names(), ")"));
+    const auto device = device_of(t);
+    if (device == DeviceType::kCUDA) {
+      spec.cuda = t;
+      spec.cpu_why = str_cat("backend \"", t,
+                             "\" serves cuda buffers only; use \"auto\" or \"cpu:socket,cuda:", t,
+                             "\" for host buffers too");
+    } else {  // socket, and any registered backend of unknown kind: host buffers
+      spec.cpu = t;
+      spec.cuda_why =
+          str_cat("backend \"", t, "\" serves cpu buffers only; use \"auto\" or \"cpu:", t,
+                  ",cuda:nccl\" for cuda buffers too");
+    }
+    return spec;
+  }
+  // "cpu:socket,cuda:nccl": device:backend pairs, each device type once.
+  size_t pos = 0;
+  while (pos <= t.size()) {
+    const size_t comma = std::min(t.find(',', pos), t.size());
+    const std::string pair = t.substr(pos, comma - pos);
+    const size_t colon = pair.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == pair.size())
+      throw InvalidArgument(str_cat("backend \"", text, "\": \"", pair,
+                                    "\" is not device:backend (e.g. \"cpu:socket,cuda:nccl\")"));
+    const std::string device = pair.substr(0, colon), name = pair.substr(colon + 1);
+    std::string* slot = device == "cpu" ? &spec.cpu : device == "cuda" ? &spec.cuda : nullptr;
+    if (slot == nullptr)
+      throw InvalidArgument(str_cat("backend \"", text, "\": unknown device type \"", device,
+                                    "\" (known: cpu, cuda)"));
+    if (!slot->empty())
+      throw InvalidArgument(str_cat("backend \"", text, "\": ", device, " is given twice"));
+    auto known = registered_backends();
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw InvalidArgument(str_cat("backend \"", text, "\": unknown backend \"", name,
+                                    "\" (known: ", join(known, ", "), ")"));
+    if (const auto serves = device_of(name);
+        serves && *serves != (device == "cpu" ? DeviceType::kCPU : DeviceType::kCUDA))
+      throw InvalidArgument(
+          str_cat("backend \"", text, "\": ", name, " cannot serve ", device, " buffers"));
+    *slot = name;
+    pos = comma + 1;
+  }
+  if (spec.cpu.empty()) spec.cpu_why = str_cat("backend \"", text, "\" names no cpu backend");
+  if (spec.cuda.empty()) spec.cuda_why = str_cat("backend \"", text, "\" names no cuda backend");
+  return spec;
+}
+
+std::string backend_spec_unavailable_reason(const BackendSpec& spec) {
+  for (const std::string* name : {&spec.cpu, &spec.cuda}) {
+    if (name->empty()) continue;
+    if (std::string why = backend_unavailable_reason(*name); !why.empty())
+      return str_cat("backend \"", *name, "\" cannot run here: ", why);
+  }
+  return "";
+}
+
+std::shared_ptr<ProcessGroup> create_process_group(const BackendSpec& spec,
+                                                   const BackendContext& context) {
+  PerDeviceProcessGroup::Slot cpu{nullptr, spec.cpu_why}, cuda{nullptr, spec.cuda_why};
+  if (!spec.cpu.empty()) cpu.backend = create_backend(spec.cpu, context);
+  if (!spec.cuda.empty()) cuda.backend = create_backend(spec.cuda, context);
+  return std::make_shared<PerDeviceProcessGroup>(context.rank, context.size, spec.text,
+                                                 std::move(cpu), std::move(cuda));
 }
 
 std::shared_ptr<ProcessGroup> create_backend(const std::string& name,

@@ -31,13 +31,32 @@ std::vector<std::string> registered_backends();
 bool is_backend_available(const std::string& name);
 // Why `name` cannot run here ("" when it can).
 std::string backend_unavailable_reason(const std::string& name);
-// "auto": "nccl" when it is available, else "socket"; any other name is
-// returned unchanged (lower-cased). Throws InvalidArgument for an empty name.
-std::string resolve_backend_name(const std::string& name);
-// Builds a group of backend `name` (already resolved); throws BackendError
-// naming the backend and the reason when it cannot run here, InvalidArgument
-// when the name is unknown (listing the known ones).
+// Builds a group of backend `name`; throws BackendError naming the backend
+// and the reason when it cannot run here, InvalidArgument when the name is
+// unknown (listing the known ones).
 std::shared_ptr<ProcessGroup> create_backend(const std::string& name,
                                              const BackendContext& context);
+
+// A backend string as init_process_group and new_group take it, torch 2.x's
+// syntax: one backend per device type.
+//   "cpu:socket,cuda:nccl"  both, explicitly (each must be able to run here)
+//   "socket" / "nccl"       one device type (socket: cpu, nccl: cuda)
+//   "auto"                  socket for cpu, and nccl for cuda where NCCL is
+//                           built and a GPU is visible (else why not, which
+//                           a call with a cuda buffer reports)
+struct BackendSpec {
+  std::string text;               // as given
+  std::string cpu, cuda;          // backend names; "" when none
+  std::string cpu_why, cuda_why;  // why a device type has none
+};
+// Throws InvalidArgument for malformed strings and unknown names or device
+// types (listing the known ones).
+BackendSpec parse_backend_spec(const std::string& text);
+// "" when every backend the spec names can run here, else why not.
+std::string backend_spec_unavailable_reason(const BackendSpec& spec);
+// Builds one group with a backend per device type (PerDeviceProcessGroup);
+// collective like create_backend.
+std::shared_ptr<ProcessGroup> create_process_group(const BackendSpec& spec,
+                                                   const BackendContext& context);
 
 }  // namespace collie

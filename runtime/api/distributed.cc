@@ -5,6 +5,7 @@
 
 #include "rendezvous/prefix_store.h"
 #include "runtime/api/backend_registry.h"
+#include "runtime/api/group_call.h"
 #include "runtime/api/init_rendezvous.h"
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
@@ -43,27 +44,6 @@ std::shared_ptr<ProcessGroup> default_group_or_throw(const char* call) {
   return s.default_group;
 }
 
-// The ProcessGroup a collective on `group` runs on; null for a non-member.
-std::shared_ptr<ProcessGroup> resolve(const Group& group, const char* call) {
-  if (!group.is_member()) return nullptr;
-  if (group.is_default()) return default_group_or_throw(call);
-  COLLIE_ARG_CHECK(group.process_group() != nullptr, call, ": the group has no process group");
-  return group.process_group();
-}
-
-// torch returns None on a non-member rank; collie returns a completed Work.
-std::shared_ptr<Work> non_member_work(const char* call) {
-  COLLIE_LOG(kDebug) << call << " on a group this rank is not a member of: nothing to do";
-  auto work = std::make_shared<CompletionWork>(str_cat(call, " (not a member)"));
-  work->mark_completed();
-  return work;
-}
-
-std::shared_ptr<Work> finish(std::shared_ptr<Work> work, bool async_op) {
-  if (!async_op) work->wait();
-  return work;
-}
-
 }  // namespace
 
 void init_process_group(const InitOptions& options) {
@@ -75,15 +55,10 @@ void init_process_group(const InitOptions& options) {
           "init_process_group: the default process group is already initialized; call "
           "destroy_process_group() first");
   }
-  std::string backend = resolve_backend_name(options.backend);
-  auto known = registered_backends();
-  if (std::find(known.begin(), known.end(), backend) == known.end())
-    throw InvalidArgument(str_cat("init_process_group: unknown backend \"", options.backend,
-                                  "\" (known: ", join(known, ", "), ", auto)"));
+  const BackendSpec spec = parse_backend_spec(options.backend);
   // Fail before the rendezvous, not after a 30-minute wait for peers.
-  if (std::string reason = backend_unavailable_reason(backend); !reason.empty())
-    throw BackendError(
-        str_cat("init_process_group: backend \"", backend, "\" cannot run here: ", reason));
+  if (std::string reason = backend_spec_unavailable_reason(spec); !reason.empty())
+    throw BackendError(str_cat("init_process_group: ", reason));
   Timeout timeout = resolve_timeout(options.timeout);
   COLLIE_ARG_CHECK(timeout.count() >= 0, "init_process_group: negative timeout ", timeout.count(),
                    "ms");
@@ -92,9 +67,10 @@ void init_process_group(const InitOptions& options) {
   set_log_rank(rdzv.rank);
   auto default_store = std::make_shared<PrefixStore>("default_pg", rdzv.store);
   BackendContext context{default_store, rdzv.rank, rdzv.world_size, timeout, "0"};
-  auto group = create_backend(backend, context);
-  COLLIE_LOG(kInfo) << "initialized the default process group: backend " << backend << ", rank "
-                    << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source << ")";
+  auto group = create_process_group(spec, context);
+  COLLIE_LOG(kInfo) << "initialized the default process group: backend " << group->backend_name()
+                    << ", rank " << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source
+                    << ")";
 
   std::lock_guard lock(s.mu);
   if (s.default_group) {
@@ -103,7 +79,7 @@ void init_process_group(const InitOptions& options) {
   }
   s.default_group = std::move(group);
   s.default_store = std::move(default_store);
-  s.backend = backend;
+  s.backend = spec.text;
   s.timeout = timeout;
   s.group_count = 1;
   s.sub_groups.clear();
@@ -120,17 +96,17 @@ bool is_initialized() {
 bool is_dist_avail_and_initialized() { return is_available() && is_initialized(); }
 
 int get_rank(const Group& group) {
-  auto pg = resolve(group, "get_rank");
+  auto pg = resolve_group(group, "get_rank");
   return pg ? pg->rank() : -1;
 }
 
 int get_world_size(const Group& group) {
-  auto pg = resolve(group, "get_world_size");
+  auto pg = resolve_group(group, "get_world_size");
   return pg ? pg->size() : -1;
 }
 
 std::string get_backend(const Group& group) {
-  auto pg = resolve(group, "get_backend");
+  auto pg = resolve_group(group, "get_backend");
   COLLIE_ARG_CHECK(pg != nullptr, "get_backend: this rank is not a member of the group");
   return pg->backend_name();
 }
@@ -146,7 +122,7 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   std::shared_ptr<ProcessGroup> world;
   std::shared_ptr<Store> base_store;
   std::string group_name;
-  std::string backend_name;
+  BackendSpec spec;
   {
     std::lock_guard lock(s.mu);
     if (!s.default_group) throw_not_initialized("new_group");
@@ -155,7 +131,7 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
     // Every rank calls new_group in the same order, so the counter names the
     // same group on every rank, members or not (torch's _group_count).
     group_name = std::to_string(s.group_count++);
-    backend_name = backend.empty() ? s.backend : resolve_backend_name(backend);
+    spec = parse_backend_spec(backend.empty() ? s.backend : backend);
     timeout = resolve_timeout(timeout, s.timeout);
   }
   const int world_size = world->size();
@@ -175,7 +151,7 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   const int group_rank = static_cast<int>(it - ranks.begin());
   auto store = std::make_shared<PrefixStore>(group_name, base_store);
   BackendContext context{store, group_rank, static_cast<int>(ranks.size()), timeout, group_name};
-  auto pg = create_backend(backend_name, context);
+  auto pg = create_process_group(spec, context);
   {
     std::lock_guard lock(s.mu);
     s.sub_groups.push_back(pg);
@@ -209,46 +185,11 @@ void destroy_process_group(const Group& group) {
   world->shutdown();
 }
 
-std::shared_ptr<Work> all_reduce(TensorView tensor, ReduceOp op, const Group& group,
-                                 bool async_op) {
-  auto pg = resolve(group, "all_reduce");
-  if (!pg) return non_member_work("all_reduce");
-  return finish(pg->all_reduce(tensor, {.op = op, .async_op = async_op}), async_op);
-}
-
-std::shared_ptr<Work> broadcast(TensorView tensor, int src, const Group& group, bool async_op) {
-  auto pg = resolve(group, "broadcast");
-  if (!pg) return non_member_work("broadcast");
-  int root = src;
-  const auto& ranks = group.global_ranks();
-  if (!ranks.empty()) {
-    auto it = std::find(ranks.begin(), ranks.end(), src);
-    if (it == ranks.end())
-      throw InvalidArgument(
-          str_cat("broadcast: src rank ", src, " is not in the group [", join(ranks, ", "), "]"));
-    root = static_cast<int>(it - ranks.begin());
-  }
-  return finish(pg->broadcast(tensor, {.root = root, .async_op = async_op}), async_op);
-}
-
-std::shared_ptr<Work> barrier(const Group& group, bool async_op) {
-  auto pg = resolve(group, "barrier");
-  if (!pg) return non_member_work("barrier");
-  return finish(pg->barrier({.async_op = async_op}), async_op);
-}
-
-std::shared_ptr<Work> all_gather(TensorView output, TensorView input, const Group& group,
-                                 bool async_op) {
-  auto pg = resolve(group, "all_gather");
-  if (!pg) return non_member_work("all_gather");
-  return finish(pg->all_gather(output, input, {.async_op = async_op}), async_op);
-}
-
-std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input, ReduceOp op,
-                                     const Group& group, bool async_op) {
-  auto pg = resolve(group, "reduce_scatter");
-  if (!pg) return non_member_work("reduce_scatter");
-  return finish(pg->reduce_scatter(output, input, {.op = op, .async_op = async_op}), async_op);
+std::shared_ptr<ProcessGroup> resolve_group(const Group& group, const char* call) {
+  if (!group.is_member()) return nullptr;
+  if (group.is_default()) return default_group_or_throw(call);
+  COLLIE_ARG_CHECK(group.process_group() != nullptr, call, ": the group has no process group");
+  return group.process_group();
 }
 
 }  // namespace collie

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,10 @@
 namespace collie {
 
 struct InitOptions {
-  // "socket", "nccl" or "auto" (nccl when built with NCCL and a CUDA device
-  // is visible, else socket).
+  // One backend per device type, torch 2.x's syntax: "cpu:socket,cuda:nccl";
+  // "socket" (cpu buffers) or "nccl" (cuda buffers) alone; "auto": socket
+  // for cpu, plus nccl for cuda when built with NCCL and a GPU is visible
+  // (otherwise a cuda buffer is refused, saying why). See backend_registry.h.
   std::string backend = "auto";
   // "" means "env://" (ignored when `store` is given).
   std::string init_method;
@@ -103,5 +106,74 @@ std::shared_ptr<Work> all_gather(TensorView output, TensorView input, const Grou
 std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
                                      ReduceOp op = ReduceOp::kSum, const Group& group = {},
                                      bool async_op = false);
+
+// torch's all_gather(tensor_list, tensor): tensor_list[r] receives rank r's
+// tensor (one buffer per rank of the group, each like `tensor`).
+std::shared_ptr<Work> all_gather(std::span<const TensorView> tensor_list, TensorView tensor,
+                                 const Group& group = {}, bool async_op = false);
+// torch's reduce_scatter(output, input_list): output = input_list[rank]
+// reduced over every rank.
+std::shared_ptr<Work> reduce_scatter(TensorView output, std::span<const TensorView> input_list,
+                                     ReduceOp op = ReduceOp::kSum, const Group& group = {},
+                                     bool async_op = false);
+// torch's reduce(tensor, dst, op): only `dst` (a default-group rank)
+// receives the result; the other ranks' tensors are left as they were.
+std::shared_ptr<Work> reduce(TensorView tensor, int dst, ReduceOp op = ReduceOp::kSum,
+                             const Group& group = {}, bool async_op = false);
+// torch's gather(tensor, gather_list, dst): gather_list (on dst only; empty
+// elsewhere) holds one buffer per rank of the group.
+std::shared_ptr<Work> gather(TensorView tensor, std::span<const TensorView> gather_list,
+                             int dst = 0, const Group& group = {}, bool async_op = false);
+// torch's scatter(tensor, scatter_list, src): scatter_list on src only.
+std::shared_ptr<Work> scatter(TensorView tensor, std::span<const TensorView> scatter_list,
+                              int src = 0, const Group& group = {}, bool async_op = false);
+// torch's all_to_all(output_tensor_list, input_tensor_list).
+std::shared_ptr<Work> all_to_all(std::span<const TensorView> output_tensor_list,
+                                 std::span<const TensorView> input_tensor_list,
+                                 const Group& group = {}, bool async_op = false);
+// torch's all_to_all_single; split sizes in elements (empty: equal parts).
+std::shared_ptr<Work> all_to_all_single(TensorView output, TensorView input,
+                                        std::span<const size_t> output_split_sizes = {},
+                                        std::span<const size_t> input_split_sizes = {},
+                                        const Group& group = {}, bool async_op = false);
+
+// Point-to-point. Peers are default-group ranks (torch's convention); a
+// message goes to the receive of the same tag from its sender, in FIFO order
+// per (sender, tag), and must have its size. send/recv block; isend/irecv
+// return the Work (its source_rank() is the sender's group rank).
+void send(TensorView tensor, int dst, const Group& group = {}, int tag = 0);
+// src kAnySource (torch's src=None): whoever sends first. Returns the
+// sender's default-group rank.
+int recv(TensorView tensor, int src = kAnySource, const Group& group = {}, int tag = 0);
+std::shared_ptr<Work> isend(TensorView tensor, int dst, const Group& group = {}, int tag = 0);
+std::shared_ptr<Work> irecv(TensorView tensor, int src = kAnySource, const Group& group = {},
+                            int tag = 0);
+// torch's batch_isend_irecv(p2p_op_list): every op at once, one Work per op
+// (the same one: the batch completes together). Peers are default-group
+// ranks; every op is on `group`.
+std::vector<std::shared_ptr<Work>> batch_isend_irecv(std::span<const P2POp> p2p_op_list,
+                                                     const Group& group = {});
+
+// The object collectives, over byte strings (torch pickles objects; a C++
+// caller serialises its own). They run on the group's backend for host
+// buffers, and on a non-member rank do nothing (returning empty).
+// torch's broadcast_object_list: `object` on every rank becomes src's.
+void broadcast_object(std::string& object, int src, const Group& group = {});
+// Every rank's object, in group rank order.
+std::vector<std::string> all_gather_object(const std::string& object, const Group& group = {});
+// On dst, every rank's object in group rank order; elsewhere empty.
+std::vector<std::string> gather_object(const std::string& object, int dst = 0,
+                                       const Group& group = {});
+// torch's scatter_object_list: src passes one object per rank of the group
+// (the others pass none); returns this rank's.
+std::string scatter_object(std::span<const std::string> objects, int src = 0,
+                           const Group& group = {});
+
+// torch's monitored_barrier: like barrier, but on the timeout (the group's
+// when unset) rank 0 throws TimeoutError naming the first rank that did not
+// arrive, or every one with wait_all_ranks, and the other ranks throw too.
+// It runs through the store, so it answers even when the data path hangs.
+void monitored_barrier(const Group& group = {}, Timeout timeout = kUnsetTimeout,
+                       bool wait_all_ranks = false);
 
 }  // namespace collie
