@@ -49,4 +49,10 @@ void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorV
 void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
                     TensorView out, ReduceOp op);
 
+// Every rank on one host and Transport::all_peers_readable() (shm_algorithms.cc).
+void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_all_gather(Transport& t, TensorView in, TensorView out);
+void shm_broadcast(Transport& t, TensorView tensor, int root);
+
 }  // namespace collie

@@ -379,6 +379,35 @@ class Linker final : public PeerLinker {
     return make_tcp_channel(std::move(fd));
   }
 
+  std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until, bool wait) override {
+    std::map<int, std::string> missing;
+    // One key per rank, not per call: ranks may be one call apart when the
+    // group stalls, and a timeout breaks the group for good, so there is
+    // only ever one roll call.
+    (void)seq;
+    auto key = [&](int r) { return str_cat(base_, "/probe/", r); };
+    try {
+      store_.set(key(rank_), "answered");
+      if (!wait) return missing;
+      std::vector<std::string> keys;
+      for (int r = 0; r < size_; ++r) keys.push_back(key(r));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      try {
+        store_.wait(keys, std::max(left, std::chrono::milliseconds(1)));
+        return missing;
+      } catch (const TimeoutError&) {
+      }
+      const Deadline quick(std::chrono::seconds(5));
+      for (int r = 0; r < size_; ++r) {
+        if (!store_.check({keys[r]})) missing[r] = record(r, quick).tcp;
+      }
+    } catch (const Error& e) {
+      COLLIE_LOG(kWarn) << "rank " << rank_ << ": the timeout probe's roll call in the store "
+                        << "failed: " << e.what();
+    }
+    return missing;
+  }
+
   std::vector<Arrival> accept_ready(const Deadline& deadline) override {
     std::vector<Arrival> out;
     // One pass: an expired deadline makes each gate look once and return.

@@ -124,8 +124,12 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in and out overlap without being the same buffer");
   check_reduce_op(kWhat, out.dtype, op);
+  COLLIE_ARG_CHECK(algorithm != AllReduceAlgorithm::kShm || shm_algorithms_ || size_ == 1, kWhat,
+                   ": the shm algorithm needs every rank on one host, each able to read the "
+                   "others' memory (process_vm_readv)");
   if (algorithm == AllReduceAlgorithm::kAuto) {
     algorithm = out.nbytes() <= config_.small_message_bytes ? AllReduceAlgorithm::kSmall
+                : shm_algorithms_                           ? AllReduceAlgorithm::kShm
                                                             : AllReduceAlgorithm::kRing;
   }
   CallInfo call{CollectiveKind::kAllReduce, out.dtype, op, 0, out.count};
@@ -137,6 +141,8 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   }
   if (algorithm == AllReduceAlgorithm::kSmall) {
     small_all_reduce(*transport_, workspace_, in, out, op);
+  } else if (algorithm == AllReduceAlgorithm::kShm) {
+    shm_all_reduce(*transport_, workspace_, in, out, op);
   } else {
     ring_all_reduce(*transport_, workspace_, config_, in, out, op);
   }
@@ -147,9 +153,15 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
   check_tensor("broadcast", "tensor", tensor);
   COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
                    size_, "-rank group");
-  begin(CallInfo{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count},
-        deadline);
-  if (size_ > 1) collie::broadcast(*transport_, config_, tensor, root);
+  CallInfo call{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count};
+  call.algorithm = use_shm(tensor.nbytes()) ? 1 : 0;
+  begin(call, deadline);
+  if (size_ == 1) return;
+  if (call.algorithm) {
+    shm_broadcast(*transport_, tensor, root);
+  } else {
+    collie::broadcast(*transport_, config_, tensor, root);
+  }
 }
 
 void SocketCommunicator::barrier(const Deadline& deadline) {
@@ -168,12 +180,18 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   auto* slot = static_cast<uint8_t*>(out.data) + rank_ * in.nbytes();
   COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
-  begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
+  CallInfo call{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count};
+  call.algorithm = use_shm(out.nbytes()) ? 1 : 0;
+  begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
     return;
   }
-  collie::all_gather(*transport_, config_, in, out);
+  if (call.algorithm) {
+    shm_all_gather(*transport_, in, out);
+  } else {
+    collie::all_gather(*transport_, config_, in, out);
+  }
 }
 
 void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
@@ -189,12 +207,18 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
   COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
   check_reduce_op(kWhat, out.dtype, op);
-  begin(CallInfo{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count}, deadline);
+  CallInfo call{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count};
+  call.algorithm = use_shm(in.nbytes()) ? 1 : 0;
+  begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
     return;
   }
-  collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+  if (call.algorithm) {
+    shm_reduce_scatter(*transport_, workspace_, in, out, op);
+  } else {
+    collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+  }
 }
 
 }  // namespace collie

@@ -49,6 +49,11 @@ class SocketCommunicator final : public Communicator {
   CallInfo begin(CallInfo call, const Deadline& deadline);
   void begin_internal(CallInfo call, const Deadline& deadline);
   void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
+  // Whether a call moving `bytes` runs the shared-memory algorithm (the
+  // same answer on every rank; recorded in the call's header).
+  bool use_shm(size_t bytes) const {
+    return shm_algorithms_ && size_ > 1 && bytes > config_.small_message_bytes;
+  }
 
   const int rank_;
   const int size_;

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,12 @@ class PeerLinker {
   virtual std::vector<Arrival> accept_ready(const Deadline& deadline) = 0;
   // The published address of `peer`, for messages ("" if unknown).
   virtual std::string address_of(int peer) const = 0;
+  // The timeout probe's roll call, for the peers a rank has no connection
+  // to: checks this rank in for call `seq`; with `wait`, waits until `until`
+  // for the others and returns those that never checked in, with their
+  // addresses (empty when the store cannot be reached).
+  virtual std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until,
+                                               bool wait) = 0;
 };
 
 struct TransportOptions {
@@ -96,6 +103,8 @@ class Transport {
   // be read with process_vm_readv (then peer_pid() is its pid).
   bool all_peers_readable() const;
   pid_t peer_pid(int peer) const;
+  // "rank 3 (10.0.0.7:41234)"
+  std::string peer_name(int peer) const { return conn(peer).name(); }
 
   // Blocks until at least one posted operation completes (returns at once
   // when none is posted). Throws on error, timeout or abort().

@@ -53,6 +53,9 @@ std::string Transport::probe_peers(const Connection* trigger) {
   const WireHeader probe = WireHeader::make_probe(
       group_, call_, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
   const auto* probe_bytes = reinterpret_cast<const char*>(&probe);
+  // Check in at once for the peers that hear of the probe only through the
+  // store (lazy connections: see below).
+  if (linker_) linker_->roll_call(call_.seq, until, false);
   struct PeerWatch {
     Connection* c = nullptr;
     std::string out;  // still to send: the rest of a half-sent message, then our probe
@@ -100,9 +103,13 @@ std::string Transport::probe_peers(const Connection* trigger) {
   owed_.assign(size_, std::string());
   std::vector<int> alive{rank_}, silent;
   std::vector<std::string> silent_names, other;
+  std::vector<bool> heard(size_, false);
+  heard[rank_] = true;
   for (auto& w : watch) {
     owed_[w.c->peer()] = w.out.substr(w.sent);
     w.c->clear();
+    if (!w.c->connected()) continue;
+    heard[w.c->peer()] = true;
     switch (w.answer) {
       case Connection::Skimmed::kProbe:
       case Connection::Skimmed::kAbort: alive.push_back(w.c->peer()); break;
@@ -124,6 +131,24 @@ std::string Transport::probe_peers(const Connection* trigger) {
                                 w.c->other_call().call().describe_with_seq(),
                                 " where this rank expected one of its op #", call_.seq));
         break;
+    }
+  }
+  // Lazy connections: the peers this rank has no connection to answer
+  // through the store instead (every probing rank checks in there).
+  if (linker_) {
+    std::vector<int> unheard;
+    for (int p = 0; p < size_; ++p) {
+      if (!heard[p]) unheard.push_back(p);
+    }
+    const auto missing = linker_->roll_call(call_.seq, until, !unheard.empty());
+    for (int p : unheard) {
+      auto it = missing.find(p);
+      if (it == missing.end()) {
+        alive.push_back(p);
+      } else {
+        silent.push_back(p);
+        silent_names.push_back(str_cat(p, " (", it->second, ")"));
+      }
     }
   }
   std::sort(alive.begin(), alive.end());
