@@ -631,7 +631,10 @@ Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions
     const std::string error = str_cat("rank ", rank, " joined group '", options.store_prefix,
                                       "' twice, from ", first.describe(), " and from ",
                                       mine.describe(), ": two processes were given the same RANK");
+    // The extra process also pushed a rank of this group into the next
+    // round: tell that one too.
     store.set(ready_key, str_cat("error: ", error));
+    store.set(str_cat(prefix, "/", (arrival - 1) / size + 1, "/ready"), str_cat("error: ", error));
     throw NetworkError(error);
   }
   const std::string host_key = key(str_cat("host/", me));
