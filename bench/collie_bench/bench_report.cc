@@ -30,6 +30,15 @@ void print_header(const RunInfo& info, bool blocking) {
   std::fflush(stdout);
 }
 
+void print_channels(const std::vector<int32_t>& per_rank) {
+  std::string line = "# channels (shm/tcp peers per rank):";
+  for (size_t r = 0; r + 1 < per_rank.size(); r += 2) {
+    line += str_cat(" ", r / 2, ":", per_rank[r], "/", per_rank[r + 1]);
+  }
+  std::printf("%s\n#\n", line.c_str());
+  std::fflush(stdout);
+}
+
 void print_row(const Row& r) {
   std::string wrong = r.wrong < 0 ? "N/A" : std::to_string(r.wrong);
   std::printf(" %12llu %13llu %9s %7s %7d %10.2f %8.2f %8.2f %7s\n",

@@ -155,10 +155,24 @@ class Runner {
 };
 
 int run_rank(const Options& o, const Settings& s) {
-  init_process_group({.backend = o.backend, .init_method = o.init_method, .timeout = s.timeout});
+  init_process_group({.backend = o.backend,
+                      .init_method = o.init_method,
+                      .timeout = s.timeout,
+                      .transport = o.transport});
   const bool main_rank = get_rank() == 0;
   RunInfo info{o.collective, get_backend(), o.algo, get_world_size(), o.iters, o.warmup};
   if (main_rank) print_header(info, o.blocking);
+  if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(get_default_group())) {
+    // Each rank's channels, counted by kind, gathered to the header.
+    const auto kinds = socket->channel_kinds();
+    std::vector<int32_t> mine{0, 0}, all(2 * get_world_size());
+    for (const auto& k : kinds) mine[k == "shm" ? 0 : 1] += !k.empty();
+    socket
+        ->all_gather(TensorView{all.data(), all.size(), DataType::kInt32},
+                     TensorView{mine.data(), 2, DataType::kInt32})
+        ->wait();
+    if (main_rank) print_channels(all);
+  }
   Runner runner(o, s);
   std::vector<Row> rows;
   int64_t wrong = 0;
