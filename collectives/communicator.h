@@ -38,7 +38,8 @@ struct CommunicatorOptions {
   // for a peer on another host). "": COLLIE_TRANSPORT, else auto.
   std::string transport;
   // Connect every peer at init (the full mesh) instead of on first use.
-  // For measurements (docs/performance.md); lazy is the default.
+  // For measurements (docs/performance.md; COLLIE_CONNECT_ALL=1 too); lazy
+  // is the default.
   bool connect_all = false;
   // A call still waiting after this long logs a WARN line (then each time
   // its wait doubles, at most every 5 min); COLLIE_REPORT_AFTER overrides.
@@ -81,10 +82,10 @@ class Communicator {
   virtual int size() const = 0;
   // This rank's published "host:port" (empty when size == 1).
   virtual std::string address() const = 0;
-  // The channel kind to every peer ("tcp" or "shm"), connecting the peers
-  // not yet connected (a collective call: every rank must call it). For
-  // headers like collie-bench's; "" for self.
-  virtual std::vector<std::string> channel_kinds(const Deadline& deadline) = 0;
+  // The channel kind to every connected peer ("tcp" or "shm"; "" for self
+  // and for peers not connected yet). With `connect`, connects them all
+  // first (a collective call then: every rank must make it).
+  virtual std::vector<std::string> channel_kinds(const Deadline& deadline, bool connect) = 0;
 
   // Every collective below: `deadline` bounds the whole call; CPU buffers only
   // (InvalidArgument for device buffers); counts may be 0. Errors: an

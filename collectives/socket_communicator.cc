@@ -75,7 +75,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   // are connected now (so that a dead neighbour is found at init, and a
   // failure reaches them as an abort frame); the rest on first use.
   if (options.connect_all || one_host) {
-    comm->channel_kinds(deadline);
+    comm->channel_kinds(deadline, true);
   } else {
     comm->connect_peers({(rank + size - 1) % size, (rank + 1) % size}, deadline);
   }
@@ -128,9 +128,12 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
                    ": the shm algorithm needs every rank on one host, each able to read the "
                    "others' memory (process_vm_readv)");
   if (algorithm == AllReduceAlgorithm::kAuto) {
-    algorithm = out.nbytes() <= config_.small_message_bytes ? AllReduceAlgorithm::kSmall
-                : shm_algorithms_                           ? AllReduceAlgorithm::kShm
-                                                            : AllReduceAlgorithm::kRing;
+    // The direct exchange talks to every peer: beyond kDirectPeers TCP peers
+    // it would connect the whole world, so the ring (two peers) takes over.
+    const bool direct = size_ <= kDirectPeers || shm_algorithms_;
+    algorithm = out.nbytes() <= config_.small_message_bytes && direct ? AllReduceAlgorithm::kSmall
+                : shm_algorithms_                                     ? AllReduceAlgorithm::kShm
+                                                                      : AllReduceAlgorithm::kRing;
   }
   CallInfo call{CollectiveKind::kAllReduce, out.dtype, op, 0, out.count};
   call.algorithm = static_cast<uint8_t>(algorithm);
@@ -230,12 +233,17 @@ void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Dead
   for (int p : peers) transport_->channel_kind(p);
 }
 
-std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline) {
+std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
   std::vector<std::string> kinds(size_);
   if (!transport_) return kinds;
-  begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
+  if (connect) begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) kinds[p] = std::string(to_string(transport_->channel_kind(p)));
+    if (p == rank_) continue;
+    if (connect) {
+      kinds[p] = std::string(to_string(transport_->channel_kind(p)));
+    } else if (auto kind = transport_->connected_kind(p)) {
+      kinds[p] = std::string(to_string(*kind));
+    }
   }
   return kinds;
 }

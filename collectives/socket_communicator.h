@@ -22,7 +22,7 @@ class SocketCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string address() const override { return address_; }
-  std::vector<std::string> channel_kinds(const Deadline& deadline) override;
+  std::vector<std::string> channel_kinds(const Deadline& deadline, bool connect) override;
   // Every rank on one host: whether the shared-memory algorithms run
   // (every pair reads its peers' memory).
   void choose_shm_algorithms();

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,12 @@ class Transport {
   uint64_t recvs_done(int peer) const;
   // The channel to `peer`, connecting it if needed.
   ChannelKind channel_kind(int peer);
+  // The channel to `peer` if connected.
+  std::optional<ChannelKind> connected_kind(int peer) const {
+    const auto& c = connections_[peer];
+    if (!c || !c->connected()) return std::nullopt;
+    return c->kind();
+  }
   // Peers currently connected over `kind`.
   int connected_peers(ChannelKind kind) const;
   // Whether every peer is connected over shared memory and its memory can

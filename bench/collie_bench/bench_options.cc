@@ -111,7 +111,8 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "shm", "auto"}));
   app.add_option("--transport", o.transport,
-                 "socket backend channels: auto (shared memory on one host), tcp or shm")
+                 "socket backend channels: auto (shared memory on one host), tcp or shm (default: "
+                 "COLLIE_TRANSPORT, else auto)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tcp", "shm"}));
   app.add_flag(

@@ -48,11 +48,11 @@ class SocketProcessGroup : public ProcessGroup {
   Timeout timeout() const { return timeout_; }
   // This rank's data address ("host:port"; empty for a group of one).
   std::string address() const { return communicator_->address(); }
-  // The channel kind to every peer ("shm", "tcp"; "" for self), connecting
-  // those not connected yet. Every rank must call it, before its first
-  // collective (it runs on the caller's thread, not the worker's).
+  // The channel kind to every connected peer ("shm", "tcp"; "" for self
+  // and peers not connected). Call it while no collective is in flight (it
+  // runs on the caller's thread, not the worker's).
   std::vector<std::string> channel_kinds() {
-    return communicator_->channel_kinds(Deadline(timeout()));
+    return communicator_->channel_kinds(Deadline(timeout()), false);
   }
   bool broken() const { return queue_.broken(); }
   // Which all_reduce later calls run (kAuto picks by message size); for
