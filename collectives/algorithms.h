@@ -36,6 +36,11 @@ inline size_t part_begin(size_t count, size_t parts, size_t c) {
   return count / parts * c + std::min(c, count % parts);
 }
 
+// Above this world size the algorithms that talk to every peer (the direct
+// small all_reduce and broadcast) give way to the ring and the chain, so
+// that lazy connections stay O(2 + log2 P) per rank over TCP.
+inline constexpr int kDirectPeers = 8;
+
 struct AlgorithmConfig {
   size_t segment_bytes;
   size_t small_message_bytes;
@@ -82,5 +87,11 @@ void scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
 // (in[r] is copied to out[r]); sizes may differ per peer.
 void all_to_all(Transport& t, const AlgorithmConfig& cfg, std::span<const Span> in,
                 std::span<const MutableSpan> out);
+
+// Every rank on one host and Transport::all_peers_readable() (shm_algorithms.cc).
+void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_all_gather(Transport& t, TensorView in, TensorView out);
+void shm_broadcast(Transport& t, TensorView tensor, int root);
 
 }  // namespace collie

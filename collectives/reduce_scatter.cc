@@ -33,7 +33,7 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
   const size_t es = element_size(dtype);
   const size_t slot_bytes = n * es;
 
-  if (slot_bytes * P <= cfg.small_message_bytes) {
+  if (slot_bytes * P <= cfg.small_message_bytes && P <= kDirectPeers) {
     auto* gathered = static_cast<uint8_t*>(ws.get(0, P * slot_bytes));
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;

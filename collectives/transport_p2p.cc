@@ -35,6 +35,16 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
   sources->assign(ops.size(), -1);
   // Receives first, so that a message already buffered is taken before the
   // sends go out; the vector is sized once, so the inbox may keep pointers.
+  // Lazy connections: every peer of the batch is linked first (a receive
+  // from any source links every peer, since any may send).
+  for (const P2POp& op : ops) {
+    if (op.peer != kAnySource) {
+      link(op.peer);
+      continue;
+    }
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) link(p);
+  }
   std::vector<P2PInbox::Recv> recvs;
   recvs.reserve(ops.size());
   std::vector<size_t> recv_op;
@@ -57,7 +67,7 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
     if (bytes > UINT32_MAX)
       throw InvalidArgument(
           str_cat(context(), ": a message of ", bytes, " bytes is larger than one frame (4 GiB)"));
-    Connection& c = conn(op.peer);
+    Connection& c = link(op.peer);
     c.post_send(WireHeader::p2p(group_, ++p2p_sent_[op.peer], op.tag, op.tensor.dtype,
                                 op.tensor.count, static_cast<uint32_t>(bytes)),
                 op.tensor.data);
