@@ -177,6 +177,11 @@ TEST_CASE("a job completes while strangers connect to a rank's listener", "[secu
   // 5. Connects and says nothing, for the whole job.
   Socket silent = connect_to(address);
 
+  // Each stranger that said something is refused, which closes it: wait
+  // for that before the job may finish.
+  CHECK(closed_by_peer(garbage));
+  CHECK(closed_by_peer(forger));
+  CHECK(closed_by_peer(plain));
   store.set("strangers_done", "1");
   for (int r = 0; r < size; ++r) {
     auto st = ranks[r].wait(120s);
