@@ -3,6 +3,9 @@
 // wire header. Ranks are threads over a HashStore.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -13,6 +16,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "test/collectives/harness.h"
+#include "test/support/skip.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -367,4 +371,37 @@ TEST_CASE("the full mesh at init, with connect_all or COLLIE_CONNECT_ALL=1") {
   auto from_env = connect_tcp(store, size, "mesh_env", false);
   ::unsetenv("COLLIE_CONNECT_ALL");
   CHECK(connected_counts(from_env) == std::vector<int>(size, size - 1));
+}
+
+TEST_CASE("IPv6: ranks listen on ::1, publish [::1]:port and reduce over it") {
+  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
+  ::close(probe);
+  HashStore store;
+  const int size = 3;
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  CommunicatorOptions o;
+  o.store_prefix = "ipv6";
+  o.transport = "tcp";
+  o.bind_host = "::1";
+  o.timeout = 30s;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::vector<std::vector<int32_t>> data(size);
+  for (int r = 0; r < size; ++r) {
+    CHECK_THAT(comms[r]->address(), Catch::Matchers::StartsWith("[::1]:"));
+    data[r].assign(100000, r + 1);
+    threads.emplace_back([&, r] {
+      comms[r]->all_reduce(view(data[r].data(), data[r].size()),
+                           view(data[r].data(), data[r].size()), ReduceOp::kSum, Deadline(30s));
+      comms[r]->barrier(Deadline(30s));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& d : data) CHECK((d.front() == 6 && d.back() == 6));
 }
