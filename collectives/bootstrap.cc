@@ -337,9 +337,19 @@ class Linker final : public PeerLinker {
     return it == records_.end() ? std::string("address not read yet") : it->second.tcp;
   }
 
+  std::string last_refusal() const override {
+    // The Unix gate's refusals are as telling as TCP's: report the one seen.
+    if (unix_gate_ && !unix_gate_->last_refusal().empty()) return unix_gate_->last_refusal();
+    return tcp_gate_.last_refusal();
+  }
+
   void poll_fds(std::vector<int>* fds) const override {
     fds->push_back(tcp_listener_.get());
     if (unix_listener_) fds->push_back(unix_listener_.get());
+    // Handshakes in progress too: without them a peer's proof would wait
+    // for the next arrival or the deadline before it is read.
+    tcp_gate_.pending_fds(fds);
+    if (unix_gate_) unix_gate_->pending_fds(fds);
   }
 
   std::unique_ptr<Channel> connect(int peer, const Deadline& deadline,

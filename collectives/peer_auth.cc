@@ -68,13 +68,32 @@ void recv_exact(int fd, uint8_t* p, size_t n, const Deadline& deadline, const st
   }
 }
 
+// "host:port" of a TCP peer; "pid N (unix socket)" of a local one, whose
+// address is empty (the kernel vouches for its pid).
 std::string remote_of(int fd) {
-  sockaddr_in sa{};
+  sockaddr_storage sa{};
   socklen_t len = sizeof sa;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "?";
-  char buf[INET_ADDRSTRLEN] = "?";
-  ::inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
-  return str_cat(buf, ":", ntohs(sa.sin_port));
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (sa.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&sa);
+    ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+    return str_cat(buf, ":", ntohs(in->sin_port));
+  }
+  if (sa.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&sa);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+    return str_cat("[", buf, "]:", ntohs(in6->sin6_port));
+  }
+  if (sa.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t clen = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+      return str_cat("pid ", cred.pid, " (unix socket)");
+    }
+    return "a local process (unix socket)";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -239,6 +258,10 @@ bool PeerGate::advance(Pending& p) {
     case PeerAuthAcceptor::Step::Status::kDone: return true;
   }
   return false;
+}
+
+void PeerGate::pending_fds(std::vector<int>* fds) const {
+  for (auto& p : pending_) fds->push_back(p->fd);
 }
 
 std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {

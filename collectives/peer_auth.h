@@ -107,6 +107,10 @@ class PeerGate {
   // NetworkError when accept() itself fails.
   std::optional<Admitted> accept(const Deadline& deadline);
 
+  // The connections still in their handshake, for a caller that polls the
+  // listener itself: their input is what advances them.
+  void pending_fds(std::vector<int>* fds) const;
+
   // Connections refused so far (for tests and logs).
   int refused() const { return refused_; }
   // "<address>: <why>" of the latest refusal, "" if none: a timeout waiting

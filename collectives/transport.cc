@@ -99,7 +99,18 @@ void Transport::accept_arrivals() {
 
 ChannelKind Transport::channel_kind(int peer) {
   Connection& c = link(peer);
-  while (!c.connected()) progress();
+  // The accepting side waits for the peer to connect; nothing is posted on
+  // the connection, so progress() would return at once: wait here, under
+  // the same deadline, abort and slow-wait reports.
+  while (!c.connected()) {
+    if (aborted_.load()) fail_aborted();
+    progress_all();
+    if (c.connected()) break;
+    const auto now = Clock::now();
+    if (now >= deadline_->when()) fail_timeout();
+    if (now >= next_report_) report_slow_wait();
+    wait_for_io();
+  }
   return c.kind();
 }
 

@@ -57,6 +57,9 @@ class PeerLinker {
   virtual std::vector<Arrival> accept_ready(const Deadline& deadline) = 0;
   // The published address of `peer`, for messages ("" if unknown).
   virtual std::string address_of(int peer) const = 0;
+  // The last connection this rank's listeners refused, as "address: why"
+  // ("" if none): a peer that never connects may be the one refused.
+  virtual std::string last_refusal() const = 0;
   // The timeout probe's roll call, for the peers a rank has no connection
   // to: checks this rank in for call `seq`; with `wait`, waits until `until`
   // for the others and returns those that never checked in, with their

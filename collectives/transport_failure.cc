@@ -172,11 +172,19 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
   for (auto& c : connections_) {
     if (!c || c.get() == except) continue;
     if (!c->connected()) {
-      if (c->recv_pending() || c->send_pending()) {
-        waiting.push_back(str_cat("receive from ", c->name(), " (",
-                                  c->recvs_queued() + c->sends_queued(),
-                                  " message(s) outstanding; it has not connected yet)"));
+      // A peer still to connect to us (a higher rank; lower ranks are
+      // connected to, synchronously), with or without messages posted.
+      const bool posted = c->recv_pending() || c->send_pending();
+      if (!posted && c->peer() < rank_) continue;
+      std::string refused;
+      if (linker_ && !linker_->last_refusal().empty()) {
+        refused = str_cat("; last refused: ", linker_->last_refusal());
       }
+      waiting.push_back(
+          posted ? str_cat("receive from ", c->name(), " (", c->recvs_queued() + c->sends_queued(),
+                           " message(s) outstanding; it has not connected yet", refused, ")")
+                 : str_cat("accept a connection from ", c->name(), " (it has not connected yet",
+                           refused, ")"));
       continue;
     }
     if (c->recv_pending()) {

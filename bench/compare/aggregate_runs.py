@@ -16,28 +16,38 @@ import re
 import statistics
 import sys
 
-PEERS = ["collie", "Gloo", "Open MPI", "torch gloo"]
-
-
 def parse(path):
+    """T, {(N, size): {library: (us, busbw)}}, sizes in order, libraries in order."""
     text = open(f"{path}/results.md").read()
     t = float(re.search(r"= ([\d.]+) GB/s, memcpy", text).group(1))
-    rows = {}  # (N, size) -> [(us, busbw) per peer]
-    sizes = []
+    rows = {}
+    sizes, libraries = [], []
     for block in re.split(r"^#+ N = ", text, flags=re.M)[1:]:
         n = int(block.split()[0])
+        names = []
         for line in block.splitlines():
-            if not line.startswith("| ") or line.startswith("| size"):
+            if not line.startswith("| "):
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0] == "size":
+                # "<library> us / busbw" columns, then the ratio columns.
+                names = [c[: -len(" us / busbw")] for c in cells[1:] if c.endswith(" us / busbw")]
+                libraries += [x for x in names if x not in libraries]
+                continue
             size = cells[0]
             if size not in sizes:
                 sizes.append(size)
-            rows[(n, size)] = [tuple(float(x) for x in c.split("/")) for c in cells[1:1 + len(PEERS)]]
-    return t, rows, sizes
+            rows[(n, size)] = {
+                name: tuple(float(x) for x in cell.split("/"))
+                for name, cell in zip(names, cells[1 : 1 + len(names)])
+                if cell != "-"
+            }
+    return t, rows, sizes, libraries
 
 
 def span(values, fmt):
+    if not values:
+        return "-"
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
@@ -45,24 +55,30 @@ def main(dirs):
     if not dirs:
         sys.exit(__doc__)
     runs = [parse(d) for d in dirs]
-    worlds = sorted({n for _, rows, _ in runs for (n, _) in rows})
+    worlds = sorted({n for _, rows, _, _ in runs for (n, _) in rows})
     sizes = runs[0][2]
-    print("T per run (GB/s): " + ", ".join(f"{t:.2f}" for t, _, _ in runs))
+    libraries = []
+    for run in runs:
+        libraries += [x for x in run[3] if x not in libraries]
+    # "collie fastest" counts against the peers, not collie's other transport.
+    peers = [x for x in libraries if not x.startswith("collie")]
+    print("T per run (GB/s): " + ", ".join(f"{t:.2f}" for t, _, _, _ in runs))
     for n in worlds:
         print(f"\n#### N = {n}: median (min-max) over {len(runs)} runs\n")
-        print("| size | " + " | ".join(f"{p} us" for p in PEERS) +
+        print("| size | " + " | ".join(f"{p} us" for p in libraries) +
               " | collie busbw / (T/N) | collie fastest |")
-        print("|---" * (len(PEERS) + 3) + "|")
+        print("|---" * (len(libraries) + 3) + "|")
         for size in sizes:
-            present = [(t, rows[(n, size)]) for t, rows, _ in runs if (n, size) in rows]
+            present = [(t, rows[(n, size)]) for t, rows, _, _ in runs if (n, size) in rows]
             if not present:
                 continue
             cells = [size]
-            for i in range(len(PEERS)):
-                cells.append(span([row[i][0] for _, row in present], "{:.1f}"))
-            ratios = [row[0][1] / (t / n) for t, row in present]
+            for lib in libraries:
+                cells.append(span([row[lib][0] for _, row in present if lib in row], "{:.1f}"))
+            ratios = [row["collie"][1] / (t / n) for t, row in present if "collie" in row]
             cells.append(span(ratios, "{:.2f}") if size.endswith("MiB") else "")
-            wins = sum(1 for _, row in present if all(row[0][0] <= row[i][0] for i in range(1, len(PEERS))))
+            wins = sum(1 for _, row in present if "collie" in row and
+                       all(row["collie"][0] <= row[p][0] for p in peers if p in row))
             cells.append(f"{wins}/{len(present)}")
             print("| " + " | ".join(cells) + " |")
 

@@ -4,8 +4,15 @@ peer time / collie time (above 1: collie is faster)."""
 import os
 import sys
 
-PEERS = ["collie", "gloo", "mpi", "torch"]
-NAMES = {"collie": "collie", "gloo": "Gloo ring", "mpi": "Open MPI", "torch": "torch gloo"}
+PEERS = ["collie", "collie_tcp", "gloo", "mpi", "mpi_sm", "torch"]
+NAMES = {
+    "collie": "collie",  # its default on one host: shared memory
+    "collie_tcp": "collie TCP",
+    "gloo": "Gloo ring",
+    "mpi": "Open MPI TCP",
+    "mpi_sm": "Open MPI shm",
+    "torch": "torch gloo",
+}
 
 
 def load(path):

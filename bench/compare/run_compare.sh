@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs collie and its peers side by side on this machine: float32 sum
-# all_reduce, sizes MIN..MAX bytes (x FACTOR), world sizes WORLDS, all over
-# TCP loopback. Measures T (one loopback TCP stream) in the same run, then
+# all_reduce, sizes MIN..MAX bytes (x FACTOR), world sizes WORLDS, every
+# rank on this host: collie over shared memory (its default on one host) and
+# over TCP loopback, Open MPI over TCP and over shared memory (vader), Gloo
+# and torch over TCP. Measures T (one loopback TCP stream) and the memcpy
+# rate in the same run, then
 # writes OUT_DIR/results.md (side-by-side table with ratios) and
 # OUT_DIR/busbw_N<n>.png and time_N<n>.png (gnuplot).
 #
@@ -9,8 +12,9 @@
 #   WORLDS="2" MAX=$((64<<20)) bench/compare/run_compare.sh build out/quick
 #
 # Peers: Gloo's ring all_reduce (libgloo-dev), Open MPI's MPI_Allreduce
-# (--mca btl tcp,self), torch.distributed with gloo (/usr/bin/python3 with
-# python3-torch). A peer whose program is missing is skipped with a note.
+# (--mca btl tcp,self, and --mca btl vader,self for shared memory),
+# torch.distributed with gloo (/usr/bin/python3 with python3-torch). A peer
+# whose program is missing is skipped with a note. PEERS narrows the set.
 set -euo pipefail
 
 BUILD=${1:?usage: run_compare.sh BUILD_DIR OUT_DIR}
@@ -42,11 +46,13 @@ cat "$OUT/tcp_stream.txt" >&2
 # Each runner writes "bytes time_us algbw busbw" lines to $OUT/<peer>_N<n>.txt.
 # collie runs --blocking: every peer below waits for each call before the
 # next, so collie does too.
-run_collie() {
-  "$BIN/collie-bench" --nproc "$1" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" \
-      --algo "$ALGO" --blocking -c 0 --json "$OUT/collie_N$1.json" \
-    | awk '$1 ~ /^[0-9]+$/ { print $1, $6, $7, $8 }' > "$OUT/collie_N$1.txt"
+collie_over() {  # collie_over TRANSPORT N NAME
+  "$BIN/collie-bench" --nproc "$2" --transport "$1" -b "$MIN" -e "$MAX" -f "$FACTOR" -n "$ITERS" \
+      -w "$WARMUP" --algo "$ALGO" --blocking -c 0 --json "$OUT/$3_N$2.json" \
+    | awk '$1 ~ /^[0-9]+$/ { print $1, $6, $7, $8 }' > "$OUT/$3_N$2.txt"
 }
+run_collie() { collie_over auto "$1" collie; }
+run_collie_tcp() { collie_over tcp "$1" collie_tcp; }
 
 run_gloo() {
   [[ -x "$BIN/gloo_allreduce" ]] || { note "gloo_allreduce not built; skipping Gloo"; return; }
@@ -61,11 +67,13 @@ run_gloo() {
   rm -rf "$dir"
 }
 
-run_mpi() {
+mpi_over() {  # mpi_over BTL N NAME
   [[ -x "$BIN/mpi_allreduce" ]] || { note "mpi_allreduce not built; skipping Open MPI"; return; }
-  mpirun --allow-run-as-root --oversubscribe --mca btl tcp,self -np "$1" \
-      "$BIN/mpi_allreduce" "$MIN" "$MAX" "$FACTOR" "$ITERS" "$WARMUP" > "$OUT/mpi_N$1.txt"
+  mpirun --allow-run-as-root --oversubscribe --mca btl "$1,self" -np "$2" \
+      "$BIN/mpi_allreduce" "$MIN" "$MAX" "$FACTOR" "$ITERS" "$WARMUP" > "$OUT/$3_N$2.txt"
 }
+run_mpi() { mpi_over tcp "$1" mpi; }
+run_mpi_sm() { mpi_over vader "$1" mpi_sm; }
 
 run_torch() {
   /usr/bin/python3 -c 'import torch.distributed' 2> /dev/null || { note "no torch in /usr/bin/python3; skipping"; return; }
@@ -80,8 +88,9 @@ run_torch() {
   rm -rf "$dir"
 }
 
+PEERS=${PEERS:-"collie collie_tcp gloo mpi mpi_sm torch"}
 for n in $WORLDS; do
-  for peer in collie gloo mpi torch; do
+  for peer in $PEERS; do
     note "N=$n $peer"
     "run_$peer" "$n"
   done
@@ -95,14 +104,14 @@ if command -v gnuplot > /dev/null; then
   T=$(awk '/tcp_stream_gbps/ { print $2 }' "$OUT/tcp_stream.txt")
   for n in $WORLDS; do
     plots=()
-    for peer in collie gloo mpi torch; do
+    for peer in $PEERS; do
       [[ -s "$OUT/${peer}_N$n.txt" ]] && plots+=("'$OUT/${peer}_N$n.txt' using 1:4 with linespoints title '$peer'")
     done
     plots+=("$T/$n with lines dashtype 2 title 'T/N (one TCP stream / N)'")
     gnuplot <<GP
 set terminal pngcairo size 900,560
 set output '$OUT/busbw_N$n.png'
-set title 'all\\_reduce float32 sum, N=$n ranks on one host, TCP loopback'
+set title 'all\\_reduce float32 sum, N=$n ranks on one host'
 set logscale x 2
 set format x '%.0b%BB'
 set xlabel 'message size'
@@ -112,7 +121,7 @@ set grid
 plot $(IFS=,; echo "${plots[*]}")
 GP
     times=()
-    for peer in collie gloo mpi torch; do
+    for peer in $PEERS; do
       [[ -s "$OUT/${peer}_N$n.txt" ]] && times+=("'$OUT/${peer}_N$n.txt' using 1:2 with linespoints title '$peer'")
     done
     gnuplot <<GP

@@ -3,6 +3,9 @@
 // wire header. Ranks are threads over a HashStore.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -13,6 +16,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "test/collectives/harness.h"
+#include "test/support/skip.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -305,4 +309,99 @@ TEST_CASE("a call waiting on a silent peer says so at report_after, then as the 
   CHECK_THAT(lines[0], Contains("barrier() as op #1 on rank 0: still waiting to receive from "
                                 "rank 1 (127.0.0.1:") &&
                            Contains(" after ") && Contains("limit 700.0ms"));
+}
+
+namespace {
+
+// Peers each rank has a data connection to (channel_kinds without connecting).
+std::vector<int> connected_counts(std::vector<std::unique_ptr<Communicator>>& comms) {
+  std::vector<int> counts;
+  for (auto& c : comms) {
+    int n = 0;
+    for (const auto& kind : c->channel_kinds(Deadline(30s), false)) n += !kind.empty();
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+std::vector<std::unique_ptr<Communicator>> connect_tcp(HashStore& store, int size,
+                                                       const std::string& prefix,
+                                                       bool connect_all) {
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  CommunicatorOptions o;
+  o.store_prefix = prefix;
+  o.transport = "tcp";
+  o.connect_all = connect_all;
+  o.timeout = 60s;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+  }
+  for (auto& t : threads) t.join();
+  return comms;
+}
+
+}  // namespace
+
+TEST_CASE("data connections are lazy: the ring neighbours at init and after a ring all_reduce") {
+  HashStore store;
+  const int size = 8;
+  auto comms = connect_tcp(store, size, "lazy", false);
+  CHECK(connected_counts(comms) == std::vector<int>(size, 2));
+  // A 1 MiB all_reduce runs the ring: still only the neighbours.
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> data(size, std::vector<float>(1 << 18, 1.0f));
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      comms[r]->all_reduce(view(data[r].data(), data[r].size()),
+                           view(data[r].data(), data[r].size()), ReduceOp::kSum, Deadline(60s));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& d : data) CHECK(d.front() == float(size));
+  CHECK(connected_counts(comms) == std::vector<int>(size, 2));
+}
+
+TEST_CASE("the full mesh at init, with connect_all or COLLIE_CONNECT_ALL=1") {
+  HashStore store;
+  const int size = 5;
+  auto mesh = connect_tcp(store, size, "mesh", true);
+  CHECK(connected_counts(mesh) == std::vector<int>(size, size - 1));
+  ::setenv("COLLIE_CONNECT_ALL", "1", 1);
+  auto from_env = connect_tcp(store, size, "mesh_env", false);
+  ::unsetenv("COLLIE_CONNECT_ALL");
+  CHECK(connected_counts(from_env) == std::vector<int>(size, size - 1));
+}
+
+TEST_CASE("IPv6: ranks listen on ::1, publish [::1]:port and reduce over it") {
+  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
+  ::close(probe);
+  HashStore store;
+  const int size = 3;
+  std::vector<std::unique_ptr<Communicator>> comms(size);
+  std::vector<std::thread> threads;
+  CommunicatorOptions o;
+  o.store_prefix = "ipv6";
+  o.transport = "tcp";
+  o.bind_host = "::1";
+  o.timeout = 30s;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::vector<std::vector<int32_t>> data(size);
+  for (int r = 0; r < size; ++r) {
+    CHECK_THAT(comms[r]->address(), Catch::Matchers::StartsWith("[::1]:"));
+    data[r].assign(100000, r + 1);
+    threads.emplace_back([&, r] {
+      comms[r]->all_reduce(view(data[r].data(), data[r].size()),
+                           view(data[r].data(), data[r].size()), ReduceOp::kSum, Deadline(30s));
+      comms[r]->barrier(Deadline(30s));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& d : data) CHECK((d.front() == 6 && d.back() == 6));
 }
