@@ -20,11 +20,14 @@ void monitored_barrier(Store& store, const std::string& prefix, int rank, int si
   const std::string done = barrier_key(prefix, seq, "done");
   if (rank != 0) {
     store.set(barrier_key(prefix, seq, std::to_string(rank)), "1");
+    // Rank 0 may have entered the barrier up to `timeout` after this rank
+    // and then waited its whole timeout: its verdict gets twice as long.
+    const Deadline verdict_deadline(timeout * 2);
     try {
-      store.wait({done}, deadline.remaining());
+      store.wait({done}, verdict_deadline.remaining());
     } catch (const TimeoutError&) {
       throw TimeoutError(str_cat("monitored_barrier #", seq, " on rank ", rank,
-                                 ": rank 0 gave no verdict ", deadline.describe(),
+                                 ": rank 0 gave no verdict ", verdict_deadline.describe(),
                                  " (rank 0 is behind, hung or dead)"));
     }
     const std::string verdict = to_string(store.get(done));

@@ -4,7 +4,8 @@
 //
 // Barrier number `seq` of a group (every rank counts its own calls):
 //  * every rank but 0 sets "<prefix>monitored_barrier/<seq>/<rank>" and
-//    waits up to `timeout` for rank 0's verdict under ".../<seq>/done";
+//    waits for rank 0's verdict under ".../<seq>/done", up to twice
+//    `timeout` (rank 0 may come late and then wait its whole timeout);
 //  * rank 0 waits for those keys, one rank after the other, within one
 //    `timeout`. With wait_all_ranks it keeps looking after the first
 //    missing rank, so that the error names every rank that did not arrive;

@@ -85,7 +85,7 @@ TEST_CASE("setup_for_distributed: print is silent on non-master ranks unless for
   CHECK_THAT(outputs[1], Contains("forced line from rank 1\n"));
 }
 
-TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto picks socket",
+TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto serves host buffers",
           "[dist]") {
   REQUIRE_FALSE(is_initialized());
   CHECK(is_main_process());
@@ -115,7 +115,8 @@ TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto p
   init_process_group(
       {.backend = "auto", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   CHECK(is_initialized());
-  CHECK(get_backend() == (is_backend_available("nccl") ? "nccl" : "socket"));
+  // One backend per device type: host buffers always on socket.
+  CHECK(get_backend() == (is_backend_available("nccl") ? "cpu:socket,cuda:nccl" : "socket"));
   CHECK(get_rank() == 0);
   CHECK(get_world_size() == 1);
   CHECK(is_main_process());
