@@ -184,6 +184,83 @@ TEST_CASE("broadcast, all_gather, reduce_scatter, barrier and coalesced all_redu
   });
 }
 
+TEST_CASE("reduce, gather, scatter, all_to_all_single, list all_gather and send/recv") {
+  const int world = g_devices;
+  run_ranks(world, [&](int rank, NcclProcessGroup& pg) {
+    const size_t n = 33;
+    const size_t total = n * static_cast<size_t>(world);
+    const Device dev = Device::cuda(rank);
+    const int root = world - 1;
+    float *a = nullptr, *b = nullptr;
+    cuda_ok(cudaMalloc(&a, total * sizeof(float)), "malloc");
+    cuda_ok(cudaMalloc(&b, total * sizeof(float)), "malloc");
+    auto put = [&](float* d, const std::vector<float>& h) {
+      cuda_ok(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "h2d");
+    };
+    auto get = [&](const float* d, size_t count) {
+      std::vector<float> h(count);
+      cuda_ok(cudaMemcpy(h.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost), "d2h");
+      return h;
+    };
+    auto tv = [&](float* d, size_t count) { return TensorView{d, count, DataType::kFloat32, dev}; };
+    auto filled = [](size_t count, const std::function<float(size_t)>& f) {
+      std::vector<float> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = f(i);
+      return v;
+    };
+
+    // reduce: only the root's buffer changes
+    put(a, std::vector<float>(n, static_cast<float>(rank + 1)));
+    pg.reduce(tv(a, n), {.op = ReduceOp::kSum, .root = root})->wait();
+    const float sum = static_cast<float>(world * (world + 1) / 2);
+    REQUIRE(get(a, n) == std::vector<float>(n, rank == root ? sum : static_cast<float>(rank + 1)));
+
+    // gather into the root's slots of b
+    put(a, filled(n, [&](size_t i) { return static_cast<float>(rank * 100 + i); }));
+    std::vector<TensorView> slots;
+    if (rank == root)
+      for (int p = 0; p < world; ++p) slots.push_back(tv(b + p * n, n));
+    pg.gather(slots, tv(a, n), {.root = root})->wait();
+    if (rank == root) {
+      const auto h = get(b, total);
+      for (size_t i = 0; i < total; ++i) REQUIRE(h[i] == static_cast<float>(i / n * 100 + i % n));
+    }
+
+    // scatter from the root's slots of b
+    if (rank == root) put(b, filled(total, [&](size_t i) { return static_cast<float>(i * 2); }));
+    pg.scatter(tv(a, n), slots, {.root = root})->wait();
+    REQUIRE(get(a, n) ==
+            filled(n, [&](size_t i) { return static_cast<float>((rank * n + i) * 2); }));
+
+    // all_to_all_single, equal parts: part p of rank r holds r * 10000 + p
+    put(a, filled(total, [&](size_t i) { return static_cast<float>(rank * 10000 + i / n); }));
+    pg.all_to_all_single(tv(b, total), tv(a, total), {}, {})->wait();
+    REQUIRE(get(b, total) ==
+            filled(total, [&](size_t i) { return static_cast<float>(i / n * 10000 + rank); }));
+
+    // list all_gather into slots that are not consecutive (reversed)
+    put(a, std::vector<float>(n, static_cast<float>(rank)));
+    std::vector<TensorView> reversed;
+    for (int p = 0; p < world; ++p) reversed.push_back(tv(b + (world - 1 - p) * n, n));
+    pg.all_gather(reversed, tv(a, n))->wait();
+    REQUIRE(get(b, total) ==
+            filled(total, [&](size_t i) { return static_cast<float>(world - 1 - i / n); }));
+
+    // send/recv around a ring in one batch; no receive from any source
+    if (world > 1) {
+      const int right = (rank + 1) % world, left = (rank + world - 1) % world;
+      put(a, std::vector<float>(n, static_cast<float>(rank)));
+      const P2POp ops[] = {{P2POpType::kIsend, tv(a, n), right},
+                           {P2POpType::kIrecv, tv(b, n), left}};
+      pg.batch_isend_irecv(ops)->wait();
+      REQUIRE(get(b, n) == std::vector<float>(n, static_cast<float>(left)));
+    }
+    CHECK_THROWS_WITH(pg.recv(tv(b, n), kAnySource), Contains("cannot receive from any source"));
+    cudaFree(a);
+    cudaFree(b);
+  });
+}
+
 TEST_CASE("bad input: host buffers, wrong device, AVG on integers, bad counts") {
   run_ranks(1, [&](int, NcclProcessGroup& pg) {
     std::vector<float> host(16);
