@@ -11,6 +11,28 @@
 
 namespace collie {
 
+namespace {
+
+// What one channel read means for a receive loop: bytes came, try again
+// (EINTR), nothing more for now, or the stream failed (*problem set: kEof
+// with *eof, or kError with *err).
+enum class ReadOutcome { kData, kRetry, kDrained, kFailed };
+ReadOutcome classify_read(ssize_t r, bool* eof, RecvProblem* problem, int* err) {
+  if (r > 0) return ReadOutcome::kData;
+  if (r == 0) {
+    *eof = true;
+    *problem = RecvProblem::kEof;
+    return ReadOutcome::kFailed;
+  }
+  if (errno == EINTR) return ReadOutcome::kRetry;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return ReadOutcome::kDrained;
+  *err = errno;
+  *problem = RecvProblem::kError;
+  return ReadOutcome::kFailed;
+}
+
+}  // namespace
+
 Connection::Connection(std::unique_ptr<Channel> channel, int peer, std::string address)
     : channel_(std::move(channel)), peer_(peer), address_(std::move(address)) {}
 
@@ -136,18 +158,10 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
                             ? channel_->read(reinterpret_cast<uint8_t*>(&op.header) + op.got,
                                              kHeaderBytes - op.got)
                             : channel_->read(op.data + (op.got - kHeaderBytes), total - op.got);
-      if (r == 0) {
-        eof_ = true;
-        *problem = RecvProblem::kEof;
-        return -1;
-      }
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        *err = errno;
-        *problem = RecvProblem::kError;
-        return -1;
-      }
+      const ReadOutcome outcome = classify_read(r, &eof_, problem, err);
+      if (outcome == ReadOutcome::kFailed) return -1;
+      if (outcome == ReadOutcome::kRetry) continue;
+      if (outcome == ReadOutcome::kDrained) break;
       op.got += static_cast<size_t>(r);
       moved += r;
     }
@@ -210,18 +224,10 @@ long Connection::read_p2p_payload(RecvProblem* problem, int* err) {
       return -1;
     }
     const ssize_t r = read_some(p2p_.dest + p2p_.got, want - p2p_.got);
-    if (r == 0) {
-      eof_ = true;
-      *problem = RecvProblem::kEof;
-      return -1;
-    }
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      *err = errno;
-      *problem = RecvProblem::kError;
-      return -1;
-    }
+    const ReadOutcome outcome = classify_read(r, &eof_, problem, err);
+    if (outcome == ReadOutcome::kFailed) return -1;
+    if (outcome == ReadOutcome::kRetry) continue;
+    if (outcome == ReadOutcome::kDrained) break;
     p2p_.got += static_cast<size_t>(r);
     moved += r;
   }
