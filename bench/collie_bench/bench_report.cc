@@ -14,7 +14,8 @@ double bus_factor(const std::string& collective, int world) {
   const double n = world;
   if (collective == "all_reduce") return 2 * (n - 1) / n;
   if (collective == "all_gather" || collective == "reduce_scatter") return (n - 1) / n;
-  if (collective == "broadcast") return 1;
+  if (collective == "all_to_all") return (n - 1) / n;
+  if (collective == "broadcast" || collective == "reduce" || collective == "sendrecv") return 1;
   return 0;  // barrier moves no payload
 }
 

@@ -39,6 +39,8 @@ class Runner {
         rank_(get_rank()),
         world_(get_world_size()),
         timeout_(s.timeout) {
+    if (o.collective == "sendrecv" && world_ < 2)
+      throw InvalidArgument("collie-bench -C sendrecv: a ping-pong needs at least 2 ranks");
     std::shared_ptr<ProcessGroup> host = pg_;
     if (auto per_device = std::dynamic_pointer_cast<PerDeviceProcessGroup>(pg_))
       host = per_device->backend(DeviceType::kCPU);
@@ -55,20 +57,23 @@ class Runner {
     const size_t es = element_size(dtype_);
     size_t per_rank = bytes / es;  // elements each rank contributes or receives
     const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter";
-    if (gathers) per_rank /= static_cast<size_t>(world_);
-    const size_t total = gathers ? per_rank * world_ : per_rank;
+    const bool exchanges = o_.collective == "all_to_all";
+    if (gathers || exchanges) per_rank /= static_cast<size_t>(world_);
+    const size_t total = gathers || exchanges ? per_rank * world_ : per_rank;
     if (total == 0 && o_.collective != "barrier")
       return std::nullopt;  // nccl-tests skips these too
-    HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : 0);
+    // all_to_all: big is the input, small the output (both P parts).
+    HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : exchanges ? total : 0);
 
     Row row;
     row.count = o_.collective == "barrier" ? 0 : total;
     row.bytes = row.count * es;
     row.dtype = std::string(to_string(dtype_));
-    row.op = (o_.collective == "all_reduce" || o_.collective == "reduce_scatter")
+    row.op = (o_.collective == "all_reduce" || o_.collective == "reduce_scatter" ||
+              o_.collective == "reduce")
                  ? std::string(to_string(op_))
                  : "-";
-    row.root = o_.collective == "broadcast" ? o_.root : -1;
+    row.root = o_.collective == "broadcast" || o_.collective == "reduce" ? o_.root : -1;
     if (o_.check) row.wrong = check(big, small, per_rank);
     big.zero();
     small.zero();
@@ -92,8 +97,10 @@ class Runner {
     pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64},
                     {.op = ReduceOp::kAvg, .timeout = timeout_})
         ->wait();
-    row.time_us = avg;
-    row.algbw_gbps = avg > 0 ? static_cast<double>(row.bytes) / (avg * 1e3) : 0;
+    // sendrecv: one iteration is a round trip; the row shows the one-way
+    // latency, as osu_latency does.
+    row.time_us = o_.collective == "sendrecv" ? avg / 2 : avg;
+    row.algbw_gbps = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) : 0;
     row.busbw_gbps = row.algbw_gbps * bus_factor(o_.collective, world_);
     return row;
   }
@@ -113,7 +120,31 @@ class Runner {
     if (c == "reduce_scatter")
       return pg_->reduce_scatter(small.view(), big.view(),
                                  {.op = op_, .timeout = timeout_, .async_op = async_op});
+    if (c == "reduce")
+      return pg_->reduce(big.view(),
+                         {.op = op_, .root = o_.root, .timeout = timeout_, .async_op = async_op});
+    if (c == "all_to_all")
+      return pg_->all_to_all_single(small.view(), big.view(), {}, {},
+                                    {.timeout = timeout_, .async_op = async_op});
+    if (c == "sendrecv") return ping_pong(big);
     return pg_->barrier({.timeout = timeout_, .async_op = async_op});
+  }
+
+  // osu_latency's ping-pong between ranks 0 and 1 (the others idle): rank 0
+  // sends and waits for the buffer back, rank 1 returns it.
+  std::shared_ptr<Work> ping_pong(HostBuffer& buf) {
+    const P2POptions p2p{.timeout = timeout_, .async_op = false};
+    if (rank_ == 0) {
+      pg_->send(buf.view(), 1, p2p)->wait();
+      return pg_->recv(buf.view(), 1, p2p);
+    }
+    if (rank_ == 1) {
+      pg_->recv(buf.view(), 0, p2p)->wait();
+      return pg_->send(buf.view(), 0, p2p);
+    }
+    auto idle = std::make_shared<CompletionWork>("sendrecv (not in the pair)");
+    idle->mark_completed();
+    return idle;
   }
 
   // Runs the collective once on known inputs and counts wrong elements over
@@ -143,6 +174,29 @@ class Runner {
       wrong = count_wrong(small, 0, per_rank, dtype_, [&](size_t i) {
         return reduced_value(op_, world_, rank_ * per_rank + i, dtype_);
       });
+    } else if (c == "reduce") {
+      big.fill_input(op_, rank_, 0, big.count());
+      issue(big, small)->wait();
+      if (rank_ == o_.root)
+        wrong = count_wrong(big, 0, big.count(), dtype_,
+                            [&](size_t i) { return reduced_value(op_, world_, i, dtype_); });
+    } else if (c == "all_to_all") {
+      // Rank p's input element j is input_value(p, j); part r of it goes to
+      // rank r, so output part p here is rank p's elements [r n, (r+1) n).
+      big.fill_input(ReduceOp::kSum, rank_, 0, big.count());
+      issue(big, small)->wait();
+      wrong = count_wrong(small, 0, small.count(), dtype_, [&](size_t i) {
+        return input_value(ReduceOp::kSum, static_cast<int>(i / per_rank),
+                           rank_ * per_rank + i % per_rank);
+      });
+    } else if (c == "sendrecv") {
+      // Rank 0's data goes to rank 1 and comes back: both end with it.
+      big.fill_input(ReduceOp::kSum, 0, 0, big.count());
+      if (rank_ == 1) big.zero();
+      issue(big, small)->wait();
+      if (rank_ <= 1)
+        wrong = count_wrong(big, 0, big.count(), dtype_,
+                            [&](size_t i) { return input_value(ReduceOp::kSum, 0, i); });
     } else {
       issue(big, small)->wait();
     }

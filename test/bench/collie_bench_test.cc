@@ -38,8 +38,8 @@ std::string read_file(const std::string& path) {
 
 TEST_CASE("collie-bench --nproc runs every collective and checks the results", "[bench]") {
   require_built();
-  for (std::string collective :
-       {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}) {
+  for (std::string collective : {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
+                                 "barrier", "reduce", "all_to_all", "sendrecv"}) {
     TempDir dir;
     auto p = Subprocess::spawn({kBench,
                                 "--nproc",
@@ -91,7 +91,7 @@ TEST_CASE("collie-bench refuses bad flags in one line, exit 2, before any rank s
       {{"-f", "1"}, "--stepfactor"},
       {{"-n", "0"}, "--iters"},
       {{"-w", "-1"}, "--warmup_iters"},
-      {{"-C", "all_to_all"}, "all_to_all"},
+      {{"-C", "alltoallv"}, "alltoallv"},
       {{"-d", "float7"}, "-d 'float7'"},
       {{"-o", "xor"}, "-o 'xor'"},
       {{"-c", "5"}, "-c 5"},
@@ -119,6 +119,6 @@ TEST_CASE("collie-bench refuses bad flags in one line, exit 2, before any rank s
     CHECK(p.out().empty());
   }
   // Without --nproc, under no launcher, the same: nothing starts.
-  auto q = Subprocess::spawn({kBench, "-C", "all_to_all"});
+  auto q = Subprocess::spawn({kBench, "-C", "alltoallv"});
   CHECK(q.wait(60s).exit_code == 2);
 }
