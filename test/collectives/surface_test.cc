@@ -9,6 +9,8 @@
 // ctest entry forces TCP (COLLIE_TRANSPORT).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -227,6 +229,16 @@ COLLIE_TEST_CHILD(surface_rank) {
         comm->send_recv({{P2POp{P2POpType::kIrecv, view(buf.data(), buf.size()), 0, 4}}},
                         Deadline(20s));
       }
+    } else if (scenario == "p2p_peer_dies") {
+      // Rank 1 dies (no goodbye) while rank 0 waits for its message.
+      if (rank == 1) {
+        store.wait({"p2p_waiting"}, 30s);
+        std::fflush(stdout);
+        _exit(0);
+      }
+      std::vector<int32_t> buf(8);
+      store.set("p2p_waiting", "1");
+      comm->send_recv({{P2POp{P2POpType::kIrecv, view(buf.data(), 8), 1, 0}}}, Deadline(30s));
     } else if (scenario == "p2p_timeout") {
       // Rank 1 waits for a message rank 0 never sends.
       if (rank == 1) {
@@ -234,6 +246,9 @@ COLLIE_TEST_CHILD(surface_rank) {
         comm->send_recv({{P2POp{P2POpType::kIrecv, view(buf.data(), 8), 0, 3}}}, Deadline(1500ms));
       }
     }
+  } catch (const NetworkError& e) {
+    type = "NetworkError";
+    message_text = e.what();
   } catch (const BackendError& e) {
     type = dynamic_cast<const TimeoutError*>(&e) ? "TimeoutError" : "BackendError";
     message_text = e.what();
@@ -303,4 +318,19 @@ TEST_CASE("a recv whose sender never sends times out naming the peer and the tag
   CHECK(results[0] == "OK | ");
   CHECK_THAT(results[1],
              Contains("TimeoutError") && Contains("receive from rank 0") && Contains("tag 3"));
+}
+
+TEST_CASE("a peer that dies while a recv waits for it is named at once",
+          "[surface][p2p][failure]") {
+  TempDir dir;
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(Subprocess::spawn(
+        child_argv("surface_rank", {dir.path(), std::to_string(r), "2", "p2p_peer_dies"})));
+  auto status = ranks[0].wait(60s);
+  ranks[1].wait(60s);
+  INFO("rank 0 stdout:\n" << ranks[0].out() << "stderr:\n" << ranks[0].err());
+  REQUIRE(status.ok());
+  CHECK_THAT(ranks[0].out(), Contains("RESULT NetworkError") && Contains("rank 1 (") &&
+                                 Contains("recv from rank 1"));
 }
