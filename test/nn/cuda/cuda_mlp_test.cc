@@ -7,7 +7,9 @@
 #include <cstdio>
 
 #include "nn/adamw.h"
+#include "nn/cuda/cuda_adamw.h"
 #include "nn/cuda/cuda_mlp.h"
+#include "nn/cuda/cuda_sgd.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/state_dict.h"
@@ -43,6 +45,7 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
   nn::cuda::CudaMlp gpu(cpu, 0);
   const SgdOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
   Sgd cpu_opt(cpu.parameters(), sgd);
+  nn::cuda::CudaSgd gpu_opt(gpu, sgd);
   for (int step = 0; step < 4; ++step) {
     Tensor x, grad, logits;
     std::vector<int64_t> labels;
@@ -60,7 +63,7 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
       cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
     check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
     cpu_opt.step();
-    gpu.sgd_step(sgd);
+    gpu_opt.step();
   }
   Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
   gpu.copy_parameters_to(back);
@@ -79,6 +82,7 @@ TEST_CASE(
   nn::cuda::CudaMlp gpu(cpu, 0);
   const AdamWOptions adam{.lr = 1e-3, .weight_decay = 0.05};
   AdamW cpu_opt(cpu.parameters(), adam);
+  nn::cuda::CudaAdamW gpu_opt(gpu, adam);
   for (int step = 0; step < 3; ++step) {
     Tensor x, grad, gpu_logits, gpu_grad;
     std::vector<int64_t> labels;
@@ -95,7 +99,7 @@ TEST_CASE(
       cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
     check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
     cpu_opt.step();
-    gpu.adamw_step(adam, cpu_opt.lr());
+    gpu_opt.step();
   }
   Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
   gpu.copy_parameters_to(back);
@@ -104,7 +108,7 @@ TEST_CASE(
                 "parameters");
   // The device state under AdamW's keys loads into a host AdamW (and back).
   StateDict from_gpu, from_cpu;
-  gpu.save_adamw_state(from_gpu, "optimizer.", cpu_opt.lr());
+  gpu_opt.save_state(from_gpu, "optimizer.");
   cpu_opt.save_state(from_cpu, "optimizer.");
   AdamW restored(back.parameters(), adam);
   restored.load_state(from_gpu, "optimizer.");
@@ -114,7 +118,8 @@ TEST_CASE(
     const Shape& shape = cpu.parameters()[k]->shape();
     check_close(from_gpu.get_floats(key, shape), from_cpu.get_floats(key, shape), "exp_avg");
   }
-  gpu.load_adamw_state(from_cpu, "optimizer.");
+  gpu_opt.load_state(from_cpu, "optimizer.");
+  CHECK(gpu_opt.lr() == cpu_opt.lr());
 }
 
 TEST_CASE("CudaMlp refuses layers it does not implement") {

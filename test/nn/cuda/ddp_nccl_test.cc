@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "nn/cuda/cuda_mlp.h"
+#include "nn/cuda/cuda_sgd.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
@@ -82,6 +83,7 @@ void accumulate(const std::function<const Tensor&(const Tensor&)>& forward,
 std::vector<float> train_reference(int micro) {
   Sequential cpu = make_model(100);
   nn::cuda::CudaMlp gpu(cpu, 0);
+  nn::cuda::CudaSgd optimizer(gpu, kSgd);
   Tensor logits;
   for (int step = 0; step < kSteps; ++step) {
     gpu.zero_grad();
@@ -93,7 +95,7 @@ std::vector<float> train_reference(int micro) {
         },
         [&](const Tensor& x, const Tensor& g) { gpu.backward(x, logits, g); }, step* count, count,
         1.0f);
-    gpu.sgd_step(kSgd);
+    optimizer.step();
   }
   return host_parameters(gpu);
 }
@@ -138,6 +140,7 @@ std::vector<RankResult> train_ddp(int micro, DdpOptions options = {}) {
     Sequential cpu = make_model(100 + rank);
     nn::cuda::CudaMlp gpu(cpu, rank);
     DistributedDataParallel ddp(gpu, pg, options);
+    nn::cuda::CudaSgd optimizer(gpu, kSgd);
     results[rank].initial = host_parameters(gpu);
     results[rank].buckets = ddp.reducer().buckets().size();
     const int64_t shard = kGlobalBatch / g_world;
@@ -159,7 +162,7 @@ std::vector<RankResult> train_ddp(int micro, DdpOptions options = {}) {
         COLLIE_CHECK(buckets[0].launched_at < ddp.last_backward_compute_end(), "rank ", rank,
                      ": the first bucket was launched after backward");
       }
-      gpu.sgd_step(kSgd);
+      optimizer.step();
     }
     results[rank].final = host_parameters(gpu);
   });
