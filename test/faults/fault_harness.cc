@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <thread>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -76,20 +75,6 @@ std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
   argv.insert(argv.end(), flags.begin(), flags.end());
   for (auto& a : child_argv(child, args)) argv.push_back(a);
   return argv;
-}
-
-std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
-  Deadline deadline(timeout);
-  for (;;) {
-    std::string e = p.err();
-    if (e.find(needle) != std::string::npos) return e;
-    if (!p.running())
-      throw Error(str_cat("`", p.command_line(), "` exited before printing '", needle, "':\n", e));
-    if (deadline.expired())
-      throw TimeoutError(str_cat("`", p.command_line(), "` did not print '", needle, "' ",
-                                 deadline.describe(), ":\n", e));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 uint16_t agent_store_port(const std::string& launcher_stderr) {

@@ -61,8 +61,6 @@ double detection_ms(const std::string& child_out, int64_t fault_ns);
 std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
                                          const std::string& child,
                                          const std::vector<std::string>& args = {});
-// Polls stderr until it holds needle; returns it.
-std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout);
 // The port in collie-run's "agent store listening on HOST:PORT".
 uint16_t agent_store_port(const std::string& launcher_stderr);
 
