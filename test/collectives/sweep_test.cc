@@ -98,16 +98,22 @@ void sweep_reduce_scatter(Communicator& c) {
   }
 }
 
+// What all_gather yields when every rank p contributes make_data(dt, n, p).
+std::vector<uint8_t> reference_gather(DataType dt, size_t n, int P) {
+  std::vector<uint8_t> want;
+  for (int p = 0; p < P; ++p) {
+    auto part = make_data(dt, n, p, ReduceOp::kSum);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return want;
+}
+
 void sweep_all_gather_and_broadcast(Communicator& c) {
   const int P = c.size(), r = c.rank();
   for (DataType dt : kDtypes) {
     const size_t es = element_size(dt);
     for (size_t n : counts_for(P)) {
-      std::vector<uint8_t> want;
-      for (int p = 0; p < P; ++p) {
-        auto part = make_data(dt, n, p, ReduceOp::kSum);
-        want.insert(want.end(), part.begin(), part.end());
-      }
+      const std::vector<uint8_t> want = reference_gather(dt, n, P);
       auto in = make_data(dt, n, r, ReduceOp::kSum);
       std::vector<uint8_t> out(n * P * es, 0xab);
       c.all_gather(view_of(in, dt), view_of(out, dt), deadline());
@@ -170,6 +176,13 @@ TEST_CASE("default options: multi-megabyte all_reduce, broadcast and all_gather"
     c.broadcast(view_of(t, DataType::kInt64), 1, deadline());
     EXPECT_SAME(t, make_data(DataType::kInt64, n / 2, 77, ReduceOp::kSum), DataType::kInt64,
                 "big broadcast");
+    // ~1.5 MiB from every rank.
+    const DataType dt = DataType::kFloat32;
+    auto part = make_data(dt, n / 2, c.rank(), ReduceOp::kSum);
+    const auto want = reference_gather(dt, n / 2, P);
+    std::vector<uint8_t> gathered(want.size(), 0xab);
+    c.all_gather(view_of(part, dt), view_of(gathered, dt), deadline());
+    EXPECT_SAME(gathered, want, dt, "big all_gather");
   });
   REQUIRE(join_errors(errors) == "");
 }
