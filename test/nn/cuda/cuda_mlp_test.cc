@@ -4,8 +4,6 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-
 #include "nn/adamw.h"
 #include "nn/cuda/cuda_adamw.h"
 #include "nn/cuda/cuda_mlp.h"
@@ -14,6 +12,7 @@
 #include "nn/sequential.h"
 #include "nn/state_dict.h"
 #include "runtime/cuda/cuda_device.h"
+#include "test/support/skip.h"
 
 using namespace collie;
 using namespace collie::nn;
@@ -128,9 +127,7 @@ TEST_CASE("CudaMlp refuses layers it does not implement") {
 }
 
 int main(int argc, char** argv) {
-  if (collie::cuda::device_count() == 0) {
-    std::printf("SKIP: no CUDA device: %s\n", collie::cuda::no_device_reason().c_str());
-    return 77;
-  }
+  if (collie::cuda::device_count() == 0)
+    collie::test::skip_gpu_test("no CUDA device: " + collie::cuda::no_device_reason());
   return Catch::Session().run(argc, argv);
 }
