@@ -101,7 +101,7 @@ TEST_CASE("init_process_group through an agent store hosted by the parent, 4 ran
 
 TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives",
           "[agent][torch]") {
-  if (!test::torch_missing().empty()) test::skip_test(test::torch_missing());
+  test::require_or_skip(test::torch_missing().empty(), test::torch_missing());
   // torch 1.13's Std.from_str (its --redirects/--tee parser) returns None
   // under Python 3.11's enum, and torchrun then dies before starting a
   // worker; the snippet replaces it with an equivalent before running
