@@ -49,6 +49,22 @@ std::vector<Subprocess> spawn_ranks(int world, const std::string& child,
   return procs;
 }
 
+std::vector<Subprocess> spawn_loop_ranks(int world, const std::string& rdzv, const std::string& op,
+                                         int call_timeout_ms, const EnvOverrides& env) {
+  return spawn_ranks(
+      world, "loop_rank",
+      [&](int rank) {
+        return std::vector<std::string>{"file:" + rdzv,
+                                        op,
+                                        std::to_string(rank),
+                                        std::to_string(world),
+                                        "-",
+                                        std::to_string(call_timeout_ms),
+                                        "60"};
+      },
+      env);
+}
+
 void wait_all_output(std::vector<Subprocess>& procs, const std::vector<int>& which,
                      const std::string& needle, Timeout timeout) {
   Deadline deadline(timeout);
