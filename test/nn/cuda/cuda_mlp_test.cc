@@ -36,6 +36,25 @@ void check_close(std::span<const float> got, std::span<const float> want, const 
   CHECK(bad == 0);
 }
 
+// Every parameter's gradient of `model`, concatenated in order.
+std::vector<float> host_gradients(Sequential& model) {
+  std::vector<float> grads;
+  for (auto* p : model.parameters()) grads.insert(grads.end(), p->grad(), p->grad() + p->numel());
+  return grads;
+}
+
+// The parameters `gpu` holds equal `cpu`'s (an MLP made with `options`);
+// returns them, copied into a host model.
+Sequential check_same_parameters(const nn::cuda::CudaMlp& gpu, Sequential& cpu,
+                                 const MlpOptions& options) {
+  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
+  gpu.copy_parameters_to(back);
+  for (size_t k = 0; k < cpu.parameters().size(); ++k)
+    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
+                "parameters");
+  return back;
+}
+
 }  // namespace
 
 TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
@@ -57,18 +76,11 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
     cpu.backward(grad);
     const float gpu_loss = gpu.forward_backward(x, labels);
     CHECK(gpu_loss == Approx(cpu_loss).epsilon(1e-5));
-    std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters())
-      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
-    check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
+    check_close(gpu.gradients_to_host(), host_gradients(cpu), "gradients");
     cpu_opt.step();
     gpu_opt.step();
   }
-  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
-  gpu.copy_parameters_to(back);
-  for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
-                "parameters");
+  check_same_parameters(gpu, cpu, options);
   CHECK(gpu.gradients().device == Device::cuda(0));
 }
 
@@ -93,18 +105,11 @@ TEST_CASE(
     gpu.forward(x, gpu_logits);
     cross_entropy(gpu_logits, labels, &gpu_grad);
     gpu.backward(x, gpu_logits, gpu_grad);
-    std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters())
-      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
-    check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
+    check_close(gpu.gradients_to_host(), host_gradients(cpu), "gradients");
     cpu_opt.step();
     gpu_opt.step();
   }
-  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
-  gpu.copy_parameters_to(back);
-  for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
-                "parameters");
+  Sequential back = check_same_parameters(gpu, cpu, options);
   // The device state under AdamW's keys loads into a host AdamW (and back).
   StateDict from_gpu, from_cpu;
   gpu_opt.save_state(from_gpu, "optimizer.");
