@@ -285,8 +285,7 @@ TEST_CASE("a SIGSTOPped worker is the root cause, as every survivor says", "[lau
 
 TEST_CASE("the summary repeats the agent store's one line about --store-compat",
           "[launcher][interop][torchrun]") {
-  require_or_skip(::access("/usr/bin/python3", X_OK) == 0,
-                  "/usr/bin/python3 (with python3-torch) is not installed");
+  require_or_skip(torch_missing().empty(), torch_missing());
   TempDir dir;
   const std::string script = dir.file("worker.py");
   {
