@@ -63,6 +63,11 @@ echo "== DDP on the CUDA model over NCCL (nn/ddp + nn/cuda)"
 "$build/bin/test_gpu_ddp" 2>&1 | tee "$out/test_gpu_ddp.log" | tail -15
 ddp_rc=${PIPESTATUS[0]}
 (( tests_rc == 0 )) && tests_rc=$ddp_rc
+echo "== DDP across two GPUs (the cross-rank shape check; exit 77 = skipped with one GPU)"
+"$build/bin/test_gpu_ddp" "[two_gpus]" 2>&1 | tee "$out/test_gpu_ddp_two.log" | tail -5
+two_rc=${PIPESTATUS[0]}
+(( two_rc == 77 )) && two_rc=0
+(( tests_rc == 0 )) && tests_rc=$two_rc
 
 if [[ $samples == ON ]]; then
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <thread>
 
+#include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -34,27 +34,23 @@ FileStoreLog::FileStoreLog(std::string path, size_t max_field_bytes)
     : path_(std::move(path)),
       // A field's length is a uint32 on disk.
       max_field_bytes_(std::min<size_t>(max_field_bytes, std::numeric_limits<uint32_t>::max())) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw StoreError(str_cat("FileStore: cannot open ", path_, ": ", errno_text()));
+  fd_.reset(::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd_) throw StoreError(str_cat("FileStore: cannot open ", path_, ": ", errno_text()));
 }
 
-FileStoreLog::~FileStoreLog() { ::close(fd_); }
-
 FileStoreLog::Lock::Lock(FileStoreLog& log, const Deadline& deadline) : log_(log), guard_(log.mu_) {
-  auto pause = kFirstLockPause;
-  while (::flock(log_.fd_, LOCK_EX | LOCK_NB) != 0) {
+  Backoff backoff({.initial = kFirstLockPause, .max = kMaxLockPause});
+  while (::flock(log_.fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK)
       throw StoreError(str_cat("FileStore ", log_.path_, ": flock failed: ", errno_text()));
-    if (deadline.expired())
+    if (!backoff.sleep(deadline))
       throw TimeoutError(str_cat("FileStore ", log_.path_, ": another process held the file lock ",
                                  deadline.describe()));
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, deadline.remaining()));
-    pause = std::min(pause * 2, kMaxLockPause);
   }
 }
 
-FileStoreLog::Lock::~Lock() { ::flock(log_.fd_, LOCK_UN); }
+FileStoreLog::Lock::~Lock() { ::flock(log_.fd_.get(), LOCK_UN); }
 
 void FileStoreLog::corrupt(uint64_t offset, const std::string& what) const {
   throw StoreError(str_cat("FileStore ", path_, ": corrupt record at offset ", offset, ": ", what));
@@ -63,7 +59,7 @@ void FileStoreLog::corrupt(uint64_t offset, const std::string& what) const {
 void FileStoreLog::read_exact(uint64_t at, void* buf, size_t n, uint64_t record) {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
-    ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(at));
+    ssize_t got = ::pread(fd_.get(), p, n, static_cast<off_t>(at));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0)
       corrupt(record, got < 0 ? "read failed: " + errno_text() : "unexpected end of file");
@@ -104,7 +100,7 @@ void FileStoreLog::apply(std::string key, Bytes value) {
 
 void FileStoreLog::refresh() {
   struct stat st {};
-  if (::fstat(fd_, &st) != 0)
+  if (::fstat(fd_.get(), &st) != 0)
     throw StoreError(str_cat("FileStore ", path_, ": fstat failed: ", errno_text()));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < offset_)
@@ -135,12 +131,12 @@ void FileStoreLog::append(const std::vector<Record>& records) {
   // lock, so this write starts exactly at offset_.
   size_t done = 0;
   while (done < buf.size()) {
-    ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
+    ssize_t n = ::write(fd_.get(), buf.data() + done, buf.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       std::string why = n < 0 ? errno_text() : "wrote nothing";
       // Cut the partial record off again, so the log stays readable.
-      if (::ftruncate(fd_, static_cast<off_t>(offset_)) != 0) {
+      if (::ftruncate(fd_.get(), static_cast<off_t>(offset_)) != 0) {
         COLLIE_LOG(kError) << "FileStore " << path_ << ": could not cut a partial record at "
                            << offset_ << ": " << errno_text();
       }
@@ -156,7 +152,7 @@ void FileStoreLog::append(const std::vector<Record>& records) {
 bool FileStoreLog::grew() {
   std::lock_guard guard(mu_);
   struct stat st {};
-  return ::fstat(fd_, &st) != 0 || static_cast<uint64_t>(st.st_size) != offset_;
+  return ::fstat(fd_.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != offset_;
 }
 
 void FileStoreLog::remove_file() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "runtime/base/unique_fd.h"
 
 namespace collie {
 
@@ -30,7 +31,6 @@ class FileStoreLog {
   // Opens the file, creating it when missing; throws StoreError naming the
   // path when it cannot.
   FileStoreLog(std::string path, size_t max_field_bytes);
-  ~FileStoreLog();
   FileStoreLog(const FileStoreLog&) = delete;
   FileStoreLog& operator=(const FileStoreLog&) = delete;
 
@@ -75,7 +75,7 @@ class FileStoreLog {
 
   std::string path_;
   size_t max_field_bytes_;
-  int fd_ = -1;
+  UniqueFd fd_;
   std::mutex mu_;
   uint64_t offset_ = 0;  // how far into the file entries_ reflects
   std::unordered_map<std::string, Bytes> entries_;

@@ -52,7 +52,6 @@ class TcpStoreState {
   void drop(ConnectionId connection);
 
   size_t num_keys() const { return map_.size(); }
-  size_t num_parked() const { return parked_.size(); }
 
  private:
   struct Parked {

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "rendezvous/store_protocol.h"
+#include "runtime/base/backoff.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie::bench {
@@ -34,7 +34,6 @@ struct Job {
   SimDialect dialect = SimDialect::kV2;
   SimulationReport& report;
   int64_t running = 0;
-  std::minstd_rand rng{std::random_device{}()};
 
   Dialect wire() const { return dialect == SimDialect::kV2 ? Dialect::kV2 : Dialect::kV1_13; }
   void note_error(const std::string& what) {
@@ -95,9 +94,7 @@ class SimRank : public std::enable_shared_from_this<SimRank> {
     job_.note_error(str_cat("rank ", rank_, ": connect failed (retried): ", ec.message()));
     std::error_code ignored;
     socket_.close(ignored);
-    std::uniform_int_distribution<int64_t> wait(0, backoff_.count());
-    timer_.expires_after(Timeout(wait(job_.rng)));
-    backoff_ = std::min<Timeout>(backoff_ * 2, std::chrono::seconds(1));
+    timer_.expires_after(backoff_.next_pause());
     timer_.async_wait([self = shared_from_this()](std::error_code e) {
       if (!e) self->connect();
     });
@@ -206,7 +203,8 @@ class SimRank : public std::enable_shared_from_this<SimRank> {
   const int rank_;
   tcp::socket socket_;
   asio::steady_timer timer_;
-  Timeout backoff_ = std::chrono::milliseconds(10);
+  Backoff backoff_{
+      {.initial = std::chrono::milliseconds(10), .max = std::chrono::seconds(1), .jitter = 1.0}};
   int64_t connect_began_ns_ = 0;
   Bytes out_;
   uint8_t header_[8] = {};

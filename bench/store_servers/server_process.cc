@@ -1,14 +1,17 @@
 #include "bench/store_servers/server_process.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "runtime/base/error.h"
+#include "runtime/base/socket_io.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie::bench {
@@ -35,15 +38,13 @@ void ServerProcess::start_collie(const TcpStoreServerOptions& options) {
   ::close(port_pipe[1]);
   ::close(control_pipe[0]);
   pid_ = pid;
-  control_fd_ = control_pipe[1];
+  control_fd_.reset(control_pipe[1]);
   const bool ok = ::read(port_pipe[0], &port_, sizeof(port_)) == sizeof(port_);
   ::close(port_pipe[0]);
   if (!ok) throw Error("collie's server child did not report its port");
 }
 
 bool ServerProcess::start_torch(int world_size, std::string* why) {
-  int out_pipe[2];
-  if (::pipe(out_pipe) != 0) throw Error("pipe failed");
   const std::string script = str_cat(
       "import signal, sys, datetime\n"
       "import torch.distributed as d\n"
@@ -52,38 +53,43 @@ bool ServerProcess::start_torch(int world_size, std::string* why) {
       ", True, timeout=datetime.timedelta(seconds=3600), wait_for_workers=False)\n"
       "print(s.port, flush=True)\n"
       "signal.sigwait([signal.SIGTERM])\n");
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out_pipe[1], 1);
-    ::close(out_pipe[0]);
-    ::execl("/usr/bin/python3", "python3", "-c", script.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ::close(out_pipe[1]);
-  pid_ = pid;
+  torch_ =
+      ChildProcess::spawn({"/usr/bin/python3", "-c", script}, {.stdout_to = ChildOutput::kPipe});
+  // Its first line is the port; importing torch takes seconds on a loaded
+  // machine, so the wait is generous, but bounded.
+  const Deadline deadline(std::chrono::minutes(2));
   std::string line;
-  char c;
-  while (::read(out_pipe[0], &c, 1) == 1 && c != '\n') line += c;
-  ::close(out_pipe[0]);
+  for (char c = 0; c != '\n';) {
+    if (!wait_socket(torch_.stdout_fd(), POLLIN, deadline.when()).ok()) break;
+    const ssize_t n = ::read(torch_.stdout_fd(), &c, 1);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) break;
+    if (c != '\n') line += c;
+  }
+  torch_.close_stdout();
   if (line.empty()) {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
+    torch_.signal(SIGKILL);
+    const ExitStatus& status = torch_.reap();
+    torch_ = ChildProcess();
     if (why) {
-      *why = WIFEXITED(status) && WEXITSTATUS(status) == 127
+      *why = status.exit_code == 127
                  ? "no /usr/bin/python3"
                  : "/usr/bin/python3 could not start torch's TCPStore (no torch package?)";
     }
     return false;
   }
+  pid_ = torch_.pid();
   port_ = static_cast<uint16_t>(std::stoi(line));
   return true;
 }
 
 void ServerProcess::stop() {
-  if (control_fd_ >= 0) ::close(control_fd_);
-  control_fd_ = -1;
-  if (pid_ > 0) {
+  control_fd_.reset();
+  if (torch_.pid() > 0) {
+    torch_.signal(SIGTERM);
+    torch_.reap();
+    torch_ = ChildProcess();
+  } else if (pid_ > 0) {
     ::kill(pid_, SIGTERM);
     ::waitpid(pid_, nullptr, 0);
   }

@@ -1,6 +1,7 @@
 // A TcpStore server in a process of its own, for the store benchmarks:
-// collie's TcpStoreServer in a forked child, or torch 1.13's TCPStore in
-// /usr/bin/python3. Each is measured from outside (CPU time, peak memory)
+// collie's TcpStoreServer in a forked child (fork without exec: the child
+// runs this program's code), or torch 1.13's TCPStore in /usr/bin/python3
+// (a ChildProcess). Each is measured from outside (CPU time, peak memory)
 // and stopped when the ServerProcess goes away.
 #pragma once
 
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "rendezvous/tcp_store.h"
+#include "runtime/base/child_process.h"
+#include "runtime/base/unique_fd.h"
 
 namespace collie::bench {
 
@@ -40,9 +43,10 @@ class ServerProcess {
   double peak_rss_mib() const;
 
  private:
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;  // either server's
+  ChildProcess torch_;
   uint16_t port_ = 0;
-  int control_fd_ = -1;  // collie's child exits when this closes
+  UniqueFd control_fd_;  // collie's child exits when this closes
 };
 
 }  // namespace collie::bench

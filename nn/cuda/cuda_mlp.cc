@@ -3,8 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <cmath>
-
+#include "nn/cuda/device_array.h"
 #include "nn/cuda/mlp_kernels.h"
 
 #include "runtime/base/check.h"
@@ -22,32 +21,6 @@ void cublas_ok(cublasStatus_t status, const char* what) {
     throw BackendError(str_cat("cuBLAS ", what, " failed with status ", static_cast<int>(status)));
 }
 
-// An owning device array; grows, never shrinks.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() {
-    if (data_) cudaFree(data_);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  void reserve(size_t n) {
-    if (n <= size_) return;
-    if (data_) collie::cuda::check(cudaFree(data_), "cudaFree");
-    data_ = nullptr;
-    collie::cuda::check(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)), "cudaMalloc");
-    size_ = n;
-  }
-  T* get() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 }  // namespace
 
 struct CudaMlp::Impl {
@@ -62,17 +35,14 @@ struct CudaMlp::Impl {
   cudaStream_t stream = nullptr;
   std::vector<Layer> layers;
   std::vector<ParameterInfo> infos;   // named_parameters order
-  std::vector<size_t> param_offsets;  // each one's offset in params/grads/momentum/exp_avg*
+  std::vector<size_t> param_offsets;  // each one's offset in params/grads
   // Where each gradient lives now: its slice of `grads`, or a DDP bucket.
   std::vector<float*> grad_ptr;
   std::vector<DdpModel::Hook> hooks;
   int64_t in_features = 0, classes = 0;
   size_t num_params = 0;
   int64_t last_batch = 0;  // of the last forward, for backward's checks
-  DeviceArray<float> params, grads, momentum;
-  bool momentum_ready = false;
-  DeviceArray<float> exp_avg, exp_avg_sq;
-  std::vector<int64_t> adam_steps;  // empty until the first AdamW step or load
+  DeviceArray<float> params, grads;
   std::vector<std::unique_ptr<DeviceArray<float>>>
       acts;  // acts[0] input, acts[i+1] layer i's output
   DeviceArray<float> grad_a, grad_b, ones, row_loss;
@@ -126,17 +96,6 @@ struct CudaMlp::Impl {
         launch_relu_forward(x, y, n, stream);
       }
     }
-  }
-
-  void ensure_adam_state() {
-    if (!adam_steps.empty()) return;
-    exp_avg.reserve(num_params);
-    exp_avg_sq.reserve(num_params);
-    collie::cuda::check(cudaMemsetAsync(exp_avg.get(), 0, num_params * sizeof(float), stream),
-                        "cudaMemsetAsync");
-    collie::cuda::check(cudaMemsetAsync(exp_avg_sq.get(), 0, num_params * sizeof(float), stream),
-                        "cudaMemsetAsync");
-    adam_steps.assign(infos.size(), 0);
   }
 
   float* own_grad(size_t i) const { return grads.get() + param_offsets[i]; }
@@ -334,94 +293,6 @@ void CudaMlp::zero_grad() {
   for (size_t i = 0; i < m.infos.size(); ++i)
     collie::cuda::check(cudaMemsetAsync(m.grad_ptr[i], 0, m.numel(i) * sizeof(float), m.stream),
                         "cudaMemsetAsync");
-}
-
-// One launch per parameter: under DDP the gradients are slices of buckets,
-// in another order than the parameters.
-void CudaMlp::sgd_step(const SgdOptions& o) {
-  Impl& m = *impl_;
-  collie::cuda::set_device(device_);
-  if (o.momentum != 0.0) m.momentum.reserve(m.num_params);
-  const bool first = !m.momentum_ready;
-  for (size_t i = 0; i < m.infos.size(); ++i) {
-    const size_t off = m.param_offsets[i];
-    launch_sgd_update(m.params.get() + off, m.grad_ptr[i],
-                      m.momentum.get() ? m.momentum.get() + off : nullptr,
-                      static_cast<int64_t>(m.numel(i)), static_cast<float>(o.lr),
-                      static_cast<float>(o.weight_decay), static_cast<float>(o.momentum),
-                      static_cast<float>(1.0 - o.dampening), o.nesterov, first, m.stream);
-  }
-  collie::cuda::check(cudaGetLastError(), "sgd_update launch");
-  if (o.momentum != 0.0) m.momentum_ready = true;
-}
-
-void CudaMlp::adamw_step(const AdamWOptions& o, double lr) {
-  Impl& m = *impl_;
-  collie::cuda::set_device(device_);
-  m.ensure_adam_state();
-  // The host scalars exactly as AdamW::step computes them (in double).
-  const float decay = static_cast<float>(1.0 - lr * o.weight_decay);
-  for (size_t i = 0; i < m.infos.size(); ++i) {
-    const int64_t t = ++m.adam_steps[i];
-    const double bias_correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(t));
-    const double bias_correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(t));
-    const size_t off = m.param_offsets[i];
-    launch_adamw_update(
-        m.params.get() + off, m.grad_ptr[i], m.exp_avg.get() + off, m.exp_avg_sq.get() + off,
-        static_cast<int64_t>(m.numel(i)), decay, static_cast<float>(o.beta1),
-        static_cast<float>(o.beta2), static_cast<float>(lr / bias_correction1),
-        static_cast<float>(std::sqrt(bias_correction2)), static_cast<float>(o.eps), m.stream);
-  }
-  collie::cuda::check(cudaGetLastError(), "adamw_update launch");
-}
-
-void CudaMlp::save_adamw_state(StateDict& out, const std::string& prefix, double lr) const {
-  const Impl& m = *impl_;
-  collie::cuda::set_device(device_);
-  std::vector<float> avg(m.num_params, 0.0f), avg_sq(m.num_params, 0.0f);
-  collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
-  if (!m.adam_steps.empty()) {
-    collie::cuda::check(cudaMemcpy(avg.data(), m.exp_avg.get(), m.num_params * sizeof(float),
-                                   cudaMemcpyDeviceToHost),
-                        "cudaMemcpy (exp_avg)");
-    collie::cuda::check(cudaMemcpy(avg_sq.data(), m.exp_avg_sq.get(), m.num_params * sizeof(float),
-                                   cudaMemcpyDeviceToHost),
-                        "cudaMemcpy (exp_avg_sq)");
-  }
-  out.set_double(prefix + "lr", lr);
-  for (size_t k = 0; k < m.infos.size(); ++k) {
-    const std::string base = str_cat(prefix, "state.", k, ".");
-    const size_t off = m.param_offsets[k], n = m.numel(k);
-    out.set_int(base + "step", m.adam_steps.empty() ? 0 : m.adam_steps[k]);
-    out.set_floats(base + "exp_avg", m.infos[k].shape, std::span<const float>(avg.data() + off, n));
-    out.set_floats(base + "exp_avg_sq", m.infos[k].shape,
-                   std::span<const float>(avg_sq.data() + off, n));
-  }
-}
-
-void CudaMlp::load_adamw_state(const StateDict& in, const std::string& prefix) {
-  Impl& m = *impl_;
-  collie::cuda::set_device(device_);
-  // Read everything before touching the device state: a bad file changes nothing.
-  std::vector<int64_t> steps;
-  std::vector<float> avg(m.num_params), avg_sq(m.num_params);
-  for (size_t k = 0; k < m.infos.size(); ++k) {
-    const std::string base = str_cat(prefix, "state.", k, ".");
-    steps.push_back(in.get_int(base + "step"));
-    auto a = in.get_floats(base + "exp_avg", m.infos[k].shape);
-    auto b = in.get_floats(base + "exp_avg_sq", m.infos[k].shape);
-    std::copy(a.begin(), a.end(), avg.begin() + static_cast<std::ptrdiff_t>(m.param_offsets[k]));
-    std::copy(b.begin(), b.end(), avg_sq.begin() + static_cast<std::ptrdiff_t>(m.param_offsets[k]));
-  }
-  m.ensure_adam_state();
-  collie::cuda::check(cudaStreamSynchronize(m.stream), "cudaStreamSynchronize");
-  collie::cuda::check(
-      cudaMemcpy(m.exp_avg.get(), avg.data(), avg.size() * sizeof(float), cudaMemcpyHostToDevice),
-      "cudaMemcpy (exp_avg)");
-  collie::cuda::check(cudaMemcpy(m.exp_avg_sq.get(), avg_sq.data(), avg_sq.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice),
-                      "cudaMemcpy (exp_avg_sq)");
-  m.adam_steps = std::move(steps);
 }
 
 TensorView CudaMlp::parameters() {

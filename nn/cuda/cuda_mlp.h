@@ -1,13 +1,14 @@
 // CudaMlp: the same MLP as nn::Sequential (Flatten, Linear, ReLU layers) on
-// one GPU. Parameters, gradients and SGD momentum live in flat device
-// buffers, so that a DDP step on NCCL is one all_reduce of gradients(). The
-// products are cuBLAS SGEMMs on row-major batches (the column-major trick:
-// a row-major [r, c] matrix is a column-major [c, r] one); bias, ReLU,
-// softmax cross-entropy and SGD are small kernels.
+// one GPU. Parameters and gradients live in flat device buffers, so that a
+// DDP step on NCCL is one all_reduce of gradients(). The products are cuBLAS
+// SGEMMs on row-major batches (the column-major trick: a row-major [r, c]
+// matrix is a column-major [c, r] one); bias, ReLU and softmax cross-entropy
+// are small kernels. The optimizers that update it on the device are
+// CudaSgd (nn/cuda/cuda_sgd.h) and CudaAdamW (nn/cuda/cuda_adamw.h).
 //
 // It starts from a CPU model's parameters (so initialisation is the CPU
 // model's, torch's) and can copy them back; results match the CPU model to
-// float32 tolerance (test/nn_gpu). No CUDA header is included here.
+// float32 tolerance (test/nn/cuda). No CUDA header is included here.
 //
 // DDP. CudaMlp is a DdpModel (nn/ddp_model.h), so DistributedDataParallel
 // wraps it directly and reduces its gradients over the nccl backend. Each
@@ -25,12 +26,9 @@
 #include <span>
 #include <vector>
 
-#include "nn/adamw.h"
 #include "nn/cuda/cuda_ops.h"
 #include "nn/ddp_model.h"
 #include "nn/sequential.h"
-#include "nn/sgd.h"
-#include "nn/state_dict.h"
 #include "runtime/base/types.h"
 
 namespace collie::nn::cuda {
@@ -55,16 +53,6 @@ class CudaMlp final : public DdpModel {
   // (zero_grad() between steps). Returns the loss.
   float forward_backward(const Tensor& input, std::span<const int64_t> labels);
   void zero_grad();
-  // torch.optim.SGD's update (see nn/sgd.h) on the device.
-  void sgd_step(const SgdOptions& options);
-  // torch.optim.AdamW's update (see nn/adamw.h) on the device, at learning
-  // rate `lr` (options.lr is ignored: the schedule sets it per epoch).
-  void adamw_step(const AdamWOptions& options, double lr);
-  // AdamW's state under nn::AdamW::save_state's keys ("<prefix>lr",
-  // "<prefix>state.<k>.step", ".exp_avg", ".exp_avg_sq"), so a checkpoint
-  // written from the GPU loads into the CPU optimizer and back.
-  void save_adamw_state(StateDict& out, const std::string& prefix, double lr) const;
-  void load_adamw_state(const StateDict& in, const std::string& prefix);
 
   // Device views for collectives: all parameters / all gradients, flat, in
   // named_parameters() order. gradients() throws Error while DDP holds the

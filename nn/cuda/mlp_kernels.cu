@@ -51,38 +51,9 @@ __global__ void softmax_cross_entropy(const float* z, const int64_t* labels, int
   grad[r * classes + label] -= inv_rows;
 }
 
-__global__ void sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd,
-                           float momentum, float keep, bool nesterov, bool first) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float d = g[i];
-  if (wd != 0.0f) d = d + wd * w[i];
-  if (momentum != 0.0f) {
-    buf[i] = first ? d : buf[i] * momentum + keep * d;
-    d = nesterov ? d + momentum * buf[i] : buf[i];
-  }
-  w[i] = w[i] - lr * d;
-}
-
 __global__ void scale(float* x, float factor, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= factor;
-}
-
-// The same float operations, in the same order, as AdamW::step's loop.
-__global__ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay,
-                             float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float gi = g[i];
-  float wi = w[i] * decay;
-  const float mi = m[i] * beta1 + (1.0f - beta1) * gi;
-  const float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
-  m[i] = mi;
-  v[i] = vi;
-  const float denom = sqrtf(vi) / bc2_sqrt + eps;
-  wi -= step_size * (mi / denom);
-  w[i] = wi;
 }
 
 }  // namespace
@@ -114,23 +85,8 @@ void launch_softmax_cross_entropy(const float* z, const int64_t* labels, int64_t
                                                                      inv_rows, grad, row_loss);
 }
 
-void launch_sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd,
-                       float momentum, float keep, bool nesterov, bool first, cudaStream_t stream) {
-  if (n > 0)
-    sgd_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, buf, n, lr, wd, momentum, keep,
-                                                       nesterov, first);
-}
-
 void launch_scale(float* x, float factor, int64_t n, cudaStream_t stream) {
   if (n > 0) scale<<<blocks_for(n), kThreads, 0, stream>>>(x, factor, n);
-}
-
-void launch_adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay,
-                         float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
-                         cudaStream_t stream) {
-  if (n > 0)
-    adamw_update<<<blocks_for(n), kThreads, 0, stream>>>(w, g, m, v, n, decay, beta1, beta2,
-                                                         step_size, bc2_sqrt, eps);
 }
 
 }  // namespace collie::nn::cuda

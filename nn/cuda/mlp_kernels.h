@@ -20,17 +20,7 @@ void launch_fill(float* x, float value, int64_t n, cudaStream_t stream);
 void launch_softmax_cross_entropy(const float* z, const int64_t* labels, int64_t rows,
                                   int64_t classes, float inv_rows, float* grad, float* row_loss,
                                   cudaStream_t stream);
-// torch.optim.SGD's update (nn/sgd.h); `first` starts the momentum buffer.
-void launch_sgd_update(float* w, const float* g, float* buf, int64_t n, float lr, float wd,
-                       float momentum, float keep, bool nesterov, bool first, cudaStream_t stream);
-
 // x[i] *= factor (DDP divides a bucket by the world size before the sum).
 void launch_scale(float* x, float factor, int64_t n, cudaStream_t stream);
-// torch.optim.AdamW's update (nn/adamw.h), with the host-computed
-// decay = 1 - lr * weight_decay, step_size = lr / (1 - beta1^t) and
-// bc2_sqrt = sqrt(1 - beta2^t).
-void launch_adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float decay,
-                         float beta1, float beta2, float step_size, float bc2_sqrt, float eps,
-                         cudaStream_t stream);
 
 }  // namespace collie::nn::cuda

@@ -1,7 +1,8 @@
 // The backend registry: process-group backends by name ("socket", "nccl"),
 // each with a factory and an availability probe. init_process_group and
-// new_group look the backend up here, so a new backend (the NCCL one) plugs in
-// by registering itself; nothing above this file names a concrete backend.
+// new_group look the backend up here, so nothing above this file names a
+// concrete backend. The built-in backends are listed in backend_registry.cc;
+// an embedder's own backend plugs in with register_backend.
 #pragma once
 
 #include <functional>
@@ -23,7 +24,13 @@ struct BackendEntry {
   std::function<std::string()> unavailable_reason;
 };
 
-// Adds or replaces a backend. Thread-safe.
+// Adds or replaces a backend: torch's Backend.register_backend(name, func).
+// Afterwards init_process_group({.backend = name}) and new_group(ranks,
+// timeout, name) build their groups with entry.create, in every process that
+// registered it (register before init_process_group, on every rank). Names
+// are case-insensitive. A backend may wrap another: its create may call
+// create_backend("socket", context), as the test of this function does
+// (test/runtime/api/backend_registry_test.cc). Thread-safe.
 void register_backend(const std::string& name, BackendEntry entry);
 // The registered names, sorted.
 std::vector<std::string> registered_backends();

@@ -6,7 +6,7 @@
 //
 //   COLLIE_CHECK_EQ(recv_count, count, "from rank ", peer);
 //   -> collie::Error: Check failed: recv_count == count (12 vs. 16): from rank 3
-//      [collectives/ring.cc:88]
+//      [collectives/all_reduce_ring.cc:88]
 //
 // COLLIE_ARG_CHECK* guard the caller's input and throw collie::InvalidArgument
 // whose message is the text the call site gives (which names the culprit),

@@ -15,9 +15,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <thread>
 #include <utility>
 
+#include "runtime/base/backoff.h"
+#include "runtime/base/deadline.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -26,20 +27,15 @@ extern char** environ;
 namespace collie {
 namespace {
 
-// The file descriptors one spawn sets up; -1 where unused. Closed by the
-// destructor on every path (the child's ends after fork, everything on an
-// error before it).
+// The file descriptors one spawn sets up; invalid where unused. Closed on
+// every path (the child's ends after fork, everything on an error before it).
 struct Fds {
-  int out_r = -1, out_w = -1, err_r = -1, err_w = -1, in = -1;
-  ~Fds() {
-    for (int fd : {out_r, out_w, err_r, err_w, in})
-      if (fd >= 0) ::close(fd);
-  }
+  UniqueFd out_r, out_w, err_r, err_w, in;
 };
 
 // Sets up one output stream: `read_end` gets the parent's end of a pipe.
 void open_output(ChildOutput to, const std::string& path, const std::string& program,
-                 const char* name, int& write_end, int& read_end) {
+                 const char* name, UniqueFd& write_end, UniqueFd& read_end) {
   switch (to) {
     case ChildOutput::kInherit: return;
     case ChildOutput::kPipe: {
@@ -47,15 +43,15 @@ void open_output(ChildOutput to, const std::string& path, const std::string& pro
       if (::pipe2(p, O_CLOEXEC) != 0)
         throw Error(
             str_cat("cannot start '", program, "': pipe for its ", name, ": ", strerror(errno)));
-      read_end = p[0];
-      write_end = p[1];
+      read_end.reset(p[0]);
+      write_end.reset(p[1]);
       return;
     }
     case ChildOutput::kFile:
     case ChildOutput::kNull: {
       const std::string& target = to == ChildOutput::kNull ? std::string("/dev/null") : path;
-      write_end = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (write_end < 0)
+      write_end.reset(::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!write_end)
         throw Error(str_cat("cannot start '", program, "': cannot open ", target, " for its ", name,
                             ": ", strerror(errno)));
       return;
@@ -106,9 +102,9 @@ void announce(int fd) {
     if (::getppid() != parent) ::_exit(126);  // the parent died before prctl
   }
   if (o.announce_fd >= 0) announce(o.announce_fd);
-  move_fd(fds.in, STDIN_FILENO);
-  move_fd(fds.out_w, STDOUT_FILENO);
-  move_fd(fds.err_w, STDERR_FILENO);
+  move_fd(fds.in.get(), STDIN_FILENO);
+  move_fd(fds.out_w.get(), STDOUT_FILENO);
+  move_fd(fds.err_w.get(), STDERR_FILENO);
   if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) {
     write_str(STDERR_FILENO, "cannot change to the working directory ");
     write_str(STDERR_FILENO, o.cwd.c_str());
@@ -184,7 +180,7 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv,
   Fds fds;
   open_output(options.stdout_to, options.stdout_path, path, "stdout", fds.out_w, fds.out_r);
   open_output(options.stderr_to, options.stderr_path, path, "stderr", fds.err_w, fds.err_r);
-  if (!options.inherit_stdin) fds.in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  fds.in.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
 
   const pid_t parent = ::getpid();
   sigset_t all, previous;
@@ -201,11 +197,11 @@ ChildProcess ChildProcess::spawn(const std::vector<std::string>& argv,
   ChildProcess p;
   p.pid_ = pid;
   p.own_group_ = options.new_process_group;
-  p.out_fd_ = std::exchange(fds.out_r, -1);
-  p.err_fd_ = std::exchange(fds.err_r, -1);
-  if (p.out_fd_ >= 0) ::fcntl(p.out_fd_, F_SETFL, O_NONBLOCK);
-  if (p.err_fd_ >= 0) ::fcntl(p.err_fd_, F_SETFL, O_NONBLOCK);
-  return p;  // ~Fds closes the child's ends here
+  p.out_fd_ = std::move(fds.out_r);
+  p.err_fd_ = std::move(fds.err_r);
+  if (p.out_fd_) ::fcntl(p.out_fd_.get(), F_SETFL, O_NONBLOCK);
+  if (p.err_fd_) ::fcntl(p.err_fd_.get(), F_SETFL, O_NONBLOCK);
+  return p;  // the child's ends are closed here, with `fds`
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept { *this = std::move(other); }
@@ -215,8 +211,8 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     release();
     pid_ = std::exchange(other.pid_, -1);
     own_group_ = other.own_group_;
-    out_fd_ = std::exchange(other.out_fd_, -1);
-    err_fd_ = std::exchange(other.err_fd_, -1);
+    out_fd_ = std::move(other.out_fd_);
+    err_fd_ = std::move(other.err_fd_);
     exited_ = other.exited_;
     reaped_ = other.reaped_;
     status_ = other.status_;
@@ -239,15 +235,9 @@ void ChildProcess::release() {
   pid_ = -1;
 }
 
-void ChildProcess::close_stdout() {
-  if (out_fd_ >= 0) ::close(out_fd_);
-  out_fd_ = -1;
-}
+void ChildProcess::close_stdout() { out_fd_.reset(); }
 
-void ChildProcess::close_stderr() {
-  if (err_fd_ >= 0) ::close(err_fd_);
-  err_fd_ = -1;
-}
+void ChildProcess::close_stderr() { err_fd_.reset(); }
 
 bool ChildProcess::poll_exit() {
   if (exited_) return true;
@@ -306,13 +296,10 @@ bool wait_for_any_exit(std::span<ChildProcess> children, std::chrono::millisecon
   if (fds.size() == running.size()) return any_exited();
 
   // Kernels without pidfd_open (before 5.3): short naps, growing to 20 ms.
-  auto pause = std::chrono::microseconds(200);
+  Backoff naps({.initial = std::chrono::microseconds(200), .max = std::chrono::milliseconds(20)});
+  const Deadline until{std::chrono::milliseconds(left())};
   while (!any_exited()) {
-    if (left() == 0) return false;
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
-        pause,
-        std::chrono::duration_cast<std::chrono::microseconds>(deadline - SteadyClock::now())));
-    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+    if (!naps.sleep(until)) return false;
   }
   return true;
 }

@@ -14,7 +14,7 @@
 //     child starts; a terminal's Ctrl-C reaches only the parent) and
 //     PR_SET_PDEATHSIG(SIGKILL) (the child dies with the spawning thread);
 //   - its stdout and stderr inherited, piped to the parent, sent to files or
-//     to /dev/null; stdin is /dev/null unless inherited;
+//     to /dev/null; stdin is /dev/null (no child reads the terminal);
 //   - an exited child is kept a zombie until reap(): its pid, and so its
 //     process group id, cannot be reused meanwhile, and signal_group() can
 //     never hit a stranger. The destructor kills and reaps a child that is
@@ -32,6 +32,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "runtime/base/unique_fd.h"
 
 namespace collie {
 
@@ -73,7 +75,6 @@ struct SpawnOptions {
   ChildOutput stdout_to = ChildOutput::kInherit;
   ChildOutput stderr_to = ChildOutput::kInherit;
   std::string stdout_path, stderr_path;  // for ChildOutput::kFile
-  bool inherit_stdin = false;            // false: stdin is /dev/null
   // The program to run; empty: argv[0]. Never searched on PATH.
   std::string path;
   // When >= 0, the child writes "+<pid>\n" to this fd (a pipe) after it has
@@ -98,8 +99,8 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   // Read ends of ChildOutput::kPipe streams (non-blocking), -1 otherwise or
   // once closed.
-  int stdout_fd() const { return out_fd_; }
-  int stderr_fd() const { return err_fd_; }
+  int stdout_fd() const { return out_fd_.get(); }
+  int stderr_fd() const { return err_fd_.get(); }
   void close_stdout();
   void close_stderr();
 
@@ -136,8 +137,8 @@ class ChildProcess {
 
   pid_t pid_ = -1;
   bool own_group_ = false;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
+  UniqueFd out_fd_;
+  UniqueFd err_fd_;
   bool exited_ = false;
   bool reaped_ = false;
   ExitStatus status_;

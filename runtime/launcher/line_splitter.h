@@ -25,7 +25,6 @@ class LineSplitter {
   void feed(std::string_view bytes);
   // Hands on a pending partial line, if any.
   void finish();
-  size_t pending_bytes() const { return pending_.size(); }
 
  private:
   LineFn on_line_;

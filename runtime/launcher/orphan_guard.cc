@@ -68,11 +68,11 @@ OrphanGuard::OrphanGuard() {
     return;
   }
   pid_ = pid;
-  write_fd_ = p[1];
+  write_fd_.reset(p[1]);
 }
 
 OrphanGuard::~OrphanGuard() {
-  if (write_fd_ >= 0) ::close(write_fd_);
+  write_fd_.reset();  // the guard sees the pipe close and exits: reap it
   if (pid_ > 0) {
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -80,11 +80,11 @@ OrphanGuard::~OrphanGuard() {
 }
 
 void OrphanGuard::withdraw(pid_t pgid) {
-  if (write_fd_ < 0) return;
+  if (!write_fd_) return;
   const std::string line = str_cat("-", pgid, "\n");
   // One write of a few bytes into a pipe is atomic; a full pipe (a guard
   // that stopped reading) must not block the launcher.
-  ssize_t unused = ::write(write_fd_, line.data(), line.size());
+  ssize_t unused = ::write(write_fd_.get(), line.data(), line.size());
   (void)unused;
 }
 

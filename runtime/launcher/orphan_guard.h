@@ -20,6 +20,8 @@
 
 #include <sys/types.h>
 
+#include "runtime/base/unique_fd.h"
+
 namespace collie::launcher {
 
 class OrphanGuard {
@@ -35,13 +37,13 @@ class OrphanGuard {
   OrphanGuard& operator=(const OrphanGuard&) = delete;
 
   // The write end workers announce themselves on (SpawnOptions::announce_fd).
-  int fd() const { return write_fd_; }
+  int fd() const { return write_fd_.get(); }
   pid_t pid() const { return pid_; }
   // The group is dead (killed and about to be reaped): forget it.
   void withdraw(pid_t pgid);
 
  private:
-  int write_fd_ = -1;
+  UniqueFd write_fd_;
   pid_t pid_ = -1;
 };
 

@@ -33,9 +33,9 @@ SignalRelay::SignalRelay() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
     throw Error(str_cat("collie-run: pipe for signals: ", strerror(errno)));
-  read_fd_ = fds[0];
-  write_fd_ = fds[1];
-  g_write_fd.store(write_fd_);
+  read_fd_.reset(fds[0]);
+  write_fd_.reset(fds[1]);
+  g_write_fd.store(write_fd_.get());
   for (int i = 0; i < 5; ++i) {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
@@ -47,16 +47,14 @@ SignalRelay::SignalRelay() {
 
 SignalRelay::~SignalRelay() {
   for (int i = 0; i < 5; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
-  g_write_fd.store(-1);
-  ::close(read_fd_);
-  ::close(write_fd_);
+  g_write_fd.store(-1);  // before the pipe closes (with the members)
 }
 
 std::vector<int> SignalRelay::drain() {
   std::vector<int> received;
   unsigned char buf[64];
   for (;;) {
-    ssize_t n = ::read(read_fd_, buf, sizeof buf);
+    ssize_t n = ::read(read_fd_.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     for (ssize_t i = 0; i < n; ++i)

@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "runtime/base/unique_fd.h"
+
 namespace collie::launcher {
 
 class SignalRelay {
@@ -19,7 +21,7 @@ class SignalRelay {
   SignalRelay& operator=(const SignalRelay&) = delete;
 
   // The read end to poll for POLLIN.
-  int fd() const { return read_fd_; }
+  int fd() const { return read_fd_.get(); }
   // Drains the pipe; returns the termination signals received (SIGCHLD is
   // only a wake-up and is left out).
   std::vector<int> drain();
@@ -31,8 +33,8 @@ class SignalRelay {
   }
 
  private:
-  int read_fd_ = -1;
-  int write_fd_ = -1;
+  UniqueFd read_fd_;
+  UniqueFd write_fd_;
   struct sigaction previous_[5];
 };
 

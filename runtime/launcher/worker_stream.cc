@@ -34,16 +34,12 @@ void write_all(int fd, std::string_view data) { write_fully(fd, data); }
 WorkerStream::WorkerStream(WorkerStreamOptions options)
     : options_(std::move(options)), splitter_([this](std::string_view line) { on_line(line); }) {
   if (!options_.log_path.empty()) {
-    log_fd_ = ::open(options_.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                     0644);
-    if (log_fd_ < 0)
+    log_fd_.reset(::open(options_.log_path.c_str(),
+                         O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    if (!log_fd_)
       throw Error(
           str_cat("collie-run: cannot open log file ", options_.log_path, ": ", strerror(errno)));
   }
-}
-
-WorkerStream::~WorkerStream() {
-  if (log_fd_ >= 0) ::close(log_fd_);
 }
 
 void WorkerStream::feed(std::string_view bytes) {
@@ -62,7 +58,7 @@ void WorkerStream::on_line(std::string_view line) {
     console_batch_.append(line);
     console_batch_.push_back('\n');
   }
-  if (log_fd_ >= 0) {
+  if (log_fd_) {
     log_batch_.append(line);
     log_batch_.push_back('\n');
   }
@@ -79,7 +75,7 @@ void WorkerStream::flush() {
   if (!console_batch_.empty()) write_all(options_.console_fd, console_batch_);
   console_batch_.clear();
   if (!log_batch_.empty()) {
-    const auto [written, err] = write_fully(log_fd_, log_batch_);
+    const auto [written, err] = write_fully(log_fd_.get(), log_batch_);
     if (err != 0) fail_log(err, std::string_view(log_batch_).substr(written));
   }
   log_batch_.clear();
@@ -87,8 +83,7 @@ void WorkerStream::flush() {
 
 void WorkerStream::fail_log(int err, std::string_view unwritten) {
   log_error_ = str_cat("cannot write ", options_.log_path, ": ", strerror(err));
-  ::close(log_fd_);
-  log_fd_ = -1;
+  log_fd_.reset();
   // The console has had every line already, or gets them from now on: the
   // ones the file did not take first, whole (a line cut by the failed write
   // is repeated from its start), then every later line.

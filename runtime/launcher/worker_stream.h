@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "runtime/base/unique_fd.h"
 #include "runtime/launcher/line_splitter.h"
 
 namespace collie::launcher {
@@ -28,7 +29,6 @@ class WorkerStream {
  public:
   // Opens (truncating) the log file; throws Error naming the path.
   explicit WorkerStream(WorkerStreamOptions options);
-  ~WorkerStream();
   WorkerStream(const WorkerStream&) = delete;
   WorkerStream& operator=(const WorkerStream&) = delete;
 
@@ -50,7 +50,7 @@ class WorkerStream {
   void fail_log(int err, std::string_view unwritten);
 
   WorkerStreamOptions options_;
-  int log_fd_ = -1;
+  UniqueFd log_fd_;
   std::string log_error_;
   std::deque<std::string> tail_;
   std::string console_batch_;

@@ -1,7 +1,8 @@
 // --device cuda: the MLP on one GPU (nn::cuda::CudaMlp) with AdamW on the
-// device. DDP wraps the CudaMlp itself, so gradients are averaged in device
-// buckets over the nccl backend; the host Sequential and AdamW are brought
-// up to date only for evaluation and checkpoints.
+// device (nn::cuda::CudaAdamW). DDP wraps the CudaMlp itself, so gradients
+// are averaged in device buckets over the nccl backend; the host Sequential
+// and AdamW are brought up to date only for evaluation and checkpoints.
+#include "nn/cuda/cuda_adamw.h"
 #include "nn/cuda/cuda_mlp.h"
 #include "nn/state_dict.h"
 #include "runtime/base/error.h"
@@ -16,11 +17,11 @@ class CudaTrainModel final : public TrainModel {
  public:
   CudaTrainModel(nn::Sequential& model, nn::AdamW& optimizer, const nn::AdamWOptions& options,
                  int device)
-      : model_(model), optimizer_(optimizer), options_(options), gpu_(model, device) {
+      : model_(model), optimizer_(optimizer), gpu_(model, device), gpu_optimizer_(gpu_, options) {
     // The optimizer's state as loaded (zeros and step 0 on a fresh start).
     nn::StateDict state;
     optimizer_.save_state(state, "optimizer.");
-    gpu_.load_adamw_state(state, "optimizer.");
+    gpu_optimizer_.load_state(state, "optimizer.");
   }
 
   nn::DdpModel& ddp_model() override { return gpu_; }
@@ -34,19 +35,24 @@ class CudaTrainModel final : public TrainModel {
     gpu_.backward(*input_, logits_, grad_logits);
   }
   void zero_grad() override { gpu_.zero_grad(); }
-  void step() override { gpu_.adamw_step(options_, optimizer_.lr()); }
+  // The host optimizer holds the learning rate its schedule sets.
+  void step() override {
+    gpu_optimizer_.set_lr(optimizer_.lr());
+    gpu_optimizer_.step();
+  }
   void sync_to_host() override {
     gpu_.copy_parameters_to(model_);
     nn::StateDict state;
-    gpu_.save_adamw_state(state, "optimizer.", optimizer_.lr());
+    gpu_optimizer_.set_lr(optimizer_.lr());
+    gpu_optimizer_.save_state(state, "optimizer.");
     optimizer_.load_state(state, "optimizer.");
   }
 
  private:
   nn::Sequential& model_;
   nn::AdamW& optimizer_;
-  nn::AdamWOptions options_;
   nn::cuda::CudaMlp gpu_;
+  nn::cuda::CudaAdamW gpu_optimizer_;
   const nn::Tensor* input_ = nullptr;
   nn::Tensor logits_;
 };

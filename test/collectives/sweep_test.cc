@@ -47,55 +47,64 @@ const Deadline& deadline() {
     if (!diff_.empty()) throw std::runtime_error(str_cat(__VA_ARGS__, ": ", diff_)); \
   } while (0)
 
-void sweep_all_reduce(Communicator& c, AllReduceAlgorithm algo) {
-  const int P = c.size(), r = c.rank();
-  for (DataType dt : kDtypes) {
+// Calls case_fn(dt, op, n, in_place) for every dtype and op (AVG only on
+// floating-point types), every count for world size P, out of place and in
+// place.
+template <typename CaseFn>
+void for_each_reduction(int P, CaseFn&& case_fn) {
+  for (DataType dt : kDtypes)
     for (ReduceOp op : kOps) {
       if (!unsupported_reduction(op, dt).empty()) continue;
-      for (size_t n : counts_for(P)) {
-        for (bool in_place : {false, true}) {
-          auto in = make_data(dt, n, r, op);
-          const auto want = reference_reduce(dt, op, P, n);
-          std::vector<uint8_t> out(in.size(), 0xab);
-          if (in_place) {
-            c.all_reduce(view_of(in, dt), view_of(in, dt), op, deadline(), algo);
-            EXPECT_SAME(in, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n,
-                        " in place");
-          } else {
-            const auto in_copy = in;
-            c.all_reduce(view_of(in, dt), view_of(out, dt), op, deadline(), algo);
-            EXPECT_SAME(out, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n);
-            EXPECT_SAME(in, in_copy, dt, "all_reduce modified its input ", dt, " n=", n);
-          }
-        }
-      }
+      for (size_t n : counts_for(P))
+        for (bool in_place : {false, true}) case_fn(dt, op, n, in_place);
     }
-  }
+}
+
+void sweep_all_reduce(Communicator& c, AllReduceAlgorithm algo) {
+  const int P = c.size(), r = c.rank();
+  for_each_reduction(P, [&](DataType dt, ReduceOp op, size_t n, bool in_place) {
+    auto in = make_data(dt, n, r, op);
+    const auto want = reference_reduce(dt, op, P, n);
+    std::vector<uint8_t> out(in.size(), 0xab);
+    if (in_place) {
+      c.all_reduce(view_of(in, dt), view_of(in, dt), op, deadline(), algo);
+      EXPECT_SAME(in, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n,
+                  " in place");
+    } else {
+      const auto in_copy = in;
+      c.all_reduce(view_of(in, dt), view_of(out, dt), op, deadline(), algo);
+      EXPECT_SAME(out, want, dt, "all_reduce ", to_string(algo), " ", dt, " ", op, " n=", n);
+      EXPECT_SAME(in, in_copy, dt, "all_reduce modified its input ", dt, " n=", n);
+    }
+  });
 }
 
 void sweep_reduce_scatter(Communicator& c) {
   const int P = c.size(), r = c.rank();
-  for (DataType dt : kDtypes) {
-    for (ReduceOp op : kOps) {
-      if (!unsupported_reduction(op, dt).empty()) continue;
-      for (size_t n : counts_for(P)) {
-        for (bool in_place : {false, true}) {
-          auto in = make_data(dt, n * P, r, op);
-          const auto want = reference_reduce(dt, op, P, n, n * r);
-          if (in_place) {
-            c.reduce_scatter(view_of(in, dt), view_of(in, dt, n * r, n), op, deadline());
-            std::vector<uint8_t> got(in.begin() + n * r * element_size(dt),
-                                     in.begin() + n * (r + 1) * element_size(dt));
-            EXPECT_SAME(got, want, dt, "reduce_scatter ", dt, " ", op, " n=", n, " in place");
-          } else {
-            std::vector<uint8_t> out(n * element_size(dt), 0xab);
-            c.reduce_scatter(view_of(in, dt), view_of(out, dt), op, deadline());
-            EXPECT_SAME(out, want, dt, "reduce_scatter ", dt, " ", op, " n=", n);
-          }
-        }
-      }
+  for_each_reduction(P, [&](DataType dt, ReduceOp op, size_t n, bool in_place) {
+    auto in = make_data(dt, n * P, r, op);
+    const auto want = reference_reduce(dt, op, P, n, n * r);
+    if (in_place) {
+      c.reduce_scatter(view_of(in, dt), view_of(in, dt, n * r, n), op, deadline());
+      std::vector<uint8_t> got(in.begin() + n * r * element_size(dt),
+                               in.begin() + n * (r + 1) * element_size(dt));
+      EXPECT_SAME(got, want, dt, "reduce_scatter ", dt, " ", op, " n=", n, " in place");
+    } else {
+      std::vector<uint8_t> out(n * element_size(dt), 0xab);
+      c.reduce_scatter(view_of(in, dt), view_of(out, dt), op, deadline());
+      EXPECT_SAME(out, want, dt, "reduce_scatter ", dt, " ", op, " n=", n);
     }
+  });
+}
+
+// What all_gather yields when every rank p contributes make_data(dt, n, p).
+std::vector<uint8_t> reference_gather(DataType dt, size_t n, int P) {
+  std::vector<uint8_t> want;
+  for (int p = 0; p < P; ++p) {
+    auto part = make_data(dt, n, p, ReduceOp::kSum);
+    want.insert(want.end(), part.begin(), part.end());
   }
+  return want;
 }
 
 void sweep_all_gather_and_broadcast(Communicator& c) {
@@ -103,11 +112,7 @@ void sweep_all_gather_and_broadcast(Communicator& c) {
   for (DataType dt : kDtypes) {
     const size_t es = element_size(dt);
     for (size_t n : counts_for(P)) {
-      std::vector<uint8_t> want;
-      for (int p = 0; p < P; ++p) {
-        auto part = make_data(dt, n, p, ReduceOp::kSum);
-        want.insert(want.end(), part.begin(), part.end());
-      }
+      const std::vector<uint8_t> want = reference_gather(dt, n, P);
       auto in = make_data(dt, n, r, ReduceOp::kSum);
       std::vector<uint8_t> out(n * P * es, 0xab);
       c.all_gather(view_of(in, dt), view_of(out, dt), deadline());
@@ -170,6 +175,13 @@ TEST_CASE("default options: multi-megabyte all_reduce, broadcast and all_gather"
     c.broadcast(view_of(t, DataType::kInt64), 1, deadline());
     EXPECT_SAME(t, make_data(DataType::kInt64, n / 2, 77, ReduceOp::kSum), DataType::kInt64,
                 "big broadcast");
+    // ~1.5 MiB from every rank.
+    const DataType dt = DataType::kFloat32;
+    auto part = make_data(dt, n / 2, c.rank(), ReduceOp::kSum);
+    const auto want = reference_gather(dt, n / 2, P);
+    std::vector<uint8_t> gathered(want.size(), 0xab);
+    c.all_gather(view_of(part, dt), view_of(gathered, dt), deadline());
+    EXPECT_SAME(gathered, want, dt, "big all_gather");
   });
   REQUIRE(join_errors(errors) == "");
 }

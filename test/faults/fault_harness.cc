@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <thread>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -50,6 +49,22 @@ std::vector<Subprocess> spawn_ranks(int world, const std::string& child,
   return procs;
 }
 
+std::vector<Subprocess> spawn_loop_ranks(int world, const std::string& rdzv, const std::string& op,
+                                         int call_timeout_ms, const EnvOverrides& env) {
+  return spawn_ranks(
+      world, "loop_rank",
+      [&](int rank) {
+        return std::vector<std::string>{"file:" + rdzv,
+                                        op,
+                                        std::to_string(rank),
+                                        std::to_string(world),
+                                        "-",
+                                        std::to_string(call_timeout_ms),
+                                        "60"};
+      },
+      env);
+}
+
 void wait_all_output(std::vector<Subprocess>& procs, const std::vector<int>& which,
                      const std::string& needle, Timeout timeout) {
   Deadline deadline(timeout);
@@ -76,20 +91,6 @@ std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
   argv.insert(argv.end(), flags.begin(), flags.end());
   for (auto& a : child_argv(child, args)) argv.push_back(a);
   return argv;
-}
-
-std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
-  Deadline deadline(timeout);
-  for (;;) {
-    std::string e = p.err();
-    if (e.find(needle) != std::string::npos) return e;
-    if (!p.running())
-      throw Error(str_cat("`", p.command_line(), "` exited before printing '", needle, "':\n", e));
-    if (deadline.expired())
-      throw TimeoutError(str_cat("`", p.command_line(), "` did not print '", needle, "' ",
-                                 deadline.describe(), ":\n", e));
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 uint16_t agent_store_port(const std::string& launcher_stderr) {

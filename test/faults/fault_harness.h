@@ -46,6 +46,12 @@ std::vector<Subprocess> spawn_ranks(int world, const std::string& child,
                                     const std::function<std::vector<std::string>(int rank)>& args,
                                     const EnvOverrides& env = {});
 
+// `world` loop_rank children (fault_children.cc) that rendezvous through the
+// file `rdzv` and run `op` in a loop until killed; each call's limit is
+// `call_timeout_ms` (0: the group's), the group's 60 s.
+std::vector<Subprocess> spawn_loop_ranks(int world, const std::string& rdzv, const std::string& op,
+                                         int call_timeout_ms = 0, const EnvOverrides& env = {});
+
 // Waits until every listed process has printed `needle` on stdout.
 void wait_all_output(std::vector<Subprocess>& procs, const std::vector<int>& which,
                      const std::string& needle, Timeout timeout);
@@ -61,8 +67,6 @@ double detection_ms(const std::string& child_out, int64_t fault_ns);
 std::vector<std::string> collie_run_argv(const std::vector<std::string>& flags,
                                          const std::string& child,
                                          const std::vector<std::string>& args = {});
-// Polls stderr until it holds needle; returns it.
-std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout);
 // The port in collie-run's "agent store listening on HOST:PORT".
 uint16_t agent_store_port(const std::string& launcher_stderr);
 

@@ -30,15 +30,7 @@ void stop_one_rank_mid_all_reduce(int world, int stopped) {
   // The probe's grace is half the call's limit (at most 2 s).
   constexpr int kGraceMs = kCallTimeoutMs / 2;
   TempDir dir;
-  auto procs = spawn_ranks(world, "loop_rank", [&](int rank) {
-    return std::vector<std::string>{"file:" + dir.file("rdzv"),
-                                    "all_reduce",
-                                    std::to_string(rank),
-                                    std::to_string(world),
-                                    "-",
-                                    std::to_string(kCallTimeoutMs),
-                                    "60"};
-  });
+  auto procs = spawn_loop_ranks(world, dir.file("rdzv"), "all_reduce", kCallTimeoutMs);
   std::vector<int> all;
   for (int r = 0; r < world; ++r) all.push_back(r);
   wait_all_output(procs, all, "looping", std::chrono::seconds(60));

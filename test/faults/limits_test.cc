@@ -2,14 +2,11 @@
 // in each rank before init_process_group) and a full disk while saving a
 // checkpoint (a 1 MiB tmpfs). Both must end in a clear error, promptly; the
 // full disk must leave the previous checkpoint intact.
-#include <sys/mount.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "nn/state_dict.h"
@@ -18,6 +15,7 @@
 #include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
+#include "test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -95,18 +93,8 @@ TEST_CASE("a file-descriptor limit too low for the world size is a clear error o
 
 TEST_CASE("a full disk while saving a checkpoint: a clear error, the previous checkpoint intact",
           "[faults][limits][tmpfs]") {
-  TempDir dir;
-  const std::string mnt = dir.file("small");
-  std::filesystem::create_directory(mnt);
-  if (::mount("collie-faults", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    WARN("skipped: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
-    return;
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
-  const std::string path = mnt + "/ckpt.bin";
+  Tmpfs disk(1 << 20);
+  const std::string path = disk.path() + "/ckpt.bin";
   nn::StateDict small;
   small.set_int("step", 1);
   small.set_floats("w", {50000}, std::vector<float>(50000, 1.5f));  // 200 KiB
@@ -129,7 +117,7 @@ TEST_CASE("a full disk while saving a checkpoint: a clear error, the previous ch
   CHECK(back.get_int("step") == 1);
   CHECK(back.get_floats("w", {50000}) == std::vector<float>(50000, 1.5f));
   size_t files = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(mnt)) ++files;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(disk.path())) ++files;
   CHECK(files == 1);  // the failed save's temporary file is removed
   record("disk full (1 MiB tmpfs) while saving a checkpoint",
          str_cat("Error after ", ms, " ms: ", message, "; previous checkpoint loads; ", files,

@@ -1,7 +1,6 @@
 // Network trouble between two hosts: two network namespaces joined by a
-// veth pair (test/support/netns_pair.h, shared with
-// test/launcher/multinode_test.cc), one rank in
-// each, the data connections over the veth (COLLIE_SOCKET_IFNAME). This
+// veth pair (test/support/netns_pair.h), one rank in each, the data
+// connections over the veth (COLLIE_SOCKET_IFNAME). This
 // kernel has no tc netem, so: packet loss is an nftables rule inside
 // namespace b dropping a random share of incoming packets (numgen random),
 // a rate limit is a tc tbf qdisc on b's side of the link, and the link is
@@ -116,11 +115,8 @@ TEST_CASE(
     "between network namespaces: loss and rate limits keep results exact, a downed link errors",
     "[faults][netns][slow]") {
   // a (10.231.9.1) and b (10.231.9.2).
-  NetnsPair ns("f", "10.231.9");
-  if (!ns.ok) {
-    WARN("skipped: " << ns.why);
-    return;
-  }
+  auto pair = namespaces_or_skip<NetnsPair>("f", "10.231.9");
+  NetnsPair& ns = *pair;
   constexpr int kIters = 10, kCount = 1 << 18;  // 1 MiB per call
   timed_run(ns, "clean veth (baseline)", kIters, kCount);
 

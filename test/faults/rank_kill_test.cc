@@ -25,15 +25,7 @@ constexpr double kDetectBoundMs = 10000;
 
 void kill_during(const std::string& op) {
   TempDir dir;
-  auto procs = spawn_ranks(kWorld, "loop_rank", [&](int rank) {
-    return std::vector<std::string>{"file:" + dir.file("rdzv"),
-                                    op,
-                                    std::to_string(rank),
-                                    std::to_string(kWorld),
-                                    "-",
-                                    "0",
-                                    "60"};
-  });
+  auto procs = spawn_loop_ranks(kWorld, dir.file("rdzv"), op);
   wait_all_output(procs, {0, 1, 2}, "looping", std::chrono::seconds(60));
   const int64_t fault_ns = monotonic_ns();
   procs[kVictim].kill(SIGKILL);

@@ -32,17 +32,7 @@ std::set<std::string> dev_shm() {
 }
 
 std::vector<Subprocess> spawn_shm_ranks(TempDir& dir, const std::string& op) {
-  return spawn_ranks(kWorld, "loop_rank",
-                     [&](int rank) {
-                       return std::vector<std::string>{"file:" + dir.file("rdzv"),
-                                                       op,
-                                                       std::to_string(rank),
-                                                       std::to_string(kWorld),
-                                                       "-",
-                                                       "0",
-                                                       "60"};
-                     },
-                     {{"COLLIE_TRANSPORT", "shm"}});
+  return spawn_loop_ranks(kWorld, dir.file("rdzv"), op, 0, {{"COLLIE_TRANSPORT", "shm"}});
 }
 
 }  // namespace

@@ -115,8 +115,8 @@ TEST_CASE(
                                         {"env", "barrier", "-1", "-1", pids.path(), "0", "60"}),
                         {.env = env, .new_process_group = true});
   auto workers = wait_for_pid_files(pids.path(), 2, std::chrono::seconds(60));
-  uint16_t port = agent_store_port(
-      wait_for_stderr(launcher, "agent store listening", std::chrono::seconds(30)));
+  uint16_t port =
+      agent_store_port(launcher.wait_for_stderr("agent store listening", std::chrono::seconds(30)));
   // Clients outside the launcher's process tree (another node's agent, a
   // monitoring tool): only the socket can tell them.
   auto waiter = Subprocess::spawn(child_argv("store_client", {std::to_string(port), "-1", "wait"}),

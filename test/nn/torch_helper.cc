@@ -11,30 +11,10 @@
 
 namespace collie::test {
 
-namespace {
-
 constexpr const char* kPython = "/usr/bin/python3";
 
-// Skips (or fails under CI=true) when torch cannot be imported; the reason
-// carries python's last line of stderr ("ModuleNotFoundError: ...").
-void require_torch() {
-  ExitStatus status;
-  std::string err;
-  {  // the Subprocess is gone (its output files removed) before a skip exits
-    auto p = Subprocess::spawn({kPython, "-c", "import torch"});
-    status = p.wait(std::chrono::seconds(120));
-    err = p.err();
-  }
-  while (!err.empty() && err.back() == '\n') err.pop_back();
-  err = err.substr(err.find_last_of('\n') + 1);  // npos + 1 == 0: the whole text
-  require_or_skip(status.ok(), std::string(kPython) + " cannot import torch (" + status.describe() +
-                                   ": " + err + ")");
-}
-
-}  // namespace
-
 std::string run_torch(const std::string& script) {
-  require_torch();
+  require_or_skip(torch_missing().empty(), torch_missing());
   TempDir dir;
   const std::string path = dir.file("script.py");
   std::ofstream(path) << script;

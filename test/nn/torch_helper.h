@@ -1,6 +1,7 @@
 // Runs a snippet under Debian's /usr/bin/python3 with torch 1.13 and returns
-// its stdout. When torch cannot be imported here the test is skipped (exit
-// 77, test/support/skip.h), and fails under CI=true, where torch is installed.
+// its stdout. When /usr/bin/python3 has no torch package the test is skipped
+// (exit 77, test/support/skip.h), and fails under CI=true, where torch is
+// installed; a torch that is installed but broken fails the test.
 #pragma once
 
 #include <string>

@@ -3,12 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <unistd.h>
 
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
 #include "test/rendezvous/raw_store_client.h"
-#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 namespace collie {
@@ -100,41 +98,6 @@ TEST_CASE("TcpStoreServer and TcpStore refuse options out of range, naming them"
   options.max_value_bytes = 0;
   CHECK_THROWS_WITH(TcpStore::connect("127.0.0.1", server->port(), options),
                     Catch::Contains("TcpStoreOptions::max_value_bytes is 0: allowed 1 to"));
-}
-
-}  // namespace
-}  // namespace collie
-
-namespace collie {
-namespace {
-
-TEST_CASE("rendezvous_demo: the interim main job meets and exits 0", "[tcp_store][cli]") {
-  const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0)
-    test::skip_test(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-  auto p = test::Subprocess::spawn({demo, "--nproc", "5", "--timeout", "60"});
-  auto status = p.wait(std::chrono::seconds(90));
-  INFO(p.out() << p.err());
-  CHECK(status.ok());
-  CHECK_THAT(p.out(), Catch::Contains("all 5 ranks met"));
-  CHECK_THAT(p.out(), Catch::Contains("all 5 workers exited cleanly"));
-}
-
-TEST_CASE("rendezvous_demo: a failing worker fails the job and stops the others",
-          "[tcp_store][cli]") {
-  const std::string demo = std::string(COLLIE_BIN_DIR) + "/rendezvous_demo";
-  if (::access(demo.c_str(), X_OK) != 0)
-    test::skip_test(demo + " not built (COLLIE_BUILD_SAMPLES=OFF?)");
-  test::SpawnOptions options;
-  options.env["COLLIE_DEMO_FAIL_RANK"] = "2";
-  auto p = test::Subprocess::spawn({demo, "--nproc", "4", "--timeout", "60"}, options);
-  // The others are stuck at the barrier: the parent must kill them at once,
-  // not wait for the 60 s deadline.
-  auto status = p.wait(std::chrono::seconds(30));
-  INFO(p.out() << p.err());
-  CHECK(status.exit_code == 1);
-  CHECK_THAT(p.err(), Catch::Contains("FAILED: rank 2"));
-  CHECK_THAT(p.err(), Catch::Contains("exited with 3"));
 }
 
 }  // namespace

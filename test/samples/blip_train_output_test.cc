@@ -4,13 +4,10 @@
 // the system's reason), before the first epoch where they can be seen then.
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +16,7 @@
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
+#include "test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -38,28 +36,6 @@ std::string printed_line(const std::string& out, const std::string& prefix) {
   const size_t end = out.find('\n', at);
   return out.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
 }
-
-// A tmpfs of `bytes` at `path`, unmounted on destruction. Needs root.
-class Tmpfs {
- public:
-  Tmpfs(const std::string& path, size_t bytes, unsigned long flags = 0) : path_(path) {
-    const std::string options = "size=" + std::to_string(bytes);
-    INFO("mount -t tmpfs -o " << options << " " << path << ": " << std::strerror(errno));
-    REQUIRE(::mount("tmpfs", path.c_str(), "tmpfs", flags, options.c_str()) == 0);
-  }
-  ~Tmpfs() { ::umount2(path_.c_str(), MNT_DETACH); }
-  Tmpfs(const Tmpfs&) = delete;
-  Tmpfs& operator=(const Tmpfs&) = delete;
-
-  uint64_t free_bytes() const {
-    struct statvfs s {};
-    REQUIRE(::statvfs(path_.c_str(), &s) == 0);
-    return static_cast<uint64_t>(s.f_bavail) * s.f_frsize;
-  }
-
- private:
-  std::string path_;
-};
 
 // Fills the file system at `dir` with a file of `bytes` bytes.
 void write_filler(const std::string& dir, size_t bytes) {
@@ -153,16 +129,18 @@ TEST_CASE(
 }
 
 TEST_CASE("blip_train stops before the first epoch when its output folder is read-only") {
-  TempDir dir;
-  const std::string out = dir.file("ro");
-  fs::create_directory(out);
   // root writes through permissions, so for root the folder is a read-only
   // mount; for anyone else, mode 0555 is enough.
+  TempDir dir;
   std::optional<Tmpfs> mount;
-  if (::geteuid() == 0)
-    mount.emplace(out, 1 << 20, MS_RDONLY);
-  else
+  std::string out = dir.file("ro");
+  if (::geteuid() == 0) {
+    mount.emplace(1 << 20, MS_RDONLY);
+    out = mount->path();
+  } else {
+    fs::create_directory(out);
     REQUIRE(::chmod(out.c_str(), 0555) == 0);
+  }
 
   auto p = Subprocess::spawn(blip_job(2, quick({"--epochs", "1", "--output-dir", out})));
   auto st = p.wait(kJobLimit);
@@ -182,11 +160,8 @@ TEST_CASE("blip_train stops before the first epoch when its output folder is rea
 }
 
 TEST_CASE("blip_train fails loudly on a full disk: config.json first, then log.txt") {
-  require_or_skip(::geteuid() == 0, "mounting a small tmpfs needs root");
-  TempDir dir;
-  const std::string out = dir.file("small");
-  fs::create_directory(out);
-  Tmpfs disk(out, 4 * 4096);
+  Tmpfs disk(4 * 4096);
+  const std::string& out = disk.path();
 
   // Leaves `left` bytes free, trains, and expects the job to stop with exit
   // code 1, naming `file`, ENOSPC and its errno; returns the output.

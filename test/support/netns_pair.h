@@ -5,12 +5,15 @@
 // removed on destruction (deleting a namespace takes its veth end, rules and
 // qdiscs with it), also when the test fails. Creating namespaces needs root;
 // where that or `ip netns add` is not allowed, ok is false and why says so,
-// and the test skips with that reason.
+// and the test skips with that reason (namespaces_or_skip below).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "test/support/skip.h"
 
 namespace collie::test {
 
@@ -33,6 +36,21 @@ struct NetnsPair {
   bool ok = false;
   std::string why;  // when !ok
 };
+
+// A NetnsPair or NetnsLan (test/support/netns_lan.h) made from `args`;
+// where it cannot be made, removes what was made and skips the test with
+// the reason (skip_test: a failure under CI=true). Call it before the test
+// starts processes: a skip exits without unwinding.
+template <typename Namespaces, typename... Args>
+std::unique_ptr<Namespaces> namespaces_or_skip(Args&&... args) {
+  auto made = std::make_unique<Namespaces>(std::forward<Args>(args)...);
+  if (!made->ok) {
+    const std::string why = made->why;
+    made.reset();
+    skip_test(why);
+  }
+  return made;
+}
 
 // The `ip` binary (/usr/sbin/ip or /bin/ip).
 const std::string& ip_path();

@@ -11,7 +11,7 @@
 // Call these before the test starts processes or makes files: they exit
 // without unwinding, so destructors (Subprocess, TempDir) do not run.
 //
-//   require_or_skip(torch_available(), "/usr/bin/python3 cannot import torch");
+//   require_or_skip(torch_missing().empty(), torch_missing());
 #pragma once
 
 #include <string>

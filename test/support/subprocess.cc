@@ -9,9 +9,9 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
-#include <thread>
 #include <utility>
 
+#include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
 
@@ -84,21 +84,34 @@ std::string Subprocess::out() const { return read_file(dir_ + "/out.txt"); }
 std::string Subprocess::err() const { return read_file(dir_ + "/err.txt"); }
 
 std::string Subprocess::wait_for_output(const std::string& needle, Timeout timeout) {
+  return wait_for(&Subprocess::out, "stdout", needle, timeout);
+}
+
+std::string Subprocess::wait_for_stderr(const std::string& needle, Timeout timeout) {
+  return wait_for(&Subprocess::err, "stderr", needle, timeout);
+}
+
+// Polls the stream's file, with short naps growing to 10 ms.
+std::string Subprocess::wait_for(std::string (Subprocess::*read)() const, const char* stream,
+                                 const std::string& needle, Timeout timeout) {
   Deadline deadline(timeout);
-  auto pause = std::chrono::microseconds(200);
+  Backoff naps({.initial = std::chrono::microseconds(200), .max = std::chrono::milliseconds(10)});
   for (;;) {
-    std::string o = out();
-    if (o.find(needle) != std::string::npos) return o;
-    if (!running())
-      throw Error(str_cat("child `", command_line(), "` exited (", process_.status().describe(),
-                          ") before printing '", needle, "'\n--- stdout ---\n", tail(o),
-                          "\n--- stderr ---\n", tail(err())));
-    if (deadline.expired())
-      throw TimeoutError(str_cat("child `", command_line(), "` did not print '", needle, "' ",
-                                 deadline.describe(), "\n--- stdout ---\n", tail(o),
-                                 "\n--- stderr ---\n", tail(err())));
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(10000));
+    std::string text = (this->*read)();
+    if (text.find(needle) != std::string::npos) return text;
+    const bool exited = !running();
+    if (exited || deadline.expired()) {
+      const std::string what =
+          exited ? str_cat("exited (", process_.status().describe(), ") before printing '", needle,
+                           "' to ", stream)
+                 : str_cat("did not print '", needle, "' to ", stream, " ", deadline.describe());
+      const std::string message =
+          str_cat("child `", command_line(), "` ", what, "\n--- stdout ---\n", tail(out()),
+                  "\n--- stderr ---\n", tail(err()));
+      if (exited) throw Error(message);
+      throw TimeoutError(message);
+    }
+    naps.sleep(deadline);
   }
 }
 

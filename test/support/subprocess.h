@@ -44,11 +44,15 @@ class Subprocess {
   // Waits until stdout contains `needle`; returns stdout. Throws TimeoutError
   // (showing the output) if it never does, or Error if the child exits first.
   std::string wait_for_output(const std::string& needle, Timeout timeout);
+  // The same for stderr; returns stderr.
+  std::string wait_for_stderr(const std::string& needle, Timeout timeout);
   std::string command_line() const;
 
  private:
   Subprocess() = default;
   void remove_files();
+  std::string wait_for(std::string (Subprocess::*read)() const, const char* stream,
+                       const std::string& needle, Timeout timeout);
 
   ChildProcess process_;
   std::string dir_;  // holds out.txt and err.txt

@@ -4,14 +4,15 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-
 #include "nn/adamw.h"
+#include "nn/cuda/cuda_adamw.h"
 #include "nn/cuda/cuda_mlp.h"
+#include "nn/cuda/cuda_sgd.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/state_dict.h"
 #include "runtime/cuda/cuda_device.h"
+#include "test/support/skip.h"
 
 using namespace collie;
 using namespace collie::nn;
@@ -35,6 +36,25 @@ void check_close(std::span<const float> got, std::span<const float> want, const 
   CHECK(bad == 0);
 }
 
+// Every parameter's gradient of `model`, concatenated in order.
+std::vector<float> host_gradients(Sequential& model) {
+  std::vector<float> grads;
+  for (auto* p : model.parameters()) grads.insert(grads.end(), p->grad(), p->grad() + p->numel());
+  return grads;
+}
+
+// The parameters `gpu` holds equal `cpu`'s (an MLP made with `options`);
+// returns them, copied into a host model.
+Sequential check_same_parameters(const nn::cuda::CudaMlp& gpu, Sequential& cpu,
+                                 const MlpOptions& options) {
+  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
+  gpu.copy_parameters_to(back);
+  for (size_t k = 0; k < cpu.parameters().size(); ++k)
+    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
+                "parameters");
+  return back;
+}
+
 }  // namespace
 
 TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
@@ -43,6 +63,7 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
   nn::cuda::CudaMlp gpu(cpu, 0);
   const SgdOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-4};
   Sgd cpu_opt(cpu.parameters(), sgd);
+  nn::cuda::CudaSgd gpu_opt(gpu, sgd);
   for (int step = 0; step < 4; ++step) {
     Tensor x, grad, logits;
     std::vector<int64_t> labels;
@@ -55,18 +76,11 @@ TEST_CASE("CudaMlp forward, backward and SGD match the Eigen MLP") {
     cpu.backward(grad);
     const float gpu_loss = gpu.forward_backward(x, labels);
     CHECK(gpu_loss == Approx(cpu_loss).epsilon(1e-5));
-    std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters())
-      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
-    check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
+    check_close(gpu.gradients_to_host(), host_gradients(cpu), "gradients");
     cpu_opt.step();
-    gpu.sgd_step(sgd);
+    gpu_opt.step();
   }
-  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
-  gpu.copy_parameters_to(back);
-  for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
-                "parameters");
+  check_same_parameters(gpu, cpu, options);
   CHECK(gpu.gradients().device == Device::cuda(0));
 }
 
@@ -79,6 +93,7 @@ TEST_CASE(
   nn::cuda::CudaMlp gpu(cpu, 0);
   const AdamWOptions adam{.lr = 1e-3, .weight_decay = 0.05};
   AdamW cpu_opt(cpu.parameters(), adam);
+  nn::cuda::CudaAdamW gpu_opt(gpu, adam);
   for (int step = 0; step < 3; ++step) {
     Tensor x, grad, gpu_logits, gpu_grad;
     std::vector<int64_t> labels;
@@ -90,21 +105,14 @@ TEST_CASE(
     gpu.forward(x, gpu_logits);
     cross_entropy(gpu_logits, labels, &gpu_grad);
     gpu.backward(x, gpu_logits, gpu_grad);
-    std::vector<float> cpu_grads;
-    for (auto* p : cpu.parameters())
-      cpu_grads.insert(cpu_grads.end(), p->grad(), p->grad() + p->numel());
-    check_close(gpu.gradients_to_host(), cpu_grads, "gradients");
+    check_close(gpu.gradients_to_host(), host_gradients(cpu), "gradients");
     cpu_opt.step();
-    gpu.adamw_step(adam, cpu_opt.lr());
+    gpu_opt.step();
   }
-  Sequential back = make_mlp<float>({.sizes = options.sizes, .seed = 99});
-  gpu.copy_parameters_to(back);
-  for (size_t k = 0; k < cpu.parameters().size(); ++k)
-    check_close(back.parameters()[k]->value().span(), cpu.parameters()[k]->value().span(),
-                "parameters");
+  Sequential back = check_same_parameters(gpu, cpu, options);
   // The device state under AdamW's keys loads into a host AdamW (and back).
   StateDict from_gpu, from_cpu;
-  gpu.save_adamw_state(from_gpu, "optimizer.", cpu_opt.lr());
+  gpu_opt.save_state(from_gpu, "optimizer.");
   cpu_opt.save_state(from_cpu, "optimizer.");
   AdamW restored(back.parameters(), adam);
   restored.load_state(from_gpu, "optimizer.");
@@ -114,7 +122,8 @@ TEST_CASE(
     const Shape& shape = cpu.parameters()[k]->shape();
     check_close(from_gpu.get_floats(key, shape), from_cpu.get_floats(key, shape), "exp_avg");
   }
-  gpu.load_adamw_state(from_cpu, "optimizer.");
+  gpu_opt.load_state(from_cpu, "optimizer.");
+  CHECK(gpu_opt.lr() == cpu_opt.lr());
 }
 
 TEST_CASE("CudaMlp refuses layers it does not implement") {
@@ -123,9 +132,7 @@ TEST_CASE("CudaMlp refuses layers it does not implement") {
 }
 
 int main(int argc, char** argv) {
-  if (collie::cuda::device_count() == 0) {
-    std::printf("SKIP: no CUDA device: %s\n", collie::cuda::no_device_reason().c_str());
-    return 77;
-  }
+  if (collie::cuda::device_count() == 0)
+    collie::test::skip_gpu_test("no CUDA device: " + collie::cuda::no_device_reason());
   return Catch::Session().run(argc, argv);
 }

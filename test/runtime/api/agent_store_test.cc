@@ -4,7 +4,6 @@
 // the launcher, and against PyTorch's own torchrun where it is installed.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +14,7 @@
 #include "runtime/api/init_rendezvous.h"
 #include "runtime/base/error.h"
 #include "test/runtime/api/rank_runner.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 using namespace collie;
@@ -101,10 +101,7 @@ TEST_CASE("init_process_group through an agent store hosted by the parent, 4 ran
 
 TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives",
           "[agent][torch]") {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed.run' >/dev/null 2>&1") != 0) {
-    WARN("skipped: /usr/bin/python3 cannot import torch.distributed.run");
-    return;
-  }
+  test::require_or_skip(test::torch_missing().empty(), test::torch_missing());
   // torch 1.13's Std.from_str (its --redirects/--tee parser) returns None
   // under Python 3.11's enum, and torchrun then dies before starting a
   // worker; the snippet replaces it with an equivalent before running

@@ -99,12 +99,7 @@ TEST_CASE("a master address that resolves only later is waited for, then the job
   // `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: the test
   // makes the name "job-master-0" appear there while node 1 waits for it,
   // as a pod's DNS name appears once the pod runs.
-  auto pair = std::make_unique<NetnsPair>("k", "10.231.12");
-  if (!pair->ok) {
-    const std::string why = pair->why;
-    pair.reset();
-    skip_test(why);
-  }
+  auto pair = namespaces_or_skip<NetnsPair>("k", "10.231.12");
   const NetnsPair& ns = *pair;
   const std::string etc = "/etc/netns/" + ns.b;
   std::filesystem::create_directories(etc);

@@ -20,6 +20,7 @@
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
 #include "test/support/netns_lan.h"
+#include "test/support/netns_pair.h"
 #include "test/support/skip.h"
 #include "test/support/temp_dir.h"
 
@@ -68,12 +69,7 @@ TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2,
           "[launcher][elastic][netns]") {
   require_or_skip(::access((std::string(COLLIE_BIN_DIR) + "/blip_train").c_str(), X_OK) == 0,
                   "blip_train is not built (COLLIE_BUILD_SAMPLES=OFF?)");
-  auto lan = std::make_unique<NetnsLan>("e", "10.231.11", 3);
-  if (!lan->ok) {
-    const std::string why = lan->why;
-    lan.reset();  // removes what was made: skip_test() exits without unwinding
-    skip_test(why);
-  }
+  auto lan = namespaces_or_skip<NetnsLan>("e", "10.231.11", 3);
   TempDir dir;
   const int epochs = 14;
   // The job script resumes from the newest checkpoint, as a torchrun

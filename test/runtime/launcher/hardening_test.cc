@@ -1,16 +1,13 @@
-// collie-run under careless and hostile use (issue 17): a worker count the
-// host cannot run, what the workers start outliving a SIGKILLed launcher, a
-// full disk under --log-dir, and a failure summary that must name the rank
-// the workers' errors name. Each case reproduces what used to go wrong.
+// collie-run under careless and hostile use: a worker count the host cannot
+// run, what the workers start outliving a SIGKILLed launcher, a full disk
+// under --log-dir, and a failure summary that must name the rank the
+// workers' errors name. Each case reproduces what used to go wrong.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -25,6 +22,7 @@
 #include "test/support/child.h"
 #include "test/support/skip.h"
 #include "test/support/temp_dir.h"
+#include "test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;
@@ -175,19 +173,8 @@ TEST_CASE("nothing the workers started outlives a SIGKILLed launcher", "[launche
 
 TEST_CASE("a full disk under --log-dir fails loudly and loses no line",
           "[launcher][output][tmpfs]") {
-  require_or_skip(::geteuid() == 0, "mounting a tmpfs needs root");
-  auto dir = std::make_unique<TempDir>();
-  const std::string mnt = dir->file("small");
-  std::filesystem::create_directory(mnt);
-  if (::mount("collie-launcher", mnt.c_str(), "tmpfs", 0, "size=64k") != 0) {
-    const std::string why = str_cat("cannot mount a tmpfs here: ", std::strerror(errno));
-    dir.reset();  // skip_test() exits without unwinding
-    skip_test(why);
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
-  } unmount{mnt};
+  Tmpfs disk(64 << 10);
+  const std::string& mnt = disk.path();
 
   // 2 ranks x 120 lines of ~1 KB: about 240 KB into 64 KB. Before: the
   // lines that did not fit were dropped and collie-run exited 0.
@@ -298,8 +285,7 @@ TEST_CASE("a SIGSTOPped worker is the root cause, as every survivor says", "[lau
 
 TEST_CASE("the summary repeats the agent store's one line about --store-compat",
           "[launcher][interop][torchrun]") {
-  require_or_skip(::access("/usr/bin/python3", X_OK) == 0,
-                  "/usr/bin/python3 (with python3-torch) is not installed");
+  require_or_skip(torch_missing().empty(), torch_missing());
   TempDir dir;
   const std::string script = dir.file("worker.py");
   {

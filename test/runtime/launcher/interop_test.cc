@@ -27,8 +27,7 @@ bool executable(const char* path) { return ::access(path, X_OK) == 0; }
 
 TEST_CASE("collie workers rendezvous through torchrun's agent store",
           "[launcher][interop][torchrun]") {
-  require_or_skip(executable("/usr/bin/python3"),
-                  "/usr/bin/python3 (with python3-torch) is not installed");
+  require_or_skip(torch_missing().empty(), torch_missing());
   // torchrun's static rendezvous hands its port to the workers as given, so
   // it needs a concrete port: one that was free a moment ago.
   uint16_t port = probe_free_port();
@@ -102,8 +101,7 @@ TEST_CASE("workers started by mpirun rendezvous on rank 0's store", "[launcher][
 }
 
 TEST_CASE("torch workers under collie-run find its agent store", "[launcher][interop][torchrun]") {
-  require_or_skip(executable("/usr/bin/python3"),
-                  "/usr/bin/python3 (with python3-torch) is not installed");
+  require_or_skip(torch_missing().empty(), torch_missing());
   // torch 1.13's env:// rendezvous with TORCHELASTIC_USE_AGENT_STORE=True:
   // a 1.13-protocol TCPStore client of collie's server, under
   // /worker/attempt_0, then a gloo all_reduce.

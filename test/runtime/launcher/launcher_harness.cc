@@ -9,7 +9,6 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -58,20 +57,7 @@ Subprocess start_launcher_in(const std::vector<std::string>& prefix,
 }
 
 std::string wait_for_stderr(Subprocess& p, const std::string& needle, Timeout timeout) {
-  Deadline deadline(timeout);
-  auto pause = std::chrono::milliseconds(1);
-  for (;;) {
-    std::string e = p.err();
-    if (e.find(needle) != std::string::npos) return e;
-    if (!p.running())
-      throw Error(str_cat("`", p.command_line(), "` exited before printing '", needle,
-                          "' to stderr:\n", e));
-    if (deadline.expired())
-      throw TimeoutError(str_cat("`", p.command_line(), "` did not print '", needle, "' ",
-                                 deadline.describe(), ":\n", e));
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(20));
-  }
+  return p.wait_for_stderr(needle, timeout);
 }
 
 uint16_t agent_store_port(const std::string& text) {

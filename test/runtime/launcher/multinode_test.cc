@@ -213,12 +213,7 @@ TEST_CASE("node 0 waits for the other nodes under the rendezvous timeout",
 
 TEST_CASE("two network namespaces joined by a veth pair run one job",
           "[launcher][multinode][netns]") {
-  auto pair = std::make_unique<NetnsPair>("v", "10.231.7");
-  if (!pair->ok) {
-    const std::string why = pair->why;
-    pair.reset();  // removes what was made: skip_test() exits without unwinding
-    skip_test(why);
-  }
+  auto pair = namespaces_or_skip<NetnsPair>("v", "10.231.7");
   const NetnsPair& ns = *pair;
   // addr_a (10.231.7.1) exists only inside namespace a: node 1 reaches node 0 over the veth.
   auto node0 =
