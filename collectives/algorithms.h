@@ -35,6 +35,11 @@ inline size_t part_begin(size_t count, size_t parts, size_t c) {
   return count / parts * c + std::min(c, count % parts);
 }
 
+// Above this world size the algorithms that talk to every peer (the direct
+// small all_reduce and broadcast) give way to the ring and the chain, so
+// that lazy connections stay O(2 + log2 P) per rank over TCP.
+inline constexpr int kDirectPeers = 8;
+
 struct AlgorithmConfig {
   size_t segment_bytes;
   size_t small_message_bytes;
@@ -48,5 +53,11 @@ void dissemination_barrier(Transport& t);
 void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorView out);
 void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
                     TensorView out, ReduceOp op);
+
+// Every rank on one host and Transport::all_peers_readable() (shm_algorithms.cc).
+void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+void shm_all_gather(Transport& t, TensorView in, TensorView out);
+void shm_broadcast(Transport& t, TensorView tensor, int root);
 
 }  // namespace collie

@@ -24,7 +24,7 @@ void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in, TensorV
   auto* mine = out_bytes + r * slot_bytes;
   if (in.data != mine && slot_bytes > 0) std::memcpy(mine, in.data, slot_bytes);
 
-  if (slot_bytes * P <= cfg.small_message_bytes) {
+  if (slot_bytes * P <= cfg.small_message_bytes && P <= kDirectPeers) {
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;
       t.recv(static_cast<int>(p), out_bytes + p * slot_bytes, slot_bytes);

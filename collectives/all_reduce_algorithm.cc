@@ -7,6 +7,7 @@ std::string_view to_string(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kAuto: return "auto";
     case AllReduceAlgorithm::kRing: return "ring";
     case AllReduceAlgorithm::kSmall: return "small";
+    case AllReduceAlgorithm::kShm: return "shm";
   }
   return "invalid-algorithm";
 }

@@ -1,6 +1,7 @@
 // AllReduceAlgorithm: which all_reduce a Communicator runs. kAuto picks the
 // small-message algorithm below CommunicatorOptions::small_message_bytes and
-// the pipelined ring above it; the explicit values exist for benchmarking
+// the pipelined ring above it (kShm, reading the peers' memory, instead of
+// the ring when every rank is on one host); the explicit values exist for benchmarking
 // and tests.
 #pragma once
 
@@ -9,8 +10,8 @@
 
 namespace collie {
 
-enum class AllReduceAlgorithm : uint8_t { kAuto, kRing, kSmall };
+enum class AllReduceAlgorithm : uint8_t { kAuto, kRing, kSmall, kShm };
 
-std::string_view to_string(AllReduceAlgorithm algorithm);  // "auto", "ring", "small"
+std::string_view to_string(AllReduceAlgorithm algorithm);  // "auto", "ring", "small", "shm"
 
 }  // namespace collie

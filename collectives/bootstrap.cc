@@ -9,16 +9,21 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <thread>
+#include <fstream>
+#include <map>
+#include <random>
 #include <utility>
 
 #include "collectives/peer_auth.h"
+#include "collectives/shm/shm_channel.h"
+#include "collectives/tcp/tcp_channel.h"
 #include "collectives/wire.h"
 #include "runtime/base/backoff.h"
 #include "runtime/base/check.h"
@@ -39,20 +44,43 @@ struct Hello {
   uint32_t address_bytes;
 };
 
-std::string addr_key(const std::string& prefix, int rank) {
-  return str_cat(prefix, "/collectives/addr/", rank);
-}
+// How long an accepted connection may take to say hello: a peer sends it
+// right after connecting, so only a stranger or a dead peer is slower.
+constexpr auto kHelloLimit = std::chrono::seconds(10);
 
-// A new TCP socket, or a NetworkError naming why there is none.
-UniqueFd open_socket(int type, std::string_view purpose, int rank, int size) {
-  const int fd = ::socket(AF_INET, type | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    const int err = errno;
-    throw NetworkError(str_cat("rank ", rank, " cannot open a socket ", purpose, ": ",
-                               describe_fd_failure("socket()", err, size)));
+// What each rank publishes: "tcp=<host:port>\nhost=<id>\nunix=<name>\npid=<pid>".
+struct Record {
+  std::string tcp;
+  std::string host;
+  std::string unix_name;  // abstract Unix socket name ("" when not listening)
+  std::string pid;
+  std::string encode() const {
+    return str_cat("tcp=", tcp, "\nhost=", host, "\nunix=", unix_name, "\npid=", pid);
   }
-  return UniqueFd(fd);
-}
+  static Record decode(const std::string& text) {
+    Record r;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(pos, end - pos);
+      const auto eq = line.find('=');
+      if (eq != std::string::npos) {
+        const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+        if (k == "tcp") r.tcp = v;
+        if (k == "host") r.host = v;
+        if (k == "unix") r.unix_name = v;
+        if (k == "pid") r.pid = v;
+      }
+      pos = end + 1;
+    }
+    return r;
+  }
+  // "10.0.0.7:41234 (pid 123 on host ab12...)"
+  std::string describe() const {
+    return str_cat(tcp, " (pid ", pid, ", host id ", host.substr(0, 16), ")");
+  }
+};
 
 void set_buffers(int fd, int bytes) {
   if (bytes <= 0) return;
@@ -62,8 +90,8 @@ void set_buffers(int fd, int bytes) {
 
 void set_data_options(int fd, const std::string& who) {
   int one = 1;
-  // TCP_NODELAY only costs latency if it fails; the mode is essential: the
-  // transport never blocks in a read or a write.
+  // TCP_NODELAY only costs latency if it fails (as on a Unix socket); the
+  // mode is essential: the transport never blocks in a read or a write.
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
@@ -81,109 +109,461 @@ void write_all(int fd, const void* data, size_t n, const Deadline& deadline,
     throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(r.error)));
 }
 
-void read_all(int fd, void* data, size_t n, const Deadline& deadline, const std::string& who) {
-  const IoResult r = recv_exact(fd, data, n, deadline.when());
+void read_all(int fd, void* data, size_t n, Clock::time_point until, const std::string& who) {
+  const IoResult r = recv_exact(fd, data, n, until);
   if (r.kind == IoResult::Kind::kTimeout)
-    throw TimeoutError(str_cat("reading the hello from ", who, " timed out ", deadline.describe()));
+    throw TimeoutError(str_cat("reading the hello from ", who, " timed out"));
   if (!r.ok()) {
     throw NetworkError(str_cat("reading the hello from ", who, " failed: ",
                                r.error == 0 ? "connection closed" : std::strerror(r.error)));
   }
 }
 
-std::pair<std::string, uint16_t> split_address(const std::string& address) {
+// "host:port" or "[v6]:port" -> host, port.
+std::pair<std::string, std::string> split_address(const std::string& address) {
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) throw StoreError(str_cat("malformed address '", address, "'"));
-  return {address.substr(0, colon), static_cast<uint16_t>(std::stoi(address.substr(colon + 1)))};
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {host, address.substr(colon + 1)};
 }
 
-// Connects to a peer's listener, retrying refusals until the deadline. Each
-// attempt re-reads the address: a stale one left in the store by an earlier
-// group of the same name is replaced when the peer publishes its new one.
-UniqueFd connect_to(const std::function<std::string()>& read_address, int rank, int size, int peer,
-                    int buffer_bytes, const Deadline& deadline, std::string* address_out) {
+std::string join_address(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? str_cat("[", host, "]:", port)
+                                             : str_cat(host, ":", port);
+}
+
+std::string numeric_host(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  } else {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+UniqueFd new_socket(int family, int type, std::string_view purpose, int rank, int size) {
+  const int fd = ::socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    const int err = errno;
+    throw NetworkError(str_cat("rank ", rank, " cannot open a socket ", purpose, ": ",
+                               describe_fd_failure("socket()", err, size)));
+  }
+  return UniqueFd(fd);
+}
+
+// Connects to `address` (a name or an IPv4/IPv6 literal, each resolved
+// address in turn), retrying refusals until the deadline.
+UniqueFd connect_tcp_to(const std::string& address, int rank, int size, int peer, int buffer_bytes,
+                        const Deadline& deadline) {
+  const auto [host, port] = split_address(address);
   Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(200)});
   for (;;) {
-    const std::string address = read_address();
-    *address_out = address;
-    const auto [host, port] = split_address(address);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
-      throw NetworkError(str_cat("rank ", peer, " published the address '", address,
-                                 "', which is not an IPv4 address"));
-    }
-    UniqueFd fd = open_socket(SOCK_STREAM | SOCK_NONBLOCK,
-                              str_cat("to connect to rank ", peer, " at ", address), rank, size);
-    set_buffers(fd.get(), buffer_bytes);
-    int err = 0;
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        // A poll error falls through: SO_ERROR below reports it.
-        if (wait_socket(fd.get(), POLLOUT, deadline.when()).kind == IoResult::Kind::kTimeout) {
-          throw TimeoutError(str_cat("connecting to rank ", peer, " at ", address, " timed out ",
-                                     deadline.describe()));
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const int gai = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+    int err = EHOSTUNREACH;
+    std::string gai_error;
+    if (gai != 0) gai_error = ::gai_strerror(gai);
+    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
+      UniqueFd fd = new_socket(ai->ai_family, SOCK_STREAM,
+                               str_cat("to connect to rank ", peer, " at ", address), rank, size);
+      set_buffers(fd.get(), buffer_bytes);
+      err = 0;
+      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          if (wait_socket(fd.get(), POLLOUT, deadline.when()).kind == IoResult::Kind::kTimeout) {
+            ::freeaddrinfo(res);
+            throw TimeoutError(str_cat("connecting to rank ", peer, " at ", address, " timed out ",
+                                       deadline.describe()));
+          }
+          socklen_t len = sizeof err;
+          if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         }
-        socklen_t len = sizeof err;
-        if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      }
+      if (err == 0) {
+        ::freeaddrinfo(res);
+        return fd;
       }
     }
-    if (err == 0) return fd;
-    if (deadline.expired() || (err != ECONNREFUSED && err != ETIMEDOUT && err != EAGAIN)) {
+    if (res) ::freeaddrinfo(res);
+    const bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN ||
+                       err == EHOSTUNREACH || gai == EAI_AGAIN;
+    if (deadline.expired() || !retry) {
       throw NetworkError(str_cat("connecting to rank ", peer, " at ", address,
-                                 " failed: ", std::strerror(err), " ", deadline.describe()));
+                                 " failed: ", gai_error.empty() ? std::strerror(err) : gai_error,
+                                 " ", deadline.describe()));
     }
     backoff.sleep(deadline);
   }
 }
 
-std::string ipv4_of_interface(const std::string& ifname) {
+sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof sa.sun_path - 1);
+  std::memcpy(sa.sun_path + 1, name.data(), n);  // sun_path[0] = 0: the abstract namespace
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return sa;
+}
+
+// Connects to a peer's abstract Unix socket (no file anywhere: the name
+// lives in the network namespace and dies with the listener).
+UniqueFd connect_unix_to(const std::string& name, const Deadline& deadline, int* err_out) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) {
+    *err_out = errno;
+    return fd;
+  }
+  socklen_t len;
+  const sockaddr_un sa = abstract_address(name, &len);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) == 0) return fd;
+  int err = errno;
+  if (err == EINPROGRESS || err == EAGAIN) {
+    // A full backlog: wait for room (the listener accepts as it progresses).
+    if (wait_socket(fd.get(), POLLOUT, deadline.when()).kind == IoResult::Kind::kOk) {
+      socklen_t l = sizeof err;
+      if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &l) != 0) err = errno;
+      if (err == 0) return fd;
+    }
+  }
+  *err_out = err;
+  return UniqueFd();
+}
+
+std::string ip_of_interface(const std::string& ifname) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) throw NetworkError(str_cat("getifaddrs: ", std::strerror(errno)));
-  std::string found;
+  std::string v4, v6;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
-    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && ifname == i->ifa_name) {
-      char buf[INET_ADDRSTRLEN];
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
-      found = buf;
-      break;
+    if (!i->ifa_addr || ifname != i->ifa_name) continue;
+    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = numeric_host(i->ifa_addr);
+    if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      const auto* a6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      if (!IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) v6 = numeric_host(i->ifa_addr);
     }
   }
   ::freeifaddrs(list);
-  if (found.empty()) {
+  if (v4.empty() && v6.empty()) {
     throw InvalidArgument(
-        str_cat("COLLIE_SOCKET_IFNAME=", ifname, ": no such interface with an IPv4 address"));
+        str_cat("COLLIE_SOCKET_IFNAME=", ifname, ": no such interface with an IP address"));
   }
-  return found;
+  return v4.empty() ? v6 : v4;
 }
 
 // The local address the kernel would use to reach `host` (a UDP connect
 // sends nothing).
 std::string route_to(const std::string& host) {
   addrinfo hints{};
-  hints.ai_family = AF_INET;
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
   std::string out;
-  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   // Without a socket there is no route to ask for: the caller falls back.
   if (fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
+    sockaddr_storage local{};
     socklen_t len = sizeof local;
     if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
-      out = buf;
+      out = numeric_host(reinterpret_cast<sockaddr*>(&local));
     }
   }
   ::freeaddrinfo(res);
   return out;
 }
 
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string random_hex() {
+  std::random_device rd;
+  return str_cat(std::hex, rd(), rd());
+}
+
+size_t shm_ring_bytes() {
+  const char* env = std::getenv("COLLIE_SHM_BYTES");
+  if (!env || !*env) return kDefaultShmRingBytes;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(env, &end, 10);
+  if (!end || *end != '\0' || v < 4096 || v > (1ull << 34)) {
+    throw InvalidArgument(str_cat("COLLIE_SHM_BYTES='", env,
+                                  "': expected the bytes of each shared-memory ring, from 4096 "
+                                  "to 2^34"));
+  }
+  return static_cast<size_t>(v);
+}
+
+// The PeerLinker of one communicator: its listeners, the gates that
+// authenticate what connects to them, and the records of the peers read so
+// far.
+class Linker final : public PeerLinker {
+ public:
+  Linker(Store& store, int rank, int size, const CommunicatorOptions& options,
+         TransportChoice choice, std::string base, std::string host, UniqueFd tcp_listener,
+         UniqueFd unix_listener, std::string address, const std::string& unix_name)
+      : store_(store),
+        rank_(rank),
+        size_(size),
+        group_(group_hash(options.store_prefix)),
+        prefix_(options.store_prefix),
+        buffer_bytes_(options.socket_buffer_bytes),
+        choice_(choice),
+        base_(std::move(base)),
+        host_(std::move(host)),
+        tcp_listener_(std::move(tcp_listener)),
+        unix_listener_(std::move(unix_listener)),
+        ring_bytes_(choice == TransportChoice::kTcp ? 0 : shm_ring_bytes()),
+        identity_{group_, size, rank, address},
+        unix_identity_{group_, size, rank, str_cat(address, " (unix ", unix_name, ")")},
+        secret_(JobSecret::from_env()),
+        tcp_gate_(tcp_listener_.get(), secret_, identity_) {
+    if (unix_listener_) unix_gate_.emplace(unix_listener_.get(), secret_, unix_identity_);
+  }
+
+  void remember(int peer, Record r) { records_[peer] = std::move(r); }
+
+  std::string address_of(int peer) const override {
+    auto it = records_.find(peer);
+    return it == records_.end() ? std::string("address not read yet") : it->second.tcp;
+  }
+
+  void poll_fds(std::vector<int>* fds) const override {
+    fds->push_back(tcp_listener_.get());
+    if (unix_listener_) fds->push_back(unix_listener_.get());
+  }
+
+  std::unique_ptr<Channel> connect(int peer, const Deadline& deadline,
+                                   std::string* address) override {
+    const Record& r = record(peer, deadline);
+    *address = r.tcp;
+    const std::string who = str_cat("rank ", peer, " (", r.tcp, ")");
+    const bool same_host = r.host == host_;
+    if (choice_ == TransportChoice::kShm && !same_host) {
+      throw InvalidArgument(str_cat("COLLIE_TRANSPORT=shm, but rank ", peer, " (", r.tcp,
+                                    ", host id ", r.host, ") is not on this rank's host (", host_,
+                                    "): use COLLIE_TRANSPORT=auto or tcp"));
+    }
+    if (choice_ != TransportChoice::kTcp && same_host && !r.unix_name.empty()) {
+      int err = 0;
+      UniqueFd fd = connect_unix_to(r.unix_name, deadline, &err);
+      if (fd) {
+        introduce(fd.get(), peer, deadline, who);
+        std::string why;
+        auto channel = shm_connect(fd, ring_bytes_, deadline, who, &why);
+        if (channel) return channel;
+        COLLIE_LOG(kWarn) << "rank " << rank_ << ": shared memory with " << who
+                          << " does not work (" << why << "); using the socket instead";
+        return make_tcp_channel(std::move(fd));
+      }
+      if (choice_ == TransportChoice::kShm) {
+        throw NetworkError(str_cat("COLLIE_TRANSPORT=shm, but connecting to ", who,
+                                   "'s local socket failed: ", std::strerror(err)));
+      }
+      COLLIE_LOG(kWarn) << "rank " << rank_ << ": " << who
+                        << " has this rank's host id but its local socket is out of reach ("
+                        << std::strerror(err) << "); using TCP";
+    }
+    UniqueFd fd = connect_tcp_to(r.tcp, rank_, size_, peer, buffer_bytes_, deadline);
+    introduce(fd.get(), peer, deadline, who);
+    set_data_options(fd.get(), who);
+    return make_tcp_channel(std::move(fd));
+  }
+
+  std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until, bool wait) override {
+    std::map<int, std::string> missing;
+    // One key per rank, not per call: ranks may be one call apart when the
+    // group stalls, and a timeout breaks the group for good, so there is
+    // only ever one roll call.
+    (void)seq;
+    auto key = [&](int r) { return str_cat(base_, "/probe/", r); };
+    try {
+      store_.set(key(rank_), "answered");
+      if (!wait) return missing;
+      std::vector<std::string> keys;
+      for (int r = 0; r < size_; ++r) keys.push_back(key(r));
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      try {
+        store_.wait(keys, std::max(left, std::chrono::milliseconds(1)));
+        return missing;
+      } catch (const TimeoutError&) {
+      }
+      const Deadline quick(std::chrono::seconds(5));
+      for (int r = 0; r < size_; ++r) {
+        if (!store_.check({keys[r]})) missing[r] = record(r, quick).tcp;
+      }
+    } catch (const Error& e) {
+      COLLIE_LOG(kWarn) << "rank " << rank_ << ": the timeout probe's roll call in the store "
+                        << "failed: " << e.what();
+    }
+    return missing;
+  }
+
+  std::vector<Arrival> accept_ready(const Deadline& deadline) override {
+    std::vector<Arrival> out;
+    // One pass: an expired deadline makes each gate look once and return.
+    const Deadline now(std::chrono::milliseconds(0));
+    while (auto a = tcp_gate_.accept(now)) out.push_back(admit(*a, false, deadline));
+    if (unix_gate_) {
+      while (auto a = unix_gate_->accept(now)) out.push_back(admit(*a, true, deadline));
+    }
+    return out;
+  }
+
+ private:
+  const Record& record(int peer, const Deadline& deadline) {
+    auto it = records_.find(peer);
+    if (it != records_.end()) return it->second;
+    const std::string key = str_cat(base_, "/addr/", peer);
+    try {
+      store_.wait({key}, deadline.remaining());
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(str_cat("rank ", rank_, " waited ", deadline.describe(), " for rank ",
+                                 peer, "'s address under '", key, "': ", e.what()));
+    }
+    return records_[peer] = Record::decode(to_string(store_.get(key)));
+  }
+
+  void introduce(int fd, int peer, const Deadline& deadline, const std::string& who) {
+    // With a job secret, prove it (and check the peer's) before the hello.
+    authenticate_to_peer(fd, secret_, identity_, peer, deadline, who);
+    const Hello hello{kWireMagic, group_, rank_, size_,
+                      static_cast<uint32_t>(identity_.address.size())};
+    write_all(fd, &hello, sizeof hello, deadline, who);
+    write_all(fd, identity_.address.data(), identity_.address.size(), deadline, who);
+  }
+
+  Arrival admit(const PeerGate::Admitted& admitted, bool local, const Deadline& deadline) {
+    UniqueFd fd(admitted.fd);
+    const auto until = std::min(deadline.when(), Clock::now() + kHelloLimit);
+    Hello hello{};
+    read_all(fd.get(), &hello, sizeof hello, until,
+             str_cat("a peer connecting from ", admitted.remote));
+    if (hello.magic != kWireMagic || hello.group != group_ || hello.size != size_ ||
+        hello.rank <= rank_ || hello.rank >= size_ || hello.address_bytes > 256 ||
+        (admitted.rank >= 0 && hello.rank != admitted.rank)) {
+      throw NetworkError(str_cat("rank ", rank_, " (", identity_.address, ", group '", prefix_,
+                                 "', size ", size_, ") got an unexpected hello from ",
+                                 admitted.remote, ": rank ", hello.rank, ", size ", hello.size,
+                                 ", group hash ", hello.group, " (expected ", group_, ")"));
+    }
+    std::string address(hello.address_bytes, '\0');
+    read_all(fd.get(), address.data(), address.size(), until, str_cat("rank ", hello.rank));
+    const std::string who = str_cat("rank ", hello.rank, " (", address, ")");
+    set_data_options(fd.get(), who);
+    if (!local) return Arrival{hello.rank, make_tcp_channel(std::move(fd)), address};
+    std::string why;
+    auto channel = shm_accept(fd, deadline, who, &why);
+    if (!channel) {
+      COLLIE_LOG(kWarn) << "rank " << rank_ << ": shared memory with " << who << " does not work ("
+                        << why << "); using the socket instead";
+      channel = make_tcp_channel(std::move(fd));
+    }
+    return Arrival{hello.rank, std::move(channel), address};
+  }
+
+  Store& store_;
+  const int rank_, size_;
+  const uint32_t group_;
+  const std::string prefix_;
+  const int buffer_bytes_;
+  const TransportChoice choice_;
+  const std::string base_;  // "<prefix>/collectives/<round>": where the records are
+  const std::string host_;
+  UniqueFd tcp_listener_, unix_listener_;
+  const size_t ring_bytes_;
+  const PeerIdentity identity_, unix_identity_;
+  const JobSecret& secret_;
+  PeerGate tcp_gate_;
+  std::optional<PeerGate> unix_gate_;
+  std::map<int, Record> records_;
+};
+
+UniqueFd listen_tcp(const std::string& host, int rank, int size, int buffer_bytes,
+                    std::string* address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (const int gai = ::getaddrinfo(host.c_str(), "0", &hints, &res); gai != 0 || !res) {
+    throw InvalidArgument(
+        str_cat("rank ", rank, " cannot listen on '", host, "': ", ::gai_strerror(gai)));
+  }
+  UniqueFd fd = new_socket(res->ai_family, SOCK_STREAM, "to listen on", rank, size);
+  set_buffers(fd.get(), buffer_bytes);
+  const int rc = ::bind(fd.get(), res->ai_addr, res->ai_addrlen);
+  const int err = errno;
+  ::freeaddrinfo(res);
+  if (rc != 0) {
+    throw NetworkError(
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(err)));
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) {
+    throw NetworkError(
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
+  }
+  sockaddr_storage sa{};
+  socklen_t len = sizeof sa;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host,
+                               ": getsockname(): ", std::strerror(errno)));
+  }
+  const uint16_t port =
+      ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port
+                                     : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
+  *address = join_address(numeric_host(reinterpret_cast<sockaddr*>(&sa)), port);
+  return fd;
+}
+
+UniqueFd listen_unix(const std::string& name) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd) return fd;
+  socklen_t len;
+  const sockaddr_un sa = abstract_address(name, &len);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa), len) != 0 ||
+      ::listen(fd.get(), SOMAXCONN) != 0) {
+    COLLIE_LOG(kWarn) << "cannot listen on the local socket @" << name << ": "
+                      << std::strerror(errno) << "; peers on this host will use TCP";
+    return UniqueFd();
+  }
+  return fd;
+}
+
 }  // namespace
+
+TransportChoice resolve_transport(const std::string& option) {
+  std::string v = option;
+  if (v.empty()) {
+    const char* env = std::getenv("COLLIE_TRANSPORT");
+    v = env ? env : "";
+  }
+  if (v.empty() || v == "auto") return TransportChoice::kAuto;
+  if (v == "tcp") return TransportChoice::kTcp;
+  if (v == "shm") return TransportChoice::kShm;
+  throw InvalidArgument(str_cat("transport '", v,
+                                "' (COLLIE_TRANSPORT or the transport option): expected auto, "
+                                "tcp or shm"));
+}
+
+std::string host_id() {
+  if (const char* env = std::getenv("COLLIE_HOST_ID"); env && *env) return env;
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  struct stat st {};
+  const unsigned long long netns =
+      ::stat("/proc/self/ns/net", &st) == 0 ? static_cast<unsigned long long>(st.st_ino) : 0;
+  return str_cat(name, "/", read_first_line("/proc/sys/kernel/random/boot_id"), "/", netns);
+}
 
 std::string describe_fd_failure(std::string_view call, int err, int size) {
   std::string text = str_cat(call, ": ", std::strerror(err));
@@ -192,9 +572,11 @@ std::string describe_fd_failure(std::string_view call, int err, int size) {
     const std::string limit = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
                                   ? std::to_string(static_cast<unsigned long long>(rl.rlim_cur))
                                   : std::string("unknown");
-    text += str_cat(" (RLIMIT_NOFILE is ", limit, "; a world of ", size, " needs ", size,
-                    " descriptors per rank for the mesh, a listener and ", size - 1,
-                    " peer sockets, on top of what the process already holds: raise `ulimit -n`)");
+    text +=
+        str_cat(" (RLIMIT_NOFILE is ", limit, "; a rank of a world of ", size,
+                " holds two listeners and one descriptor per peer it talks to, up to ", size - 1,
+                " when its algorithms talk to every peer, on top of what the "
+                "process already holds: raise `ulimit -n`)");
   }
   return text;
 }
@@ -202,7 +584,7 @@ std::string describe_fd_failure(std::string_view call, int err, int size) {
 std::string resolve_bind_host(const std::string& bind_host) {
   if (!bind_host.empty()) return bind_host;
   if (const char* ifname = std::getenv("COLLIE_SOCKET_IFNAME"); ifname && *ifname) {
-    return ipv4_of_interface(ifname);
+    return ip_of_interface(ifname);
   }
   if (const char* master = std::getenv("MASTER_ADDR"); master && *master) {
     const std::string routed = route_to(master);
@@ -211,104 +593,93 @@ std::string resolve_bind_host(const std::string& bind_host) {
   return "127.0.0.1";
 }
 
-Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& options) {
+Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions& options) {
   const Deadline deadline(options.timeout);
-  const uint32_t group = group_hash(options.store_prefix);
+  const TransportChoice choice = resolve_transport(options.transport);
   const std::string host = resolve_bind_host(options.bind_host);
+  const std::string me = host_id();
 
-  // Listen first, publish second: a peer that reads our address can connect
+  // Listen first, publish second: a peer that reads our record can connect
   // at once (the kernel queues it until we accept).
-  UniqueFd listener = open_socket(SOCK_STREAM | SOCK_NONBLOCK, "to listen on", rank, size);
-  set_buffers(listener.get(), options.socket_buffer_bytes);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) {
-    throw InvalidArgument(str_cat("bind host '", host, "' is not an IPv4 address"));
+  Bootstrap out;
+  UniqueFd tcp_listener = listen_tcp(host, rank, size, options.socket_buffer_bytes, &out.address);
+  std::string unix_name;
+  UniqueFd unix_listener;
+  if (choice != TransportChoice::kTcp) {
+    unix_name = str_cat("collie-", group_hash(options.store_prefix), "-", rank, "-", random_hex());
+    unix_listener = listen_unix(unix_name);
+    if (!unix_listener) unix_name.clear();
   }
-  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
-    throw NetworkError(
-        str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(errno)));
-  }
-  if (::listen(listener.get(), std::max(size, 16)) != 0) {
-    throw NetworkError(
-        str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
-  }
-  socklen_t len = sizeof sa;
-  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host,
-                               ": getsockname(): ", std::strerror(errno)));
-  }
-  Mesh mesh;
-  mesh.address = str_cat(host, ":", ntohs(sa.sin_port));
-  mesh.connections.resize(size);
-  const JobSecret& secret = JobSecret::from_env();
-  const PeerIdentity identity{group, size, rank, mesh.address};
-  store.set(addr_key(options.store_prefix, rank), mesh.address);
+  const Record mine{out.address, me, unix_name, std::to_string(::getpid())};
 
-  // Connect to every lower rank.
-  for (int peer = 0; peer < rank; ++peer) {
-    const std::string key = addr_key(options.store_prefix, peer);
-    try {
-      store.wait({key}, deadline.remaining());
-    } catch (const TimeoutError& e) {
-      throw TimeoutError(str_cat("rank ", rank, " waited ", deadline.describe(), " for rank ", peer,
-                                 " to publish its address under '", key, "': ", e.what()));
-    }
-    std::string address;
-    UniqueFd fd = connect_to([&] { return to_string(store.get(key)); }, rank, size, peer,
-                             options.socket_buffer_bytes, deadline, &address);
-    const Hello hello{kWireMagic, group, rank, size, static_cast<uint32_t>(mesh.address.size())};
-    const std::string who = str_cat("rank ", peer, " (", address, ")");
-    // With a job secret, prove it (and check the peer's) before the hello.
-    authenticate_to_peer(fd.get(), secret, identity, peer, deadline, who);
-    write_all(fd.get(), &hello, sizeof hello, deadline, who);
-    write_all(fd.get(), mesh.address.data(), mesh.address.size(), deadline, who);
-    set_data_options(fd.get(), who);
-    mesh.connections[peer] = std::make_unique<Connection>(fd.release(), peer, address);
-  }
+  // The join round: the n-th arrival at this prefix joins round (n-1)/size,
+  // so a group re-created under the same name never reads an earlier
+  // group's records.
+  const std::string prefix = str_cat(options.store_prefix, "/collectives");
+  const int64_t arrival = store.add(str_cat(prefix, "/arrivals"), 1);
+  const std::string base = str_cat(prefix, "/", (arrival - 1) / size);
+  auto key = [&](std::string_view what) { return str_cat(base, "/", what); };
+  const std::string ready_key = key("ready");
 
-  // Accept every higher rank; each says who it is. The gate authenticates
-  // them when there is a job secret, refusing strangers without stopping.
-  PeerGate gate(listener.get(), secret, identity);
-  for (int accepted = 0; accepted < size - 1 - rank; ++accepted) {
-    UniqueFd fd;
-    int authenticated_rank = -1;
-    for (;;) {
-      if (auto admitted = gate.accept(deadline)) {
-        fd = UniqueFd(admitted->fd);
-        authenticated_rank = admitted->rank;
-        break;
-      }
-      {
-        std::vector<int> missing;
-        for (int p = rank + 1; p < size; ++p) {
-          if (!mesh.connections[p]) missing.push_back(p);
-        }
-        throw TimeoutError(
-            str_cat("rank ", rank, " (", mesh.address, ") waited ", deadline.describe(),
-                    " for rank(s) ", join(missing, ", "), " to connect",
-                    gate.last_refusal().empty() ? "" : "; last refused: ", gate.last_refusal()));
-      }
-    }
-    Hello hello{};
-    read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting peer");
-    if (hello.magic != kWireMagic || hello.group != group || hello.size != size ||
-        hello.rank <= rank || hello.rank >= size || mesh.connections[hello.rank] ||
-        hello.address_bytes > 256 ||
-        (authenticated_rank >= 0 && hello.rank != authenticated_rank)) {
-      throw NetworkError(
-          str_cat("rank ", rank, " (", mesh.address, ", group '", options.store_prefix, "', size ",
-                  size, ") got an unexpected hello: rank ", hello.rank, ", size ", hello.size,
-                  ", group hash ", hello.group, " (expected ", group, ")"));
-    }
-    std::string address(hello.address_bytes, '\0');
-    read_all(fd.get(), address.data(), address.size(), deadline, str_cat("rank ", hello.rank));
-    set_data_options(fd.get(), str_cat("rank ", hello.rank, " (", address, ")"));
-    mesh.connections[hello.rank] = std::make_unique<Connection>(fd.release(), hello.rank, address);
+  // Publishing with compare_set catches a second process with this rank:
+  // it finds the first one's record and tells every rank.
+  const std::string mine_text = mine.encode();
+  const std::string addr_key = key(str_cat("addr/", rank));
+  const std::string current = to_string(store.compare_set(addr_key, {}, to_bytes(mine_text)));
+  if (current != mine_text) {
+    const Record first = Record::decode(current);
+    const std::string error = str_cat("rank ", rank, " joined group '", options.store_prefix,
+                                      "' twice, from ", first.describe(), " and from ",
+                                      mine.describe(), ": two processes were given the same RANK");
+    // The extra process also pushed a rank of this group into the next
+    // round: tell that one too.
+    store.set(ready_key, str_cat("error: ", error));
+    store.set(str_cat(prefix, "/", (arrival - 1) / size + 1, "/ready"), str_cat("error: ", error));
+    throw NetworkError(error);
   }
-  COLLIE_LOG(kDebug) << "rank " << rank << " connected to " << size - 1 << " peers from "
-                     << mesh.address;
-  return mesh;
+  const std::string host_key = key(str_cat("host/", me));
+  store.add(host_key, 1);
+  if (store.add(key("joined"), 1) == size) store.set(ready_key, "ok");
+  try {
+    store.wait({ready_key}, deadline.remaining());
+  } catch (const TimeoutError&) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(key(str_cat("addr/", r)));
+    std::vector<std::string> missing;
+    for (int r = 0; r < size; ++r) {
+      if (!store.check({keys[r]})) missing.push_back(std::to_string(r));
+    }
+    // Leave no trace, so that a retry under the same name is no duplicate.
+    store.delete_key(addr_key);
+    store.add(key("joined"), -1);
+    throw TimeoutError(str_cat("rank ", rank, " (", out.address, ") waited ", deadline.describe(),
+                               " for rank(s) ", join(missing, ", "), " to join group '",
+                               options.store_prefix,
+                               "' (they never published their address "
+                               "under '",
+                               base, "/addr/<rank>')"));
+  }
+  const std::string ready = to_string(store.get(ready_key));
+  if (ready.rfind("error: ", 0) == 0) throw NetworkError(ready.substr(7));
+  out.local_ranks = static_cast<int>(store.add(host_key, 0));
+
+  auto linker = std::make_unique<Linker>(store, rank, size, options, choice, base, me,
+                                         std::move(tcp_listener), std::move(unix_listener),
+                                         out.address, unix_name);
+  // The ring neighbours, which nearly every algorithm talks to, in one
+  // request; other peers are read when first needed.
+  const int left = (rank + size - 1) % size, right = (rank + 1) % size;
+  std::vector<int> peers{left};
+  if (right != left) peers.push_back(right);
+  std::vector<std::string> keys;
+  for (int p : peers) keys.push_back(key(str_cat("addr/", p)));
+  const std::vector<Bytes> values = store.multi_get(keys);
+  for (size_t i = 0; i < peers.size(); ++i)
+    linker->remember(peers[i], Record::decode(to_string(values[i])));
+  out.linker = std::move(linker);
+  COLLIE_LOG(kDebug) << "rank " << rank << " joined as " << out.address << " with "
+                     << out.local_ranks << " rank(s) on its host";
+  return out;
 }
 
 }  // namespace collie

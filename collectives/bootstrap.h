@@ -1,5 +1,16 @@
-// Wiring a communicator up: listen, publish the address in the store, connect
-// the full mesh and check every peer's identity, within one deadline.
+// Wiring a communicator up: listen (TCP, and a Unix socket for ranks on the
+// same host), publish this rank's record in the store, wait until every rank
+// has joined, and hand the Transport a PeerLinker that connects peers when an
+// algorithm first talks to them (lazy connections: a rank's sockets grow
+// with the peers it talks to, not with the world). Each pair's channel is
+// chosen when it connects: shared memory when both ranks are on one host
+// (same host id) and the pair proves it works, else TCP.
+//
+// Store work is O(1) per rank, O(N) for the job: one add to find the join
+// round, one compare_set to publish the record (which is how a rank that
+// joins twice is caught), one add and one wait for the join barrier, and a
+// multi_get of the ring neighbours' records; any other peer's record is read
+// when that peer is first needed.
 #pragma once
 
 #include <memory>
@@ -7,29 +18,39 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "collectives/connection.h"
+#include "collectives/transport.h"
 
 namespace collie {
 
-struct Mesh {
-  std::string address;                                   // this rank's "host:port"
-  std::vector<std::unique_ptr<Connection>> connections;  // by rank, null for self
+enum class TransportChoice { kAuto, kTcp, kShm };
+// options.transport, else COLLIE_TRANSPORT, else auto; InvalidArgument for
+// anything but auto, tcp or shm.
+TransportChoice resolve_transport(const std::string& option);
+
+// COLLIE_HOST_ID, else hostname + boot id + network namespace inode: ranks
+// with the same host id share memory; different network namespaces count as
+// different hosts (which is how the tests make several "hosts").
+std::string host_id();
+
+struct Bootstrap {
+  std::string address;                 // this rank's TCP "host:port"
+  int local_ranks = 1;                 // ranks (this one included) with this host id
+  std::unique_ptr<PeerLinker> linker;  // connects peers on first use
 };
 
-// Every pair (i < j) gets one connection, opened by j to i's listener, which
-// j finds under "<prefix>/collectives/addr/<i>". The connector introduces
-// itself with a hello (magic, group hash, rank, size, its address).
-Mesh build_mesh(Store& store, int rank, int size, const CommunicatorOptions& options);
+// Joins the group (see above) within options.timeout. Throws TimeoutError
+// naming the ranks that never joined, NetworkError when a rank joined twice
+// (on every rank, promptly), InvalidArgument for a bad option.
+Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions& options);
 
 // The address to listen on: options.bind_host, else COLLIE_SOCKET_IFNAME's
-// IPv4 address, else the one that routes to MASTER_ADDR, else 127.0.0.1.
+// address, else the one that routes to MASTER_ADDR, else 127.0.0.1.
 std::string resolve_bind_host(const std::string& bind_host);
 
-// "socket(): Too many open files (RLIMIT_NOFILE is 64; a world of 6 needs
-// ...)": why `call`, which creates a descriptor, failed with `err` on a rank
-// of a `size`-rank world. Running out of descriptors is the usual cause at
-// scale (each rank holds a listener plus one socket per peer), so that case
-// names the limit and what the world needs.
+// "socket(): Too many open files (RLIMIT_NOFILE is 64; ...)": why `call`,
+// which creates a descriptor, failed with `err` on a rank of a `size`-rank
+// world. Running out of descriptors is the usual cause at scale, so that case
+// names the limit and what a rank needs.
 std::string describe_fd_failure(std::string_view call, int err, int size);
 
 }  // namespace collie

@@ -17,7 +17,7 @@ void broadcast(Transport& t, const AlgorithmConfig& cfg, TensorView tensor, int 
   const size_t bytes = tensor.nbytes();
   auto* data = static_cast<uint8_t*>(tensor.data);
 
-  if (bytes <= cfg.small_message_bytes) {
+  if (bytes <= cfg.small_message_bytes && P <= kDirectPeers) {
     if (r == root) {
       for (int p = 0; p < P; ++p) {
         if (p != root) t.send(p, data, bytes);

@@ -1,7 +1,7 @@
 // Communicator: a connected group of ranks running collie's CPU collectives
-// over TCP. It is the synchronous layer under the socket ProcessGroup (which
-// adds the worker thread and Work objects): every call blocks until the
-// collective is finished on this rank, fails, or its deadline passes.
+// over shared memory between ranks on one host and TCP between hosts. It is the synchronous layer
+// under the socket ProcessGroup (which adds the worker thread and Work objects): every call blocks
+// until the collective is finished on this rank, fails, or its deadline passes.
 //
 //   auto comm = Communicator::connect(store, rank, size, {.store_prefix = "default_pg"});
 //   comm->all_reduce(view(grads), view(grads), ReduceOp::kSum, Deadline(std::chrono::seconds(60)));
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/all_reduce_algorithm.h"
 #include "rendezvous/store.h"
@@ -28,10 +29,21 @@
 namespace collie {
 
 struct CommunicatorOptions {
-  // Address to listen on and publish. "": COLLIE_SOCKET_IFNAME's IPv4
+  // Address to listen on and publish (IPv4 or IPv6). "": COLLIE_SOCKET_IFNAME's
   // address, else the local address that routes to MASTER_ADDR, else
   // 127.0.0.1.
   std::string bind_host;
+  // The channels: "auto" (shared memory between ranks with the same host id,
+  // TCP otherwise), "tcp" (TCP everywhere) or "shm" (shared memory, an error
+  // for a peer on another host). "": COLLIE_TRANSPORT, else auto.
+  std::string transport;
+  // Connect every peer at init (the full mesh) instead of on first use.
+  // For measurements (docs/performance.md; COLLIE_CONNECT_ALL=1 too); lazy
+  // is the default.
+  bool connect_all = false;
+  // A call still waiting after this long logs a WARN line (then each time
+  // its wait doubles, at most every 5 min); COLLIE_REPORT_AFTER overrides.
+  Timeout report_after = std::chrono::seconds(30);
   // Key namespace of this group in the store ("default_pg", "group_3"); also
   // hashed into every message header so that groups never cross-talk.
   std::string store_prefix = "collie";
@@ -55,11 +67,11 @@ struct CommunicatorOptions {
 
 class Communicator {
  public:
-  // Listens, publishes "host:port" under the store prefix, connects to every
-  // peer and checks each peer's identity, all within options.timeout. Throws
-  // TimeoutError naming the ranks that never published or connected, or
-  // NetworkError naming the rank and address that failed. size == 1 opens no
-  // socket.
+  // Listens, publishes this rank's record under the store prefix and waits
+  // until every rank has, all within options.timeout (peers are connected
+  // when first used, with that call's deadline). Throws TimeoutError naming
+  // the ranks that never joined, NetworkError when a rank joined twice (on
+  // every rank). size == 1 opens no socket.
   static std::unique_ptr<Communicator> connect(Store& store, int rank, int size,
                                                const CommunicatorOptions& options = {});
   virtual ~Communicator() = default;
@@ -70,6 +82,10 @@ class Communicator {
   virtual int size() const = 0;
   // This rank's published "host:port" (empty when size == 1).
   virtual std::string address() const = 0;
+  // The channel kind to every connected peer ("tcp" or "shm"; "" for self
+  // and for peers not connected yet). With `connect`, connects them all
+  // first (a collective call then: every rank must make it).
+  virtual std::vector<std::string> channel_kinds(const Deadline& deadline, bool connect) = 0;
 
   // Every collective below: `deadline` bounds the whole call; CPU buffers only
   // (InvalidArgument for device buffers); counts may be 0. Errors: an

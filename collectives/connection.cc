@@ -1,10 +1,8 @@
 #include "collectives/connection.h"
 
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,11 +11,14 @@
 
 namespace collie {
 
-Connection::Connection(int fd, int peer, std::string address)
-    : fd_(fd), peer_(peer), address_(std::move(address)) {}
+Connection::Connection(std::unique_ptr<Channel> channel, int peer, std::string address)
+    : channel_(std::move(channel)), peer_(peer), address_(std::move(address)) {}
 
-Connection::~Connection() {
-  if (fd_ >= 0) ::close(fd_);
+Connection::~Connection() = default;
+
+void Connection::attach(std::unique_ptr<Channel> channel, std::string address) {
+  channel_ = std::move(channel);
+  address_ = std::move(address);
 }
 
 std::string Connection::name() const { return str_cat("rank ", peer_, " (", address_, ")"); }
@@ -32,7 +33,7 @@ void Connection::post_recv(const WireHeader& expected, void* data) {
 
 long Connection::progress_send(int* err) {
   long moved = 0;
-  while (!sends_.empty()) {
+  while (!sends_.empty() && channel_) {
     SendOp& op = sends_.front();
     const size_t total = kHeaderBytes + op.header.payload_bytes;
     iovec iov[2];
@@ -45,10 +46,7 @@ long Connection::progress_send(int* err) {
       iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done,
                   op.header.payload_bytes - payload_done};
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = n;
-    const ssize_t r = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t r = channel_->write(iov, n);
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -57,7 +55,7 @@ long Connection::progress_send(int* err) {
     }
     op.sent += static_cast<size_t>(r);
     moved += r;
-    if (op.sent < total) break;  // the socket buffer is full
+    if (op.sent < total) break;  // the channel is full
     sends_.pop_front();
     ++sends_completed_;
   }
@@ -90,10 +88,10 @@ ssize_t Connection::read_small_frame(RecvOp& op) {
   // buffer only if the header is the expected one. Anything read past a
   // header that is not (an abort frame's text, another call's data) goes to
   // the stash, where the rest of progress_recv() and read_abort_text() look
-  // first, exactly as if it were still in the socket.
+  // first, exactly as if it were still in the channel.
   uint8_t buf[kHeaderBytes + kBounceBytes];
   const size_t total = kHeaderBytes + op.expected.payload_bytes;
-  const ssize_t r = ::read(fd_, buf, total);
+  const ssize_t r = channel_->read(buf, total);
   if (r <= 0) return r;
   const size_t n = static_cast<size_t>(r);
   std::memcpy(&op.header, buf, std::min(n, kHeaderBytes));
@@ -102,14 +100,14 @@ ssize_t Connection::read_small_frame(RecvOp& op) {
     std::memcpy(op.data, buf + kHeaderBytes, n - kHeaderBytes);
     return r;
   }
-  stash_.assign(buf + kHeaderBytes, buf + n);  // the stash is empty when we read the socket
+  stash_.assign(buf + kHeaderBytes, buf + n);  // the stash is empty when we read the channel
   stash_pos_ = 0;
   return static_cast<ssize_t>(kHeaderBytes);
 }
 
 long Connection::progress_recv(RecvProblem* problem, int* err) {
   long moved = 0;
-  while (!recvs_.empty()) {
+  while (!recvs_.empty() && channel_) {
     RecvOp& op = recvs_.front();
     const size_t total = kHeaderBytes + op.expected.payload_bytes;
     const bool had_header = op.got >= kHeaderBytes;
@@ -122,15 +120,16 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       }
       // The header is read on its own and checked before the payload is
       // read straight into the caller's buffer (still zero-copy): reading
-      // both with one readv would let another call's payload land in the
-      // user's tensor before the mismatch is seen (a mismatched call must
-      // never mix data). The price is one extra read() per message, which small
+      // both at once would let another call's payload land in the user's
+      // tensor before the mismatch is seen (a mismatched call must never
+      // mix data). The price is one extra read per message, which small
       // messages avoid by reading the whole frame into a bounce buffer.
-      const ssize_t r =
-          op.got == 0 && op.expected.payload_bytes <= kBounceBytes ? read_small_frame(op)
-          : op.got < kHeaderBytes
-              ? ::read(fd_, reinterpret_cast<uint8_t*>(&op.header) + op.got, kHeaderBytes - op.got)
-              : ::read(fd_, op.data + (op.got - kHeaderBytes), total - op.got);
+      const ssize_t r = op.got == 0 && op.expected.payload_bytes <= kBounceBytes
+                            ? read_small_frame(op)
+                        : op.got < kHeaderBytes
+                            ? channel_->read(reinterpret_cast<uint8_t*>(&op.header) + op.got,
+                                             kHeaderBytes - op.got)
+                            : channel_->read(op.data + (op.got - kHeaderBytes), total - op.got);
       if (r == 0) {
         eof_ = true;
         *problem = RecvProblem::kEof;
@@ -153,7 +152,7 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       problem_header_ = op.header;
       const auto frame = static_cast<FrameType>(op.header.frame);
       if (op.header.magic == kWireMagic && frame == FrameType::kAbort) {
-        // Nothing past the header was read: the text is still in the socket
+        // Nothing past the header was read: the text is still in the channel
         // or the stash, where read_abort_text() finds it.
         problem_text_.clear();
         *problem = RecvProblem::kAbort;
@@ -167,7 +166,7 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
     if (op.got < total) {
       // A header just completed and checked: go on to read its payload.
       if (!had_header && op.got == kHeaderBytes) continue;
-      break;  // the socket (or the stash) has nothing more for now
+      break;  // the channel (or the stash) has nothing more for now
     }
     recvs_.pop_front();
     ++recvs_completed_;
@@ -175,26 +174,33 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
   return moved;
 }
 
+ssize_t Connection::read_some(void* data, size_t bytes) {
+  if (stash_pos_ < stash_.size()) {
+    const size_t n = std::min(bytes, stash_.size() - stash_pos_);
+    std::memcpy(data, stash_.data() + stash_pos_, n);
+    stash_pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  if (eof_ || !channel_) return 0;
+  const ssize_t r = channel_->read(data, bytes);
+  if (r == 0) eof_ = true;
+  return r;
+}
+
 std::string Connection::read_abort_text() {
   std::string text = problem_text_;
   const size_t want = problem_header_.payload_bytes;
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
   while (text.size() < want && std::chrono::steady_clock::now() < until) {
-    if (stash_pos_ < stash_.size()) {
-      const size_t n = std::min(want - text.size(), stash_.size() - stash_pos_);
-      text.append(reinterpret_cast<const char*>(stash_.data() + stash_pos_), n);
-      stash_pos_ += n;
-      continue;
-    }
     char buf[4096];
-    const ssize_t r = ::recv(fd_, buf, std::min(sizeof buf, want - text.size()), MSG_DONTWAIT);
+    const ssize_t r = read_some(buf, std::min(sizeof buf, want - text.size()));
     if (r > 0) {
       text.append(buf, static_cast<size_t>(r));
     } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       break;
     } else {
-      pollfd p{fd_, POLLIN, 0};
-      ::poll(&p, 1, 50);
+      PollEntry e{this, true, false};
+      poll_connections({&e, 1}, 50);
     }
   }
   return text;
@@ -202,8 +208,8 @@ std::string Connection::read_abort_text() {
 
 RecvProblem Connection::absorb(std::string* abort_text) {
   uint8_t buf[64 << 10];
-  while (!eof_) {
-    const ssize_t r = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+  while (!eof_ && channel_) {
+    const ssize_t r = channel_->read(buf, sizeof buf);
     if (r > 0) {
       stash_.insert(stash_.end(), buf, buf + r);
     } else if (r == 0) {
@@ -245,21 +251,115 @@ bool Connection::peek_header(WireHeader* header) {
     std::memcpy(header, stash_.data() + stash_pos_, kHeaderBytes);
     return true;
   }
-  const ssize_t r = ::recv(fd_, header, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
-  return r == static_cast<ssize_t>(kHeaderBytes);
+  if (!channel_) return false;
+  return channel_->peek(header, kHeaderBytes) == static_cast<ssize_t>(kHeaderBytes);
 }
 
 std::string Connection::take_abort_frame() {
   if (!peek_header(&problem_header_)) return "";
-  if (stash_pos_ < stash_.size()) {
-    stash_pos_ += kHeaderBytes;
-  } else {
-    WireHeader discard;
-    if (::recv(fd_, &discard, kHeaderBytes, MSG_DONTWAIT) != static_cast<ssize_t>(kHeaderBytes))
-      return "";
-  }
+  WireHeader discard;
+  if (read_some(&discard, kHeaderBytes) != static_cast<ssize_t>(kHeaderBytes)) return "";
   problem_text_.clear();
   return read_abort_text();
+}
+
+Connection::Skimmed Connection::skim(uint32_t group) {
+  if (!skimming_) {
+    if (recv_pending()) {
+      RecvProblem problem = RecvProblem::kNone;
+      int err = 0;
+      if (progress_recv(&problem, &err) >= 0) {
+        if (recv_pending()) return Skimmed::kNothingYet;  // the receive waits for more
+      } else {
+        const WireHeader& h = received_header();
+        switch (problem) {
+          case RecvProblem::kMismatch:
+            if (h.is_probe(group)) return Skimmed::kProbe;
+            if (h.magic != kWireMagic || h.group != group ||
+                h.frame != static_cast<uint8_t>(FrameType::kData)) {
+              return Skimmed::kGarbled;
+            }
+            // A frame of another call where this call's data was expected:
+            // the stream is not walked further, since the bytes behind such
+            // a header may already be in the stash.
+            return Skimmed::kOtherCall;
+          case RecvProblem::kAbort: return Skimmed::kAbort;
+          case RecvProblem::kGoodbye: return Skimmed::kGoodbye;
+          default: return Skimmed::kGone;
+        }
+      }
+    }
+    if (eof_) {
+      std::string ignored;
+      switch (absorb(&ignored)) {
+        case RecvProblem::kAbort: return Skimmed::kAbort;
+        case RecvProblem::kGoodbye: return Skimmed::kGoodbye;
+        default: return Skimmed::kGone;
+      }
+    }
+    skimming_ = true;  // from here on the stream is walked frame by frame
+  }
+  uint8_t scratch[16 << 10];
+  for (;;) {
+    ssize_t r;
+    if (skim_skip_ > 0) {
+      r = read_some(scratch, std::min<uint64_t>(skim_skip_, sizeof scratch));
+      if (r > 0) skim_skip_ -= static_cast<uint64_t>(r);
+    } else {
+      r = read_some(skim_head_ + skim_got_, kHeaderBytes - skim_got_);
+      if (r > 0) skim_got_ += static_cast<size_t>(r);
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Skimmed::kNothingYet;
+    if (r <= 0) return Skimmed::kGone;  // closed or reset without an abort frame: it died
+    if (skim_skip_ > 0 || skim_got_ < kHeaderBytes) continue;
+    WireHeader h;
+    std::memcpy(&h, skim_head_, kHeaderBytes);
+    skim_got_ = 0;
+    if (h.is_probe(group)) return Skimmed::kProbe;
+    if (h.magic != kWireMagic || h.group != group) return Skimmed::kGarbled;
+    switch (static_cast<FrameType>(h.frame)) {
+      case FrameType::kData: skim_skip_ = h.payload_bytes; break;
+      case FrameType::kAbort: return Skimmed::kAbort;
+      case FrameType::kGoodbye: return Skimmed::kGoodbye;
+      default: return Skimmed::kGarbled;
+    }
+  }
+}
+
+bool Connection::write_raw(const void* bytes, size_t size, size_t* sent) {
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  while (*sent < size) {
+    if (!channel_) return true;
+    iovec iov{const_cast<uint8_t*>(p + *sent), size - *sent};
+    const ssize_t r = channel_->write(&iov, 1);
+    if (r > 0) {
+      *sent += static_cast<size_t>(r);
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return true;
+    } else {
+      *sent = size;
+    }
+  }
+  return false;
+}
+
+void Connection::say_goodbye(uint32_t group) {
+  if (!channel_ || eof_) return;
+  const WireHeader bye = WireHeader::control(group, FrameType::kGoodbye, 0);
+  size_t sent = 0;
+  write_raw(&bye, sizeof bye, &sent);
+  channel_->shutdown_write();
+}
+
+void Connection::shutdown_write() {
+  if (channel_) channel_->shutdown_write();
+}
+
+void Connection::shutdown_both() {
+  if (channel_) channel_->shutdown_both();
 }
 
 size_t Connection::partial_send_remaining() const {
@@ -272,6 +372,48 @@ size_t Connection::partial_send_remaining() const {
 void Connection::clear() {
   sends_.clear();
   recvs_.clear();
+}
+
+Connection::PollRequest Connection::arm(bool want_read, bool want_write, bool* ready) {
+  *ready = false;
+  if (!channel_) return {-1, 0};
+  if (want_read && stash_pos_ < stash_.size()) *ready = true;
+  return {channel_->fd(), channel_->arm(want_read, want_write, ready)};
+}
+
+short Connection::disarm(short revents) {
+  if (!channel_) return 0;
+  short r = channel_->disarm(revents);
+  if (stash_pos_ < stash_.size()) r |= POLLIN;
+  return r;
+}
+
+std::string_view to_string(ChannelKind kind) { return kind == ChannelKind::kShm ? "shm" : "tcp"; }
+
+int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra) {
+  const size_t total = entries.size() + extra.size();
+  pollfd small[64];
+  std::vector<pollfd> big;
+  pollfd* fds = small;
+  if (total > 64) {
+    big.resize(total);
+    fds = big.data();
+  }
+  bool ready = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    bool r = false;
+    const auto req = entries[i].c->arm(entries[i].want_read, entries[i].want_write, &r);
+    fds[i] = pollfd{req.fd, req.events, 0};
+    ready |= r;
+  }
+  for (size_t i = 0; i < extra.size(); ++i) fds[entries.size() + i] = extra[i];
+  const int n = ::poll(fds, total, ready ? 0 : timeout_ms);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entries[i].ready = entries[i].c->disarm(n > 0 ? fds[i].revents : 0);
+  }
+  for (size_t i = 0; i < extra.size(); ++i)
+    extra[i].revents = n > 0 ? fds[entries.size() + i].revents : 0;
+  return n;
 }
 
 }  // namespace collie

@@ -1,24 +1,34 @@
-// Connection: one non-blocking TCP connection to one peer, with a FIFO of
-// posted sends and a FIFO of posted receives that the Transport advances
-// without ever blocking. A send writes header and payload with one sendmsg;
-// a receive reads the header alone, checks it against the call it expected,
-// and only then reads the payload straight into the caller's buffer, so that
-// a mismatched call never writes a byte of another call's data there.
+// Connection: the frames exchanged with one peer over one Channel (a TCP
+// socket or a shared-memory ring pair), with a FIFO of posted sends and a
+// FIFO of posted receives that the Transport advances without ever
+// blocking. The Connection owns the frame format (wire.h): a send writes
+// header and payload in one call; a receive reads the header alone, checks
+// it against the call it expected, and only then reads the payload straight
+// into the caller's buffer, so that a mismatched call never writes a byte of
+// another call's data there. On the failure paths it walks the stream frame
+// by frame (skim()) to find the control frame that says what happened.
 //
-// Bytes that arrive while nothing is posted stay in the kernel, except after
-// the peer hung up: then absorb() reads them into a stash (so that an abort
-// frame behind them can be found), and later receives take from the stash
-// first.
+// Bytes that arrive while nothing is posted stay in the channel, except
+// after the peer hung up: then absorb() reads them into a stash (so that an
+// abort frame behind them can be found), and later receives take from the
+// stash first.
+//
+// A Connection may exist before its channel does (lazy connections: a rank
+// posts to a peer that has not connected yet); operations then queue until
+// attach().
 #pragma once
+
+#include <poll.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
-#include <sys/types.h>
-
+#include "collectives/channel.h"
 #include "collectives/wire.h"
 
 namespace collie {
@@ -28,12 +38,16 @@ enum class RecvProblem { kNone, kMismatch, kAbort, kGoodbye, kEof, kError };
 
 class Connection {
  public:
-  Connection(int fd, int peer, std::string address);
+  // `channel` may be null: attach() it when the peer connects.
+  Connection(std::unique_ptr<Channel> channel, int peer, std::string address);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  int fd() const { return fd_; }
+  void attach(std::unique_ptr<Channel> channel, std::string address);
+  bool connected() const { return channel_ != nullptr; }
+  ChannelKind kind() const { return channel_ ? channel_->kind() : ChannelKind::kTcp; }
+  pid_t peer_pid() const { return channel_ ? channel_->peer_pid() : 0; }
   int peer() const { return peer_; }
   const std::string& address() const { return address_; }
   // "rank 3 (10.0.0.7:41234)"
@@ -49,8 +63,8 @@ class Connection {
   size_t sends_queued() const { return sends_.size(); }
   size_t recvs_queued() const { return recvs_.size(); }
 
-  // Write as much as the socket takes. Returns bytes moved; on a socket
-  // error returns -1 with the errno in *err.
+  // Write as much as the channel takes. Returns bytes moved; on an error
+  // returns -1 with the errno in *err.
   long progress_send(int* err);
   // Read as much as is there into the posted receives. Returns bytes moved,
   // or -1 with *problem set (and *err for kError). After kMismatch, kAbort or
@@ -78,11 +92,46 @@ class Connection {
   // its text.
   std::string take_abort_frame();
 
+  // The failure paths' reading: frames are walked until a control frame,
+  // data frames going into the receives still posted, or skipped. What
+  // skim() found:
+  enum class Skimmed {
+    kNothingYet,  // the channel has nothing more for now
+    kProbe,
+    kAbort,
+    kGoodbye,
+    kGone,       // closed or reset without a control frame: the peer died
+    kGarbled,    // bytes that are no frame of `group`
+    kOtherCall,  // a data frame of another call where a receive was posted
+  };
+  // kOtherCall: other_call() is the header that came.
+  Skimmed skim(uint32_t group);
+  const WireHeader& other_call() const { return problem_header_; }
+
+  // Error-path writes of raw bytes (probe, abort notice): writes what the
+  // channel takes of bytes[*sent, size). True when the rest has to wait; a
+  // peer that is gone counts as done (*sent = size).
+  bool write_raw(const void* bytes, size_t size, size_t* sent);
+  // An orderly goodbye frame, then shutdown for writing (best effort).
+  void say_goodbye(uint32_t group);
+  void shutdown_write();
+  void shutdown_both();  // thread-safe
+
   // For an abort notice: the bytes still owed on a half-written message
   // (the receiver is mid-frame and needs them to find the next header).
   size_t partial_send_remaining() const;
   // Drops every posted operation (after an error).
   void clear();
+
+  // poll() support (see Channel): the pollfd to wait on for the wanted
+  // directions (a hang-up is always watched), and what the returned events
+  // mean for the stream. *ready: no need to sleep.
+  struct PollRequest {
+    int fd;
+    short events;
+  };
+  PollRequest arm(bool want_read, bool want_write, bool* ready);
+  short disarm(short revents);
 
  private:
   struct SendOp {
@@ -101,8 +150,10 @@ class Connection {
   // bounce buffer (header checked before the payload is copied out).
   static constexpr size_t kBounceBytes = 4096;
   ssize_t read_small_frame(RecvOp& op);
+  // One read from the stash, else the channel.
+  ssize_t read_some(void* data, size_t bytes);
 
-  int fd_;
+  std::unique_ptr<Channel> channel_;
   int peer_;
   std::string address_;
   std::deque<SendOp> sends_;
@@ -114,6 +165,23 @@ class Connection {
   bool eof_ = false;
   WireHeader problem_header_;
   std::string problem_text_;  // abort text bytes already read
+  // skim()'s place in the stream once it walks frames itself.
+  bool skimming_ = false;
+  uint8_t skim_head_[kHeaderBytes];
+  size_t skim_got_ = 0;
+  uint64_t skim_skip_ = 0;  // payload bytes of a data frame still to discard
 };
+
+// One poll() over several connections. Each entry says which directions it
+// waits for; on return `ready` holds the stream readiness (disarm()). Does
+// not sleep when one is ready already. `extra` fds (listeners) are polled
+// alongside, their revents filled in. Returns poll()'s result.
+struct PollEntry {
+  Connection* c;
+  bool want_read;
+  bool want_write;
+  short ready = 0;
+};
+int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra = {});
 
 }  // namespace collie

@@ -55,7 +55,7 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Ten
   const size_t slot_bytes = n * es;
   auto* in_bytes = static_cast<const uint8_t*>(in.data);
 
-  if (slot_bytes * P <= cfg.small_message_bytes) {
+  if (slot_bytes * P <= cfg.small_message_bytes && P <= kDirectPeers) {
     auto* slots = static_cast<uint8_t*>(ws.get(0, P * slot_bytes));
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "collectives/bootstrap.h"
@@ -9,6 +10,7 @@
 #include "runtime/base/check.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
+#include "runtime/base/parse_duration.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie {
@@ -23,17 +25,6 @@ void check_tensor(const char* what, const char* name, const TensorView& t) {
                    " elements but a null data pointer");
 }
 
-std::string host_of(const std::string& address) { return address.substr(0, address.rfind(':')); }
-
-// Ranks (this one included) whose published address is on this host.
-int local_ranks(const Mesh& mesh) {
-  int local = 1;
-  for (const auto& c : mesh.connections) {
-    if (c && host_of(c->address()) == host_of(mesh.address)) ++local;
-  }
-  return local;
-}
-
 int available_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
@@ -45,6 +36,11 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
+Timeout report_after(Timeout option) {
+  const char* env = std::getenv("COLLIE_REPORT_AFTER");
+  return env && *env ? parse_duration(env, "COLLIE_REPORT_AFTER") : option;
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int size,
@@ -53,20 +49,38 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   COLLIE_ARG_CHECK(rank >= 0 && rank < size, "rank ", rank, " is not in [0, ", size, ")");
   COLLIE_ARG_CHECK_GT(options.segment_bytes, size_t{0}, "CommunicatorOptions::segment_bytes");
   COLLIE_ARG_CHECK_LE(options.segment_bytes, size_t{1} << 30, "CommunicatorOptions::segment_bytes");
+  const TransportChoice choice = resolve_transport(options.transport);
   if (size == 1) return std::make_unique<SocketCommunicator>(rank, size, "", nullptr, options);
-  Mesh mesh = build_mesh(store, rank, size, options);
+  Bootstrap boot = join_group(store, rank, size, options);
   // Oversubscribed (4 ranks on 2 cores) a spinning rank may hold the core of
   // the peer it waits for, so it spins for a shorter time; the transport's
   // back-off stops spins that keep failing either way.
-  const int local = local_ranks(mesh);
   const int cores = available_cores();
-  const auto spin = local > cores ? options.oversubscribed_spin : options.spin;
-  COLLIE_LOG(kDebug) << local << " ranks of " << size << " on this host with " << cores
-                     << " cores: spinning " << spin.count() << "us before sleeping";
+  TransportOptions topts;
+  topts.spin = boot.local_ranks > cores ? options.oversubscribed_spin : options.spin;
+  topts.report_after = report_after(options.report_after);
+  COLLIE_LOG(kDebug) << boot.local_ranks << " ranks of " << size << " on this host with " << cores
+                     << " cores: spinning " << topts.spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),
-                                               std::move(mesh.connections), spin);
-  return std::make_unique<SocketCommunicator>(rank, size, mesh.address, std::move(transport),
-                                              options);
+                                               std::vector<std::unique_ptr<Connection>>(size),
+                                               std::move(boot.linker), topts);
+  auto comm =
+      std::make_unique<SocketCommunicator>(rank, size, boot.address, std::move(transport), options);
+  const Deadline deadline(options.timeout);
+  // Every rank on one host: the shared-memory algorithms need every peer's
+  // channel (N-1 of them, all local), so connect them now and see whether
+  // every pair can read the others' memory.
+  const bool one_host = boot.local_ranks == size && choice != TransportChoice::kTcp;
+  // Otherwise the ring neighbours, which nearly every algorithm talks to,
+  // are connected now (so that a dead neighbour is found at init, and a
+  // failure reaches them as an abort frame); the rest on first use.
+  if (options.connect_all || one_host) {
+    comm->channel_kinds(deadline, true);
+  } else {
+    comm->connect_peers({(rank + size - 1) % size, (rank + 1) % size}, deadline);
+  }
+  if (one_host) comm->choose_shm_algorithms();
+  return comm;
 }
 
 SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
@@ -77,6 +91,14 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       address_(std::move(address)),
       transport_(std::move(transport)),
       config_{options.segment_bytes, options.small_message_bytes} {}
+
+void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline) {
+  // Op #0: the communicator's own calls at init are not numbered among the
+  // user's (whose first call is op #1). Every rank finishes them before
+  // its first user call, so frames of op #1 arriving early are in order.
+  call.seq = 0;
+  transport_->begin(call, deadline);
+}
 
 CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
   call.seq = ++seq_;
@@ -102,9 +124,16 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in and out overlap without being the same buffer");
   check_reduce_op(kWhat, out.dtype, op);
+  COLLIE_ARG_CHECK(algorithm != AllReduceAlgorithm::kShm || shm_algorithms_ || size_ == 1, kWhat,
+                   ": the shm algorithm needs every rank on one host, each able to read the "
+                   "others' memory (process_vm_readv)");
   if (algorithm == AllReduceAlgorithm::kAuto) {
-    algorithm = out.nbytes() <= config_.small_message_bytes ? AllReduceAlgorithm::kSmall
-                                                            : AllReduceAlgorithm::kRing;
+    // The direct exchange talks to every peer: beyond kDirectPeers TCP peers
+    // it would connect the whole world, so the ring (two peers) takes over.
+    const bool direct = size_ <= kDirectPeers || shm_algorithms_;
+    algorithm = out.nbytes() <= config_.small_message_bytes && direct ? AllReduceAlgorithm::kSmall
+                : shm_algorithms_                                     ? AllReduceAlgorithm::kShm
+                                                                      : AllReduceAlgorithm::kRing;
   }
   CallInfo call{CollectiveKind::kAllReduce, out.dtype, op, 0, out.count};
   call.algorithm = static_cast<uint8_t>(algorithm);
@@ -115,6 +144,8 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   }
   if (algorithm == AllReduceAlgorithm::kSmall) {
     small_all_reduce(*transport_, workspace_, in, out, op);
+  } else if (algorithm == AllReduceAlgorithm::kShm) {
+    shm_all_reduce(*transport_, workspace_, in, out, op);
   } else {
     ring_all_reduce(*transport_, workspace_, config_, in, out, op);
   }
@@ -125,9 +156,15 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
   check_tensor("broadcast", "tensor", tensor);
   COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
                    size_, "-rank group");
-  begin(CallInfo{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count},
-        deadline);
-  if (size_ > 1) collie::broadcast(*transport_, config_, tensor, root);
+  CallInfo call{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count};
+  call.algorithm = use_shm(tensor.nbytes()) ? 1 : 0;
+  begin(call, deadline);
+  if (size_ == 1) return;
+  if (call.algorithm) {
+    shm_broadcast(*transport_, tensor, root);
+  } else {
+    collie::broadcast(*transport_, config_, tensor, root);
+  }
 }
 
 void SocketCommunicator::barrier(const Deadline& deadline) {
@@ -146,12 +183,18 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   auto* slot = static_cast<uint8_t*>(out.data) + rank_ * in.nbytes();
   COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
-  begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
+  CallInfo call{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count};
+  call.algorithm = use_shm(out.nbytes()) ? 1 : 0;
+  begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
     return;
   }
-  collie::all_gather(*transport_, config_, in, out);
+  if (call.algorithm) {
+    shm_all_gather(*transport_, in, out);
+  } else {
+    collie::all_gather(*transport_, config_, in, out);
+  }
 }
 
 void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
@@ -167,12 +210,53 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
   COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
   check_reduce_op(kWhat, out.dtype, op);
-  begin(CallInfo{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count}, deadline);
+  CallInfo call{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count};
+  call.algorithm = use_shm(in.nbytes()) ? 1 : 0;
+  begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
     return;
   }
-  collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+  if (call.algorithm) {
+    shm_reduce_scatter(*transport_, workspace_, in, out, op);
+  } else {
+    collie::reduce_scatter(*transport_, workspace_, config_, in, out, op);
+  }
+}
+
+}  // namespace collie
+
+namespace collie {
+
+void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Deadline& deadline) {
+  begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
+  for (int p : peers) transport_->channel_kind(p);
+}
+
+std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
+  std::vector<std::string> kinds(size_);
+  if (!transport_) return kinds;
+  if (connect) begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (connect) {
+      kinds[p] = std::string(to_string(transport_->channel_kind(p)));
+    } else if (auto kind = transport_->connected_kind(p)) {
+      kinds[p] = std::string(to_string(*kind));
+    }
+  }
+  return kinds;
+}
+
+void SocketCommunicator::choose_shm_algorithms() {
+  // Every pair decides the same at connect (a pair reads each other's
+  // memory, or neither does), and a host allows cross-memory attach to all
+  // of its processes of one user or to none, so the ranks agree without a
+  // call of their own; should they not, the algorithm in every header
+  // turns the disagreement into a mismatch error, never mixed data.
+  shm_algorithms_ = transport_->all_peers_readable();
+  COLLIE_LOG(kDebug) << "rank " << rank_ << ": shared-memory algorithms "
+                     << (shm_algorithms_ ? "on" : "off (a pair cannot read its peer's memory)");
 }
 
 }  // namespace collie

@@ -1,4 +1,5 @@
-// SocketCommunicator: the Communicator over a Transport (a full TCP mesh).
+// SocketCommunicator: the Communicator over a Transport (TCP and
+// shared-memory channels).
 // It checks arguments, numbers the calls, picks the algorithm and keeps the
 // workspace; the algorithms themselves are in one file each.
 #pragma once
@@ -21,6 +22,13 @@ class SocketCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string address() const override { return address_; }
+  std::vector<std::string> channel_kinds(const Deadline& deadline, bool connect) override;
+  // Every rank on one host: whether the shared-memory algorithms run
+  // (every pair reads its peers' memory).
+  void choose_shm_algorithms();
+  // Connects `peers` now (a call of the communicator's own: every rank
+  // calls it with its own peers).
+  void connect_peers(const std::vector<int>& peers, const Deadline& deadline);
 
   void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
                   AllReduceAlgorithm algorithm) override;
@@ -39,7 +47,13 @@ class SocketCommunicator final : public Communicator {
   // Numbers the call and starts it on the transport (throws at once when
   // broken). Returns the call for size-1 groups too.
   CallInfo begin(CallInfo call, const Deadline& deadline);
+  void begin_internal(CallInfo call, const Deadline& deadline);
   void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
+  // Whether a call moving `bytes` runs the shared-memory algorithm (the
+  // same answer on every rank; recorded in the call's header).
+  bool use_shm(size_t bytes) const {
+    return shm_algorithms_ && size_ > 1 && bytes > config_.small_message_bytes;
+  }
 
   const int rank_;
   const int size_;
@@ -48,6 +62,7 @@ class SocketCommunicator final : public Communicator {
   const AlgorithmConfig config_;
   Workspace workspace_;
   uint64_t seq_ = 0;
+  bool shm_algorithms_ = false;
 };
 
 }  // namespace collie

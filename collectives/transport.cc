@@ -17,12 +17,14 @@ namespace collie {
 
 Transport::Transport(int rank, int size, uint32_t group,
                      std::vector<std::unique_ptr<Connection>> connections,
-                     std::chrono::microseconds spin)
+                     std::unique_ptr<PeerLinker> linker, const TransportOptions& options)
     : rank_(rank),
       size_(size),
       group_(group),
       connections_(std::move(connections)),
-      spin_(spin),
+      linker_(std::move(linker)),
+      spin_(options.spin),
+      report_after_(options.report_after),
       send_base_(size, 0),
       recv_base_(size, 0),
       peeked_seq_(size, 0) {}
@@ -31,11 +33,8 @@ Transport::~Transport() {
   if (broken_.load()) return;
   // An orderly goodbye, so that a peer still finishing its last collective
   // does not take our closing socket for a crash.
-  const WireHeader bye = WireHeader::control(group_, FrameType::kGoodbye, 0);
   for (auto& c : connections_) {
-    if (!c || c->finished()) continue;
-    ::send(c->fd(), &bye, sizeof bye, MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::shutdown(c->fd(), SHUT_WR);
+    if (c) c->say_goodbye(group_);
   }
 }
 
@@ -43,6 +42,75 @@ Connection& Transport::conn(int peer) const {
   COLLIE_CHECK(peer >= 0 && peer < size_ && peer != rank_ && connections_[peer], "peer ", peer,
                " of rank ", rank_, " in a group of ", size_);
   return *connections_[peer];
+}
+
+Connection& Transport::link(int peer) {
+  COLLIE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "peer ", peer, " of rank ", rank_,
+               " in a group of ", size_);
+  auto& c = connections_[peer];
+  if (c && c->connected()) return *c;
+  COLLIE_CHECK(linker_ != nullptr, "no connection to peer ", peer);
+  if (!c) {
+    c = std::make_unique<Connection>(nullptr, peer, linker_->address_of(peer));
+    if (peer > rank_) ++awaiting_;
+  }
+  if (peer < rank_) {
+    // The connecting side. A failure here breaks the group like any other.
+    std::string address;
+    try {
+      auto channel = linker_->connect(peer, *deadline_, &address);
+      c->attach(std::move(channel), address);
+    } catch (const TimeoutError& e) {
+      fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()));
+    } catch (const Error& e) {
+      fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()));
+    }
+  }
+  return *c;
+}
+
+void Transport::accept_arrivals() {
+  std::vector<PeerLinker::Arrival> arrivals;
+  try {
+    arrivals = linker_->accept_ready(*deadline_);
+  } catch (const TimeoutError& e) {
+    fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()));
+  } catch (const Error& e) {
+    fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()));
+  }
+  for (auto& a : arrivals) {
+    auto& c = connections_[a.peer];
+    if (!c) {
+      c = std::make_unique<Connection>(std::move(a.channel), a.peer, a.address);
+    } else {
+      c->attach(std::move(a.channel), a.address);
+      --awaiting_;
+    }
+  }
+}
+
+ChannelKind Transport::channel_kind(int peer) {
+  Connection& c = link(peer);
+  while (!c.connected()) progress();
+  return c.kind();
+}
+
+bool Transport::all_peers_readable() const {
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && peer_pid(p) <= 0) return false;
+  }
+  return true;
+}
+
+pid_t Transport::peer_pid(int peer) const {
+  const auto& c = connections_[peer];
+  return c && c->connected() ? c->peer_pid() : 0;
+}
+
+int Transport::connected_peers(ChannelKind kind) const {
+  int n = 0;
+  for (auto& c : connections_) n += c && c->connected() && c->kind() == kind;
+  return n;
 }
 
 void Transport::check_usable(std::string_view what) const {
@@ -56,6 +124,7 @@ void Transport::begin(const CallInfo& call, const Deadline& deadline) {
   check_usable(call.describe_with_seq());
   call_ = call;
   deadline_ = &deadline;
+  next_report_ = deadline.start() + report_after_;
   for (int p = 0; p < size_; ++p) {
     if (!connections_[p]) continue;
     COLLIE_CHECK(!connections_[p]->send_pending() && !connections_[p]->recv_pending(),
@@ -67,18 +136,20 @@ void Transport::begin(const CallInfo& call, const Deadline& deadline) {
 
 void Transport::send(int peer, const void* data, size_t bytes) {
   COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
-  conn(peer).post_send(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
+  link(peer).post_send(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
 void Transport::recv(int peer, void* data, size_t bytes) {
   COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
-  conn(peer).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
+  link(peer).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
 uint64_t Transport::sends_done(int peer) const {
+  if (!connections_[peer]) return 0;
   return conn(peer).sends_completed() - send_base_[peer];
 }
 uint64_t Transport::recvs_done(int peer) const {
+  if (!connections_[peer]) return 0;
   return conn(peer).recvs_completed() - recv_base_[peer];
 }
 
@@ -88,8 +159,9 @@ std::string Transport::context() const {
 
 bool Transport::progress_all() {
   bool moved = false;
+  if (awaiting_ > 0) accept_arrivals();
   for (auto& c : connections_) {
-    if (!c) continue;
+    if (!c || !c->connected()) continue;
     if (c->send_pending()) {
       const uint64_t before = c->sends_completed();
       int err = 0;
@@ -130,6 +202,7 @@ void Transport::progress() {
     // ends at its deadline.
     const auto now = Clock::now();
     if (now >= deadline_->when()) fail_timeout();
+    if (now >= next_report_) report_slow_wait();
     if (completed_ != start) {
       if (spin.count() > 0) spin_succeeded();
       return;
@@ -197,54 +270,64 @@ void Transport::wait_all() {
 }
 
 void Transport::wait_for_io() {
-  pollfd fds[64];
-  Connection* owners[64];
-  std::vector<pollfd> big_fds;
-  std::vector<Connection*> big_owners;
-  pollfd* pf = fds;
-  Connection** po = owners;
-  if (size_ > 64) {
-    big_fds.resize(size_);
-    big_owners.resize(size_);
-    pf = big_fds.data();
-    po = big_owners.data();
-  }
-  int n = 0;
+  std::vector<PollEntry> entries;
+  entries.reserve(connections_.size());
   for (auto& c : connections_) {
-    if (!c) continue;
-    short events = 0;
-    if (c->send_pending()) events |= POLLOUT;
+    if (!c || !c->connected()) continue;
     // Data on a connection where nothing is posted is looked at once per
     // call: a frame of a different call with our sequence number (or an
-    // older one) is a mismatch we can report before anyone hangs.
-    if (c->recv_pending() || (!c->finished() && peeked_seq_[c->peer()] != call_.seq)) {
-      events |= POLLIN;
-    }
-    // Idle connections are watched for a hang-up: that is how a failure
-    // anywhere in the group reaches a rank waiting on someone else.
-    if (!c->finished()) events |= POLLRDHUP;
-    if (events == 0) continue;
-    pf[n] = pollfd{c->fd(), events, 0};
-    po[n] = c.get();
-    ++n;
+    // older one) is a mismatch we can report before anyone hangs. Idle
+    // connections are watched for a hang-up either way (arm() always asks
+    // for it): that is how a failure anywhere in the group reaches a rank
+    // waiting on someone else.
+    const bool read = c->recv_pending() || (!c->finished() && peeked_seq_[c->peer()] != call_.seq);
+    if (!read && !c->send_pending() && c->finished()) continue;
+    entries.push_back(PollEntry{c.get(), read, c->send_pending()});
   }
-  auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline_->when() - Clock::now());
+  // Listeners too, always: a peer connecting to us (its first use of this
+  // connection) waits for our half of the handshake.
+  std::vector<int> listen_fds;
+  if (linker_) linker_->poll_fds(&listen_fds);
+  const auto wake = std::min(deadline_->when(), next_report_);
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
   const int timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
-  const int r = ::poll(pf, n, timeout_ms);
-  if (r <= 0) return;  // timeout or EINTR: the caller checks the deadline
-  for (int i = 0; i < n; ++i) {
-    if (po[i]->recv_pending() || po[i]->finished()) continue;
-    if (pf[i].revents & POLLIN) on_unexpected_input(*po[i]);
-    if (pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(*po[i]);
+  std::vector<pollfd> lf;
+  for (int fd : listen_fds) lf.push_back(pollfd{fd, POLLIN, 0});
+  const int r = poll_connections(entries, timeout_ms, lf);
+  bool arrived = false;
+  for (auto& p : lf) arrived |= p.revents != 0;
+  if (arrived) accept_arrivals();
+  if (r < 0) return;  // EINTR: the caller checks the deadline
+  // A shared-memory channel may be ready without poll() reporting it.
+  for (auto& e : entries) {
+    Connection& c = *e.c;
+    if (c.recv_pending() || c.finished() || !c.connected()) continue;
+    if (e.ready & POLLIN) on_unexpected_input(c);
+    if (e.ready & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(c);
   }
+}
+
+void Transport::report_slow_wait() {
+  // Like the store client's slow-wait lines: first after report_after, then
+  // each time the wait doubles, at most every 5 minutes apart.
+  const auto now = Clock::now();
+  const auto waited = now - deadline_->start();
+  const std::vector<std::string> waiting = waiting_for(nullptr);
+  COLLIE_LOG(kWarn) << context() << ": still waiting to "
+                    << (waiting.empty() ? std::string("finish") : join(waiting, ", ")) << " after "
+                    << format_duration(waited) << " (deadline in "
+                    << format_duration(deadline_->when() - now) << ", limit "
+                    << format_duration(deadline_->limit()) << ")";
+  const auto step = std::min<Clock::duration>(std::max<Clock::duration>(waited, report_after_),
+                                              std::chrono::minutes(5));
+  next_report_ = now + step;
 }
 
 void Transport::abort() {
   aborted_.store(true);
   broken_.store(true);
   for (auto& c : connections_) {
-    if (c) ::shutdown(c->fd(), SHUT_RDWR);
+    if (c) c->shutdown_both();
   }
 }
 

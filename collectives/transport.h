@@ -1,8 +1,8 @@
-// Transport: the full mesh of Connections of one communicator, driven from
-// the calling thread. An algorithm posts sends and receives for its current
-// call and calls progress(), which advances every connection at once (so a
-// rank sends to its right while it receives from its left: full duplex
-// without a second thread) and returns as soon as any operation completes.
+// Transport: the Connections of one communicator (one per peer it talks to,
+// each over a TCP or shared-memory channel), driven from the calling thread. An algorithm posts
+// sends and receives for its current call and calls progress(), which advances every connection at
+// once (so a rank sends to its right while it receives from its left: full duplex without a second
+// thread) and returns as soon as any operation completes.
 //
 // Waiting: progress() first busy-polls its sockets for `spin` (a blocking
 // wake-up costs tens of microseconds, more than a small message's whole
@@ -22,21 +22,60 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "collectives/connection.h"
 #include "collectives/wire.h"
 #include "runtime/base/deadline.h"
+#include "runtime/base/unique_fd.h"
 
 namespace collie {
 
+// Opens connections to peers on demand (bootstrap.cc implements it).
+class PeerLinker {
+ public:
+  virtual ~PeerLinker() = default;
+  // The connecting side (peer < own rank): the channel to `peer`, connected
+  // and introduced within the deadline; *address gets the peer's address.
+  virtual std::unique_ptr<Channel> connect(int peer, const Deadline& deadline,
+                                           std::string* address) = 0;
+  // The accepting side: listener (and pending handshake) fds to poll for
+  // readability, and the peers whose connections completed since.
+  virtual void poll_fds(std::vector<int>* fds) const = 0;
+  struct Arrival {
+    int peer;
+    std::unique_ptr<Channel> channel;
+    std::string address;
+  };
+  virtual std::vector<Arrival> accept_ready(const Deadline& deadline) = 0;
+  // The published address of `peer`, for messages ("" if unknown).
+  virtual std::string address_of(int peer) const = 0;
+  // The timeout probe's roll call, for the peers a rank has no connection
+  // to: checks this rank in for call `seq`; with `wait`, waits until `until`
+  // for the others and returns those that never checked in, with their
+  // addresses (empty when the store cannot be reached).
+  virtual std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until,
+                                               bool wait) = 0;
+};
+
+struct TransportOptions {
+  std::chrono::microseconds spin{50};
+  // First slow-wait report, then each time the wait doubles (<= 5 min).
+  std::chrono::milliseconds report_after = std::chrono::seconds(30);
+};
+
 class Transport {
  public:
-  // connections[rank] is null for this rank.
+  // connections[rank] is null for this rank; so is any peer not connected
+  // yet, which `linker` connects on first use (linker may be null when
+  // every peer is connected).
   Transport(int rank, int size, uint32_t group,
-            std::vector<std::unique_ptr<Connection>> connections, std::chrono::microseconds spin);
+            std::vector<std::unique_ptr<Connection>> connections,
+            std::unique_ptr<PeerLinker> linker, const TransportOptions& options);
   ~Transport();  // says goodbye to every peer unless broken
 
   int rank() const { return rank_; }
@@ -57,6 +96,22 @@ class Transport {
   // Operations completed on the connection to `peer` since begin().
   uint64_t sends_done(int peer) const;
   uint64_t recvs_done(int peer) const;
+  // The channel to `peer`, connecting it if needed.
+  ChannelKind channel_kind(int peer);
+  // The channel to `peer` if connected.
+  std::optional<ChannelKind> connected_kind(int peer) const {
+    const auto& c = connections_[peer];
+    if (!c || !c->connected()) return std::nullopt;
+    return c->kind();
+  }
+  // Peers currently connected over `kind`.
+  int connected_peers(ChannelKind kind) const;
+  // Whether every peer is connected over shared memory and its memory can
+  // be read with process_vm_readv (then peer_pid() is its pid).
+  bool all_peers_readable() const;
+  pid_t peer_pid(int peer) const;
+  // "rank 3 (10.0.0.7:41234)"
+  std::string peer_name(int peer) const { return conn(peer).name(); }
 
   // Blocks until at least one posted operation completes (returns at once
   // when none is posted). Throws on error, timeout or abort().
@@ -72,6 +127,10 @@ class Transport {
 
  private:
   Connection& conn(int peer) const;
+  // The connection to `peer`, created and (as the connecting side)
+  // connected on first use.
+  Connection& link(int peer);
+  void accept_arrivals();
   bool progress_all();  // one non-blocking pass; true if bytes moved
   void wait_for_io();   // poll() until something happens or the deadline
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
@@ -88,6 +147,7 @@ class Transport {
   std::vector<std::string> waiting_for(const Connection* except) const;
   [[noreturn]] void fail_aborted();
   std::string context() const;  // "all_reduce(...) as op #3 on rank 1"
+  void report_slow_wait();
 
   // The timeout probe (transport_failure.cc): a rank whose deadline passed,
   // or that reads a peer's probe, sends a probe to every peer and reads
@@ -101,7 +161,11 @@ class Transport {
   const int size_;
   const uint32_t group_;
   std::vector<std::unique_ptr<Connection>> connections_;
+  std::unique_ptr<PeerLinker> linker_;
+  int awaiting_ = 0;  // connections waiting for their peer to connect
   const std::chrono::microseconds spin_;
+  const std::chrono::milliseconds report_after_;
+  Clock::time_point next_report_{};
   // Adaptive spinning (progress()): no spin before spin_quiet_until_; the
   // pause after the next late yield, doubling up to kMaxSpinPenalty.
   static constexpr uint32_t kSpinStreak = 64;

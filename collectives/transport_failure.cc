@@ -1,24 +1,9 @@
 // Transport's failure path: what a rank does when a peer's frame does not
 // match its call, a peer fails or hangs up, or the deadline passes (see
 // transport.h and docs/algorithms.md, "the mismatch protocol" and "When a
-// peer fails").
-//
-// The timeout probe. A stopped rank (SIGSTOP, a debugger, a hung GPU
-// driver) keeps its sockets open, so nothing tells the others it is gone,
-// and in a ring only its right neighbour waits on it directly: every other
-// rank waits on a live neighbour that is itself stuck. What a rank waits on
-// therefore does not name the culprit. What does: the stopped rank is the
-// one that cannot answer. So a rank whose deadline passes sends a probe
-// frame to every peer before it fails, and reads every connection for a
-// short grace (probe_grace(): half the call's limit, at most 2 s). A live
-// rank is inside progress() (it is stuck in the same collective), reads the
-// probe as an unexpected frame where it expected data, and does the same:
-// sends its own probe to every peer (its answer) and reads for theirs. The
-// probes spread through the whole group within a poll each; when every
-// peer has answered, or the grace is over, each rank fails with a
-// TimeoutError naming the call, its sequence number and the ranks that never
-// answered, with their addresses. All of this is on the error path: the
-// data path only gained a case in a switch it already had.
+// peer fails"). The timeout probe is in transport_probe.cc; reading frames
+// on these paths is the Connection's (skim(), absorb()), which owns the
+// frame format.
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -39,32 +24,9 @@ namespace {
 constexpr auto kNoticeBudget = std::chrono::milliseconds(200);
 constexpr size_t kMaxAbortText = 4096;
 
-// Sends what the socket takes of bytes[*sent, size) without blocking, for
-// the probe and the abort notices (error paths, several peers at once).
-// True when the rest has to wait for POLLOUT; a peer that is gone counts as
-// done (*sent = size).
-bool send_without_blocking(int fd, const void* bytes, size_t size, size_t* sent) {
-  const auto* p = static_cast<const uint8_t*>(bytes);
-  while (*sent < size) {
-    const ssize_t r = ::send(fd, p + *sent, size - *sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r > 0) {
-      *sent += static_cast<size_t>(r);
-    } else if (r < 0 && errno == EINTR) {
-      continue;
-    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return true;
-    } else {
-      *sent = size;
-    }
-  }
-  return false;
-}
 // How long a rank that saw a frame of a later call waits for a frame of its
 // own call from another peer, which would name the real mismatch.
 constexpr auto kEvidenceGrace = std::chrono::milliseconds(200);
-// Bounds of the timeout probe's grace (probe_grace()).
-constexpr auto kMinProbeGrace = std::chrono::milliseconds(20);
-constexpr auto kMaxProbeGrace = std::chrono::milliseconds(2000);
 
 [[noreturn]] void throw_error(ErrorKind kind, const std::string& message) {
   switch (kind) {
@@ -119,13 +81,14 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
   if (h.seq != call_.seq) {
     const auto until = std::min(Clock::now() + kEvidenceGrace, deadline_->when());
     for (;;) {
-      std::vector<pollfd> quiet;
+      std::vector<PollEntry> quiet;
       for (auto& other : connections_) {
-        if (!other || other.get() == &c || !other->at_frame_boundary() || other->finished())
+        if (!other || !other->connected() || other.get() == &c || !other->at_frame_boundary() ||
+            other->finished())
           continue;
         WireHeader o;
         if (!other->peek_header(&o)) {
-          quiet.push_back(pollfd{other->fd(), POLLIN, 0});
+          quiet.push_back(PollEntry{other.get(), true, false});
         } else if (o.magic == kWireMagic && o.group == group_ &&
                    o.frame == static_cast<uint8_t>(FrameType::kData) && o.seq == call_.seq &&
                    !(o.call() == call_)) {
@@ -134,7 +97,7 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
       if (quiet.empty() || left.count() <= 0) break;
-      ::poll(quiet.data(), quiet.size(), static_cast<int>(left.count()));
+      poll_connections(quiet, static_cast<int>(left.count()));
     }
   }
   fail(ErrorKind::kBackend,
@@ -202,6 +165,14 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
   std::vector<std::string> waiting;
   for (auto& c : connections_) {
     if (!c || c.get() == except) continue;
+    if (!c->connected()) {
+      if (c->recv_pending() || c->send_pending()) {
+        waiting.push_back(str_cat("receive from ", c->name(), " (",
+                                  c->recvs_queued() + c->sends_queued(),
+                                  " message(s) outstanding; it has not connected yet)"));
+      }
+      continue;
+    }
     if (c->recv_pending()) {
       waiting.push_back(
           str_cat("receive from ", c->name(), " (", c->recvs_queued(), " message(s) outstanding)"));
@@ -235,225 +206,6 @@ void Transport::fail_probed(Connection& c, const WireHeader& probe) {
   fail_impl(ErrorKind::kTimeout, message, message);
 }
 
-std::chrono::milliseconds Transport::probe_grace() const {
-  // Long enough for a live rank to be scheduled, read the probe and answer
-  // on a loaded machine; short next to the timeout the user chose, and never
-  // unbounded. Every rank counts its own grace from when it starts probing.
-  const auto half = deadline_ ? deadline_->limit() / 2 : kMaxProbeGrace;
-  return std::clamp<std::chrono::milliseconds>(half, kMinProbeGrace, kMaxProbeGrace);
-}
-
-namespace {
-
-// What the probe learnt about one peer.
-enum class Answer { kSilent, kProbe, kAbort, kGoodbye, kGone, kGarbled, kOtherCall };
-
-struct PeerWatch {
-  Connection* c = nullptr;
-  std::string out;  // still to send: the rest of a half-sent message, then our probe
-  size_t sent = 0;
-  bool raw = false;  // no receive posted: we walk the stream's frames ourselves
-  uint8_t head[kHeaderBytes];
-  size_t head_got = 0;
-  uint64_t skip = 0;  // payload bytes of a data frame still to discard
-  Answer answer = Answer::kSilent;
-  WireHeader other_call;  // kOtherCall: the frame that came
-};
-
-// A finished connection: what the stash says it ended with.
-Answer from_stash(Connection& c) {
-  std::string ignored;
-  switch (c.absorb(&ignored)) {
-    case RecvProblem::kAbort: return Answer::kAbort;
-    case RecvProblem::kGoodbye: return Answer::kGoodbye;
-    default: return Answer::kGone;
-  }
-}
-
-// Reads what `w`'s peer sent until its probe, abort or goodbye, or until
-// the socket has nothing more for now. Data frames are taken into the
-// receives still posted (the call is failing; they held its data anyway) or
-// skipped, since a live peer's probe may come behind frames we never asked
-// for yet.
-void read_for_answer(PeerWatch& w, uint32_t group, std::vector<uint8_t>& scratch) {
-  Connection& c = *w.c;
-  if (!w.raw) {
-    if (c.recv_pending()) {
-      RecvProblem problem = RecvProblem::kNone;
-      int err = 0;
-      if (c.progress_recv(&problem, &err) >= 0) {
-        if (c.recv_pending()) return;  // the receive waits for more; poll()
-      } else {
-        const WireHeader& h = c.received_header();
-        switch (problem) {
-          case RecvProblem::kMismatch:
-            if (h.is_probe(group)) {
-              w.answer = Answer::kProbe;
-              return;
-            }
-            if (h.magic != kWireMagic || h.group != group ||
-                h.frame != static_cast<uint8_t>(FrameType::kData)) {
-              w.answer = Answer::kGarbled;
-              return;
-            }
-            // A frame of another call where this call's data was expected:
-            // the peer was past (or behind) this call when it sent it. That
-            // is what to report; the stream is not walked further, since
-            // the bytes behind such a header may already be in the stash.
-            w.answer = Answer::kOtherCall;
-            w.other_call = h;
-            return;
-          case RecvProblem::kAbort: w.answer = Answer::kAbort; return;
-          case RecvProblem::kGoodbye: w.answer = Answer::kGoodbye; return;
-          default: w.answer = Answer::kGone; return;
-        }
-      }
-    }
-    if (c.finished()) {
-      w.answer = from_stash(c);
-      return;
-    }
-    w.raw = true;  // from here on the stream is ours, frame by frame
-  }
-  for (;;) {
-    ssize_t r;
-    if (w.skip > 0) {
-      r = ::recv(c.fd(), scratch.data(), std::min<uint64_t>(w.skip, scratch.size()), MSG_DONTWAIT);
-      if (r > 0) w.skip -= static_cast<uint64_t>(r);
-    } else {
-      r = ::recv(c.fd(), w.head + w.head_got, kHeaderBytes - w.head_got, MSG_DONTWAIT);
-      if (r > 0) w.head_got += static_cast<size_t>(r);
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    if (r <= 0) {
-      w.answer = Answer::kGone;  // closed or reset without an abort frame: it died
-      return;
-    }
-    if (w.skip > 0 || w.head_got < kHeaderBytes) continue;
-    WireHeader h;
-    std::memcpy(&h, w.head, kHeaderBytes);
-    w.head_got = 0;
-    if (h.is_probe(group)) {
-      w.answer = Answer::kProbe;
-      return;
-    }
-    if (h.magic != kWireMagic || h.group != group) {
-      w.answer = Answer::kGarbled;
-      return;
-    }
-    switch (static_cast<FrameType>(h.frame)) {
-      case FrameType::kData: w.skip = h.payload_bytes; break;
-      case FrameType::kAbort: w.answer = Answer::kAbort; return;
-      case FrameType::kGoodbye: w.answer = Answer::kGoodbye; return;
-      default: w.answer = Answer::kGarbled; return;
-    }
-  }
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::vector<std::string> parts;
-  for (int r : ranks) parts.push_back(std::to_string(r));
-  return join(parts, ",");
-}
-
-}  // namespace
-
-std::string Transport::probe_peers(const Connection* trigger) {
-  probed_ = true;
-  const auto grace = probe_grace();
-  const auto until = Clock::now() + grace;
-  const WireHeader probe = WireHeader::make_probe(
-      group_, call_, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
-  const auto* probe_bytes = reinterpret_cast<const char*>(&probe);
-  std::vector<PeerWatch> watch;
-  for (auto& c : connections_) {
-    if (!c) continue;
-    PeerWatch w;
-    w.c = c.get();
-    if (!c->finished()) {
-      // A half-written message is finished with zeros (as for an abort
-      // notice) so that the peer finds our probe right after it; we send no
-      // more data in this call.
-      w.out.assign(c->partial_send_remaining(), '\0');
-      w.out.append(probe_bytes, kHeaderBytes);
-    }
-    if (c.get() == trigger) w.answer = Answer::kProbe;
-    watch.push_back(std::move(w));
-  }
-  std::vector<uint8_t> scratch(64 << 10);
-  for (;;) {
-    std::vector<pollfd> fds;
-    bool silent = false;
-    for (auto& w : watch) {
-      short events = 0;
-      // A full receive buffer is a stopped rank, usually; a peer that is
-      // gone is found by reading.
-      if (send_without_blocking(w.c->fd(), w.out.data(), w.out.size(), &w.sent)) events |= POLLOUT;
-      if (w.answer == Answer::kSilent) read_for_answer(w, group_, scratch);
-      if (w.answer == Answer::kSilent) {
-        silent = true;
-        events |= POLLIN;
-      }
-      if (events) fds.push_back(pollfd{w.c->fd(), events, 0});
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-    if (!silent || left.count() <= 0) break;
-    ::poll(fds.data(), fds.size(), static_cast<int>(left.count()) + 1);
-  }
-
-  // What is still owed goes ahead of the abort frame (notify_peers()); the
-  // posted operations are void now that the streams were read past them.
-  owed_.assign(size_, std::string());
-  std::vector<int> alive{rank_}, silent;
-  std::vector<std::string> silent_names, other;
-  for (auto& w : watch) {
-    owed_[w.c->peer()] = w.out.substr(w.sent);
-    w.c->clear();
-    switch (w.answer) {
-      case Answer::kProbe:
-      case Answer::kAbort: alive.push_back(w.c->peer()); break;
-      case Answer::kSilent:
-        silent.push_back(w.c->peer());
-        silent_names.push_back(str_cat(w.c->peer(), " (", w.c->address(), ")"));
-        break;
-      case Answer::kGoodbye:
-        other.push_back(str_cat(w.c->name(), " had closed its communicator"));
-        break;
-      case Answer::kGone:
-        other.push_back(str_cat(w.c->name(), " closed its connection (exited or crashed)"));
-        break;
-      case Answer::kGarbled:
-        other.push_back(str_cat(w.c->name(), " sent bytes that are no frame of this group"));
-        break;
-      case Answer::kOtherCall:
-        other.push_back(str_cat(w.c->name(), " had sent a message of ",
-                                w.other_call.call().describe_with_seq(),
-                                " where this rank expected one of its op #", call_.seq));
-        break;
-    }
-  }
-  std::sort(alive.begin(), alive.end());
-  const std::string why = str_cat(silent.size() == 1 ? "it is" : "they are",
-                                  " stopped, hung or unreachable (or outside any collective call)");
-  const std::string who =
-      str_cat(silent.size() == 1 ? "rank " : "ranks ", join(silent_names, ", "));
-  std::string verdict;
-  if (!silent.empty()) {
-    verdict = alive.size() == 1
-                  ? str_cat(who, " did not answer a timeout probe within ", format_duration(grace),
-                            ": ", why)
-                  : str_cat("ranks ", rank_list(alive), " answered a timeout probe, ", who,
-                            " did not within ", format_duration(grace), ": ", why);
-  } else if (alive.size() > 1) {
-    verdict = str_cat("ranks ", rank_list(alive), " answered a timeout probe");
-    if (other.empty())
-      verdict += ": no rank is stopped (the call is slow, or the ranks' calls do not line up)";
-  }
-  if (!other.empty()) verdict += str_cat(verdict.empty() ? "" : "; ", join(other, "; "));
-  return verdict;
-}
-
 void Transport::fail_aborted() {
   fail(ErrorKind::kBackend, str_cat(context(), ": the communicator was aborted (abort() called)"));
 }
@@ -464,8 +216,9 @@ void Transport::fail(ErrorKind kind, const std::string& message) {
   if (kind == ErrorKind::kNetwork && !broken_.load()) {
     for (auto& c : connections_) {
       WireHeader h;
-      if (c && c->at_frame_boundary() && c->peek_header(&h) && h.magic == kWireMagic &&
-          h.group == group_ && h.frame == static_cast<uint8_t>(FrameType::kAbort)) {
+      if (c && c->connected() && c->at_frame_boundary() && c->peek_header(&h) &&
+          h.magic == kWireMagic && h.group == group_ &&
+          h.frame == static_cast<uint8_t>(FrameType::kAbort)) {
         fail_from_peer(*c, c->take_abort_frame());
       }
     }
@@ -493,7 +246,7 @@ void Transport::notify_peers(ErrorKind kind, const std::string& text) {
   };
   std::vector<Notice> notices;
   for (auto& c : connections_) {
-    if (!c || c->finished()) continue;
+    if (!c || !c->connected() || c->finished()) continue;
     // A half-written message is finished with zeros so that the peer, which
     // is reading it, finds our header right after it.
     Notice n{c.get(), std::vector<uint8_t>(c->partial_send_remaining(), 0)};
@@ -509,18 +262,18 @@ void Transport::notify_peers(ErrorKind kind, const std::string& text) {
   }
   const auto until = Clock::now() + kNoticeBudget;
   for (;;) {
-    std::vector<pollfd> fds;
+    std::vector<PollEntry> fds;
     for (auto& n : notices) {
       // A peer that is gone has nothing to be told.
-      if (send_without_blocking(n.c->fd(), n.bytes.data(), n.bytes.size(), &n.sent))
-        fds.push_back(pollfd{n.c->fd(), POLLOUT, 0});
+      if (n.c->write_raw(n.bytes.data(), n.bytes.size(), &n.sent))
+        fds.push_back(PollEntry{n.c, false, true});
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     if (fds.empty() || left.count() <= 0) break;
-    ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    poll_connections(fds, static_cast<int>(left.count()));
   }
   for (auto& c : connections_) {
-    if (c) ::shutdown(c->fd(), SHUT_WR);
+    if (c) c->shutdown_write();
   }
 }
 

@@ -26,8 +26,9 @@ uint64_t host_memory_bytes() {
 AllReduceAlgorithm parse_algo(const std::string& name) {
   if (name == "ring") return AllReduceAlgorithm::kRing;
   if (name == "small") return AllReduceAlgorithm::kSmall;
+  if (name == "shm") return AllReduceAlgorithm::kShm;
   if (name == "auto") return AllReduceAlgorithm::kAuto;
-  throw InvalidArgument(str_cat("--algo '", name, "': expected ring, small or auto"));
+  throw InvalidArgument(str_cat("--algo '", name, "': expected ring, small, shm or auto"));
 }
 
 // The URL alone is judged here: the variables env:// reads come from the
@@ -108,7 +109,12 @@ void add_options(CLI::App& app, Options& o) {
           CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"ring", "small", "auto"}));
+      ->check(CLI::IsMember({"ring", "small", "shm", "auto"}));
+  app.add_option("--transport", o.transport,
+                 "socket backend channels: auto (shared memory on one host), tcp or shm (default: "
+                 "COLLIE_TRANSPORT, else auto)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "tcp", "shm"}));
   app.add_flag(
       "--blocking", o.blocking,
       "wait for each collective before issuing the next (latency as a blocking caller sees "

@@ -23,6 +23,7 @@ struct Options {
   double factor = 2;
   int iters = 20, warmup = 5;
   std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
+  std::string transport;  // "": COLLIE_TRANSPORT, else auto
   std::string backend = "socket", init_method, json;
   int check = 1, root = 0, nproc = 0;
   std::string timeout = "300";

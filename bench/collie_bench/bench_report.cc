@@ -1,5 +1,6 @@
 #include "bench/collie_bench/bench_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -27,6 +28,18 @@ void print_header(const RunInfo& info, bool blocking) {
               "time", "algbw", "busbw", "#wrong");
   std::printf("#%12s %13s %9s %7s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
               "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+}
+
+void print_channels(const std::vector<int32_t>& per_rank, const char* when) {
+  std::string line = str_cat("# channels ", when, " (shm/tcp peers per rank):");
+  int32_t init_us = 0;
+  for (size_t r = 0; r + 2 < per_rank.size(); r += 3) {
+    line += str_cat(" ", r / 3, ":", per_rank[r], "/", per_rank[r + 1]);
+    init_us = std::max(init_us, per_rank[r + 2]);
+  }
+  line += str_cat("; init_process_group took up to ", init_us / 1000.0, " ms");
+  std::printf("%s\n#\n", line.c_str());
   std::fflush(stdout);
 }
 

@@ -34,6 +34,9 @@ struct RunInfo {
 };
 
 void print_header(const RunInfo& info, bool blocking);
+// "# channels at init (shm/tcp peers per rank): 0:3/0 1:3/0 ...; init
+// took up to 12 ms": per rank, shm peers, tcp peers, init time in us.
+void print_channels(const std::vector<int32_t>& per_rank, const char* when);
 void print_row(const Row& row);
 void print_footer(const std::vector<Row>& rows);
 // Throws Error naming the path when it cannot be written.

@@ -91,7 +91,8 @@ void init_process_group(const InitOptions& options) {
   Rendezvous rdzv = open_rendezvous(options, timeout);
   set_log_rank(rdzv.rank);
   auto default_store = std::make_shared<PrefixStore>("default_pg", rdzv.store);
-  BackendContext context{default_store, rdzv.rank, rdzv.world_size, timeout, "0"};
+  BackendContext context{default_store, rdzv.rank, rdzv.world_size,
+                         timeout,       "0",       options.transport};
   auto group = create_backend(backend, context);
   COLLIE_LOG(kInfo) << "initialized the default process group: backend " << backend << ", rank "
                     << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source << ")";

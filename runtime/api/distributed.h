@@ -52,6 +52,10 @@ struct InitOptions {
   std::shared_ptr<Store> store;
   // Accepted for torch compatibility; the default group is always "0".
   std::string group_name;
+  // The socket backend's channels: "auto" (shared memory between ranks on
+  // one host, TCP between hosts), "tcp" or "shm". "" = COLLIE_TRANSPORT,
+  // else auto.
+  std::string transport;
 };
 
 // Collective; throws InvalidArgument (bad options, already initialized),

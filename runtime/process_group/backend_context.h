@@ -20,6 +20,9 @@ struct BackendContext {
   Timeout timeout = kDefaultTimeout;
   // "0" for the default group, "1", "2"... for new_group's, as in torch.
   std::string group_name;
+  // The socket backend's channels: "auto", "tcp" or "shm" ("" =
+  // COLLIE_TRANSPORT, else auto; see CommunicatorOptions::transport).
+  std::string transport;
 };
 
 }  // namespace collie

@@ -23,6 +23,7 @@ std::shared_ptr<SocketProcessGroup> SocketProcessGroup::create(const BackendCont
                    " is out of range for world size ", context.size);
   CommunicatorOptions comm_options = options;
   comm_options.timeout = context.timeout;
+  if (!context.transport.empty()) comm_options.transport = context.transport;
   // The group name keeps the groups' keys and message headers apart even if
   // two groups share one store.
   comm_options.store_prefix = str_cat("socket/", context.group_name);

@@ -48,6 +48,12 @@ class SocketProcessGroup : public ProcessGroup {
   Timeout timeout() const { return timeout_; }
   // This rank's data address ("host:port"; empty for a group of one).
   std::string address() const { return communicator_->address(); }
+  // The channel kind to every connected peer ("shm", "tcp"; "" for self
+  // and peers not connected). Call it while no collective is in flight (it
+  // runs on the caller's thread, not the worker's).
+  std::vector<std::string> channel_kinds() {
+    return communicator_->channel_kinds(Deadline(timeout()), false);
+  }
   bool broken() const { return queue_.broken(); }
   // Which all_reduce later calls run (kAuto picks by message size); for
   // benchmarks and tests. Other backends have no such choice, so it is not

@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "collectives/wire.h"
 #include "rendezvous/hash_store.h"
 #include "runtime/base/error.h"
+#include "runtime/base/logging.h"
 #include "test/collectives/harness.h"
 
 using namespace collie;
@@ -263,4 +265,44 @@ TEST_CASE("two communicators over the same ranks run concurrently without cross-
     CHECK(a == 0.0f + 1 + 2 + 3 * 19);  // sum over ranks of (r + 19)
     CHECK(b == 3.0);
   }
+}
+
+namespace {
+std::mutex g_lines_mu;
+std::vector<std::string> g_lines;
+void keep_line(LogLevel level, std::string_view line) {
+  if (level != LogLevel::kWarn) return;
+  std::lock_guard<std::mutex> lock(g_lines_mu);
+  g_lines.emplace_back(line);
+}
+}  // namespace
+
+TEST_CASE("a call waiting on a silent peer says so at report_after, then as the wait doubles") {
+  HashStore store;
+  CommunicatorOptions o;
+  o.store_prefix = "slow";
+  o.timeout = 30s;
+  o.report_after = 100ms;
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, 2, o); });
+  }
+  for (auto& t : threads) t.join();
+  set_log_tap(keep_line);
+  // Rank 1 never calls: rank 0 waits 700 ms, reporting at ~100, ~200, ~400 ms.
+  CHECK_THROWS_AS(comms[0]->barrier(Deadline(700ms)), TimeoutError);
+  set_log_tap(nullptr);
+  std::vector<std::string> lines;
+  {
+    std::lock_guard<std::mutex> lock(g_lines_mu);
+    for (auto& l : g_lines) {
+      if (l.find("still waiting") != std::string::npos) lines.push_back(l);
+    }
+  }
+  REQUIRE(lines.size() >= 2);
+  CHECK(lines.size() <= 4);  // doubling, not every poll
+  CHECK_THAT(lines[0], Contains("barrier() as op #1 on rank 0: still waiting to receive from "
+                                "rank 1 (127.0.0.1:") &&
+                           Contains(" after ") && Contains("limit 700.0ms"));
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collectives/connection.h"
+#include "collectives/tcp/tcp_channel.h"
 #include "collectives/wire.h"
 #include "test/fuzz/fuzz_check.h"
 #include "test/fuzz/wire_call.h"
@@ -72,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   ::close(fds[1]);
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  Connection conn(fds[0], 1, "fuzz-peer:1");
+  Connection conn(collie::make_tcp_channel(collie::UniqueFd(fds[0])), 1, "fuzz-peer:1");
 
   size_t pos = 0;  // where in the stream the next frame starts
   if (hung_up_first) {

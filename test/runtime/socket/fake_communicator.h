@@ -53,6 +53,7 @@ class FakeCommunicator : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string address() const override { return ""; }
+  std::vector<std::string> channel_kinds(const Deadline&, bool) override { return {}; }
 
   void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
                   AllReduceAlgorithm) override {

@@ -1,0 +1,68 @@
+// Channel: the byte stream under one Connection, whatever carries it. A
+// Connection owns the frame format (wire.h) and writes and reads frames
+// through its Channel without knowing whether the bytes cross a TCP socket
+// (collectives/tcp/) or a pair of rings in shared memory (collectives/shm/).
+// So every frame kind, data, abort, goodbye, probe or any later one, travels
+// over every channel unchanged, and so do the failure protocols built on
+// them (transport_failure.cc).
+//
+// The calls follow the non-blocking socket calls' conventions: they never
+// block, return the bytes moved, or -1 with errno set (EAGAIN: nothing can
+// move now). read() returns 0 once the peer is gone and every byte it sent
+// before has been read: bytes written before a crash are still delivered,
+// as a socket delivers them before its EOF.
+//
+// Waiting is poll()-based so that one poll() covers every channel of a
+// transport: arm() says which events on fd() wake this channel for the
+// wanted direction (a shared-memory channel sets its "waiting" flag in the
+// segment, so that the peer rings a doorbell on that fd); disarm() turns
+// what poll() returned into stream readiness (POLLIN: read() will not say
+// EAGAIN; POLLOUT: write() will take bytes; POLLRDHUP/POLLHUP: the peer is
+// gone). A hang-up is always watched: it is how a dead peer is noticed.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <string_view>
+
+namespace collie {
+
+enum class ChannelKind { kTcp, kShm };
+std::string_view to_string(ChannelKind kind);
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  virtual ChannelKind kind() const = 0;
+  // Writes what fits of the `count` buffers, in order.
+  virtual ssize_t write(const iovec* iov, int count) = 0;
+  virtual ssize_t read(void* data, size_t bytes) = 0;
+  // Like read() without consuming (MSG_PEEK).
+  virtual ssize_t peek(void* data, size_t bytes) = 0;
+
+  virtual int fd() const = 0;
+  // The poll() events to wait for on fd(); *ready set when the channel can
+  // already do what is wanted (the caller must not sleep).
+  virtual short arm(bool want_read, bool want_write, bool* ready) = 0;
+  virtual short disarm(short revents) = 0;
+
+  // > 0: the peer's pid, when its memory may be read with
+  // process_vm_readv (a shared-memory pair whose probe at connect showed
+  // that cross-memory attach is allowed); 0 otherwise.
+  virtual pid_t peer_pid() const { return 0; }
+
+  // The peer reads EOF after the bytes already written.
+  virtual void shutdown_write() = 0;
+  // Thread-safe: wakes a poll() on fd() in another thread for good.
+  virtual void shutdown_both() = 0;
+
+ protected:
+  Channel() = default;
+};
+
+}  // namespace collie

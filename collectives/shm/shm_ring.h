@@ -1,0 +1,121 @@
+// One direction of a shared-memory pair: a single-producer/single-consumer
+// byte ring. `tail` (bytes ever written) belongs to the producer and `head`
+// (bytes ever read) to the consumer; each sits on its own cache line, as do
+// the two "waiting" flags, so that the two sides never write the same line.
+// Positions grow without wrapping (64 bits); offset = position % capacity.
+//
+// The other side is another process, so nothing it writes is trusted: a
+// tail that claims more than `capacity` unread bytes, or that moves
+// backwards, is reported as corruption (EPROTO), never used as a length.
+// test/fuzz/shm_ring_fuzz.cc drives a ring with hostile control words.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <sys/uio.h>
+
+namespace collie {
+
+struct ShmRingControl {
+  alignas(64) std::atomic<uint64_t> tail{0};
+  alignas(64) std::atomic<uint64_t> head{0};
+  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
+  alignas(64) std::atomic<uint32_t> producer_waiting{0};
+};
+static_assert(sizeof(ShmRingControl) == 256);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// A view of one ring from one side; `data` holds `capacity` bytes.
+class ShmRing {
+ public:
+  ShmRing() = default;
+  ShmRing(ShmRingControl* control, uint8_t* data, size_t capacity)
+      : ctl_(control), data_(data), capacity_(capacity) {}
+
+  // Producer: copies what fits of the buffers. Returns the bytes written
+  // (0 when full); *wake set when the consumer asked to be woken.
+  size_t write(const iovec* iov, int count, bool* wake) {
+    const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+    const uint64_t head = ctl_->head.load(std::memory_order_acquire);
+    const uint64_t used = tail - head;
+    size_t room = used > capacity_ ? 0 : capacity_ - used;
+    size_t done = 0;
+    for (int i = 0; i < count && room > 0; ++i) {
+      const size_t n = std::min(room, iov[i].iov_len);
+      copy_in(tail + done, static_cast<const uint8_t*>(iov[i].iov_base), n);
+      done += n;
+      room -= n;
+    }
+    if (done == 0) return 0;
+    ctl_->tail.store(tail + done, std::memory_order_seq_cst);
+    *wake = ctl_->consumer_waiting.load(std::memory_order_seq_cst) != 0 &&
+            ctl_->consumer_waiting.exchange(0) != 0;
+    return done;
+  }
+
+  // Consumer: copies up to `bytes` out (consume: advance past them).
+  // Returns the bytes read, or -1 with errno EPROTO when the producer's
+  // tail is not believable. *wake set when the producer asked to be woken.
+  ssize_t read(void* out, size_t bytes, bool consume, bool* wake) {
+    const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
+    const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
+    const uint64_t avail = tail - head;
+    if (avail > capacity_) {
+      errno = EPROTO;
+      return -1;
+    }
+    const size_t n = std::min<uint64_t>(avail, bytes);
+    copy_out(head, static_cast<uint8_t*>(out), n);
+    if (consume && n > 0) {
+      ctl_->head.store(head + n, std::memory_order_seq_cst);
+      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
+              ctl_->producer_waiting.exchange(0) != 0;
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+  // Consumer: asks to be woken when bytes arrive; true if some already
+  // have (then there is no need to sleep).
+  bool arm_read() {
+    ctl_->consumer_waiting.store(1, std::memory_order_seq_cst);
+    return readable();
+  }
+  // Producer: asks to be woken when room appears; true if there is some.
+  bool arm_write() {
+    ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
+    return writable();
+  }
+  void disarm_read() { ctl_->consumer_waiting.store(0, std::memory_order_relaxed); }
+  void disarm_write() { ctl_->producer_waiting.store(0, std::memory_order_relaxed); }
+  bool readable() const {
+    return ctl_->tail.load(std::memory_order_seq_cst) != ctl_->head.load(std::memory_order_relaxed);
+  }
+  bool writable() const {
+    return ctl_->tail.load(std::memory_order_relaxed) - ctl_->head.load(std::memory_order_seq_cst) <
+           capacity_;
+  }
+
+ private:
+  void copy_in(uint64_t pos, const uint8_t* src, size_t n) {
+    const size_t off = pos % capacity_;
+    const size_t first = std::min(n, capacity_ - off);
+    std::memcpy(data_ + off, src, first);
+    std::memcpy(data_, src + first, n - first);
+  }
+  void copy_out(uint64_t pos, uint8_t* dst, size_t n) const {
+    const size_t off = pos % capacity_;
+    const size_t first = std::min(n, capacity_ - off);
+    std::memcpy(dst, data_ + off, first);
+    std::memcpy(dst + first, data_, n - first);
+  }
+
+  ShmRingControl* ctl_ = nullptr;
+  uint8_t* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+}  // namespace collie
