@@ -84,8 +84,8 @@ TensorView reduce_view(const Site& site, const at::Tensor& t, ReduceOp op) {
                                     " tensors (only sum and avg are)"));
     v = view_of(t, *part, 2 * t.numel());
   } else if (t.scalar_type() == at::kChar || t.scalar_type() == at::kBool) {
-    throw BackendError(str_cat(site, ": not yet supported by collie: reducing ", t.scalar_type(),
-                               " tensors (collie's int8 and bool types are not implemented yet)"));
+    throw BackendError(str_cat(site, ": collie does not provide reducing ", t.scalar_type(),
+                               " tensors yet (it has no int8 and bool types yet)"));
   } else {
     throw InvalidArgument(str_cat(site, ": collie cannot reduce ", t.scalar_type(),
                                   " tensors (it reduces float32, float64, float16, bfloat16, "
@@ -106,8 +106,8 @@ ReduceOp collie_op(const Site& site, const ::c10d::ReduceOp& op) {
     case ::c10d::ReduceOp::BOR:
     case ::c10d::ReduceOp::BXOR:
       throw BackendError(str_cat(site,
-                                 ": not yet supported by collie: the bitwise ReduceOps "
-                                 "BAND, BOR and BXOR"));
+                                 ": collie does not provide the bitwise ReduceOps "
+                                 "BAND, BOR and BXOR yet"));
     default:
       throw InvalidArgument(str_cat(site, ": ReduceOp ", static_cast<int>(op.op_),
                                     " is not supported by collie (PREMUL_SUM is NCCL's)"));
@@ -268,7 +268,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::enqueue(OpType type, const 
 }
 
 void ProcessGroupCollie::not_yet_supported(const char* op, const char* why) const {
-  throw BackendError(str_cat(where(op), ": not yet supported by collie: ", op, " (", why, ")"));
+  throw BackendError(str_cat(where(op), ": collie does not provide ", op, " yet (", why, ")"));
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::broadcast(
@@ -328,24 +328,13 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allreduce_coalesced(
                  });
 }
 
-// An all_reduce whose result only the root keeps: the other ranks reduce a
-// scratch copy, so their tensor is left as it was. It moves up to twice the
-// bytes of a dedicated reduce (docs/torch.md).
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
-                                                            const ::c10d::ReduceOptions& opts) {
-  const Site site{"reduce", rank_, group_name_};
-  const at::Tensor& tensor = single(site, "tensor", tensors);
-  check_root(site, opts.rootRank, opts.rootTensor, size_);
-  const ReduceOp op = collie_op(site, opts.reduceOp);
-  const bool root = opts.rootRank == rank_;
-  at::Tensor buffer = root ? dense(tensor) : dense(tensor).clone();
-  const TensorView view = reduce_view(site, buffer, op);
-  AllReduceOptions options{.op = op, .timeout = opts.timeout, .async_op = false};
-  return enqueue(OpType::REDUCE, site.op, tensors,
-                 [group = group_, tensor, buffer, view, options, root] {
-                   group->all_reduce(view, options)->wait();
-                   if (root) copy_back(tensor, buffer);
-                 });
+// reduce, gather and scatter refuse rather than emulate: collie's own
+// reduce, gather and scatter (issue 13) move fewer bytes than an all_reduce,
+// all_gather or reduce_scatter would, and the adapter maps each c10d method
+// onto the collie collective of the same meaning (docs/torch.md).
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor>&,
+                                                            const ::c10d::ReduceOptions&) {
+  not_yet_supported("reduce", "all_reduce, which collie has, gives every rank the result");
 }
 
 // collie's all_gather into one flat buffer, then copied into the list.
@@ -427,70 +416,17 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allgather_coalesced(
                  });
 }
 
-// An all_gather of which only the root keeps the result: the root receives
-// the same bytes as in a dedicated gather, the other ranks receive what they
-// then drop (docs/torch.md).
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const ::c10d::GatherOptions& opts) {
-  const Site site{"gather", rank_, group_name_};
-  const at::Tensor& input = single(site, "input", inputs);
-  check_root(site, opts.rootRank, 0, size_);
-  const bool root = opts.rootRank == rank_;
-  std::vector<at::Tensor> list;
-  if (root) {
-    if (outputs.size() != 1)
-      throw InvalidArgument(
-          str_cat(site, ": the root expects one output list, got ", outputs.size()));
-    check_slots(site, "output", outputs[0], size_, "input", input);
-    list = outputs[0];
-  } else if (!outputs.empty()) {
-    throw InvalidArgument(
-        str_cat(site, ": only the root (rank ", opts.rootRank, ") takes an output list"));
-  }
-  at::Tensor in = dense(input);
-  at::Tensor flat = at::empty({size_ * input.numel()}, in.options());
-  AllGatherOptions options{.timeout = opts.timeout, .async_op = false};
-  return enqueue(OpType::GATHER, site.op, list, [group = group_, list, in, flat, options] {
-    group->all_gather(data_view(flat), data_view(in), options)->wait();
-    for (size_t i = 0; i < list.size(); ++i) list[i].copy_(slot(flat, i, list[i]));
-  });
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(std::vector<std::vector<at::Tensor>>&,
+                                                            std::vector<at::Tensor>&,
+                                                            const ::c10d::GatherOptions&) {
+  not_yet_supported("gather", "all_gather, which collie has, gives every rank the list");
 }
 
-// A reduce_scatter of bytes: the root contributes its inputs, every other
-// rank zeros, summed as uint8 (x + 0 = x exactly, for any dtype's bytes), so
-// that rank r ends with the root's input r bit for bit. Each rank receives
-// about (n-1)/n of the root's inputs, against 1/n for a dedicated scatter
-// (docs/torch.md).
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const ::c10d::ScatterOptions& opts) {
-  const Site site{"scatter", rank_, group_name_};
-  const at::Tensor& output = single(site, "output", outputs);
-  check_root(site, opts.rootRank, 0, size_);
-  const bool root = opts.rootRank == rank_;
-  at::Tensor packed;
-  if (root) {
-    if (inputs.size() != 1)
-      throw InvalidArgument(
-          str_cat(site, ": the root expects one input list, got ", inputs.size()));
-    check_slots(site, "input", inputs[0], size_, "output", output);
-    packed = concat(inputs[0]).view(at::kByte);
-  } else {
-    if (!inputs.empty())
-      throw InvalidArgument(
-          str_cat(site, ": only the root (rank ", opts.rootRank, ") takes an input list"));
-    packed = at::zeros({size_ * static_cast<int64_t>(output.nbytes())}, at::kByte);
-  }
-  at::Tensor out = output_buffer(output);
-  ReduceScatterOptions options{.op = ReduceOp::kSum, .timeout = opts.timeout, .async_op = false};
-  return enqueue(OpType::SCATTER, site.op, outputs, [group = group_, output, out, packed, options] {
-    group
-        ->reduce_scatter(view_of(out, DataType::kUInt8, out.nbytes()),
-                         view_of(packed, DataType::kUInt8, packed.numel()), options)
-        ->wait();
-    copy_back(output, out);
-  });
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tensor>&,
+                                                             std::vector<std::vector<at::Tensor>>&,
+                                                             const ::c10d::ScatterOptions&) {
+  not_yet_supported("scatter",
+                    "broadcast, which collie has, sends the root's tensor to every rank");
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce_scatter(

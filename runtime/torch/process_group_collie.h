@@ -12,9 +12,11 @@
 // without timeout), isCompleted, isSuccess, exception, result and
 // getFuture, the future torch's DDP chains its gradient buckets on.
 //
-// Operations collie does not have yet (send, recv, all-to-all) throw "not
-// yet supported by collie: <op>". docs/torch.md lists how each c10d method
-// maps onto collie's collectives, and the plan for torch 2.x's c10d::Backend.
+// Operations whose collie collective does not exist yet (send, recv,
+// recvAnysource, reduce, gather, scatter, alltoall, alltoall_base: issue 13)
+// throw "collie does not provide <op> yet" at the call, before anything is
+// sent. docs/torch.md lists how each c10d method maps onto collie's
+// collectives, and the plan for torch 2.x's c10d::Backend.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
