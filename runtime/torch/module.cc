@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include <chrono>
+#include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,6 +120,21 @@ std::pair<double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tens
   return {wall.count() / iters, (process_cpu_seconds() - cpu_start) / iters};
 }
 
+// Work.exception()'s message (None when there is none): torch 1.13 binds
+// Work.exception but has no converter for std::exception_ptr, so Python
+// cannot call it; the tests read collie's override through this.
+std::optional<std::string> work_exception(const c10::intrusive_ptr<::c10d::Work>& work) {
+  const std::exception_ptr error = work->exception();
+  if (!error) return std::nullopt;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  } catch (...) {
+    return std::string("(an exception that is not a std::exception)");
+  }
+}
+
 }  // namespace
 }  // namespace collie
 
@@ -142,6 +159,8 @@ PYBIND11_MODULE(collie_torch, m) {
         py::arg("pg_options") = py::none());
   m.def("_time_allreduce", &time_allreduce, py::arg("group"), py::arg("tensor"), py::arg("iters"),
         py::arg("path"));
+  m.def("_work_exception", &work_exception, py::arg("work"),
+        "Work.exception()'s message, or None (torch 1.13 cannot convert it itself).");
   m.def("build_info", &build_info, "collie's version and optional parts");
   m.attr("BACKEND_NAME") = ProcessGroupCollie::kBackendName;
 

@@ -344,7 +344,8 @@ def scenario_work():
     c.true("is_completed after wait", w.is_completed())
     c.true("is_success after wait", w.is_success())
     # (Work.exception() cannot be called from Python in torch 1.13: its
-    # binding has no converter for std::exception_ptr.)
+    # binding has no converter for std::exception_ptr; collie_torch's
+    # _work_exception reads it, here and in scenario_kill.)
     total = float(sum(r + 1 for r in range(WORLD)))
     c.same("result() holds the output", w.result()[0], torch.full((1000,), total))
 
@@ -394,6 +395,7 @@ def scenario_work():
     else:
         store.wait(["work_test/rank0_timed_out"], timedelta(seconds=60))
         dist.all_reduce(torch.ones(2))
+    c.true("exception() of a successful work is None", collie_torch._work_exception(w) is None)
     c.true("default group backend", dist.get_backend() == "collie", dist.get_backend())
     c.finish("Work and future")
     dist.destroy_process_group()
@@ -479,15 +481,29 @@ def scenario_kill(victim, strict):
     if RANK == victim:
         os.kill(os.getpid(), 9)
     start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    future = work.get_future()
     try:
-        dist.all_reduce(t)
+        work.wait()
         print(f"rank {RANK}: all_reduce returned although rank {victim} is dead")
         sys.exit(1)
     except RuntimeError as e:
         elapsed = time.monotonic() - start
         print(f"rank {RANK}: raised after {elapsed:.1f} s: {e}", flush=True)
-        named = f"rank {victim}" in str(e) if strict == "1" else "rank" in str(e)
-        sys.exit(0 if named and elapsed < 20 else 1)
+        # strict: the survivor's peer is the victim, named with its address.
+        named = (f"rank {victim} (127.0.0.1:" in str(e)) if strict == "1" else "rank" in str(e)
+        c = Checks()
+        c.true("named within 20 s", named and elapsed < 20, f"{elapsed:.1f} s: {e}")
+        c.true("is_completed after the failure", work.is_completed())
+        c.true("not is_success", not work.is_success())
+        c.true("exception() holds the message", collie_torch._work_exception(work) == str(e),
+               repr(collie_torch._work_exception(work)))
+        try:
+            future.wait()
+            c.true("the future raises", False, "it returned")
+        except RuntimeError as fe:
+            c.true("the future raises collie's message", str(e) in str(fe), str(fe))
+        c.finish("a killed rank")
 
 
 def scenario_mismatch(kind):
@@ -532,7 +548,9 @@ def scenario_timeout():
             elapsed = time.monotonic() - start
             print(f"rank 0: raised after {elapsed:.1f} s: {e}", flush=True)
             store.set("timeout_test/done", "1")
-            sys.exit(0 if "timed out" in str(e) and elapsed < 60 else 1)
+            # collie's own deadline (3 s), then a 1.5 s probe of the silent
+            # peer; the bound leaves room for a loaded machine.
+            sys.exit(0 if "timed out" in str(e) and 2.5 <= elapsed < 30 else 1)
     store.wait(["timeout_test/done"], timedelta(seconds=120))
     sys.exit(0)
 
