@@ -51,7 +51,7 @@ def main(test_ids):
                 self.passed += 1
 
     outcomes = Outcomes()
-    code = pytest.main(["-q", "-rs", "-p", "no:cacheprovider", "--rootdir", HERE]
+    code = pytest.main(["-q", "-s", "-rs", "-p", "no:cacheprovider", "--rootdir", HERE]
                        + [os.path.join(HERE, t) for t in test_ids], plugins=[outcomes])
     if code == 0 and outcomes.skipped and (not outcomes.passed or os.environ.get("CI") == "true"):
         skip("; ".join(sorted(set(outcomes.skipped))))
