@@ -164,6 +164,19 @@ void check_root(const Site& site, int64_t root, int64_t root_tensor, int size) {
                                   " given; collie takes one tensor per process (rootTensor 0)"));
 }
 
+// `big` must hold `size` times `small`'s elements, of its dtype: the flat
+// side of _allgather_base (the output) and _reduce_scatter_base (the input).
+void check_flat(const Site& site, const char* big_name, const at::Tensor& big,
+                const char* small_name, const at::Tensor& small, int size) {
+  check_tensor(site, small_name, small);
+  check_tensor(site, big_name, big);
+  if (big.scalar_type() != small.scalar_type() || big.numel() != size * small.numel())
+    throw InvalidArgument(str_cat(site, ": ", big_name, " is ", big.scalar_type(), " x ",
+                                  big.numel(), " but must be ", small.scalar_type(), " x ",
+                                  size * small.numel(), " (world size ", size, " x ", small_name,
+                                  " ", small.numel(), ")"));
+}
+
 // The tensor itself when collie can use its memory as it is, else a
 // contiguous copy (with conjugate and negative views resolved).
 at::Tensor dense(const at::Tensor& t) {
@@ -359,13 +372,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allgather(
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::_allgather_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::AllgatherOptions& opts) {
   const Site site{"_allgather_base", rank_, group_name_};
-  check_tensor(site, "input", input);
-  check_tensor(site, "output", output);
-  if (output.scalar_type() != input.scalar_type() || output.numel() != size_ * input.numel())
-    throw InvalidArgument(str_cat(site, ": output is ", output.scalar_type(), " x ", output.numel(),
-                                  " but must be ", input.scalar_type(), " x ",
-                                  size_ * input.numel(), " (world size ", size_, " x input ",
-                                  input.numel(), ")"));
+  check_flat(site, "output", output, "input", input, size_);
   at::Tensor in = dense(input);
   at::Tensor out = output_buffer(output);
   AllGatherOptions options{.timeout = opts.timeout, .async_op = false};
@@ -455,13 +462,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce_scatter(
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) {
   const Site site{"_reduce_scatter_base", rank_, group_name_};
-  check_tensor(site, "input", input);
-  check_tensor(site, "output", output);
-  if (input.scalar_type() != output.scalar_type() || input.numel() != size_ * output.numel())
-    throw InvalidArgument(str_cat(site, ": input is ", input.scalar_type(), " x ", input.numel(),
-                                  " but must be ", output.scalar_type(), " x ",
-                                  size_ * output.numel(), " (world size ", size_, " x output ",
-                                  output.numel(), ")"));
+  check_flat(site, "input", input, "output", output, size_);
   const ReduceOp op = collie_op(site, opts.reduceOp);
   at::Tensor in = dense(input);
   at::Tensor out = output_buffer(output);

@@ -469,6 +469,20 @@ def scenario_unsupported():
 # ---------------------------------------------------------------------------
 # Failures: a rank that dies, a mismatched call, a rank that never calls.
 
+def expect_error(what, fn):
+    """Runs fn, which must raise a RuntimeError; returns its message and how
+    long it took. A call that returns fails the rank."""
+    start = time.monotonic()
+    try:
+        fn()
+    except RuntimeError as e:
+        elapsed = time.monotonic() - start
+        print(f"rank {RANK}: raised after {elapsed:.1f} s: {e}", flush=True)
+        return str(e), elapsed
+    print(f"rank {RANK}: {what} returned")
+    sys.exit(1)
+
+
 def scenario_kill(victim, strict):
     """The victim dies (SIGKILL) before the second all_reduce; the others'
     all_reduce must raise within seconds -- the group's timeout is 120 s --
@@ -480,30 +494,20 @@ def scenario_kill(victim, strict):
     dist.all_reduce(t)
     if RANK == victim:
         os.kill(os.getpid(), 9)
-    start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
     future = work.get_future()
-    try:
-        work.wait()
-        print(f"rank {RANK}: all_reduce returned although rank {victim} is dead")
-        sys.exit(1)
-    except RuntimeError as e:
-        elapsed = time.monotonic() - start
-        print(f"rank {RANK}: raised after {elapsed:.1f} s: {e}", flush=True)
-        # strict: the survivor's peer is the victim, named with its address.
-        named = (f"rank {victim} (127.0.0.1:" in str(e)) if strict == "1" else "rank" in str(e)
-        c = Checks()
-        c.true("named within 20 s", named and elapsed < 20, f"{elapsed:.1f} s: {e}")
-        c.true("is_completed after the failure", work.is_completed())
-        c.true("not is_success", not work.is_success())
-        c.true("exception() holds the message", collie_torch._work_exception(work) == str(e),
-               repr(collie_torch._work_exception(work)))
-        try:
-            future.wait()
-            c.true("the future raises", False, "it returned")
-        except RuntimeError as fe:
-            c.true("the future raises collie's message", str(e) in str(fe), str(fe))
-        c.finish("a killed rank")
+    e, elapsed = expect_error(f"all_reduce with rank {victim} dead", work.wait)
+    # strict: the survivor's peer is the victim, named with its address.
+    named = (f"rank {victim} (127.0.0.1:" in e) if strict == "1" else "rank" in e
+    c = Checks()
+    c.true("named within 20 s", named and elapsed < 20, f"{elapsed:.1f} s: {e}")
+    c.true("is_completed after the failure", work.is_completed())
+    c.true("not is_success", not work.is_success())
+    c.true("exception() holds the message", collie_torch._work_exception(work) == e,
+           repr(collie_torch._work_exception(work)))
+    fe, _ = expect_error("the failed work's future", future.wait)
+    c.true("the future raises collie's message", e in fe, fe)
+    c.finish("a killed rank")
 
 
 def scenario_mismatch(kind):
@@ -511,8 +515,8 @@ def scenario_mismatch(kind):
     in the mismatched call, or (a broadcast's root, which only sends and so
     cannot see what the others called) in the next one."""
     init("collie", timeout_s=120)
-    start = time.monotonic()
-    try:
+
+    def mismatched_then_barrier():
         if kind == "count":
             dist.all_reduce(torch.ones(100 + 10 * RANK))
         elif kind == "dtype":
@@ -525,12 +529,9 @@ def scenario_mismatch(kind):
         else:
             raise ValueError(kind)
         dist.barrier()
-        print(f"rank {RANK}: the mismatched call and the barrier after it returned")
-        sys.exit(1)
-    except RuntimeError as e:
-        elapsed = time.monotonic() - start
-        print(f"rank {RANK}: raised after {elapsed:.1f} s: {e}", flush=True)
-        sys.exit(0 if elapsed < 60 else 1)
+
+    _, elapsed = expect_error("the mismatched call and the barrier after it", mismatched_then_barrier)
+    sys.exit(0 if elapsed < 60 else 1)
 
 
 def scenario_timeout():
@@ -539,18 +540,12 @@ def scenario_timeout():
     init("collie", timeout_s=3)
     store = dist.distributed_c10d._get_default_store()
     if RANK == 0:
-        start = time.monotonic()
-        try:
-            dist.all_reduce(torch.ones(8))
-            print("rank 0: all_reduce returned without its peers")
-            sys.exit(1)
-        except RuntimeError as e:
-            elapsed = time.monotonic() - start
-            print(f"rank 0: raised after {elapsed:.1f} s: {e}", flush=True)
-            store.set("timeout_test/done", "1")
-            # collie's own deadline (3 s), then a 1.5 s probe of the silent
-            # peer; the bound leaves room for a loaded machine.
-            sys.exit(0 if "timed out" in str(e) and 2.5 <= elapsed < 30 else 1)
+        e, elapsed = expect_error("all_reduce without its peers",
+                                  lambda: dist.all_reduce(torch.ones(8)))
+        store.set("timeout_test/done", "1")
+        # collie's own deadline (3 s), then a 1.5 s probe of the silent
+        # peer; the bound leaves room for a loaded machine.
+        sys.exit(0 if "timed out" in e and 2.5 <= elapsed < 30 else 1)
     store.wait(["timeout_test/done"], timedelta(seconds=120))
     sys.exit(0)
 
