@@ -14,16 +14,25 @@ collie's. It also measures what the adapter adds to collie's own C++ call
 for a 4-byte all_reduce: the same loop through collie's ProcessGroup and
 through the c10d interface (collie_torch._time_allreduce, GIL released,
 process CPU time: the steadier figure on shared cores).
+
+--ddp-runs N (default 0: skipped) adds torch's DistributedDataParallel on
+Fashion-MNIST: samples/torch_ddp/train.py for one epoch of --ddp-steps steps
+per rank, over collie and over gloo alternately, N times each per world size;
+it reports the median training samples/s (all ranks together, evaluation
+excluded) of each backend.
 """
 import argparse
+import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
+TRAIN = os.path.join(os.path.dirname(HERE), "..", "..", "samples", "torch_ddp", "train.py")
 
 
 def sizes(max_bytes):
@@ -78,16 +87,30 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_job(world, max_bytes):
+def run_ranks(world, argv):
+    """Runs `world` ranks of `argv` with torch's env:// variables; rank 0's
+    output lines."""
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, HERE, "--worker", "--max-bytes", str(max_bytes)],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, text=True) for r in range(world)]
     outs = [p.communicate(timeout=1800)[0] for p in procs]
     if any(p.returncode for p in procs):
-        sys.exit(f"a rank failed (exit codes {[p.returncode for p in procs]})")
+        sys.exit(f"a rank of {argv} failed (exit codes {[p.returncode for p in procs]})")
     return outs[0].splitlines()
+
+
+def run_job(world, max_bytes):
+    return run_ranks(world, [sys.executable, HERE, "--worker", "--max-bytes", str(max_bytes)])
+
+
+def ddp_samples_per_s(world, backend, steps):
+    with tempfile.TemporaryDirectory(prefix="torch_backends_ddp_") as out:
+        run_ranks(world, [sys.executable, TRAIN, "--backend", backend, "--epochs", "1",
+                          "--max-steps", str(steps), "--print-freq", "100000", "--output-dir",
+                          out])
+        with open(os.path.join(out, "log.txt")) as f:
+            return json.loads(f.readline())["train_samples_per_s"]
 
 
 def span(values):
@@ -106,10 +129,34 @@ def main():
     p.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
+    p.add_argument("--ddp-runs", type=int, default=0)
+    p.add_argument("--ddp-steps", type=int, default=200, help="training steps per rank")
+    p.add_argument("--skip-all-reduce", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args.max_bytes)
+    if not args.skip_all_reduce:
+        all_reduce_tables(args)
+    if args.ddp_runs > 0:
+        ddp_table(args)
+
+
+def ddp_table(args):
+    print(f"\nDDP on Fashion-MNIST (samples/torch_ddp/train.py, {args.ddp_steps} steps of 64 per "
+          f"rank): training samples/s, median (min-max) of {args.ddp_runs} runs\n")
+    print("| ranks | collie | gloo | collie/gloo |\n| --- | --- | --- | --- |")
+    for world in args.worlds:
+        rates = {"collie": [], "gloo": []}
+        for _ in range(args.ddp_runs):
+            for backend in rates:
+                rates[backend].append(ddp_samples_per_s(world, backend, args.ddp_steps))
+        c, g = rates["collie"], rates["gloo"]
+        print(f"| {world} | {span(c)} | {span(g)} | "
+              f"{statistics.median(c) / statistics.median(g):.2f} |", flush=True)
+
+
+def all_reduce_tables(args):
     print(f"torch.distributed.all_reduce (float32 sum), collie vs gloo: median (min-max) us "
           f"of {args.runs} runs")
     for world in args.worlds:
