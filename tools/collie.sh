@@ -24,7 +24,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev
   dataset-fashion-mnist
-  python3 python3-torch
+  python3 python3-torch libtorch-dev pybind11-dev python3-pytest
   libgloo-dev openmpi-bin libopenmpi-dev
   gnuplot-nox
   clang libclang-rt-14-dev clang-format-14

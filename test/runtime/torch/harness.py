@@ -1,0 +1,124 @@
+"""Starting the ranks of a torch.distributed job for the collie_torch tests.
+
+Every rank is a real process: /usr/bin/python3 running workers.py (or any
+script) with torch's environment (RANK, WORLD_SIZE, LOCAL_RANK, and
+MASTER_ADDR/MASTER_PORT or an init file). The job is bounded: past its
+timeout every rank is killed and the test fails with each rank's output.
+
+ctest sets PYTHONPATH (the build's python/ folder, where collie_torch is) and
+COLLIE_BIN_DIR (collie-run); see CMakeLists.txt next to this file.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = "/usr/bin/python3"  # Debian's python3-torch is only seen by this one
+WORKERS = os.path.join(HERE, "workers.py")
+BIN_DIR = os.environ.get("COLLIE_BIN_DIR", "")
+SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+
+# A loaded 2-core machine runs 2-4 ranks that each import torch (seconds).
+JOB_TIMEOUT = float(os.environ.get("COLLIE_TORCH_TEST_TIMEOUT", "240"))
+
+
+def free_port():
+    """A port that was free a moment ago, for launchers that need a number
+    (torchrun's static rendezvous, env://); collie's own sockets use port 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(extra=None):
+    env = dict(os.environ)
+    # A launcher's variables in the test's own environment must not leak in.
+    for k in list(env):
+        if k.startswith(("TORCHELASTIC_", "PET_", "SLURM_", "OMPI_")) or k in (
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "GROUP_RANK", "ROLE_RANK", "COLLIE_JOB_SECRET"):
+            del env[k]
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class Result:
+    def __init__(self, rank, returncode, out, err):
+        self.rank, self.returncode, self.out, self.err = rank, returncode, out, err
+
+    def __repr__(self):
+        return (f"--- rank {self.rank} exit {self.returncode} ---\n{self.out}\n"
+                f"--- rank {self.rank} stderr ---\n{self.err}")
+
+
+def report(results):
+    return "\n".join(repr(r) for r in results)
+
+
+def spawn_ranks(world, args, env=None, init="file", script=WORKERS):
+    """Starts `world` ranks of `script args...` and returns the Popen objects.
+    init: "file" (a fresh init file, passed as COLLIE_TEST_INIT=file://...),
+    "env" (MASTER_ADDR/MASTER_PORT, rank 0 hosts torch's TCPStore) or "tcp"
+    (COLLIE_TEST_INIT=tcp://127.0.0.1:PORT)."""
+    common = base_env(env)
+    common["WORLD_SIZE"] = str(world)
+    common["LOCAL_WORLD_SIZE"] = str(world)
+    if init == "file":
+        fd, path = tempfile.mkstemp(prefix="collie_torch_init_")
+        os.close(fd)
+        os.unlink(path)  # torch's FileStore creates it
+        common["COLLIE_TEST_INIT"] = "file://" + path
+    elif init == "env":
+        common.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                      COLLIE_TEST_INIT="env://")
+    elif init == "tcp":
+        common["COLLIE_TEST_INIT"] = f"tcp://127.0.0.1:{free_port()}"
+    else:
+        raise ValueError(init)
+    procs = []
+    for rank in range(world):
+        e = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen([PYTHON, script] + [str(a) for a in args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    return procs
+
+
+def collect(procs, timeout=JOB_TIMEOUT):
+    """Waits for every process (killing all of them past `timeout`) and
+    returns their Results; a rank killed by the timeout exits -9."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for rank, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            err += f"\n[harness] killed: the job ran past its {timeout:.0f} s timeout"
+        results.append(Result(rank, p.returncode, out, err))
+    return results
+
+
+def run_job(world, args, env=None, init="file", timeout=JOB_TIMEOUT):
+    return collect(spawn_ranks(world, args, env=env, init=init), timeout=timeout)
+
+
+def run_command(argv, env=None, timeout=JOB_TIMEOUT):
+    """One launcher process (torchrun, collie-run) that starts the ranks."""
+    p = subprocess.Popen(argv, env=base_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    return collect([p], timeout=timeout)[0]
+
+
+def assert_ok(results):
+    bad = [r for r in results if r.returncode != 0]
+    assert not bad, "rank(s) %s failed:\n%s" % ([r.rank for r in bad], report(results))

@@ -1,0 +1,119 @@
+"""The collie_torch backend, end to end: torch's own init_process_group("collie")
+in real processes over loopback (workers.py holds what each rank does,
+harness.py starts them). ctest runs each test through run_pytest.py."""
+import os
+import shutil
+
+import pytest
+
+import harness
+from harness import assert_ok, report, run_command, run_job
+
+
+# --- every operation, against gloo and a local reference -------------------
+
+@pytest.mark.parametrize("world,default_backend", [(2, "collie"), (3, "gloo")])
+def test_operations_match_gloo(world, default_backend):
+    """(3, "gloo") also covers new_group(backend="collie") inside a gloo
+    default group, and sums whose order differs from gloo's."""
+    assert_ok(run_job(world, ["ops", default_backend], init="env"))
+
+
+def test_noncontiguous_tensors():
+    assert_ok(run_job(2, ["noncontiguous"], init="env"))
+
+
+def test_work_and_future():
+    assert_ok(run_job(2, ["work"], init="env"))
+
+
+def test_missing_operations_are_refused():
+    """send/recv/reduce/gather/scatter/all_to_all (issue 13), bitwise ops,
+    int8/bool reductions and bad arguments: RuntimeError at the call."""
+    assert_ok(run_job(2, ["unsupported"], init="env"))
+
+
+# --- failures: a killed rank, a mismatched call, a rank that never calls ----
+
+@pytest.mark.parametrize("world,victim,strict", [(2, 1, "1"), (3, 2, "0")])
+def test_killed_rank_raises_naming_it(world, victim, strict):
+    results = run_job(world, ["kill", victim, strict], init="env")
+    survivors = [r for r in results if r.rank != victim]
+    assert results[victim].returncode == -9, report(results)
+    assert_ok(survivors)
+
+
+@pytest.mark.parametrize("kind", ["count", "dtype", "op"])
+def test_mismatched_call_raises(kind):
+    assert_ok(run_job(2, ["mismatch", kind], init="env"))
+
+
+def test_init_process_group_timeout_is_honoured():
+    """timeout=3 s: rank 0's all_reduce, which its peer never joins, raises a
+    TimeoutError-based RuntimeError after about 3 s, not 30 minutes."""
+    results = run_job(2, ["timeout"], init="env")
+    assert_ok(results)
+    line = [s for s in results[0].out.splitlines() if "raised after" in s][0]
+    elapsed = float(line.split("raised after ")[1].split(" s")[0])
+    assert elapsed >= 2.5, line
+
+
+# --- rendezvous: init methods and launchers ---------------------------------
+
+@pytest.mark.parametrize("init", ["env", "tcp", "file"])
+def test_init_methods(init):
+    assert_ok(run_job(2, ["smoke"], init=init))
+
+
+def test_under_torchrun():
+    torchrun = shutil.which("torchrun", path="/usr/bin:" + os.environ.get("PATH", ""))
+    if not torchrun:
+        pytest.skip("no torchrun (Debian: python3-torch)")
+    r = run_command([harness.PYTHON, torchrun, "--nnodes", "1", "--nproc_per_node", "2",
+                     "--master_addr", "127.0.0.1", "--master_port", str(harness.free_port()),
+                     # Debian's torchrun 1.13 under Python 3.11 fails without
+                     # --redirects (a None where it expects a map).
+                     "--redirects", "1", "--tee", "1", harness.WORKERS, "smoke"])
+    assert r.returncode == 0, repr(r)
+    assert r.out.count(": ok") == 2, repr(r)
+
+
+def test_under_collie_run():
+    collie_run = os.path.join(harness.BIN_DIR, "collie-run")
+    if not os.access(collie_run, os.X_OK):
+        pytest.skip(f"no {collie_run} (build the collie-run target)")
+    r = run_command([collie_run, "--standalone", "--store-compat", "--nproc-per-node", "2",
+                     harness.PYTHON, harness.WORKERS, "smoke"])
+    assert r.returncode == 0, repr(r)
+    assert r.out.count(": ok") == 2, repr(r)
+
+
+# --- torch's DistributedDataParallel: collie and gloo train the same model --
+
+def test_ddp_trains_the_same_weights_as_gloo(tmp_path):
+    """samples/torch_ddp/train.py, 2 ranks, 2 epochs of 40 steps, over each
+    backend. Two ranks sum two numbers in every algorithm (a + b == b + a in
+    IEEE arithmetic), DDP divides before it sums, and everything else is the
+    same single-threaded code: the weights must be the same bits."""
+    import torch
+
+    data = os.path.join("/usr/share/datasets/fashion-mnist")
+    if not os.path.exists(os.path.join(data, "train-images-idx3-ubyte.gz")):
+        pytest.skip(f"no Fashion-MNIST in {data} (package dataset-fashion-mnist, installed by tools/collie.sh)")
+    script = os.path.join(harness.SOURCE_DIR, "samples", "torch_ddp", "train.py")
+    final = {}
+    for backend in ("collie", "gloo"):
+        out = tmp_path / backend
+        results = harness.collect(harness.spawn_ranks(
+            2, ["--backend", backend, "--epochs", "2", "--max-steps", "40", "--print-freq",
+                "1000", "--output-dir", str(out), "--timeout", "120"],
+            init="env", script=script))
+        assert_ok(results)
+        final[backend] = torch.load(out / "checkpoint_01.pth")["model"]
+    worst = 0.0
+    for name, w in final["collie"].items():
+        g = final["gloo"][name]
+        assert w.shape == g.shape, name
+        worst = max(worst, (w - g).abs().max().item())
+        assert torch.equal(w, g), f"{name}: the weights differ by up to {worst}"
+    print(f"largest |collie - gloo| over the parameters: {worst:g}")

@@ -1,0 +1,580 @@
+"""The ranks of the collie_torch tests: /usr/bin/python3 workers.py SCENARIO [ARGS...]
+
+Each rank reads torch's environment (RANK, WORLD_SIZE; COLLIE_TEST_INIT is
+the init_method, env:// when unset), runs one scenario and exits 0, or
+prints what went wrong and exits 1. harness.py starts them.
+"""
+import os
+import sys
+import time
+import traceback
+import warnings
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import collie_torch  # noqa: F401  registers the backend "collie"
+
+warnings.filterwarnings("ignore")  # torch 1.13's deprecation notices for _all_gather_base & co
+
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+SUM, PRODUCT, MIN, MAX, AVG = (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN,
+                               dist.ReduceOp.MAX, dist.ReduceOp.AVG)
+OP_NAMES = {SUM: "sum", PRODUCT: "product", MIN: "min", MAX: "max", AVG: "avg"}
+
+
+def init(backend, timeout_s=None):
+    kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+    dist.init_process_group(backend, init_method=os.environ.get("COLLIE_TEST_INIT", "env://"),
+                            rank=RANK, world_size=WORLD, **kwargs)
+    torch.set_num_threads(1)
+
+
+class Checks:
+    """Collects failed comparisons so that one run reports all of them."""
+
+    def __init__(self):
+        self.failures, self.count = [], 0
+
+    def same(self, name, got, want):
+        """Bit for bit: same dtype, shape and bytes (NaN-safe, -0.0 != 0.0)."""
+        self.count += 1
+        if not same_bits(got, want):
+            self.failures.append(f"{name}: got {short(got)}, want {short(want)}")
+
+    def close(self, name, got, want, rtol):
+        self.count += 1
+        if got.dtype != want.dtype or not torch.allclose(got, want, rtol=rtol, atol=0):
+            self.failures.append(f"{name}: got {short(got)}, want {short(want)} (rtol {rtol})")
+
+    def true(self, name, cond, detail=""):
+        self.count += 1
+        if not cond:
+            self.failures.append(f"{name}: {detail}")
+
+    def finish(self, what):
+        if self.failures:
+            print(f"rank {RANK}: {len(self.failures)} of {self.count} {what} checks failed:")
+            for f in self.failures[:40]:
+                print("  " + f)
+            sys.exit(1)
+        print(f"rank {RANK}: {what}: {self.count} checks passed", flush=True)
+
+
+def same_bits(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(as_bytes(a), as_bytes(b))
+
+
+def as_bytes(t):
+    t = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    return t.view(torch.uint8)
+
+
+def short(t):
+    flat = t.detach().reshape(-1)
+    head = flat[:6].tolist() if t.dtype != torch.bfloat16 else flat[:6].float().tolist()
+    return f"{t.dtype} {tuple(t.shape)} {head}{'...' if flat.numel() > 6 else ''}"
+
+
+def values(rank, case, n, dtype, op):
+    """Rank `rank`'s input of one case, regenerable on every rank (so each
+    rank can compute the reference locally). Integer-valued and small, so
+    that every reduction order gives the same bits: sums stay exact, products
+    stay small powers, averages divide a multiple of the world size."""
+    g = torch.Generator().manual_seed(1000 * case + rank)
+    if op == PRODUCT:
+        v = torch.randint(1, 3, (n,), generator=g)
+    elif op == AVG:
+        v = torch.randint(-3, 4, (n,), generator=g) * WORLD
+    elif dtype == torch.uint8 or dtype == torch.bool:
+        v = torch.randint(0, 4, (n,), generator=g)
+    else:
+        v = torch.randint(-8, 9, (n,), generator=g)
+    if dtype.is_complex:
+        return torch.complex(v.float(), torch.flip(v, [0]).float()).to(dtype)
+    return v.to(dtype)
+
+
+def reference(op, inputs):
+    stacked = torch.stack([x.to(torch.complex128 if x.dtype.is_complex else torch.float64)
+                           for x in inputs])
+    if op in (SUM, AVG):
+        r = stacked.sum(0)
+        if op == AVG:
+            r = r / WORLD
+    elif op == PRODUCT:
+        r = stacked.prod(0)
+    elif op == MIN:
+        r = stacked.min(0).values
+    else:
+        r = stacked.max(0).values
+    return r.to(inputs[0].dtype)
+
+
+# ---------------------------------------------------------------------------
+# Every operation against torch's gloo backend on the same inputs.
+
+REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                 torch.int64, torch.uint8, torch.complex64]
+MOVE_DTYPES = REDUCE_DTYPES + [torch.bool, torch.int8, torch.int16, torch.complex128]
+# gloo 1.13 refuses these dtypes in all_reduce ("Invalid scalar type"); the
+# data-movement collectives try gloo and fall back to the reference alone.
+GLOO_MISSING = {torch.bfloat16, torch.bool, torch.int16}
+SIZES = [1, 7, 1000, 40003]
+
+
+def ops_for(dtype):
+    if dtype.is_complex:
+        return [SUM, AVG]
+    ops = [SUM, PRODUCT, MIN, MAX]
+    return ops + [AVG] if dtype.is_floating_point else ops
+
+
+def scenario_ops(default_backend):
+    """default_backend "gloo": collie is new_group(backend="collie") inside a
+    gloo default group; "collie": init_process_group("collie"), gloo a new
+    group. Either way both groups span every rank and see the same inputs."""
+    init(default_backend)
+    other = dist.new_group(backend="gloo" if default_backend == "collie" else "collie")
+    collie = None if default_backend == "collie" else other
+    gloo = other if default_backend == "collie" else None
+    assert dist.get_backend(collie) == "collie", dist.get_backend(collie)
+    c = Checks()
+    case = 0
+
+    def gloo_runs(fn):
+        """Runs a gloo call; False when gloo refuses the dtype (every rank
+        refuses alike, before any communication)."""
+        try:
+            fn()
+            return True
+        except RuntimeError as e:
+            if "Invalid scalar type" not in str(e):
+                raise
+            return False
+
+    # all_reduce: every dtype, op and size; gloo's bits where gloo has the
+    # dtype and op (not avg, not bfloat16), else the local reference.
+    for dtype in REDUCE_DTYPES:
+        for op in ops_for(dtype):
+            for n in SIZES:
+                case += 1
+                inputs = [values(r, case, n, dtype, op) for r in range(WORLD)]
+                want = reference(op, inputs)
+                t = inputs[RANK].clone()
+                dist.all_reduce(t, op=op, group=collie)
+                name = f"all_reduce {dtype} {OP_NAMES[op]} n={n}"
+                c.same(name + " vs reference", t, want)
+                if dtype not in GLOO_MISSING and op != AVG:
+                    g = inputs[RANK].clone()
+                    dist.all_reduce(g, op=op, group=gloo)
+                    c.same(name + " vs gloo", t, g)
+
+    # Random (not integer-valued) float32 sums: at 2 ranks every algorithm
+    # adds the same two numbers, so the bits match gloo's; at more ranks the
+    # order of the additions differs (gloo's ring vs collie's), so the bound
+    # is a few float32 roundings of the sum.
+    for n in SIZES:
+        case += 1
+        g = torch.Generator().manual_seed(case * 1000 + RANK)
+        x = torch.randn(n, generator=g)
+        a, b = x.clone(), x.clone()
+        dist.all_reduce(a, group=collie)
+        dist.all_reduce(b, group=gloo)
+        if WORLD == 2:
+            c.same(f"all_reduce float32 random sum n={n} vs gloo", a, b)
+        else:
+            c.true(f"all_reduce float32 random sum n={n} vs gloo",
+                   torch.allclose(a, b, rtol=1e-5, atol=1e-5 * WORLD), f"max diff "
+                   f"{(a - b).abs().max().item()}")
+
+    # broadcast: every dtype (as bytes when collie has no such type), roots 0
+    # and the last rank.
+    for dtype in MOVE_DTYPES:
+        for root in sorted({0, WORLD - 1}):
+            for n in (1, 1000):
+                case += 1
+                src = values(root, case, n, dtype, SUM)
+                t = values(RANK, case, n, dtype, SUM) if RANK != root else src.clone()
+                dist.broadcast(t, root, group=collie)
+                c.same(f"broadcast {dtype} root {root} n={n}", t, src)
+                g = values(RANK, case, n, dtype, SUM)
+                if gloo_runs(lambda: dist.broadcast(g, root, group=gloo)):
+                    c.same(f"broadcast {dtype} root {root} n={n} vs gloo", t, g)
+
+    # all_gather (list form), all_gather_coalesced, _all_gather_base.
+    for dtype in MOVE_DTYPES:
+        for n in (1, 1000):
+            case += 1
+            inputs = [values(r, case, n, dtype, SUM) for r in range(WORLD)]
+            outs = [torch.zeros(n, dtype=dtype) for _ in range(WORLD)]
+            dist.all_gather(outs, inputs[RANK], group=collie)
+            for r in range(WORLD):
+                c.same(f"all_gather {dtype} n={n} slot {r}", outs[r], inputs[r])
+            flat = torch.zeros(WORLD * n, dtype=dtype)
+            dist._all_gather_base(flat, inputs[RANK], group=collie)
+            c.same(f"_all_gather_base {dtype} n={n}", flat, torch.cat(inputs))
+            g = [torch.zeros(n, dtype=dtype) for _ in range(WORLD)]
+            if gloo_runs(lambda: dist.all_gather(g, inputs[RANK], group=gloo)):
+                for r in range(WORLD):
+                    c.same(f"all_gather {dtype} n={n} slot {r} vs gloo", outs[r], g[r])
+    case += 1
+
+    def coalesced_inputs(r, dtypes):
+        return [values(r, case, 3, dtypes[0], SUM), values(r, case, 5, dtypes[1], SUM),
+                values(r, case, 2, dtypes[2], SUM).reshape(1, 2)]
+
+    same = (torch.float32,) * 3
+    mine = coalesced_inputs(RANK, same)
+    outs = [[torch.zeros_like(x) for x in mine] for _ in range(WORLD)]
+    dist.all_gather_coalesced(outs, mine, group=collie)
+    g = [[torch.zeros_like(x) for x in mine] for _ in range(WORLD)]
+    dist.all_gather_coalesced(g, mine, group=gloo)
+    for r in range(WORLD):
+        for i, want in enumerate(coalesced_inputs(r, same)):
+            c.same(f"all_gather_coalesced rank {r} tensor {i}", outs[r][i], want)
+            c.same(f"all_gather_coalesced rank {r} tensor {i} vs gloo", outs[r][i], g[r][i])
+    # torch's Python wrapper wants one dtype; the process group takes any mix.
+    mixed = (torch.float32, torch.int64, torch.bool)
+    mine = coalesced_inputs(RANK, mixed)
+    outs = [[torch.zeros_like(x) for x in mine] for _ in range(WORLD)]
+    collie_pg = collie if collie is not None else dist.distributed_c10d._get_default_group()
+    collie_pg.allgather_coalesced(outs, mine).wait()
+    for r in range(WORLD):
+        for i, want in enumerate(coalesced_inputs(r, mixed)):
+            c.same(f"allgather_coalesced of mixed dtypes, rank {r} tensor {i}", outs[r][i], want)
+
+    # reduce_scatter and _reduce_scatter_base: gloo 1.13 has neither, so the
+    # reference is gloo's all_reduce of the same inputs, sliced.
+    for dtype in (torch.float32, torch.int32, torch.float64, torch.complex64):
+        for op in ops_for(dtype):
+            case += 1
+            n = 501
+            inputs = [values(r, case, WORLD * n, dtype, op) for r in range(WORLD)]
+            want = reference(op, inputs)[RANK * n:(RANK + 1) * n]
+            out = torch.zeros(n, dtype=dtype)
+            dist.reduce_scatter(out, list(inputs[RANK].split(n)), op=op, group=collie)
+            c.same(f"reduce_scatter {dtype} {OP_NAMES[op]}", out, want)
+            base = torch.zeros(n, dtype=dtype)
+            dist._reduce_scatter_base(base, inputs[RANK].clone(), op=op, group=collie)
+            c.same(f"_reduce_scatter_base {dtype} {OP_NAMES[op]}", base, want)
+            if op != AVG:
+                g = inputs[RANK].clone()
+                dist.all_reduce(g, op=op, group=gloo)
+                c.same(f"reduce_scatter {dtype} {OP_NAMES[op]} vs gloo all_reduce", out,
+                       g[RANK * n:(RANK + 1) * n])
+
+    # all_reduce_coalesced: one flattened all_reduce, as gloo does.
+    case += 1
+    ts = [values(RANK, case, n, torch.float32, SUM) for n in (3, 1000, 1)]
+    ts[1] = ts[1].reshape(10, 100)
+    gs = [t.clone() for t in ts]
+    dist.all_reduce_coalesced(ts, group=collie)
+    dist.all_reduce_coalesced(gs, group=gloo)
+    for i in range(len(ts)):
+        c.same(f"all_reduce_coalesced tensor {i} vs gloo", ts[i], gs[i])
+
+    # Empty tensors and barrier.
+    e = torch.zeros(0)
+    dist.all_reduce(e, group=collie)
+    dist.broadcast(e, 0, group=collie)
+    c.true("empty tensors", e.numel() == 0)
+    dist.barrier(group=collie)
+    c.finish(f"operations against gloo (default group {default_backend}, {WORLD} ranks)")
+    dist.destroy_process_group()
+
+
+def scenario_noncontiguous():
+    """torch's semantics: a collective acts on a tensor's elements, whatever
+    its strides; nothing around a view is touched. (gloo 1.13 gets this wrong:
+    it reduces the memory after data_ptr(), see docs/torch.md.)"""
+    init("collie")
+    c = Checks()
+    base = torch.arange(48, dtype=torch.float32).reshape(6, 8) * (RANK + 1)
+    before = base.clone()
+    col = base[:, 3]  # stride 8
+    dist.all_reduce(col)
+    total = sum(r + 1 for r in range(WORLD))
+    c.same("all_reduce of a column", col, torch.arange(48.).reshape(6, 8)[:, 3] * total)
+    rest = torch.ones(6, 8, dtype=torch.bool)
+    rest[:, 3] = False
+    c.same("all_reduce leaves the rest of the base alone", base[rest], before[rest])
+
+    t = (torch.arange(24, dtype=torch.int64).reshape(4, 6) * (RANK + 1)).t()  # transposed
+    dist.broadcast(t, WORLD - 1)
+    c.same("broadcast of a transposed tensor", t, (torch.arange(24).reshape(4, 6) * WORLD).t())
+
+    src = (torch.arange(30, dtype=torch.float64).reshape(5, 6) + 100 * RANK)[:, ::2]
+    outs = [torch.zeros(3, 5, dtype=torch.float64).t() for _ in range(WORLD)]
+    dist.all_gather(outs, src)
+    for r in range(WORLD):
+        c.same(f"all_gather strided in and out, slot {r}", outs[r],
+               (torch.arange(30, dtype=torch.float64).reshape(5, 6) + 100 * r)[:, ::2])
+    big = torch.zeros(WORLD * 4, 3)[:, 1]  # an output with stride 3
+    dist._all_gather_base(big, torch.full((4,), float(RANK)))
+    c.same("_all_gather_base into a strided output", big,
+           torch.arange(WORLD).repeat_interleave(4).float())
+    out = torch.zeros(10, 2)[:, 0]
+    dist.reduce_scatter(out, [torch.full((10,), float(RANK + r)) for r in range(WORLD)])
+    c.same("reduce_scatter into a strided output", out,
+           torch.full((10,), float(sum(q + RANK for q in range(WORLD)))))
+    leaf = torch.ones(4, 4, requires_grad=True)
+    with torch.no_grad():
+        view = leaf[:, 1]
+    dist.all_reduce(view)
+    c.same("all_reduce of a view of a leaf that requires grad", leaf[:, 1].detach(),
+           torch.full((4,), float(WORLD)))
+    c.finish("non-contiguous tensors")
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------
+# Work objects, futures, timeouts and what is not there yet.
+
+def scenario_work():
+    init("collie", timeout_s=60)
+    c = Checks()
+    t = torch.full((1000,), float(RANK + 1))
+    w = dist.all_reduce(t, async_op=True)
+    c.true("wait() returns True", w.wait() is True)
+    c.true("is_completed after wait", w.is_completed())
+    c.true("is_success after wait", w.is_success())
+    # (Work.exception() cannot be called from Python in torch 1.13: its
+    # binding has no converter for std::exception_ptr; collie_torch's
+    # _work_exception reads it, here and in scenario_kill.)
+    total = float(sum(r + 1 for r in range(WORLD)))
+    c.same("result() holds the output", w.result()[0], torch.full((1000,), total))
+
+    # Futures: the value is the list of outputs, callbacks chain on it (DDP's
+    # comm hook does), and a future asked for after completion is complete.
+    t = torch.ones(10)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    chained = fut.then(lambda f: f.value()[0] * 2)
+    c.same("future value", fut.wait()[0], torch.full((10,), float(WORLD)))
+    c.same("chained future", chained.wait(), torch.full((10,), 2.0 * WORLD))
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    w.wait()
+    c.true("future of a completed work", w.get_future().done())
+
+    # Many operations in flight, waited in reverse: issue order is kept.
+    ts = [torch.full((100,), float(i + RANK)) for i in range(20)]
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    for w in reversed(works):
+        w.wait()
+    for i, x in enumerate(ts):
+        c.same(f"in-flight all_reduce {i}", x, torch.full((100,), float(WORLD * i + sum(range(WORLD)))))
+    # An operation nobody waits for still runs (the worker takes it after the
+    # grace period): the other ranks' blocking call completes.
+    if RANK == 0:
+        pending = dist.all_reduce(torch.ones(4), async_op=True)
+        deadline = time.monotonic() + 30
+        while not pending.is_completed() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        c.true("an operation nobody waits for completes", pending.is_completed())
+    else:
+        dist.all_reduce(torch.ones(4))
+
+    # wait(timeout): a positive timeout that passes raises, naming the op;
+    # the operation itself keeps running and completes once the peers call.
+    # The peers call only after rank 0's wait has timed out (a store key).
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        late = dist.all_reduce(torch.ones(2), async_op=True)
+        try:
+            late.wait(timeout=timedelta(milliseconds=200))
+            c.true("wait(timeout) raises when the peers are late", False, "it returned")
+        except RuntimeError as e:
+            c.true("wait(timeout) message", "timed out" in str(e) and "allreduce" in str(e), str(e))
+        store.set("work_test/rank0_timed_out", "1")
+        late.wait()
+        c.true("the late operation completes", late.is_success())
+    else:
+        store.wait(["work_test/rank0_timed_out"], timedelta(seconds=60))
+        dist.all_reduce(torch.ones(2))
+    c.true("exception() of a successful work is None", collie_torch._work_exception(w) is None)
+    c.true("default group backend", dist.get_backend() == "collie", dist.get_backend())
+    c.finish("Work and future")
+    dist.destroy_process_group()
+
+
+def scenario_unsupported():
+    """What collie does not do (yet) fails at the call, with a clear message,
+    and leaves the group usable."""
+    init("collie", timeout_s=60)
+    c = Checks()
+    t = torch.ones(4)
+    peer = (RANK + 1) % WORLD
+
+    def refused(name, fn, *words):
+        try:
+            fn()
+        except RuntimeError as e:
+            msg = str(e)
+            c.true(name, all(w in msg for w in words), f"message {msg!r} lacks {words}")
+        else:
+            c.true(name, False, "did not raise")
+
+    pending = "collie does not provide"
+    refused("send", lambda: dist.send(t, peer), pending, "send")
+    refused("isend", lambda: dist.isend(t, peer), pending, "send")
+    refused("recv", lambda: dist.recv(t, peer), pending, "recv")
+    refused("recv from any source", lambda: dist.recv(t), pending, "recvAnysource")
+    refused("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * WORLD, [torch.ones(1)] * WORLD),
+            pending, "alltoall")
+    refused("all_to_all_single", lambda: dist.all_to_all_single(torch.ones(WORLD), torch.ones(WORLD)),
+            pending, "alltoall_base")
+    # Issue 13 brings collie's reduce, gather and scatter; until then the
+    # adapter refuses them rather than emulate them.
+    refused("reduce", lambda: dist.reduce(t, 0), pending, "reduce yet", "rank %d" % RANK)
+    gathered = [torch.ones(4) for _ in range(WORLD)] if RANK == 0 else None
+    refused("gather", lambda: dist.gather(t, gathered, dst=0), pending, "gather yet")
+    chunks = [torch.ones(4) for _ in range(WORLD)] if RANK == 0 else None
+    refused("scatter", lambda: dist.scatter(t, chunks, src=0), pending, "scatter yet")
+    for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
+        refused(f"all_reduce {op}", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=op),
+                pending, "bitwise")
+    refused("all_reduce int8", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int8)), pending,
+            "int8")
+    refused("all_reduce bool", lambda: dist.all_reduce(torch.ones(4, dtype=torch.bool)), pending,
+            "Bool")
+    refused("all_reduce int16", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int16)),
+            "cannot reduce", "Short")
+    refused("avg of integers", lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=AVG),
+            "avg", "rank %d" % RANK)
+    pg = dist.distributed_c10d._get_default_group()
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = PRODUCT
+    # (torch's wrapper refuses this itself; through the process group collie does)
+    refused("product of complex", lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)],
+                                                       opts).wait(), "ComplexFloat", "sum and avg")
+    refused("sparse tensor", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "Sparse",
+            "dense")
+    refused("broadcast root out of range", lambda: dist.broadcast(t, WORLD + 3), "root")
+    refused("all_gather with a wrong slot", lambda: dist.all_gather(
+        [torch.ones(4)] * (WORLD - 1) + [torch.ones(5)], t), "must match")
+    refused("_all_gather_base with a wrong size", lambda: dist._all_gather_base(
+        torch.ones(WORLD * 4 + 1), t), "world size")
+    # The group still works after all of that.
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    c.same("all_reduce after refused calls", x, torch.full((3,), float(WORLD)))
+    c.finish("refusals")
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------
+# Failures: a rank that dies, a mismatched call, a rank that never calls.
+
+def expect_error(what, fn):
+    """Runs fn, which must raise a RuntimeError; returns its message and how
+    long it took. A call that returns fails the rank."""
+    start = time.monotonic()
+    try:
+        fn()
+    except RuntimeError as e:
+        elapsed = time.monotonic() - start
+        print(f"rank {RANK}: raised after {elapsed:.1f} s: {e}", flush=True)
+        return str(e), elapsed
+    print(f"rank {RANK}: {what} returned")
+    sys.exit(1)
+
+
+def scenario_kill(victim, strict):
+    """The victim dies (SIGKILL) before the second all_reduce; the others'
+    all_reduce must raise within seconds -- the group's timeout is 120 s --
+    naming a rank. With strict=1 (two ranks: the survivor talks to the victim
+    directly) it must name the victim."""
+    init("collie", timeout_s=120)
+    victim = int(victim)
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    if RANK == victim:
+        os.kill(os.getpid(), 9)
+    work = dist.all_reduce(t, async_op=True)
+    future = work.get_future()
+    e, elapsed = expect_error(f"all_reduce with rank {victim} dead", work.wait)
+    # strict: the survivor's peer is the victim, named with its address.
+    named = (f"rank {victim} (127.0.0.1:" in e) if strict == "1" else "rank" in e
+    c = Checks()
+    c.true("named within 20 s", named and elapsed < 20, f"{elapsed:.1f} s: {e}")
+    c.true("is_completed after the failure", work.is_completed())
+    c.true("not is_success", not work.is_success())
+    c.true("exception() holds the message", collie_torch._work_exception(work) == e,
+           repr(collie_torch._work_exception(work)))
+    fe, _ = expect_error("the failed work's future", future.wait)
+    c.true("the future raises collie's message", e in fe, fe)
+    c.finish("a killed rank")
+
+
+def scenario_mismatch(kind):
+    """Ranks make different calls; every rank raises instead of hanging --
+    in the mismatched call, or (a broadcast's root, which only sends and so
+    cannot see what the others called) in the next one."""
+    init("collie", timeout_s=120)
+
+    def mismatched_then_barrier():
+        if kind == "count":
+            dist.all_reduce(torch.ones(100 + 10 * RANK))
+        elif kind == "dtype":
+            dist.all_reduce(torch.ones(64, dtype=torch.float32 if RANK == 0 else torch.float64))
+        elif kind == "op":
+            if RANK == 0:
+                dist.broadcast(torch.ones(64), 0)
+            else:
+                dist.all_reduce(torch.ones(64))
+        else:
+            raise ValueError(kind)
+        dist.barrier()
+
+    _, elapsed = expect_error("the mismatched call and the barrier after it", mismatched_then_barrier)
+    sys.exit(0 if elapsed < 60 else 1)
+
+
+def scenario_timeout():
+    """Rank 0 calls all_reduce, the others never do (they stay alive, so no
+    connection closes): init_process_group's timeout, 3 s here, bounds it."""
+    init("collie", timeout_s=3)
+    store = dist.distributed_c10d._get_default_store()
+    if RANK == 0:
+        e, elapsed = expect_error("all_reduce without its peers",
+                                  lambda: dist.all_reduce(torch.ones(8)))
+        store.set("timeout_test/done", "1")
+        # collie's own deadline (3 s), then a 1.5 s probe of the silent
+        # peer; the bound leaves room for a loaded machine.
+        sys.exit(0 if "timed out" in e and 2.5 <= elapsed < 30 else 1)
+    store.wait(["timeout_test/done"], timedelta(seconds=120))
+    sys.exit(0)
+
+
+# ---------------------------------------------------------------------------
+# A smoke job for launchers (torchrun, collie-run) and init methods.
+
+def scenario_smoke(backend="collie"):
+    init(backend)
+    t = torch.full((1000,), float(dist.get_rank() + 1))
+    dist.all_reduce(t)
+    want = float(sum(range(1, dist.get_world_size() + 1)))
+    sub = dist.new_group(backend="collie")
+    s = torch.ones(5)
+    dist.all_reduce(s, group=sub)
+    ok = torch.equal(t, torch.full((1000,), want)) and torch.equal(s, torch.full((5,), float(WORLD)))
+    print(f"smoke rank {dist.get_rank()} of {dist.get_world_size()} backend "
+          f"{dist.get_backend()}: {'ok' if ok else 'WRONG ' + str(t[:4])}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    name, args = sys.argv[1], sys.argv[2:]
+    try:
+        globals()["scenario_" + name](*args)
+    except SystemExit:
+        raise
+    except BaseException:
+        print(f"rank {RANK}: scenario {name} raised:")
+        traceback.print_exc(file=sys.stdout)
+        sys.exit(1)
