@@ -15,6 +15,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
+#include <atomic>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
@@ -69,6 +70,14 @@ class CollieWork final : public ::c10d::Work {
   }
 
   void set_ticket(uint64_t ticket) { ticket_ = ticket; }
+
+  // recv and recvAnysource: the rank the message came from, written by the
+  // body once it has arrived (torch reads it after wait()).
+  void set_source(std::shared_ptr<std::atomic<int>> source) { source_ = std::move(source); }
+  int sourceRank() const override {
+    if (!source_) return Work::sourceRank();  // torch's error for other ops
+    return source_->load();
+  }
 
   bool isCompleted() override {
     std::lock_guard lock(mutex_);
@@ -139,6 +148,7 @@ class CollieWork final : public ::c10d::Work {
   const std::weak_ptr<WorkQueue> queue_;
   std::function<void()> body_;
   uint64_t ticket_ = 0;
+  std::shared_ptr<std::atomic<int>> source_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
 };
 

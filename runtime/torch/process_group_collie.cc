@@ -43,6 +43,8 @@ std::optional<DataType> collie_type(at::ScalarType type) {
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
     case at::kByte: return DataType::kUInt8;
+    case at::kChar: return DataType::kInt8;
+    case at::kBool: return DataType::kBool;
     default: return std::nullopt;
   }
 }
@@ -64,7 +66,7 @@ TensorView view_of(const at::Tensor& t, DataType type, size_t count) {
 // A contiguous tensor as collie elements for an operation that only moves
 // data: collie's own type when it has one (so that the message headers
 // catch a dtype mismatch), complex as pairs of its part type, anything else
-// (bool, int8, int16) as bytes.
+// (int16) as bytes.
 TensorView data_view(const at::Tensor& t) {
   if (auto type = collie_type(t.scalar_type())) return view_of(t, *type, t.numel());
   if (auto part = complex_part_type(t.scalar_type())) return view_of(t, *part, 2 * t.numel());
@@ -83,13 +85,10 @@ TensorView reduce_view(const Site& site, const at::Tensor& t, ReduceOp op) {
       throw InvalidArgument(str_cat(site, ": ReduceOp ", op, " is not defined on ", t.scalar_type(),
                                     " tensors (only sum and avg are)"));
     v = view_of(t, *part, 2 * t.numel());
-  } else if (t.scalar_type() == at::kChar || t.scalar_type() == at::kBool) {
-    throw BackendError(str_cat(site, ": collie does not provide reducing ", t.scalar_type(),
-                               " tensors yet (it has no int8 and bool types yet)"));
   } else {
     throw InvalidArgument(str_cat(site, ": collie cannot reduce ", t.scalar_type(),
                                   " tensors (it reduces float32, float64, float16, bfloat16, "
-                                  "int32, int64, uint8 and complex)"));
+                                  "int32, int64, uint8, int8, bool and complex)"));
   }
   check_reduce_op(call_site(site), op, v.dtype);
   return v;
@@ -102,12 +101,9 @@ ReduceOp collie_op(const Site& site, const ::c10d::ReduceOp& op) {
     case ::c10d::ReduceOp::PRODUCT: return ReduceOp::kProduct;
     case ::c10d::ReduceOp::MIN: return ReduceOp::kMin;
     case ::c10d::ReduceOp::MAX: return ReduceOp::kMax;
-    case ::c10d::ReduceOp::BAND:
-    case ::c10d::ReduceOp::BOR:
-    case ::c10d::ReduceOp::BXOR:
-      throw BackendError(str_cat(site,
-                                 ": collie does not provide the bitwise ReduceOps "
-                                 "BAND, BOR and BXOR yet"));
+    case ::c10d::ReduceOp::BAND: return ReduceOp::kBand;
+    case ::c10d::ReduceOp::BOR: return ReduceOp::kBor;
+    case ::c10d::ReduceOp::BXOR: return ReduceOp::kBxor;
     default:
       throw InvalidArgument(str_cat(site, ": ReduceOp ", static_cast<int>(op.op_),
                                     " is not supported by collie (PREMUL_SUM is NCCL's)"));
@@ -280,10 +276,6 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::enqueue(OpType type, const 
   return work;
 }
 
-void ProcessGroupCollie::not_yet_supported(const char* op, const char* why) const {
-  throw BackendError(str_cat(where(op), ": collie does not provide ", op, " yet (", why, ")"));
-}
-
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::broadcast(
     std::vector<at::Tensor>& tensors, const ::c10d::BroadcastOptions& opts) {
   const Site site{"broadcast", rank_, group_name_};
@@ -341,13 +333,24 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allreduce_coalesced(
                  });
 }
 
-// reduce, gather and scatter refuse rather than emulate: collie's own
-// reduce, gather and scatter (issue 13) move fewer bytes than an all_reduce,
-// all_gather or reduce_scatter would, and the adapter maps each c10d method
-// onto the collie collective of the same meaning (docs/torch.md).
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor>&,
-                                                            const ::c10d::ReduceOptions&) {
-  not_yet_supported("reduce", "all_reduce, which collie has, gives every rank the result");
+// torch's reduce: the root's tensor becomes the reduction; the others keep
+// theirs (collie's reduce leaves them as they were).
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce(std::vector<at::Tensor>& tensors,
+                                                            const ::c10d::ReduceOptions& opts) {
+  const Site site{"reduce", rank_, group_name_};
+  const at::Tensor& tensor = single(site, "tensor", tensors);
+  check_root(site, opts.rootRank, opts.rootTensor, size_);
+  const ReduceOp op = collie_op(site, opts.reduceOp);
+  at::Tensor buffer = dense(tensor);
+  const TensorView view = reduce_view(site, buffer, op);
+  ReduceOptions options{.op = op,
+                        .root = static_cast<int>(opts.rootRank),
+                        .timeout = opts.timeout,
+                        .async_op = false};
+  return enqueue(OpType::REDUCE, site.op, tensors, [group = group_, tensor, buffer, view, options] {
+    group->reduce(view, options)->wait();
+    copy_back(tensor, buffer);
+  });
 }
 
 // collie's all_gather into one flat buffer, then copied into the list.
@@ -423,17 +426,74 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allgather_coalesced(
                  });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(std::vector<std::vector<at::Tensor>>&,
-                                                            std::vector<at::Tensor>&,
-                                                            const ::c10d::GatherOptions&) {
-  not_yet_supported("gather", "all_gather, which collie has, gives every rank the list");
+// torch's gather: on the root one output list of a tensor per rank, like
+// the input; elsewhere no list (or an empty one).
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const ::c10d::GatherOptions& opts) {
+  const Site site{"gather", rank_, group_name_};
+  const at::Tensor& input = single(site, "input", inputs);
+  check_root(site, opts.rootRank, 0, size_);
+  const bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> list;
+  if (root) {
+    if (outputs.size() != 1)
+      throw InvalidArgument(
+          str_cat(site, ": the root expects one output list, got ", outputs.size()));
+    check_slots(site, "output", outputs[0], size_, "input", input);
+    list = outputs[0];
+  } else if (!outputs.empty() && !(outputs.size() == 1 && outputs[0].empty())) {
+    throw InvalidArgument(str_cat(site, ": only the root (rank ", opts.rootRank,
+                                  ") passes output tensors; this rank passed ", outputs.size(),
+                                  " list(s)"));
+  }
+  at::Tensor in = dense(input);
+  std::vector<at::Tensor> buffers;
+  std::vector<TensorView> views;
+  for (const auto& t : list) {
+    buffers.push_back(output_buffer(t));
+    views.push_back(data_view(buffers.back()));
+  }
+  GatherOptions options{
+      .root = static_cast<int>(opts.rootRank), .timeout = opts.timeout, .async_op = false};
+  return enqueue(OpType::GATHER, site.op, list,
+                 [group = group_, list, buffers, views, in, options] {
+                   group->gather(views, data_view(in), options)->wait();
+                   for (size_t i = 0; i < list.size(); ++i) copy_back(list[i], buffers[i]);
+                 });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::scatter(std::vector<at::Tensor>&,
-                                                             std::vector<std::vector<at::Tensor>>&,
-                                                             const ::c10d::ScatterOptions&) {
-  not_yet_supported("scatter",
-                    "broadcast, which collie has, sends the root's tensor to every rank");
+// torch's scatter: on the root one input list of a tensor per rank, like
+// the output; elsewhere no list (or an empty one).
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const ::c10d::ScatterOptions& opts) {
+  const Site site{"scatter", rank_, group_name_};
+  const at::Tensor& output = single(site, "output", outputs);
+  check_root(site, opts.rootRank, 0, size_);
+  const bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> buffers;
+  if (root) {
+    if (inputs.size() != 1)
+      throw InvalidArgument(
+          str_cat(site, ": the root expects one input list, got ", inputs.size()));
+    check_slots(site, "input", inputs[0], size_, "output", output);
+    for (const auto& t : inputs[0]) buffers.push_back(dense(t));
+  } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
+    throw InvalidArgument(str_cat(site, ": only the root (rank ", opts.rootRank,
+                                  ") passes input tensors; this rank passed ", inputs.size(),
+                                  " list(s)"));
+  }
+  std::vector<TensorView> views;
+  for (const auto& b : buffers) views.push_back(data_view(b));
+  at::Tensor out = output_buffer(output);
+  ScatterOptions options{
+      .root = static_cast<int>(opts.rootRank), .timeout = opts.timeout, .async_op = false};
+  return enqueue(OpType::SCATTER, site.op, outputs,
+                 [group = group_, output, out, buffers, views, options] {
+                   group->scatter(data_view(out), views, options)->wait();
+                   copy_back(output, out);
+                 });
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::reduce_scatter(
@@ -478,29 +538,126 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::_reduce_scatter_base(
                  });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::alltoall_base(at::Tensor&, at::Tensor&,
-                                                                   std::vector<int64_t>&,
-                                                                   std::vector<int64_t>&,
-                                                                   const ::c10d::AllToAllOptions&) {
-  not_yet_supported("alltoall_base", "collie's all_to_all is not implemented yet");
+// torch's split sizes count rows (slices along dim 0); collie's count
+// elements of the view, so each is scaled by the view's elements per row.
+std::vector<size_t> ProcessGroupCollie::element_splits(const char* op, const char* name,
+                                                       const at::Tensor& t,
+                                                       const std::vector<int64_t>& rows,
+                                                       size_t view_count) const {
+  std::vector<size_t> out;
+  if (rows.empty()) return out;  // equal parts
+  const Site site{op, rank_, group_name_};
+  if (static_cast<int>(rows.size()) != size_)
+    throw InvalidArgument(str_cat(site, ": ", name, " has ", rows.size(),
+                                  " entries; expected one per rank (", size_, ")"));
+  const int64_t dim0 = t.dim() == 0 ? 1 : t.size(0);
+  int64_t total = 0;
+  for (int64_t r : rows) {
+    if (r < 0) throw InvalidArgument(str_cat(site, ": ", name, " has a negative entry ", r));
+    total += r;
+  }
+  if (total != dim0)
+    throw InvalidArgument(str_cat(site, ": ", name, " sums to ", total, " rows but the tensor has ",
+                                  dim0, " along dim 0"));
+  const size_t per_row = dim0 == 0 ? 0 : view_count / static_cast<size_t>(dim0);
+  for (int64_t r : rows) out.push_back(static_cast<size_t>(r) * per_row);
+  return out;
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tensor>&,
-                                                              std::vector<at::Tensor>&,
-                                                              const ::c10d::AllToAllOptions&) {
-  not_yet_supported("alltoall", "collie's all_to_all is not implemented yet");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const ::c10d::AllToAllOptions& opts) {
+  const Site site{"alltoall_base", rank_, group_name_};
+  check_tensor(site, "input", input);
+  check_tensor(site, "output", output);
+  if (input.scalar_type() != output.scalar_type())
+    throw InvalidArgument(str_cat(site, ": input is ", input.scalar_type(), " but output is ",
+                                  output.scalar_type(), "; they must match"));
+  at::Tensor in = dense(input);
+  at::Tensor out = output_buffer(output);
+  const TensorView in_view = data_view(in), out_view = data_view(out);
+  std::vector<size_t> out_splits =
+      element_splits(site.op, "output_split_sizes", output, output_split_sizes, out_view.count);
+  std::vector<size_t> in_splits =
+      element_splits(site.op, "input_split_sizes", input, input_split_sizes, in_view.count);
+  AllToAllOptions options{.timeout = opts.timeout, .async_op = false};
+  return enqueue(
+      OpType::ALLTOALL_BASE, site.op, {output},
+      [group = group_, output, out, in, in_view, out_view, out_splits, in_splits, options] {
+        group->all_to_all_single(out_view, in_view, out_splits, in_splits, options)->wait();
+        copy_back(output, out);
+      });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>&, int, int) {
-  not_yet_supported("send", "collie's point-to-point operations are not implemented yet");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::alltoall(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const ::c10d::AllToAllOptions& opts) {
+  const Site site{"alltoall", rank_, group_name_};
+  if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_)
+    throw InvalidArgument(str_cat(site, ": expected one input and one output tensor per rank (",
+                                  size_, "), got ", inputs.size(), " and ", outputs.size()));
+  std::vector<at::Tensor> in_buffers, out_buffers;
+  std::vector<TensorView> in_views, out_views;
+  for (int r = 0; r < size_; ++r) {
+    check_tensor(site, "input", inputs[r]);
+    check_tensor(site, "output", outputs[r]);
+    if (inputs[r].scalar_type() != inputs[0].scalar_type() ||
+        outputs[r].scalar_type() != inputs[0].scalar_type())
+      throw InvalidArgument(str_cat(
+          site, ": every input and output must be ", inputs[0].scalar_type(), "; input[", r,
+          "] is ", inputs[r].scalar_type(), " and output[", r, "] is ", outputs[r].scalar_type()));
+    in_buffers.push_back(dense(inputs[r]));
+    out_buffers.push_back(output_buffer(outputs[r]));
+    in_views.push_back(data_view(in_buffers.back()));
+    out_views.push_back(data_view(out_buffers.back()));
+  }
+  AllToAllOptions options{.timeout = opts.timeout, .async_op = false};
+  return enqueue(OpType::ALLTOALL, site.op, outputs,
+                 [group = group_, outputs, in_buffers, out_buffers, in_views, out_views, options] {
+                   group->all_to_all(out_views, in_views, options)->wait();
+                   for (size_t r = 0; r < outputs.size(); ++r)
+                     copy_back(outputs[r], out_buffers[r]);
+                 });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>&, int, int) {
-  not_yet_supported("recv", "collie's point-to-point operations are not implemented yet");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::send(std::vector<at::Tensor>& tensors,
+                                                          int dst_rank, int tag) {
+  const Site site{"send", rank_, group_name_};
+  const at::Tensor& tensor = single(site, "tensor", tensors);
+  at::Tensor buffer = dense(tensor);
+  P2POptions options{.tag = tag, .async_op = false};
+  return enqueue(OpType::SEND, site.op, tensors, [group = group_, buffer, dst_rank, options] {
+    group->send(data_view(buffer), dst_rank, options)->wait();
+  });
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>&, int) {
-  not_yet_supported("recvAnysource", "collie's point-to-point operations are not implemented yet");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::receive(std::vector<at::Tensor>& tensors,
+                                                             int src_rank, int tag,
+                                                             const char* op) {
+  const Site site{op, rank_, group_name_};
+  const at::Tensor& tensor = single(site, "tensor", tensors);
+  at::Tensor buffer = output_buffer(tensor);
+  P2POptions options{.tag = tag, .async_op = false};
+  auto source = std::make_shared<std::atomic<int>>(src_rank);
+  auto work = enqueue(src_rank == kAnySource ? OpType::RECVANYSOURCE : OpType::RECV, op, tensors,
+                      [group = group_, tensor, buffer, src_rank, options, source] {
+                        auto w = group->recv(data_view(buffer), src_rank, options);
+                        w->wait();
+                        if (src_rank == kAnySource) source->store(w->source_rank());
+                        copy_back(tensor, buffer);
+                      });
+  static_cast<CollieWork*>(work.get())->set_source(source);
+  return work;
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::recv(std::vector<at::Tensor>& tensors,
+                                                          int src_rank, int tag) {
+  return receive(tensors, src_rank, tag, "recv");
+}
+
+c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                   int tag) {
+  return receive(tensors, kAnySource, tag, "recvAnysource");
 }
 
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::barrier(const ::c10d::BarrierOptions& opts) {

@@ -12,11 +12,9 @@
 // without timeout), isCompleted, isSuccess, exception, result and
 // getFuture, the future torch's DDP chains its gradient buckets on.
 //
-// Operations whose collie collective does not exist yet (send, recv,
-// recvAnysource, reduce, gather, scatter, alltoall, alltoall_base: issue 13)
-// throw "collie does not provide <op> yet" at the call, before anything is
-// sent. docs/torch.md lists how each c10d method maps onto collie's
-// collectives, and the plan for torch 2.x's c10d::Backend.
+// Every method of torch 1.13's ProcessGroup maps onto the collie collective
+// of the same meaning (point-to-point included); docs/torch.md lists them,
+// and the plan for torch 2.x's c10d::Backend.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -111,7 +109,13 @@ class ProcessGroupCollie final : public ::c10d::ProcessGroup {
   c10::intrusive_ptr<::c10d::Work> enqueue(::c10d::OpType type, const char* op,
                                            std::vector<at::Tensor> outputs,
                                            std::function<void()> body);
-  [[noreturn]] void not_yet_supported(const char* op, const char* why) const;
+  // recv and recvAnysource (src kAnySource): the Work records the sender.
+  c10::intrusive_ptr<::c10d::Work> receive(std::vector<at::Tensor>& tensors, int src_rank, int tag,
+                                           const char* op);
+  // alltoall_base's split sizes (rows along dim 0) as element counts of a
+  // view of `view_count` elements; empty stays empty (equal parts).
+  std::vector<size_t> element_splits(const char* op, const char* name, const at::Tensor& t,
+                                     const std::vector<int64_t>& rows, size_t view_count) const;
 
   std::shared_ptr<collie::ProcessGroup> group_;
   const std::string group_name_;

@@ -27,9 +27,17 @@ def test_work_and_future():
     assert_ok(run_job(2, ["work"], init="env"))
 
 
-def test_missing_operations_are_refused():
-    """send/recv/reduce/gather/scatter/all_to_all (issue 13), bitwise ops,
-    int8/bool reductions and bad arguments: RuntimeError at the call."""
+@pytest.mark.parametrize("world", [2, 3])
+def test_point_to_point_rooted_all_to_all_and_bitwise(world):
+    """send/recv (tags, any source), reduce, gather, scatter, all_to_all(_single)
+    with split sizes, BAND/BOR/BXOR, int8 and bool: against gloo and a
+    reference."""
+    assert_ok(run_job(world, ["more_ops"], init="env"))
+
+
+def test_bad_arguments_are_refused():
+    """int16 reductions, avg of integers, product of complex, sparse tensors,
+    bad roots and slots: RuntimeError at the call, the group usable after."""
     assert_ok(run_job(2, ["unsupported"], init="env"))
 
 
