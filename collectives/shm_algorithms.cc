@@ -20,8 +20,15 @@
 //
 // reduce_scatter is steps (1), (2) and (5); all_gather is (1), a read of
 // every peer's input into its slot and (5); broadcast is the root's
-// descriptor, one read of the root's buffer by every other rank, and a
-// "done" to the root.
+// descriptor, one read of the root's buffer by every other rank, a "done"
+// to the root and the root's "release" back.
+//
+// A read is only good if its owner was still in the call when it ended: a
+// rank that fails (another rank died) throws, and its buffers may be freed
+// while a peer still reads them. So every read is followed by a receive
+// from the owner that a failing owner never sends (the done round; the
+// broadcast root's release): the reader then fails too, instead of
+// returning what it read from freed memory.
 #include <sys/uio.h>
 
 #include <cerrno>
@@ -190,6 +197,12 @@ void shm_broadcast(Transport& t, TensorView tensor, int root) {
       t.recv(p, nullptr, 0);
     }
     t.wait_all();
+    // Every reader is done: release them (a root that failed above never
+    // does, so no reader returns data read after the buffer was freed).
+    for (int p = 0; p < P; ++p) {
+      if (p != root) t.send(p, nullptr, 0);
+    }
+    t.wait_all();
     return;
   }
   Descriptor theirs{};
@@ -197,6 +210,7 @@ void shm_broadcast(Transport& t, TensorView tensor, int root) {
   t.wait_all();
   if (tensor.nbytes() > 0) read_peer(t, root, theirs.in, tensor.data, tensor.nbytes());
   t.send(root, nullptr, 0);
+  t.recv(root, nullptr, 0);
   t.wait_all();
 }
 

@@ -83,8 +83,7 @@ class CountingGroup final : public ProcessGroup {
                                           std::span<const size_t> output_split_sizes,
                                           std::span<const size_t> input_split_sizes,
                                           const AllToAllOptions& options) override {
-    return inner_->all_to_all_single(output, input, output_split_sizes, input_split_sizes,
-                                     options);
+    return inner_->all_to_all_single(output, input, output_split_sizes, input_split_sizes, options);
   }
   std::shared_ptr<Work> send(TensorView tensor, int dst, const P2POptions& options) override {
     return inner_->send(tensor, dst, options);
@@ -138,8 +137,9 @@ COLLIE_TEST_CHILD(wrapped_socket_rank) {
                       .timeout = std::chrono::seconds(60)});
   COLLIE_CHECK_EQ(get_backend(), "wrapped-socket");
   COLLIE_CHECK_EQ(made_groups().size(), 1u, "groups made by init_process_group");
+  // The default group holds a backend per device type; host buffers go to
+  // the wrapper, which the counts below show.
   CountingGroup& group = *made_groups()[0];
-  COLLIE_CHECK(get_default_group().get() == &group, "the default group is not the wrapper");
   // Counted from here: init_process_group may use the group itself.
   const int reduces0 = group.all_reduces, broadcasts0 = group.broadcasts,
             barriers0 = group.barriers, gathers0 = group.all_gathers;

@@ -161,14 +161,16 @@ namespace {
 
 std::vector<std::string> elastic_flags(uint16_t port, const std::string& nnodes,
                                        std::vector<std::string> more = {},
-                                       const std::string& timeout = "30s") {
-  std::vector<std::string> f{"--rdzv-backend",  "c10d",
-                             "--rdzv-endpoint", str_cat("127.0.0.1:", port),
-                             "--rdzv-id",       "loop",
-                             "--nnodes",        nnodes,
-                             "--rdzv-conf",     "last_call_timeout=0,keep_alive_interval=1s",
-                             "--rdzv-timeout",  timeout,
-                             "--grace-period",  "2s"};
+                                       const std::string& timeout = "30s",
+                                       const std::string& last_call = "0") {
+  std::vector<std::string> f{
+      "--rdzv-backend",  "c10d",
+      "--rdzv-endpoint", str_cat("127.0.0.1:", port),
+      "--rdzv-id",       "loop",
+      "--nnodes",        nnodes,
+      "--rdzv-conf",     str_cat("last_call_timeout=", last_call, ",keep_alive_interval=1s"),
+      "--rdzv-timeout",  timeout,
+      "--grace-period",  "2s"};
   f.insert(f.end(), more.begin(), more.end());
   return f;
 }
@@ -177,12 +179,15 @@ std::vector<std::string> elastic_flags(uint16_t port, const std::string& nnodes,
 
 TEST_CASE("elastic on loopback: the first launcher hosts the store and a newcomer starts a round",
           "[launcher][elastic]") {
-  // A alone makes round 0 (--nnodes 1:2, no last call); B's arrival ends
-  // it, and round 1 runs both at world size 2, TORCHELASTIC_RESTART_COUNT 1.
+  // A alone makes round 0 (--nnodes 1:2, after a 3 s last call); B's
+  // arrival ends it, and round 1 runs both at world size 2,
+  // TORCHELASTIC_RESTART_COUNT 1. The last call is what keeps B, which
+  // waits at round 1's door, from starting it alone (min 1 reached) before
+  // A has stopped its workers and rejoined; at max (2) it closes at once.
   const uint16_t port = probe_free_port();
-  auto a = start_launcher(elastic_flags(port, "1:2"), "elastic_child", {"2"});
+  auto a = start_launcher(elastic_flags(port, "1:2", {}, "30s", "3s"), "elastic_child", {"2"});
   wait_for_stderr(a, "round 0 of run 'loop': node 0 of 1");
-  auto b = start_launcher(elastic_flags(port, "1:2"), "elastic_child", {"2"});
+  auto b = start_launcher(elastic_flags(port, "1:2", {}, "30s", "3s"), "elastic_child", {"2"});
   auto sb = b.wait(kLaunchTimeout), sa = a.wait(kLaunchTimeout);
   INFO("--- a ---\n" << a.err() << a.out() << "\n--- b ---\n" << b.err() << b.out());
   CHECK(sa.ok());
