@@ -426,6 +426,27 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::allgather_coalesced(
                  });
 }
 
+// gather's outputs and scatter's inputs: on the root one list of a tensor
+// per rank, each like `like`; elsewhere no list (or one empty list), and
+// nothing is returned.
+static std::vector<at::Tensor> root_list(const Site& site, int size, const char* name,
+                                         const std::vector<std::vector<at::Tensor>>& lists,
+                                         int64_t root, const char* like_name,
+                                         const at::Tensor& like) {
+  check_root(site, root, 0, size);
+  if (root != site.rank) {
+    if (!lists.empty() && !(lists.size() == 1 && lists[0].empty()))
+      throw InvalidArgument(str_cat(site, ": only the root (rank ", root, ") passes ", name,
+                                    " tensors; this rank passed ", lists.size(), " list(s)"));
+    return {};
+  }
+  if (lists.size() != 1)
+    throw InvalidArgument(
+        str_cat(site, ": the root expects one ", name, " list, got ", lists.size()));
+  check_slots(site, name, lists[0], size, like_name, like);
+  return lists[0];
+}
+
 // torch's gather: on the root one output list of a tensor per rank, like
 // the input; elsewhere no list (or an empty one).
 c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(
@@ -433,20 +454,8 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::gather(
     const ::c10d::GatherOptions& opts) {
   const Site site{"gather", rank_, group_name_};
   const at::Tensor& input = single(site, "input", inputs);
-  check_root(site, opts.rootRank, 0, size_);
-  const bool root = opts.rootRank == rank_;
-  std::vector<at::Tensor> list;
-  if (root) {
-    if (outputs.size() != 1)
-      throw InvalidArgument(
-          str_cat(site, ": the root expects one output list, got ", outputs.size()));
-    check_slots(site, "output", outputs[0], size_, "input", input);
-    list = outputs[0];
-  } else if (!outputs.empty() && !(outputs.size() == 1 && outputs[0].empty())) {
-    throw InvalidArgument(str_cat(site, ": only the root (rank ", opts.rootRank,
-                                  ") passes output tensors; this rank passed ", outputs.size(),
-                                  " list(s)"));
-  }
+  const std::vector<at::Tensor> list =
+      root_list(site, size_, "output", outputs, opts.rootRank, "input", input);
   at::Tensor in = dense(input);
   std::vector<at::Tensor> buffers;
   std::vector<TensorView> views;
@@ -470,20 +479,9 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupCollie::scatter(
     const ::c10d::ScatterOptions& opts) {
   const Site site{"scatter", rank_, group_name_};
   const at::Tensor& output = single(site, "output", outputs);
-  check_root(site, opts.rootRank, 0, size_);
-  const bool root = opts.rootRank == rank_;
   std::vector<at::Tensor> buffers;
-  if (root) {
-    if (inputs.size() != 1)
-      throw InvalidArgument(
-          str_cat(site, ": the root expects one input list, got ", inputs.size()));
-    check_slots(site, "input", inputs[0], size_, "output", output);
-    for (const auto& t : inputs[0]) buffers.push_back(dense(t));
-  } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
-    throw InvalidArgument(str_cat(site, ": only the root (rank ", opts.rootRank,
-                                  ") passes input tensors; this rank passed ", inputs.size(),
-                                  " list(s)"));
-  }
+  for (const auto& t : root_list(site, size_, "input", inputs, opts.rootRank, "output", output))
+    buffers.push_back(dense(t));
   std::vector<TensorView> views;
   for (const auto& b : buffers) views.push_back(data_view(b));
   at::Tensor out = output_buffer(output);
