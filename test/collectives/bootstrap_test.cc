@@ -1,11 +1,8 @@
-// Wiring up: the bind address rules, a stale address left in the store by an
-// earlier group of the same name, and the errors of a group that never
-// completes.
+// Wiring up: the bind address rules, a group re-created under the name of
+// an earlier one (join rounds keep their records apart), and the errors of
+// a group that never completes.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +14,7 @@
 #include "collectives/bootstrap.h"
 #include "rendezvous/hash_store.h"
 #include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;
@@ -48,19 +46,6 @@ class ScopedEnv {
   std::string old_;
 };
 
-// A loopback port nobody listens on (bound, then closed).
-int closed_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t len = sizeof sa;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  ::close(fd);
-  return ntohs(sa.sin_port);
-}
-
 }  // namespace
 
 TEST_CASE("the bind address comes from the option, COLLIE_SOCKET_IFNAME or MASTER_ADDR") {
@@ -81,28 +66,36 @@ TEST_CASE("the bind address comes from the option, COLLIE_SOCKET_IFNAME or MASTE
   CHECK_THROWS_WITH(resolve_bind_host(""), Contains("COLLIE_SOCKET_IFNAME=no-such-if0"));
 }
 
-TEST_CASE(
-    "a stale address from an earlier group of the same name is re-read until the new one comes") {
+TEST_CASE("a group re-created under the same name reads its own round's records, not the old") {
+  // The first group's records stay in the store (pointing at listeners that
+  // are gone once it is destroyed); the second group joins round 1 and
+  // never reads them. Rank 1 starts first each time, so it would find a
+  // stale record if rounds did not keep them apart.
   HashStore store;
-  store.set("reused/collectives/addr/0", "127.0.0.1:" + std::to_string(closed_port()));
   CommunicatorOptions o;
   o.store_prefix = "reused";
   o.timeout = 30s;
-  // Rank 1 starts first and finds the stale address; rank 0 then publishes.
-  auto rank1 =
-      std::async(std::launch::async, [&] { return Communicator::connect(store, 1, 2, o); });
-  auto rank0 =
-      std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
-  auto c0 = rank0.get();
-  auto c1 = rank1.get();
-  std::vector<int64_t> a{1, 2}, b{10, 20};
-  auto f = std::async(std::launch::async, [&] {
-    c1->all_reduce(view(b.data(), 2), view(b.data(), 2), ReduceOp::kSum, Deadline(30s));
-  });
-  c0->all_reduce(view(a.data(), 2), view(a.data(), 2), ReduceOp::kSum, Deadline(30s));
-  f.get();
-  CHECK(a == std::vector<int64_t>{11, 22});
-  CHECK(b == a);
+  for (int round = 0; round < 2; ++round) {
+    auto rank1 =
+        std::async(std::launch::async, [&] { return Communicator::connect(store, 1, 2, o); });
+    auto rank0 =
+        std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
+    auto c0 = rank0.get();
+    auto c1 = rank1.get();
+    CHECK(store.check({str_cat("reused/collectives/", round, "/addr/0"),
+                       str_cat("reused/collectives/", round, "/addr/1")}));
+    const std::string published =
+        to_string(store.get(str_cat("reused/collectives/", round, "/addr/0")));
+    CHECK_THAT(published, Contains(str_cat("tcp=", c0->address())));
+    std::vector<int64_t> a{1, 2}, b{10, 20};
+    auto f = std::async(std::launch::async, [&] {
+      c1->all_reduce(view(b.data(), 2), view(b.data(), 2), ReduceOp::kSum, Deadline(30s));
+    });
+    c0->all_reduce(view(a.data(), 2), view(a.data(), 2), ReduceOp::kSum, Deadline(30s));
+    f.get();
+    CHECK(a == std::vector<int64_t>{11, 22});
+    CHECK(b == a);
+  }
 }
 
 TEST_CASE("wiring up times out naming the ranks that never came") {
