@@ -129,21 +129,6 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   return {host, address.substr(colon + 1)};
 }
 
-std::string join_address(const std::string& host, uint16_t port) {
-  return host.find(':') != std::string::npos ? str_cat("[", host, "]:", port)
-                                             : str_cat(host, ":", port);
-}
-
-std::string numeric_host(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (sa->sa_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
-  } else {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
-  }
-  return buf;
-}
-
 UniqueFd new_socket(int family, int type, std::string_view purpose, int rank, int size) {
   const int fd = ::socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -528,10 +513,7 @@ UniqueFd listen_tcp(const std::string& host, int rank, int size, int buffer_byte
     throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host,
                                ": getsockname(): ", std::strerror(errno)));
   }
-  const uint16_t port =
-      ntohs(sa.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port
-                                     : reinterpret_cast<sockaddr_in*>(&sa)->sin_port);
-  *address = join_address(numeric_host(reinterpret_cast<sockaddr*>(&sa)), port);
+  *address = tcp_address(reinterpret_cast<sockaddr*>(&sa));
   return fd;
 }
 
@@ -550,6 +532,28 @@ UniqueFd listen_unix(const std::string& name) {
 }
 
 }  // namespace
+
+std::string join_address(const std::string& host, uint16_t port) {
+  return host.find(':') != std::string::npos ? str_cat("[", host, "]:", port)
+                                             : str_cat(host, ":", port);
+}
+
+std::string numeric_host(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof buf);
+  } else {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof buf);
+  }
+  return buf;
+}
+
+std::string tcp_address(const sockaddr* sa) {
+  const uint16_t port =
+      ntohs(sa->sa_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port
+                                      : reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+  return join_address(numeric_host(sa), port);
+}
 
 TransportChoice resolve_transport(const std::string& option) {
   std::string v = option;

@@ -13,6 +13,9 @@
 // when that peer is first needed.
 #pragma once
 
+#include <sys/socket.h>
+
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,5 +55,12 @@ std::string resolve_bind_host(const std::string& bind_host);
 // world. Running out of descriptors is the usual cause at scale, so that case
 // names the limit and what a rank needs.
 std::string describe_fd_failure(std::string_view call, int err, int size);
+
+// "host:port", with brackets around an IPv6 host ("[::1]:29500").
+std::string join_address(const std::string& host, uint16_t port);
+// The numeric host of an AF_INET or AF_INET6 address.
+std::string numeric_host(const sockaddr* sa);
+// join_address of an AF_INET or AF_INET6 address and its port.
+std::string tcp_address(const sockaddr* sa);
 
 }  // namespace collie

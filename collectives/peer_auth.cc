@@ -74,17 +74,8 @@ std::string remote_of(int fd) {
   sockaddr_storage sa{};
   socklen_t len = sizeof sa;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) return "?";
-  char buf[INET6_ADDRSTRLEN] = "?";
-  if (sa.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<const sockaddr_in*>(&sa);
-    ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-    return str_cat(buf, ":", ntohs(in->sin_port));
-  }
-  if (sa.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&sa);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
-    return str_cat("[", buf, "]:", ntohs(in6->sin6_port));
-  }
+  if (sa.ss_family == AF_INET || sa.ss_family == AF_INET6)
+    return tcp_address(reinterpret_cast<const sockaddr*>(&sa));
   if (sa.ss_family == AF_UNIX) {
     ucred cred{};
     socklen_t clen = sizeof cred;
