@@ -159,6 +159,10 @@ COLLIE_TEST_CHILD(collectives_rank) {
       }
     });
     report("later", [&] { comm->barrier(Deadline(60s)); });
+    // The survivors (0 and 2) stay up until both have reported: one that
+    // exited first would be the peer the slower one finds gone, and named.
+    store.add(str_cat("kill_reported_", rank), 1);
+    store.wait({"kill_reported_0", "kill_reported_2"}, 30s);
   } else if (scenario == "hang") {
     comm->barrier(Deadline(30s));
     if (rank == 1) raise(SIGSTOP);  // hangs here until the parent kills it
