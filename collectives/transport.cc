@@ -140,9 +140,10 @@ void Transport::check_usable(std::string_view what) const {
 }
 
 void Transport::begin(const CallInfo& call, const Deadline& deadline) {
-  check_usable(call.describe_with_seq());
+  if (broken_.load()) check_usable(call.describe_with_seq());  // formatted only to throw
   call_ = call;
-  p2p_context_.clear();
+  in_p2p_ = false;
+  p2p_ops_ = {};
   deadline_ = &deadline;
   next_report_ = deadline.start() + report_after_;
   for (int p = 0; p < size_; ++p) {
@@ -174,7 +175,7 @@ uint64_t Transport::recvs_done(int peer) const {
 }
 
 std::string Transport::context() const {
-  if (!p2p_context_.empty()) return str_cat(p2p_context_, " on rank ", rank_);
+  if (in_p2p_) return str_cat(describe_p2p(), " on rank ", rank_);
   return str_cat(call_.describe_with_seq(), " on rank ", rank_);
 }
 

@@ -216,11 +216,14 @@ class Transport {
   bool probed_ = false;
   std::vector<std::string> owed_;
   // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
-  // peer's count of messages sent to it, and what run_p2p() is doing (for
-  // error messages; empty inside a collective).
+  // peer's count of messages sent to it, and the ops run_p2p() is running
+  // (for error messages, formatted only then; in_p2p_ false inside a
+  // collective).
   P2PInbox inbox_;
   std::vector<uint64_t> p2p_sent_;
-  std::string p2p_context_;
+  bool in_p2p_ = false;
+  std::span<const P2POp> p2p_ops_;
+  std::string describe_p2p() const;
   // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
   // (a later collective's data): nothing behind it can be read before that
   // collective, so receives from any source stop reading p's connection.

@@ -30,7 +30,7 @@ void CompletionWork::wait(Timeout timeout) {
     Deadline deadline(timeout);
     if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_; }))
       throw TimeoutError(
-          str_cat("Work::wait on ", description_, " timed out ", deadline.describe()));
+          str_cat("Work::wait on ", description(), " timed out ", deadline.describe()));
   }
   if (error_) std::rethrow_exception(error_);
 }
