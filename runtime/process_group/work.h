@@ -2,6 +2,8 @@
 // asynchronous; wait() blocks until it finishes and rethrows its error.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -35,6 +37,9 @@ class Work {
 // through mark_completed(). Thread-safe.
 class CompletionWork : public Work {
  public:
+  // How long wait() polls before it sleeps (see work.cc).
+  static constexpr std::chrono::microseconds kWaitSpin{50};
+
   explicit CompletionWork(std::string description) : description_(std::move(description)) {}
   // Described on demand (errors and logs only): formatting a description on
   // every call cost about a microsecond of a small collective's latency.
@@ -59,6 +64,7 @@ class CompletionWork : public Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;
+  std::atomic<bool> done_{false};  // completed_, readable without mu_ (wait's spin)
   std::exception_ptr error_;
   int source_rank_ = -1;
 };
