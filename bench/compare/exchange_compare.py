@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--pingpong-iters", type=int, default=1000)
+    ap.add_argument("--ops", nargs="+", default=["all_to_all", "pingpong"],
+                    choices=["all_to_all", "pingpong"])
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--out", help="also write the tables here")
     args = ap.parse_args()
@@ -85,7 +87,7 @@ def main():
     for r in range(args.rounds):
         print(f"round {r + 1} of {args.rounds}", file=sys.stderr)
         for n in args.worlds:
-            for op in ("all_to_all", "pingpong"):
+            for op in args.ops:
                 # The ping-pong runs between ranks 0 and 1 only: N = 2.
                 if op == "pingpong" and n != 2:
                     continue
