@@ -248,6 +248,24 @@ TEST_CASE("a mismatched call fails on every rank of every host, naming both call
   }
 }
 
+TEST_CASE("a rank that leaves mid-job: every rank of both hosts fails naming it",
+          "[hierarchical]") {
+  const auto start = Clock::now();
+  auto errors = run_ranks(4, on_hosts({0, 0, 1, 1}), [](Communicator& c) {
+    if (c.rank() == 3) return;  // closes its communicator without the call
+    std::vector<float> v(1000, 1.0f);
+    const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
+    c.all_reduce(t, t, ReduceOp::kSum, Deadline(std::chrono::seconds(60)));
+  });
+  CHECK(errors[3] == "");
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK_THAT(errors[r], Contains("rank 3"));
+  }
+  // Through the abort frames, not the 60 s deadline.
+  CHECK(Clock::now() - start < std::chrono::seconds(30));
+}
+
 namespace {
 
 // Inside namespaces made for the test nothing else can hold a fixed port.
