@@ -10,7 +10,9 @@
 // round, one compare_set to publish the record (which is how a rank that
 // joins twice is caught), one add and one wait for the join barrier, and a
 // multi_get of the ring neighbours' records; any other peer's record is read
-// when that peer is first needed.
+// when that peer is first needed. A group that spans hosts (up to
+// kHostMapMaxRanks ranks) reads every record in that multi_get instead:
+// O(N) per rank, for the host map of the hierarchical algorithms.
 #pragma once
 
 #include <sys/socket.h>
