@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Hierarchical against flat collectives between two "hosts": two network
-# namespaces joined by a veth pair, 2 ranks in each (4 ranks, placed host by
-# host: ranks 0, 1 on host a, 2, 3 on host b). Each round runs collie-bench
-# once with the hierarchical algorithms (the default across hosts) and once
+# namespaces joined by a veth pair, 2 ranks in each (4 ranks, by default
+# placed host by host: ranks 0, 1 on host a, 2, 3 on host b). Each round
+# runs collie-bench once with the hierarchical algorithms (the default across hosts) and once
 # with COLLIE_HIERARCHICAL=0 (the flat ones: the ring / direct exchange
 # over shm and TCP channels); after RUNS rounds it prints, per size, the
 # median (min-max) time of each and their ratio. Needs root (ip netns).
@@ -12,7 +12,9 @@
 #
 # Environment: RUNS (5), COLLECTIVE (all_reduce), MIN (8), MAX (16M),
 # FACTOR (8), ITERS (20), WARMUP (5), SUBNET (10.231.14), EXTRA (more
-# collie-bench flags, e.g. --blocking).
+# collie-bench flags, e.g. --blocking), PLACEMENT (block: ranks 0, 1 on host
+# a; interleaved: ranks 0, 2 on host a, so that every link of the flat ring
+# crosses hosts).
 set -euo pipefail
 
 BIN=$(cd "${1:?usage: netns_hierarchical.sh BUILD_DIR}" && pwd)/bin/collie-bench
@@ -25,6 +27,7 @@ ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 SUBNET=${SUBNET:-10.231.14}
 EXTRA=${EXTRA:-}
+PLACEMENT=${PLACEMENT:-block}
 [ -x "$BIN" ] || { echo "no $BIN: build collie-bench first" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "needs root (ip netns)" >&2; exit 1; }
 
@@ -52,9 +55,13 @@ done
 run_job() {
   local out=$1 port=$2 hier=$3 pids=()
   for rank in 0 1 2 3; do
+    local host=$((rank / 2)) local_rank=$((rank % 2))
+    if [ "$PLACEMENT" = interleaved ]; then
+      host=$((rank % 2)) local_rank=$((rank / 2))
+    fi
     local ns=$A
-    [ "$rank" -ge 2 ] && ns=$B
-    env -u COLLIE_HOST_ID RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$((rank % 2)) LOCAL_WORLD_SIZE=2 \
+    [ "$host" = 1 ] && ns=$B
+    env -u COLLIE_HOST_ID RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$local_rank LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="$SUBNET.1" MASTER_PORT=$port COLLIE_HIERARCHICAL=$hier \
       ip netns exec "$ns" "$BIN" -C "$COLLECTIVE" -b "$MIN" -e "$MAX" -f "$FACTOR" \
       -n "$ITERS" -w "$WARMUP" $EXTRA >"$out.$rank" 2>&1 &
@@ -75,9 +82,9 @@ for i in $(seq 1 "$RUNS"); do
   run_job "$OUT/flat.$i" $((29501 + 2 * i)) 0
 done
 
-/usr/bin/python3 - "$OUT" "$RUNS" "$COLLECTIVE" <<'EOF'
+/usr/bin/python3 - "$OUT" "$RUNS" "$COLLECTIVE" "$PLACEMENT" <<'EOF'
 import statistics, sys
-out, runs, collective = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, runs, collective, placement = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def table(path):
     rows = {}
     for line in open(path):
@@ -86,7 +93,8 @@ def table(path):
             rows[int(f[0])] = float(f[5])  # size (B) -> time (us)
     return rows
 times = {m: [table(f"{out}/{m}.{i}") for i in range(1, runs + 1)] for m in ("hier", "flat")}
-print(f"# {collective}, 2 hosts (netns) x 2 ranks, medians (min-max) of {runs} runs, us")
+print(f"# {collective}, 2 hosts (netns) x 2 ranks ({placement} placement), "
+      f"medians (min-max) of {runs} runs, us")
 print("| size (B) | hierarchical | flat | flat / hierarchical |")
 print("|---:|---:|---:|---:|")
 for size in sorted(times["hier"][0]):
