@@ -87,7 +87,7 @@ void read_peer(Transport& t, int peer, uint64_t address, void* dst, size_t bytes
       const int err = r < 0 ? errno : EIO;
       // The peer died (ESRCH) or its buffer went away: the channel's EOF
       // usually says so first; this is the fallback.
-      t.fail(ErrorKind::kNetwork, str_cat(t.call().describe_with_seq(), " on rank ", t.rank(),
+      t.fail(ErrorKind::kNetwork, str_cat(t.call().describe_with_seq(), " on rank ", t.world_rank(),
                                           ": reading ", bytes, " bytes from the memory of ",
                                           t.peer_name(peer), " failed: ", std::strerror(err),
                                           " (the peer process exited, crashed or aborted)"));

@@ -88,6 +88,8 @@ class Transport {
   // index in the sub-group and the sub-group's size.
   int rank() const { return members_.empty() ? rank_ : sub_rank_; }
   int size() const { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  // This rank in the world, in a sub-group too (for messages).
+  int world_rank() const { return rank_; }
 
   // A sub-group for the hierarchical algorithms (hierarchical.cc): while the
   // scope lives, rank(), size() and the peer numbers that send(), recv(),

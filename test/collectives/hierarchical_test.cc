@@ -10,6 +10,7 @@
 // flat result must be bitwise equal).
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -271,22 +272,46 @@ namespace {
 // Inside namespaces made for the test nothing else can hold a fixed port.
 constexpr uint16_t kNetnsStorePort = 29431;
 
-}  // namespace
-
-// One rank of the netns case: args are the store's host (rank 0's
-// address, where rank 0 serves the store), rank, size, this rank's
-// address. Rank r runs on host r / 2.
-COLLIE_TEST_CHILD(hierarchical_rank) {
-  const int rank = std::stoi(args[1]), size = std::stoi(args[2]);
+// A rank of the netns cases: args are the store's host (rank 0's address,
+// where rank 0 serves the store), rank, size, this rank's address.
+std::unique_ptr<Store> netns_store(const std::vector<std::string>& args) {
   TcpStoreOptions so;
   so.timeout = std::chrono::seconds(60);
-  auto store = TcpStore::create(args[0], kNetnsStorePort, rank == 0, so);
+  return TcpStore::create(args[0], kNetnsStorePort, std::stoi(args[1]) == 0, so);
+}
+
+std::unique_ptr<Communicator> netns_rank(Store& store, const std::vector<std::string>& args) {
   CommunicatorOptions o = sweep_options();  // no host_id: the namespaces tell the hosts apart
   o.bind_host = args[3];
+  return Communicator::connect(store, std::stoi(args[1]), std::stoi(args[2]), o);
+}
+
+// 2 ranks on each of `hosts` network namespaces running `child` (rank r on
+// host r / 2).
+std::vector<Subprocess> spawn_netns_ranks(const NetnsLan& lan, int hosts, const char* child) {
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < 2 * hosts; ++r) {
+    std::vector<std::string> argv = lan.exec_in(r / 2);
+    for (auto& a : child_argv(
+             child, {lan.addrs[0], std::to_string(r), std::to_string(2 * hosts), lan.addrs[r / 2]}))
+      argv.push_back(a);
+    SpawnOptions so;
+    so.env["COLLIE_HOST_ID"] = std::nullopt;
+    ranks.push_back(Subprocess::spawn(argv, so));
+  }
+  return ranks;
+}
+
+}  // namespace
+
+// The sweep on 2 ranks per host, rank r on host r / 2.
+COLLIE_TEST_CHILD(hierarchical_rank) {
+  const int rank = std::stoi(args[1]), size = std::stoi(args[2]);
+  auto store = netns_store(args);
   std::vector<int> hosts;
   for (int r = 0; r < size; ++r) hosts.push_back(r / 2);
   {
-    auto comm = Communicator::connect(*store, rank, size, o);
+    auto comm = netns_rank(*store, args);
     require_hierarchical(*comm, true);
     sweep_all_reduce(*comm, true);
     sweep_broadcast_and_barrier(*comm);
@@ -304,16 +329,7 @@ TEST_CASE("netns: hierarchical collectives between 2 and 3 hosts of 2 ranks each
           "[hierarchical][netns]") {
   const int H = GENERATE(2, 3);
   auto lan = namespaces_or_skip<NetnsLan>("q", "10.231.13", H);
-  std::vector<Subprocess> ranks;
-  for (int r = 0; r < 2 * H; ++r) {
-    std::vector<std::string> argv = lan->exec_in(r / 2);
-    for (auto& a : child_argv("hierarchical_rank", {lan->addrs[0], std::to_string(r),
-                                                    std::to_string(2 * H), lan->addrs[r / 2]}))
-      argv.push_back(a);
-    SpawnOptions so;
-    so.env["COLLIE_HOST_ID"] = std::nullopt;
-    ranks.push_back(Subprocess::spawn(argv, so));
-  }
+  std::vector<Subprocess> ranks = spawn_netns_ranks(*lan, H, "hierarchical_rank");
   for (int r = 0; r < 2 * H; ++r) {
     const ExitStatus st = ranks[r].wait(std::chrono::minutes(4));
     INFO(H << " hosts, rank " << r << ": " << st.describe() << "\n"
@@ -322,4 +338,52 @@ TEST_CASE("netns: hierarchical collectives between 2 and 3 hosts of 2 ranks each
     CHECK_THAT(ranks[r].out(),
                Contains(str_cat("rank ", r, ": ")) && Contains("hierarchical calls"));
   }
+}
+
+// All_reduces of 4 MiB until one fails (rank 3 never stops: the test kills
+// it); prints "ready" after the first and "error: <what>" at the end.
+COLLIE_TEST_CHILD(hierarchical_victim) {
+  auto store = netns_store(args);
+  auto comm = netns_rank(*store, args);
+  require_hierarchical(*comm, true);
+  std::vector<float> v(size_t{1} << 20, 1.0f);
+  const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
+  try {
+    for (int i = 0;; ++i) {
+      comm->all_reduce(t, t, ReduceOp::kMax, Deadline(std::chrono::seconds(60)));
+      if (i == 0) std::printf("ready\n");
+      std::fflush(stdout);
+    }
+  } catch (const Error& e) {
+    std::printf("error: %s\n", e.what());
+  }
+  std::fflush(stdout);
+  // Stay until every survivor has its error: a rank that exits at once
+  // closes its sockets, and a peer still sending to it would blame it
+  // (a broken pipe) instead of reading its abort frame naming rank 3.
+  const int survivors = std::stoi(args[2]) - 1;
+  if (store->add("failed", 1) == survivors) store->set("all_failed", to_bytes("1"));
+  store->wait({"all_failed"}, std::chrono::seconds(60));
+  // Rank 0 serves the store: it leaves last.
+  if (store->add("left", 1) == survivors) store->set("all_left", to_bytes("1"));
+  if (std::stoi(args[1]) == 0) store->wait({"all_left"}, std::chrono::seconds(60));
+  return 0;
+}
+
+TEST_CASE("netns: a rank SIGKILLed mid-job is named on every rank of both hosts",
+          "[hierarchical][netns]") {
+  auto lan = namespaces_or_skip<NetnsLan>("q", "10.231.13", 2);
+  std::vector<Subprocess> ranks = spawn_netns_ranks(*lan, 2, "hierarchical_victim");
+  for (auto& r : ranks) r.wait_for_output("ready", std::chrono::seconds(60));
+  const auto killed = Clock::now();
+  ranks[3].kill(SIGKILL);
+  for (int r = 0; r < 3; ++r) {
+    const ExitStatus st = ranks[r].wait(std::chrono::seconds(50));
+    INFO("rank " << r << ": " << st.describe() << "\n" << ranks[r].out() << ranks[r].err());
+    CHECK(st.ok());
+    CHECK_THAT(ranks[r].out(),
+               Contains("error: ") && Contains("rank 3") && Contains(str_cat("on rank ", r, ":")));
+  }
+  // Through EOFs and abort frames, well before the calls' 60 s deadline.
+  CHECK(Clock::now() - killed < std::chrono::seconds(30));
 }
