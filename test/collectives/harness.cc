@@ -10,14 +10,22 @@ namespace collie::test {
 
 std::vector<std::string> run_ranks(int size, const CommunicatorOptions& options,
                                    const std::function<void(Communicator&)>& fn) {
+  return run_ranks(
+      size, [&](int) { return options; }, fn);
+}
+
+std::vector<std::string> run_ranks(int size,
+                                   const std::function<CommunicatorOptions(int)>& options_of,
+                                   const std::function<void(Communicator&)>& fn) {
   static std::atomic<int> next_group{0};
   HashStore store(std::chrono::seconds(60));
-  CommunicatorOptions opts = options;
-  opts.store_prefix = str_cat(options.store_prefix, "_t", next_group++);
+  const int group = next_group++;
   std::vector<std::string> errors(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
+    CommunicatorOptions opts = options_of(r);
+    opts.store_prefix = str_cat(opts.store_prefix, "_t", group);
+    threads.emplace_back([&, r, opts] {
       try {
         auto comm = Communicator::connect(store, r, size, opts);
         fn(*comm);

@@ -13,6 +13,15 @@
 
 namespace collie::test {
 
+// Every dtype and every reduce op, for sweeps.
+inline constexpr DataType kAllDtypes[] = {
+    DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+    DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+    DataType::kUInt8,    DataType::kInt8,    DataType::kBool};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct,
+                                       ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kBand,
+                                       ReduceOp::kBor, ReduceOp::kBxor};
+
 // Rank p's element i: a small integer (exact in every dtype, and sums and
 // products of eight of them stay exact in float32).
 double value_of(int rank, size_t i, ReduceOp op, DataType dtype);

@@ -45,12 +45,6 @@ ContractBackend contract_backend() {
 
 namespace {
 
-constexpr DataType kAllDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                   DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                   DataType::kUInt8,    DataType::kInt8,    DataType::kBool};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kProduct,
-                                ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kBand,
-                                ReduceOp::kBor, ReduceOp::kBxor};
 // Above 32 KiB the shared-memory algorithms read peers' buffers directly
 // (CMA) and the TCP ring pipelines several segments: 40,000 float32 is
 // 160 KB.
