@@ -19,6 +19,7 @@
 #include <map>
 #include <numeric>
 
+#include "rendezvous/file_store.h"
 #include "runtime/api/distributed.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -183,7 +184,16 @@ COLLIE_TEST_CHILD(contract_fault) {
       pg->barrier()->wait();  // a rank whose part only sent learns it here
     });
   } else if (kind == "timeout" || kind == "killed") {
+    // The culprit goes only once every survivor has finished the warm-up:
+    // a peer that dies while another still reads its last message may take
+    // that message with it (the kernel resets the connection).
+    FileStore sync(args.at(0) + ".sync", world, {.timeout = 60s});
+    if (rank != kCulprit) sync.add(str_cat("warm/", rank), 1);
     if (rank == kCulprit) {
+      std::vector<std::string> keys;
+      for (int r = 0; r < world; ++r)
+        if (r != kCulprit) keys.push_back(str_cat("warm/", r));
+      sync.wait(keys);
       std::printf("culprit pid %d\n", static_cast<int>(getpid()));
       std::fflush(stdout);
       ::raise(kind == "timeout" ? SIGSTOP : SIGKILL);
