@@ -387,3 +387,52 @@ TEST_CASE("netns: a rank SIGKILLed mid-job is named on every rank of both hosts"
   // Through EOFs and abort frames, well before the calls' 60 s deadline.
   CHECK(Clock::now() - killed < std::chrono::seconds(30));
 }
+
+// Issue 16's goal: per-rank data sockets O(local ranks + 2), not O(N). With
+// 4 hosts x 4 ranks, after every hierarchical collective (small and large
+// all_reduce, broadcast, barrier), a rank talks to its host's ranks over
+// shared memory and to a few ranks elsewhere over TCP: its peers of the
+// same local index (the small all_reduce's direct exchange among them
+// reaches every host: hosts - 1), its flat ring neighbours linked at init,
+// and for a host leader the leaders' dissemination barrier. Measured: 3 shm
+// and 3-5 tcp per rank, where a flat job's would reach 15.
+TEST_CASE("a hierarchical job connects a rank to its host and a few ranks elsewhere",
+          "[hierarchical]") {
+  constexpr int kHosts = 4, kLocal = 4, P = kHosts * kLocal;
+  std::vector<int> hosts;
+  for (int r = 0; r < P; ++r) hosts.push_back(r / kLocal);
+  std::vector<std::string> counts(P);
+  const auto errors = run_ranks(P, on_hosts(hosts), [&](Communicator& c) {
+    require_hierarchical(c, true);
+    std::vector<float> small(8, 1.0f), large(1 << 16, 1.0f);
+    expect_path(c, true, "all_reduce", [&] {
+      c.all_reduce(view(small.data(), small.size()), view(small.data(), small.size()),
+                   ReduceOp::kSum, deadline());
+    });
+    expect_path(c, true, "all_reduce", [&] {
+      c.all_reduce(view(large.data(), large.size()), view(large.data(), large.size()),
+                   ReduceOp::kSum, deadline());
+    });
+    expect_path(c, true, "broadcast", [&] { c.broadcast(view(large.data(), 64), 5, deadline()); });
+    expect_path(c, true, "barrier", [&] { c.barrier(deadline()); });
+    check_channels(c, hosts);
+    int shm = 0, tcp = 0;
+    for (const auto& kind : c.channel_kinds(deadline(), false)) {
+      shm += kind == "shm";
+      tcp += kind == "tcp";
+    }
+    counts[static_cast<size_t>(c.rank())] = str_cat(shm, " shm + ", tcp, " tcp");
+    const bool leader = c.rank() % kLocal == 0;
+    // Same-index peers on every other host + the flat ring's neighbours
+    // linked at init (at most 2) + for a leader the barrier's 2 log2(hosts).
+    const int tcp_bound = (kHosts - 1) + 2 + (leader ? 2 * 2 : 0);
+    if (shm > kLocal - 1 || tcp > tcp_bound)
+      throw std::runtime_error(str_cat("rank ", c.rank(), " holds ", shm, " shm and ", tcp,
+                                       " tcp peers; bound ", kLocal - 1, " and ", tcp_bound));
+  });
+  std::string table;
+  for (int r = 0; r < P; ++r) table += str_cat("rank ", r, ": ", counts[r], "\n");
+  INFO(table);
+  REQUIRE(join_errors(errors) == "");
+  WARN(table);
+}
