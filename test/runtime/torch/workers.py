@@ -624,6 +624,60 @@ def scenario_kill(victim, strict):
     c.finish("a killed rank")
 
 
+def scenario_ddp_kill(victim, strict, steps="3"):
+    """torch's DDP over collie under a launcher; the victim is SIGKILLed from
+    outside in the middle of step `steps`'s backward, while the others wait
+    in that step's gradient all_reduce. The victim's comm hook writes its
+    pid to the FIFO named by COLLIE_TEST_KILL_FIFO (the test kills it when
+    it reads the pid) before handing its bucket to collie, so every survivor
+    is inside the collective when the victim dies. A survivor's backward
+    must raise within seconds (the group's timeout is 300 s) naming a rank;
+    with strict=1 (two ranks) the victim with its address. Survivors ignore
+    the launcher's SIGTERM, which comes as soon as it sees the victim die,
+    to show their own reaction; they exit 0 when it is the expected one."""
+    import signal
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    victim, kill_step = int(victim), int(steps)
+    if RANK != victim:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    init("collie", timeout_s=300)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    step = 0
+
+    def hook(state, bucket):
+        if RANK == victim and step == kill_step:
+            with open(os.environ["COLLIE_TEST_KILL_FIFO"], "w") as fifo:
+                fifo.write(f"{os.getpid()}\n")
+            # Killed here; bounded in case the test never does.
+            time.sleep(120)  # not synchronisation: the victim waits to be killed
+            print(f"rank {RANK}: was not killed within 120 s")
+            os._exit(3)
+        return default_hooks.allreduce_hook(None, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(RANK)
+    for step in range(kill_step + 1):
+        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 8, (32,), generator=g)
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        optimizer.zero_grad()
+        if step < kill_step:
+            loss.backward()
+            optimizer.step()
+            continue
+        e, elapsed = expect_error(f"backward of step {step} with rank {victim} killed",
+                                  loss.backward)
+    named = (f"rank {victim} (127.0.0.1:" in e) if strict == "1" else "rank " in e
+    ok = named and elapsed < 30
+    print(f"rank {RANK}: survivor {'ok' if ok else 'FAILED'}: step {kill_step}'s backward raised "
+          f"after {elapsed:.2f} s (bound 30 s, group timeout 300 s)", flush=True)
+    sys.exit(0 if ok else 1)
+
+
 def scenario_mismatch(kind):
     """Ranks make different calls; every rank raises instead of hanging --
     in the mismatched call, or (a broadcast's root, which only sends and so
