@@ -96,6 +96,14 @@ def test_under_torchrun():
     assert r.out.count(": ok") == 2, repr(r)
 
 
+def test_torchrun_agent_store_collectives_groups_and_reinit():
+    """3 ranks under torchrun, two init/destroy cycles through the agent's
+    store (workers.scenario_agent_store)."""
+    r = run_command(torchrun(3, "agent_store", "collie", 2))
+    assert r.returncode == 0, repr(r)
+    assert r.out.count("2 init/destroy cycles:") == 3, repr(r)
+
+
 def test_under_collie_run():
     r = run_command(collie_run(2, "smoke"))
     assert r.returncode == 0, repr(r)

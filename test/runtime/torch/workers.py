@@ -736,6 +736,71 @@ def scenario_smoke(backend="collie"):
     sys.exit(0 if ok else 1)
 
 
+def scenario_agent_store(backend="collie", cycles="2"):
+    """Under torchrun's static rendezvous the ranks meet through the agent's
+    store (TORCHELASTIC_USE_AGENT_STORE=True: torch opens a client, nobody
+    hosts a store of its own). Several cycles of init_process_group,
+    collectives of every shape on the default group, new_group(backend=
+    "collie") over all ranks and over ranks 0 and 1, and destroy.
+
+    The first cycle uses env://. torch 1.13 cannot run env:// twice on the
+    agent's store, whatever the backend: the keys of the first cycle are
+    still there (its store-based barrier then counts 2 x world size arrivals
+    and times out; gloo connects to the first cycle's dead addresses). So a
+    later cycle passes init_process_group a client of the same agent store
+    under a prefix of its own, as a torch 1.13 program must."""
+    c = Checks()
+    c.true("TORCHELASTIC_USE_AGENT_STORE", os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+           repr(os.environ.get("TORCHELASTIC_USE_AGENT_STORE")))
+    for cycle in range(int(cycles)):
+        if cycle == 0:
+            init(backend, timeout_s=120)
+        else:
+            agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), WORLD,
+                                  False, timedelta(seconds=120))
+            dist.init_process_group(backend, store=dist.PrefixStore(f"cycle{cycle}", agent),
+                                    rank=RANK, world_size=WORLD, timeout=timedelta(seconds=120))
+        c.true(f"cycle {cycle}: backend", dist.get_backend() == backend, dist.get_backend())
+        base = 100 * cycle
+        t = torch.full((1000,), float(base + RANK))
+        dist.all_reduce(t)
+        c.same(f"cycle {cycle}: all_reduce", t,
+               torch.full((1000,), float(sum(base + r for r in range(WORLD)))))
+        b = torch.full((7,), float(base + RANK), dtype=torch.float64)
+        dist.broadcast(b, WORLD - 1)
+        c.same(f"cycle {cycle}: broadcast", b,
+               torch.full((7,), float(base + WORLD - 1), dtype=torch.float64))
+        outs = [torch.zeros(3, dtype=torch.int64) for _ in range(WORLD)]
+        dist.all_gather(outs, torch.full((3,), base + RANK, dtype=torch.int64))
+        for r in range(WORLD):
+            c.same(f"cycle {cycle}: all_gather slot {r}", outs[r],
+                   torch.full((3,), base + r, dtype=torch.int64))
+        if backend != "gloo":  # (gloo 1.13 has no reduce_scatter)
+            out = torch.zeros(5)
+            dist.reduce_scatter(out, [torch.full((5,), float(RANK * WORLD + d))
+                                      for d in range(WORLD)])
+            c.same(f"cycle {cycle}: reduce_scatter", out,
+                   torch.full((5,), float(sum(r * WORLD + RANK for r in range(WORLD)))))
+        token = torch.tensor([base + RANK])
+        if RANK == 0:
+            dist.send(token, 1)
+        elif RANK == 1:
+            dist.recv(token, 0)
+            c.same(f"cycle {cycle}: send/recv", token, torch.tensor([base]))
+        everyone = dist.new_group(backend="collie")
+        pair = dist.new_group(ranks=[0, 1], backend="collie")
+        s = torch.ones(4)
+        dist.all_reduce(s, group=everyone)
+        c.same(f"cycle {cycle}: new_group of every rank", s, torch.full((4,), float(WORLD)))
+        if RANK in (0, 1):
+            p = torch.full((4,), float(RANK + 1))
+            dist.all_reduce(p, group=pair)
+            c.same(f"cycle {cycle}: new_group of ranks 0 and 1", p, torch.full((4,), 3.0))
+        dist.barrier()
+        dist.destroy_process_group()
+    c.finish(f"agent store, {cycles} init/destroy cycles")
+
+
 if __name__ == "__main__":
     name, args = sys.argv[1], sys.argv[2:]
     try:
