@@ -30,6 +30,14 @@ class Series:
         self.low, self.high = low, high
 
 
+def _compact(v):
+    """1, 10, 100, 1k, 10k, 100k, 1M, ... (and 0.1, 0.01 below 1)."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= scale:
+            return f"{v / scale:g}{unit}"
+    return f"{v:g}"
+
+
 def _text(x, y, s, size=12, anchor="middle", rotate=None, weight="normal"):
     transform = f' transform="rotate({rotate} {x:.1f} {y:.1f})"' if rotate else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
@@ -78,9 +86,9 @@ class LogLogPanel:
         for e in range(y0, y1 + 1):
             y = py(10 ** e)
             parts.append(_line(left, y, right, y, "#ddd"))
-            parts.append(_text(left - 6, y + 4, f"{10 ** e:g}", 11, anchor="end"))
+            parts.append(_text(left - 6, y + 4, _compact(10 ** e), 11, anchor="end"))
         ticks = [x for x, _ in self.series[0].points]
-        step = max(1, len(ticks) // 7)
+        step = max(1, math.ceil((len(ticks) - 1) / 4))  # at most 5 labels
         for x in ticks[::step]:
             parts.append(_line(px(x), bottom, px(x), bottom + 4))
             parts.append(_text(px(x), bottom + 18, self.x_format(x), 11))

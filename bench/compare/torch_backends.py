@@ -239,14 +239,18 @@ def print_tables(results):
         extra = f", train.py {results['ddp_args']}" if results["ddp_args"] else ""
         print(f"\nDDP on Fashion-MNIST (samples/torch_ddp/train.py, {results['ddp_steps']} steps "
               f"per rank{extra}): training samples/s, median (min-max) of the runs\n")
-        print("| ranks | collie | gloo | collie/gloo | CPU ms per step, collie | gloo |\n"
-              "| --- | --- | --- | --- | --- | --- |")
+        print("collie/gloo: the ratio of the medians, and the median (min-max) of the ratios "
+              "of the runs made one after the other (each pair saw about the same load)\n")
+        print("| ranks | collie | gloo | collie/gloo | paired collie/gloo | CPU ms per step, "
+              "collie | gloo |\n| --- | --- | --- | --- | --- | --- | --- |")
     for world, rates in results["ddp"].items():
         c, g = rates["collie"], rates["gloo"]
         cpu = results.get("ddp_cpu_ms", {}).get(world)
         cpu_cells = f"{span(cpu['collie'], 2)} | {span(cpu['gloo'], 2)}" if cpu else "- | -"
+        paired = span([a / b for a, b in zip(c, g)], 2)
         print(f"| {world} | {span(c)} | {span(g)} | "
-              f"{statistics.median(c) / statistics.median(g):.2f} | {cpu_cells} |", flush=True)
+              f"{statistics.median(c) / statistics.median(g):.2f} | {paired} | {cpu_cells} |",
+              flush=True)
 
 
 def measured_sizes(times):
