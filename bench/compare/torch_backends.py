@@ -180,8 +180,9 @@ def main():
     else:
         results = measure(args)
     if args.save:
-        with open(args.save, "w") as f:
-            json.dump(results, f, indent=1)
+        with open(args.save, "w") as f:  # one line per kind of measurement
+            f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}"
+                                         for k, v in results.items()) + "\n}\n")
     print_tables(results)
     if args.plot:
         plot(results, args.plot)
