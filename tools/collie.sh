@@ -25,6 +25,9 @@ PACKAGES=(
   libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev
   dataset-fashion-mnist
   python3 python3-torch libtorch-dev pybind11-dev python3-pytest
+  # Debian's torch calls whatever libblas.so.3 is installed; without this it
+  # gets the reference BLAS, ~10x slower matmuls (docs/performance.md, DDP).
+  libopenblas0-openmp
   libgloo-dev openmpi-bin libopenmpi-dev
   gnuplot-nox
   clang libclang-rt-14-dev clang-format-14

@@ -2,7 +2,8 @@
 """torch.distributed.all_reduce over collie against gloo: same script, same processes.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/compare/torch_backends.py \\
-        [--worlds 2 4] [--runs 5] [--max-bytes 67108864]
+        [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ddp-runs 5] \\
+        [--save results.json] [--plot docs/torch_backends.svg]
 
 For each world size, --runs separate jobs (fresh processes each). In a job
 every rank has both groups, collie (the default group) and gloo
@@ -10,16 +11,26 @@ every rank has both groups, collie (the default group) and gloo
 see the same machine load. A time is the mean of one size's timed calls
 (float32 sum, after warm-up), averaged over the ranks; the table shows, per
 size, the median over the runs (and the min-max), and gloo's time over
-collie's. It also measures what the adapter adds to collie's own C++ call
-for a 4-byte all_reduce: the same loop through collie's ProcessGroup and
-through the c10d interface (collie_torch._time_allreduce, GIL released,
-process CPU time: the steadier figure on shared cores).
+collie's.
+
+Each job also measures what the adapter adds to collie's own C++ call for a
+4-byte blocking all_reduce: --overhead-blocks alternating blocks (ABBA) of
+2000 calls through collie's ProcessGroup and through the c10d interface
+(collie_torch._time_allreduce, GIL released), in wall time, process CPU
+time and the calling thread's CPU time per call. --overhead-only measures
+only that, at any world size (1 too: no peer to wait for, the quietest
+figure).
 
 --ddp-runs N (default 0: skipped) adds torch's DistributedDataParallel on
 Fashion-MNIST: samples/torch_ddp/train.py for one epoch of --ddp-steps steps
-per rank, over collie and over gloo alternately, N times each per world size;
-it reports the median training samples/s (all ranks together, evaluation
-excluded) of each backend.
+per rank, over collie and over gloo alternately, N times each per world size
+(--ddp-args passes the same extra arguments to both); it reports the median
+training samples/s (all ranks together, evaluation excluded) and CPU time
+per step of each backend.
+
+--save writes the measurements as JSON, --load prints the tables of such a
+file without measuring, and --plot draws them as SVG (svg_plot.py, standard
+library only).
 """
 import argparse
 import json
@@ -32,6 +43,7 @@ import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
+sys.path.insert(0, os.path.dirname(HERE))  # svg_plot
 TRAIN = os.path.join(os.path.dirname(HERE), "..", "..", "samples", "torch_ddp", "train.py")
 
 
@@ -46,7 +58,11 @@ def iterations(nbytes):
     return max(3, min(200, (8 << 20) // nbytes))
 
 
-def worker(max_bytes):
+OVERHEAD_CALLS = 2000
+OVERHEAD_METRICS = ("wall", "process CPU", "thread CPU")
+
+
+def worker(max_bytes, overhead_blocks):
     import torch
     import torch.distributed as dist
 
@@ -58,7 +74,7 @@ def worker(max_bytes):
     gloo = dist.new_group(backend="gloo")
     groups = {"collie": None, "gloo": gloo}
     data = torch.ones(max_bytes // 4)
-    for nbytes in sizes(max_bytes):
+    for nbytes in sizes(max_bytes):  # (--max-bytes 0: the overhead only)
         t = data[:nbytes // 4]
         iters = iterations(nbytes)
         for name, group in groups.items():
@@ -74,10 +90,16 @@ def worker(max_bytes):
                 print(f"allreduce {name} {nbytes} {us.item() / world:.2f}", flush=True)
     pg = dist.distributed_c10d._get_default_group()
     small = torch.ones(1)
-    for path in ("collie", "adapter", "collie", "adapter"):
-        wall, cpu = collie_torch._time_allreduce(pg, small, 2000, path)
-        if rank == 0:
-            print(f"overhead {path} {wall * 1e6:.3f} {cpu * 1e6:.3f}", flush=True)
+    collie_torch._time_allreduce(pg, small, OVERHEAD_CALLS, "adapter")  # warm-up
+    # Alternating blocks, in the order ABBA so that a drift in the load
+    # weighs on both paths alike; each pair gives one difference.
+    for block in range(overhead_blocks):
+        order = ("collie", "adapter") if block % 2 == 0 else ("adapter", "collie")
+        for path in order:
+            wall, process, thread = collie_torch._time_allreduce(pg, small, OVERHEAD_CALLS, path)
+            if rank == 0:
+                print(f"overhead {block} {path} {wall * 1e6:.3f} {process * 1e6:.3f} "
+                      f"{thread * 1e6:.3f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -100,21 +122,25 @@ def run_ranks(world, argv):
     return outs[0].splitlines()
 
 
-def run_job(world, max_bytes):
-    return run_ranks(world, [sys.executable, HERE, "--worker", "--max-bytes", str(max_bytes)])
+def run_job(world, max_bytes, overhead_blocks):
+    return run_ranks(world, [sys.executable, HERE, "--worker", "--max-bytes", str(max_bytes),
+                             "--overhead-blocks", str(overhead_blocks)])
 
 
-def ddp_samples_per_s(world, backend, steps):
+def ddp_samples_per_s(world, backend, steps, extra=()):
     with tempfile.TemporaryDirectory(prefix="torch_backends_ddp_") as out:
         run_ranks(world, [sys.executable, TRAIN, "--backend", backend, "--epochs", "1",
                           "--max-steps", str(steps), "--print-freq", "100000", "--output-dir",
-                          out])
+                          out, *extra])
         with open(os.path.join(out, "log.txt")) as f:
-            return json.loads(f.readline())["train_samples_per_s"]
+            stats = json.loads(f.readline())
+        return stats["train_samples_per_s"], stats["train_cpu_ms_per_step"]
 
 
-def span(values):
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+def span(values, digits=1):
+    values = list(values)
+    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
+            f"{max(values):.{digits}f})")
 
 
 def human(nbytes):
@@ -131,52 +157,158 @@ def main():
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--ddp-runs", type=int, default=0)
     p.add_argument("--ddp-steps", type=int, default=200, help="training steps per rank")
+    p.add_argument("--ddp-args", default="",
+                   help="more arguments for train.py, the same for both backends "
+                   "(e.g. '--threads 2 --batch-size 256')")
     p.add_argument("--skip-all-reduce", action="store_true")
+    p.add_argument("--overhead-blocks", type=int, default=10,
+                   help="alternating blocks of 2000 calls per path and job for the adapter's "
+                   "overhead")
+    p.add_argument("--overhead-only", action="store_true",
+                   help="measure only the adapter's overhead (any world size, 1 too)")
+    p.add_argument("--save", metavar="JSON", help="write the measurements to JSON")
+    p.add_argument("--load", metavar="JSON",
+                   help="measure nothing: print the tables (and --plot) of a --save file")
+    p.add_argument("--plot", metavar="SVG", help="draw the all_reduce times and the DDP rates")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        return worker(args.max_bytes)
+        return worker(args.max_bytes, args.overhead_blocks)
+    if args.load:
+        with open(args.load) as f:
+            results = json.load(f)
+    else:
+        results = measure(args)
+    if args.save:
+        with open(args.save, "w") as f:  # one line per kind of measurement
+            f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}"
+                                         for k, v in results.items()) + "\n}\n")
+    print_tables(results)
+    if args.plot:
+        plot(results, args.plot)
+
+
+def measure(args):
+    """{"all_reduce": {world: {"backend size": [us per run]}}, "overhead": {world:
+    [per job {block: {path: [wall, process, thread]}}]}, "ddp": {world: {backend:
+    [samples/s per run]}}, and how it was run}."""
+    results = {"runs": args.runs, "ddp_steps": args.ddp_steps, "ddp_args": args.ddp_args,
+               "all_reduce": {}, "overhead": {}, "ddp": {}, "ddp_cpu_ms": {}}
+    if args.overhead_only:
+        args.max_bytes = 0
     if not args.skip_all_reduce:
-        all_reduce_tables(args)
-    if args.ddp_runs > 0:
-        ddp_table(args)
-
-
-def ddp_table(args):
-    print(f"\nDDP on Fashion-MNIST (samples/torch_ddp/train.py, {args.ddp_steps} steps of 64 per "
-          f"rank): training samples/s, median (min-max) of {args.ddp_runs} runs\n")
-    print("| ranks | collie | gloo | collie/gloo |\n| --- | --- | --- | --- |")
-    for world in args.worlds:
-        rates = {"collie": [], "gloo": []}
+        for world in args.worlds:
+            times, jobs = {}, []
+            for _ in range(args.runs):
+                job = {}
+                for line in run_job(world, args.max_bytes, args.overhead_blocks):
+                    kind, *rest = line.split()
+                    if kind == "allreduce":
+                        times.setdefault(f"{rest[0]} {rest[1]}", []).append(float(rest[2]))
+                    elif kind == "overhead":
+                        job.setdefault(rest[0], {})[rest[1]] = [float(x) for x in rest[2:]]
+                jobs.append(job)
+            results["all_reduce"][str(world)] = times
+            results["overhead"][str(world)] = jobs
+    for world in args.worlds if args.ddp_runs > 0 else []:
+        rates, cpu = {"collie": [], "gloo": []}, {"collie": [], "gloo": []}
         for _ in range(args.ddp_runs):
-            for backend in rates:
-                rates[backend].append(ddp_samples_per_s(world, backend, args.ddp_steps))
+            for backend in rates:  # alternately, so that both see the same load
+                rate, cpu_ms = ddp_samples_per_s(world, backend, args.ddp_steps,
+                                                 args.ddp_args.split())
+                rates[backend].append(rate)
+                cpu[backend].append(cpu_ms)
+        results["ddp"][str(world)] = rates
+        results["ddp_cpu_ms"][str(world)] = cpu
+    return results
+
+
+def print_tables(results):
+    if any(results["all_reduce"].values()):
+        print(f"torch.distributed.all_reduce (float32 sum), collie vs gloo: median (min-max) us "
+              f"of {results['runs']} runs")
+    for world, times in results["all_reduce"].items():
+        if times:
+            print(f"\nN = {world}\n\n| size | collie us | gloo us | gloo/collie time |\n"
+                  "| --- | --- | --- | --- |")
+            for nbytes in measured_sizes(times):
+                c, g = times[f"collie {nbytes}"], times[f"gloo {nbytes}"]
+                print(f"| {human(nbytes)} | {span(c)} | {span(g)} | "
+                      f"{statistics.median(g) / statistics.median(c):.2f} |")
+        overhead_table(world, results["overhead"][world])
+    if results["ddp"]:
+        extra = f", train.py {results['ddp_args']}" if results["ddp_args"] else ""
+        print(f"\nDDP on Fashion-MNIST (samples/torch_ddp/train.py, {results['ddp_steps']} steps "
+              f"per rank{extra}): training samples/s, median (min-max) of the runs\n")
+        print("collie/gloo: the ratio of the medians, and the median (min-max) of the ratios "
+              "of the runs made one after the other (each pair saw about the same load)\n")
+        print("| ranks | collie | gloo | collie/gloo | paired collie/gloo | CPU ms per step, "
+              "collie | gloo |\n| --- | --- | --- | --- | --- | --- | --- |")
+    for world, rates in results["ddp"].items():
         c, g = rates["collie"], rates["gloo"]
+        cpu = results.get("ddp_cpu_ms", {}).get(world)
+        cpu_cells = f"{span(cpu['collie'], 2)} | {span(cpu['gloo'], 2)}" if cpu else "- | -"
+        paired = span([a / b for a, b in zip(c, g)], 2)
         print(f"| {world} | {span(c)} | {span(g)} | "
-              f"{statistics.median(c) / statistics.median(g):.2f} |", flush=True)
+              f"{statistics.median(c) / statistics.median(g):.2f} | {paired} | {cpu_cells} |",
+              flush=True)
 
 
-def all_reduce_tables(args):
-    print(f"torch.distributed.all_reduce (float32 sum), collie vs gloo: median (min-max) us "
-          f"of {args.runs} runs")
-    for world in args.worlds:
-        times, overhead = {}, {"collie": [], "adapter": []}
-        for _ in range(args.runs):
-            for line in run_job(world, args.max_bytes):
-                kind, *rest = line.split()
-                if kind == "allreduce":
-                    times.setdefault((int(rest[1]), rest[0]), []).append(float(rest[2]))
-                elif kind == "overhead":
-                    overhead[rest[0]].append(float(rest[2]))
-        print(f"\nN = {world}\n\n| size | collie us | gloo us | gloo/collie time |\n| --- | --- | --- | --- |")
-        for nbytes in sizes(args.max_bytes):
-            c, g = times[(nbytes, "collie")], times[(nbytes, "gloo")]
-            print(f"| {human(nbytes)} | {span(c)} | {span(g)} | "
-                  f"{statistics.median(g) / statistics.median(c):.2f} |")
-        added = [a - c for a, c in zip(overhead["adapter"], overhead["collie"])]
-        print(f"\nN = {world}, 4 B all_reduce, process CPU us per call: collie's own call "
-              f"{span(overhead['collie'])}, through the c10d adapter {span(overhead['adapter'])}; "
-              f"the adapter adds {span(added)}")
+def measured_sizes(times):
+    return sorted({int(key.split()[1]) for key in times})
+
+
+def overhead_table(world, jobs):
+    """jobs: per job, per block, per path, (wall, process CPU, thread CPU) us
+    per call. Per job the median over its blocks of the path's figure and of
+    the paired difference (adapter - collie); per table line the median (and
+    min-max) of those over the jobs."""
+    print(f"\nN = {world}, 4 B blocking all_reduce, us per call, median (min-max) over "
+          f"{len(jobs)} jobs of each job's median over {len(jobs[0])} alternating blocks of "
+          f"{OVERHEAD_CALLS} calls per path\n")
+    print("| figure | collie's own call | through the c10d adapter | the adapter adds |\n"
+          "| --- | --- | --- | --- |")
+    for m, metric in enumerate(OVERHEAD_METRICS):
+        own, through, added = [], [], []
+        for job in jobs:
+            pairs = [(b["collie"][m], b["adapter"][m]) for b in job.values()]
+            own.append(statistics.median(c for c, _ in pairs))
+            through.append(statistics.median(a for _, a in pairs))
+            added.append(statistics.median(a - c for c, a in pairs))
+        print(f"| {metric} | {span(own, 2)} | {span(through, 2)} | {span(added, 2)} |",
+              flush=True)
+
+
+def plot(results, path):
+    """One panel per world size (all_reduce us per call against the size,
+    median line and min-max band per backend) and one of the DDP rates."""
+    from svg_plot import BarPanel, LogLogPanel, Series, write_svg
+
+    panels = []
+    for world, times in results["all_reduce"].items():
+        if not times:
+            continue
+        series = []
+        for backend in ("collie", "gloo"):
+            runs = [times[f"{backend} {n}"] for n in measured_sizes(times)]
+            series.append(Series(backend, [
+                (n, statistics.median(r)) for n, r in zip(measured_sizes(times), runs)],
+                low=[min(r) for r in runs], high=[max(r) for r in runs]))
+        panels.append(LogLogPanel(f"torch all_reduce, N = {world}", "message size (float32 sum)",
+                                  "us per call (median, min-max band)", series, x_format=human))
+    if results["ddp"]:
+        worlds = list(results["ddp"])
+        values, low, high = {}, {}, {}
+        for backend in ("collie", "gloo"):
+            rates = [results["ddp"][w][backend] for w in worlds]
+            values[backend] = [statistics.median(r) for r in rates]
+            low[backend] = [min(r) for r in rates]
+            high[backend] = [max(r) for r in rates]
+        panels.append(BarPanel("torch DDP, Fashion-MNIST MLP", "training samples/s (all ranks)",
+                               [f"{w} ranks" for w in worlds], values, low, high))
+    write_svg(path, "collie vs gloo under torch.distributed (bench/compare/torch_backends.py)",
+              panels, note="lines and bars: medians over the runs; bands and whiskers: min-max")
+    print(f"\nplot: {path}")
 
 
 if __name__ == "__main__":

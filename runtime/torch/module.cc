@@ -18,6 +18,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -84,20 +85,21 @@ PyGroup create_process_group(const py::object& opts, const py::object& /*pg_opti
   return PyGroup(ProcessGroupCollie::create(store, rank, size, timeout, group_name));
 }
 
-double process_cpu_seconds() {
+double cpu_seconds(clockid_t clock) {
   timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // `iters` blocking all_reduces (sum) of `tensor`, timed in C++ with the GIL
 // released: through collie's own ProcessGroup ("collie") or through this
-// adapter's c10d interface ("adapter"). Returns (wall, process CPU) seconds
-// per call; the difference between the paths is what the adapter adds to
-// collie's call. CPU time is the steadier figure on a host whose cores are
-// shared. Every rank must make the same call.
-std::pair<double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tensor, int iters,
-                                         const std::string& path) {
+// adapter's c10d interface ("adapter"). Returns (wall, process CPU, calling
+// thread's CPU) seconds per call; the difference between the paths is what
+// the adapter adds to collie's call. The calling thread's CPU time is the
+// steadiest figure on a host whose cores are shared; the process's also
+// counts the queue's worker thread. Every rank must make the same call.
+std::tuple<double, double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tensor,
+                                                  int iters, const std::string& path) {
   if (path != "collie" && path != "adapter")
     throw InvalidArgument(
         str_cat("time_allreduce: path \"", path, "\" is neither \"collie\" nor \"adapter\""));
@@ -108,7 +110,8 @@ std::pair<double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tens
   const TensorView view{tensor.data_ptr(), static_cast<size_t>(tensor.numel()), DataType::kFloat32,
                         Device::cpu()};
   const bool direct = path == "collie";
-  const double cpu_start = process_cpu_seconds();
+  const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+  const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     if (direct)
@@ -117,7 +120,8 @@ std::pair<double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tens
       pg.allreduce(tensors, {})->wait();
   }
   const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-  return {wall.count() / iters, (process_cpu_seconds() - cpu_start) / iters};
+  return {wall.count() / iters, (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process_start) / iters,
+          (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - thread_start) / iters};
 }
 
 // Work.exception()'s message (None when there is none): torch 1.13 binds

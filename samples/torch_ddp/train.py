@@ -156,7 +156,7 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
     model.train()
     header = f"Train Epoch: [{epoch}]"
     loss_sum, steps, samples = 0.0, 0, 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for i, (images, labels) in enumerate(loader):
         if 0 <= args.max_steps <= i:
             break
@@ -169,11 +169,15 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
             print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
                   f"loss: {loss.item():.4f}")
     seconds = time.perf_counter() - start
-    # Every rank's samples per second, summed: the job's training throughput.
-    rate = torch.tensor([samples / seconds], dtype=torch.float64)
+    # CPU time of this process (every thread: torch's, the backend's) per step.
+    cpu_ms = (time.process_time() - cpu_start) * 1e3 / max(steps, 1)
+    # Every rank's samples per second, summed: the job's training throughput;
+    # the CPU time per step averaged over the ranks.
+    stats = torch.tensor([samples / seconds, cpu_ms], dtype=torch.float64)
     if args.distributed:
-        dist.all_reduce(rate)
-    return {"loss": loss_sum / max(steps, 1), "samples_per_s": rate.item(), "seconds": seconds}
+        dist.all_reduce(stats)
+    return {"loss": loss_sum / max(steps, 1), "samples_per_s": stats[0].item(),
+            "cpu_ms_per_step": stats[1].item() / get_world_size(), "seconds": seconds}
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@ ctest sets PYTHONPATH (the build's python/ folder, where collie_torch is) and
 COLLIE_BIN_DIR (collie-run); see CMakeLists.txt next to this file.
 """
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -117,6 +118,44 @@ def run_command(argv, env=None, timeout=JOB_TIMEOUT):
     p = subprocess.Popen(argv, env=base_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
     return collect([p], timeout=timeout)[0]
+
+
+def run_command_killing(argv, env=None, timeout=JOB_TIMEOUT):
+    """Runs a launcher whose victim rank writes its pid into the FIFO named
+    by COLLIE_TEST_KILL_FIFO when it is ready to die, and SIGKILLs that pid
+    once it arrives (nothing timed: the FIFO says when). Returns the
+    launcher's Result and the victim's pid (None when it never wrote)."""
+    with tempfile.TemporaryDirectory(prefix="collie_torch_kill_") as tmp:
+        fifo = os.path.join(tmp, "victim_pid")
+        os.mkfifo(fifo)
+        # Open both ends here: the read end never sees EOF before the pid.
+        read_fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        keep_fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        p = subprocess.Popen(argv, env=base_env(dict(env or {}, COLLIE_TEST_KILL_FIFO=fifo)),
+                             stdout=out_file, stderr=err_file, text=True, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        pid, data = None, b""
+        try:
+            while pid is None and p.poll() is None and time.monotonic() < deadline:
+                ready, _, _ = select.select([read_fd], [], [], min(1.0, timeout))
+                if ready:
+                    data += os.read(read_fd, 64)
+                    if data.endswith(b"\n"):
+                        pid = int(data)
+                        os.kill(pid, signal.SIGKILL)
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            note = ""
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            note = f"\n[harness] killed: the job ran past its {timeout:.0f} s timeout"
+        finally:
+            os.close(read_fd)
+            os.close(keep_fd)
+        out_file.seek(0)
+        err_file.seek(0)
+        return Result(0, p.returncode, out_file.read(), err_file.read() + note), pid
 
 
 def assert_ok(results):

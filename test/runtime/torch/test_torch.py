@@ -2,7 +2,6 @@
 in real processes over loopback (workers.py holds what each rank does,
 harness.py starts them). ctest runs each test through run_pytest.py."""
 import os
-import shutil
 
 import pytest
 
@@ -73,27 +72,72 @@ def test_init_methods(init):
     assert_ok(run_job(2, ["smoke"], init=init))
 
 
+def torchrun(nproc, *worker_args):
+    """torchrun's argv (`python3 -m torch.distributed.run`, static rendezvous:
+    the agent hosts the store, TORCHELASTIC_USE_AGENT_STORE=True)."""
+    return [harness.PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+            str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(harness.free_port()),
+            # Debian's torchrun 1.13 under Python 3.11 fails without
+            # --redirects (a None where it expects a map).
+            "--redirects", "1", "--tee", "1", harness.WORKERS, *map(str, worker_args)]
+
+
+def collie_run(nproc, *worker_args, flags=()):
+    path = os.path.join(harness.BIN_DIR, "collie-run")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no {path} (build the collie-run target)")
+    return [path, "--standalone", "--store-compat", "--nproc-per-node", str(nproc), *flags,
+            harness.PYTHON, harness.WORKERS, *map(str, worker_args)]
+
+
 def test_under_torchrun():
-    torchrun = shutil.which("torchrun", path="/usr/bin:" + os.environ.get("PATH", ""))
-    if not torchrun:
-        pytest.skip("no torchrun (Debian: python3-torch)")
-    r = run_command([harness.PYTHON, torchrun, "--nnodes", "1", "--nproc_per_node", "2",
-                     "--master_addr", "127.0.0.1", "--master_port", str(harness.free_port()),
-                     # Debian's torchrun 1.13 under Python 3.11 fails without
-                     # --redirects (a None where it expects a map).
-                     "--redirects", "1", "--tee", "1", harness.WORKERS, "smoke"])
+    r = run_command(torchrun(2, "smoke"))
     assert r.returncode == 0, repr(r)
     assert r.out.count(": ok") == 2, repr(r)
+
+
+def test_torchrun_agent_store_collectives_groups_and_reinit():
+    """3 ranks under torchrun, two init/destroy cycles through the agent's
+    store (workers.scenario_agent_store)."""
+    r = run_command(torchrun(3, "agent_store", "collie", 2))
+    assert r.returncode == 0, repr(r)
+    assert r.out.count("2 init/destroy cycles:") == 3, repr(r)
 
 
 def test_under_collie_run():
-    collie_run = os.path.join(harness.BIN_DIR, "collie-run")
-    if not os.access(collie_run, os.X_OK):
-        pytest.skip(f"no {collie_run} (build the collie-run target)")
-    r = run_command([collie_run, "--standalone", "--store-compat", "--nproc-per-node", "2",
-                     harness.PYTHON, harness.WORKERS, "smoke"])
+    r = run_command(collie_run(2, "smoke"))
     assert r.returncode == 0, repr(r)
     assert r.out.count(": ok") == 2, repr(r)
+
+
+# A rank SIGKILLed mid-training under a launcher: the survivors' backward
+# raises naming it (checked by each survivor, which then exits 0: see
+# workers.scenario_ddp_kill), and the launcher exits non-zero naming it.
+
+@pytest.mark.parametrize("world,victim,strict", [(2, 1, "1"), (3, 0, "0")])
+def test_killed_rank_under_collie_run(world, victim, strict):
+    # A long grace period: the survivors ignore the SIGTERM that collie-run
+    # sends at once, and report by themselves.
+    r, pid = harness.run_command_killing(
+        collie_run(world, "ddp_kill", victim, strict, flags=("--grace-period", "120")))
+    assert pid is not None, repr(r)
+    assert r.returncode != 0, repr(r)
+    assert r.out.count("survivor ok") == world - 1, repr(r)
+    summary = r.err + r.out
+    assert f"root cause: rank {victim} (local rank {victim}, pid {pid}) ended with" in summary, \
+        repr(r)
+    assert "SIGKILL" in summary, repr(r)
+
+
+def test_killed_rank_under_torchrun():
+    r, pid = harness.run_command_killing(torchrun(2, "ddp_kill", 1, "1"))
+    assert pid is not None, repr(r)
+    assert r.returncode != 0, repr(r)
+    assert r.out.count("survivor ok") == 1, repr(r)
+    # torchrun's ChildFailedError table: the victim's rank, exit code and pid.
+    summary = r.err + r.out
+    assert "rank      : 1 (local_rank: 1)" in summary, repr(r)
+    assert "exitcode  : -9 (pid: %d)" % pid in summary, repr(r)
 
 
 # --- torch's DistributedDataParallel: collie and gloo train the same model --

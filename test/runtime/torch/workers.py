@@ -624,6 +624,60 @@ def scenario_kill(victim, strict):
     c.finish("a killed rank")
 
 
+def scenario_ddp_kill(victim, strict, steps="3"):
+    """torch's DDP over collie under a launcher; the victim is SIGKILLed from
+    outside in the middle of step `steps`'s backward, while the others wait
+    in that step's gradient all_reduce. The victim's comm hook writes its
+    pid to the FIFO named by COLLIE_TEST_KILL_FIFO (the test kills it when
+    it reads the pid) before handing its bucket to collie, so every survivor
+    is inside the collective when the victim dies. A survivor's backward
+    must raise within seconds (the group's timeout is 300 s) naming a rank;
+    with strict=1 (two ranks) the victim with its address. Survivors ignore
+    the launcher's SIGTERM, which comes as soon as it sees the victim die,
+    to show their own reaction; they exit 0 when it is the expected one."""
+    import signal
+
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    victim, kill_step = int(victim), int(steps)
+    if RANK != victim:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    init("collie", timeout_s=300)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    step = 0
+
+    def hook(state, bucket):
+        if RANK == victim and step == kill_step:
+            with open(os.environ["COLLIE_TEST_KILL_FIFO"], "w") as fifo:
+                fifo.write(f"{os.getpid()}\n")
+            # Killed here; bounded in case the test never does.
+            time.sleep(120)  # not synchronisation: the victim waits to be killed
+            print(f"rank {RANK}: was not killed within 120 s")
+            os._exit(3)
+        return default_hooks.allreduce_hook(None, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(RANK)
+    for step in range(kill_step + 1):
+        x, y = torch.randn(32, 64, generator=g), torch.randint(0, 8, (32,), generator=g)
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        optimizer.zero_grad()
+        if step < kill_step:
+            loss.backward()
+            optimizer.step()
+            continue
+        e, elapsed = expect_error(f"backward of step {step} with rank {victim} killed",
+                                  loss.backward)
+    named = (f"rank {victim} (127.0.0.1:" in e) if strict == "1" else "rank " in e
+    ok = named and elapsed < 30
+    print(f"rank {RANK}: survivor {'ok' if ok else 'FAILED'}: step {kill_step}'s backward raised "
+          f"after {elapsed:.2f} s (bound 30 s, group timeout 300 s)", flush=True)
+    sys.exit(0 if ok else 1)
+
+
 def scenario_mismatch(kind):
     """Ranks make different calls; every rank raises instead of hanging --
     in the mismatched call, or (a broadcast's root, which only sends and so
@@ -680,6 +734,71 @@ def scenario_smoke(backend="collie"):
           f"{dist.get_backend()}: {'ok' if ok else 'WRONG ' + str(t[:4])}", flush=True)
     dist.destroy_process_group()
     sys.exit(0 if ok else 1)
+
+
+def scenario_agent_store(backend="collie", cycles="2"):
+    """Under torchrun's static rendezvous the ranks meet through the agent's
+    store (TORCHELASTIC_USE_AGENT_STORE=True: torch opens a client, nobody
+    hosts a store of its own). Several cycles of init_process_group,
+    collectives of every shape on the default group, new_group(backend=
+    "collie") over all ranks and over ranks 0 and 1, and destroy.
+
+    The first cycle uses env://. torch 1.13 cannot run env:// twice on the
+    agent's store, whatever the backend: the keys of the first cycle are
+    still there (its store-based barrier then counts 2 x world size arrivals
+    and times out; gloo connects to the first cycle's dead addresses). So a
+    later cycle passes init_process_group a client of the same agent store
+    under a prefix of its own, as a torch 1.13 program must."""
+    c = Checks()
+    c.true("TORCHELASTIC_USE_AGENT_STORE", os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+           repr(os.environ.get("TORCHELASTIC_USE_AGENT_STORE")))
+    for cycle in range(int(cycles)):
+        if cycle == 0:
+            init(backend, timeout_s=120)
+        else:
+            agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), WORLD,
+                                  False, timedelta(seconds=120))
+            dist.init_process_group(backend, store=dist.PrefixStore(f"cycle{cycle}", agent),
+                                    rank=RANK, world_size=WORLD, timeout=timedelta(seconds=120))
+        c.true(f"cycle {cycle}: backend", dist.get_backend() == backend, dist.get_backend())
+        base = 100 * cycle
+        t = torch.full((1000,), float(base + RANK))
+        dist.all_reduce(t)
+        c.same(f"cycle {cycle}: all_reduce", t,
+               torch.full((1000,), float(sum(base + r for r in range(WORLD)))))
+        b = torch.full((7,), float(base + RANK), dtype=torch.float64)
+        dist.broadcast(b, WORLD - 1)
+        c.same(f"cycle {cycle}: broadcast", b,
+               torch.full((7,), float(base + WORLD - 1), dtype=torch.float64))
+        outs = [torch.zeros(3, dtype=torch.int64) for _ in range(WORLD)]
+        dist.all_gather(outs, torch.full((3,), base + RANK, dtype=torch.int64))
+        for r in range(WORLD):
+            c.same(f"cycle {cycle}: all_gather slot {r}", outs[r],
+                   torch.full((3,), base + r, dtype=torch.int64))
+        if backend != "gloo":  # (gloo 1.13 has no reduce_scatter)
+            out = torch.zeros(5)
+            dist.reduce_scatter(out, [torch.full((5,), float(RANK * WORLD + d))
+                                      for d in range(WORLD)])
+            c.same(f"cycle {cycle}: reduce_scatter", out,
+                   torch.full((5,), float(sum(r * WORLD + RANK for r in range(WORLD)))))
+        token = torch.tensor([base + RANK])
+        if RANK == 0:
+            dist.send(token, 1)
+        elif RANK == 1:
+            dist.recv(token, 0)
+            c.same(f"cycle {cycle}: send/recv", token, torch.tensor([base]))
+        everyone = dist.new_group(backend="collie")
+        pair = dist.new_group(ranks=[0, 1], backend="collie")
+        s = torch.ones(4)
+        dist.all_reduce(s, group=everyone)
+        c.same(f"cycle {cycle}: new_group of every rank", s, torch.full((4,), float(WORLD)))
+        if RANK in (0, 1):
+            p = torch.full((4,), float(RANK + 1))
+            dist.all_reduce(p, group=pair)
+            c.same(f"cycle {cycle}: new_group of ranks 0 and 1", p, torch.full((4,), 3.0))
+        dist.barrier()
+        dist.destroy_process_group()
+    c.finish(f"agent store, {cycles} init/destroy cycles")
 
 
 if __name__ == "__main__":
