@@ -2,10 +2,8 @@
 
 #include <poll.h>
 
-#include <algorithm>
 #include <array>
 #include <cerrno>
-#include <span>
 
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -30,14 +28,20 @@ class StreamChannel final : public Channel {
   ChannelKind kind() const override { return ChannelKind::kTcp; }
 
   ssize_t write(const iovec* iov, int count) override {
-    // A frame is a header and a payload: two buffers. More are written on
-    // the next call ("what fits, in order").
-    std::array<asio::const_buffer, 4> buffers;
-    const size_t n = std::min(static_cast<size_t>(count), buffers.size());
-    for (size_t i = 0; i < n; ++i) buffers[i] = asio::const_buffer(iov[i].iov_base, iov[i].iov_len);
+    // A frame is a header and a payload: at most two buffers, more are
+    // written on the next call ("what fits, in order"). One buffer and
+    // std::array of two are the shapes Asio hands to sendmsg without a loop.
+    if (count <= 0) return 0;
     asio::error_code ec;
-    const size_t sent =
-        socket_.write_some(std::span<const asio::const_buffer>(buffers.data(), n), ec);
+    size_t sent = 0;
+    if (count == 1) {
+      sent = socket_.write_some(asio::const_buffer(iov[0].iov_base, iov[0].iov_len), ec);
+    } else {
+      const std::array<asio::const_buffer, 2> buffers{
+          asio::const_buffer(iov[0].iov_base, iov[0].iov_len),
+          asio::const_buffer(iov[1].iov_base, iov[1].iov_len)};
+      sent = socket_.write_some(buffers, ec);
+    }
     return ec ? channel_error(ec) : static_cast<ssize_t>(sent);
   }
   ssize_t read(void* data, size_t bytes) override {
