@@ -4,6 +4,9 @@
 // the launcher, and against PyTorch's own torchrun where it is installed.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -116,6 +119,14 @@ TEST_CASE("MASTER_ADDR=localhost, a host name: the store and the data plane reso
   // Each rank's data listener binds the address that routes to the name
   // (127.0.0.1 or ::1), and the ranks reduce over it.
   run_under_agent_store("localhost", 3);
+}
+
+TEST_CASE("MASTER_ADDR=::1: the store and the data plane over IPv6, 2 ranks", "[agent]") {
+  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
+  ::close(probe);
+  run_under_agent_store("::1", 2);
 }
 
 TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives",
