@@ -5,7 +5,8 @@
 # (ignored by git), filled here beforehand by `bash tools/gpu_deps.sh`.
 #
 # It builds collie with CUDA and NCCL for Hopper (sm_90), runs the GPU test
-# executables, then times NCCL's all_reduce called directly against the same
+# executables (the NCCL backend test and the ProcessGroup contract suite on
+# NCCL), then times NCCL's all_reduce called directly against the same
 # call through collie's NcclProcessGroup (same stream, CUDA events), and
 # prints that table last. With one GPU NCCL runs with world size 1; with more
 # it uses them all. It also runs the CUDA MLP against the Eigen one
@@ -44,7 +45,7 @@ if ! configure ON; then
   samples=OFF
   configure OFF || { tail -20 "$out/configure.log" >&2; echo "gpu_check: configure failed" >&2; exit 1; }
 fi
-targets=(test_gpu_nccl test_gpu_nn test_gpu_ddp nccl_overhead)
+targets=(test_gpu_nccl test_gpu_nn test_gpu_ddp test_contract_nccl nccl_overhead)
 [[ $samples == ON ]] && targets+=(blip_train collie-run)
 ninja -C "$build" "${targets[@]}" 2>&1 | tee "$out/build.log" | tail -3
 for t in "${targets[@]}"; do
@@ -63,6 +64,23 @@ echo "== DDP on the CUDA model over NCCL (nn/ddp + nn/cuda)"
 "$build/bin/test_gpu_ddp" 2>&1 | tee "$out/test_gpu_ddp.log" | tail -15
 ddp_rc=${PIPESTATUS[0]}
 (( tests_rc == 0 )) && tests_rc=$ddp_rc
+echo "== the ProcessGroup contract suite on NCCL (each world size needs that many GPUs; larger ones exit 77)"
+contract_rc=0
+contract_cases=()
+for n in 1 2 3 4 5 6 7 8; do contract_cases+=("every op x dtype x reduce op at world size $n"); done
+contract_cases+=("wrong sizes*" "a call mismatched*" "a stopped peer*" "a killed peer*")
+for name in "${contract_cases[@]}"; do
+  COLLIE_CONTRACT_BACKEND=nccl "$build/bin/test_contract_nccl" -w NoTests "$name" >"$out/contract.log.tmp" 2>&1
+  rc=$?
+  cat "$out/contract.log.tmp" >>"$out/test_contract_nccl.log"
+  if (( rc == 0 )); then verdict=passed
+  elif (( rc == 77 )); then verdict="skipped: $(grep -m1 SKIP "$out/contract.log.tmp")"
+  else verdict="FAILED (exit $rc)"; contract_rc=$rc
+  fi
+  echo "contract nccl: $name: $verdict"
+done
+rm -f "$out/contract.log.tmp"
+(( tests_rc == 0 )) && tests_rc=$contract_rc
 echo "== DDP across two GPUs (the cross-rank shape check; exit 77 = skipped with one GPU)"
 "$build/bin/test_gpu_ddp" "[two_gpus]" 2>&1 | tee "$out/test_gpu_ddp_two.log" | tail -5
 two_rc=${PIPESTATUS[0]}

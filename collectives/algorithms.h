@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -89,9 +90,35 @@ void all_to_all(Transport& t, const AlgorithmConfig& cfg, std::span<const Span> 
                 std::span<const MutableSpan> out);
 
 // Every rank on one host and Transport::all_peers_readable() (shm_algorithms.cc).
-void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+// shm_all_reduce calls `between(lo, hi)`, when given, once this rank has
+// reduced its slice (out's elements [lo, hi)) and before any peer reads it:
+// the hierarchical all_reduce's inter-host step.
+void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op,
+                    const std::function<void(size_t, size_t)>& between = nullptr);
 void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void shm_all_gather(Transport& t, TensorView in, TensorView out);
 void shm_broadcast(Transport& t, TensorView tensor, int root);
+
+// The hosts of a group that spans several (hierarchical.cc), the same on
+// every rank: built from the host ids every rank published at join.
+struct HostMap {
+  // host_of[r]: rank r's host, the hosts numbered in the order of their
+  // lowest rank (bootstrap.h, Bootstrap::host_of).
+  explicit HostMap(std::vector<int> host_of);
+  std::vector<int> host_of;
+  std::vector<std::vector<int>> hosts;  // each host's ranks, ascending
+  std::vector<int> local_index;         // local_index[r]: r's position on its host
+  bool uniform = true;                  // every host runs the same number of ranks
+  int max_local = 0;                    // the most ranks on one host
+};
+
+// The hierarchical algorithms (hierarchical.cc): shared memory inside each
+// host, TCP between hosts. They need every rank able to read its host
+// peers' memory (Transport::peer_pid); the all_reduce needs a uniform map.
+void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                             const HostMap& map, TensorView in, TensorView out, ReduceOp op);
+void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
+                            TensorView tensor, int root);
+void hierarchical_barrier(Transport& t, const HostMap& map);
 
 }  // namespace collie

@@ -8,6 +8,7 @@ std::string_view to_string(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kRing: return "ring";
     case AllReduceAlgorithm::kSmall: return "small";
     case AllReduceAlgorithm::kShm: return "shm";
+    case AllReduceAlgorithm::kHierarchical: return "hierarchical";
   }
   return "invalid-algorithm";
 }

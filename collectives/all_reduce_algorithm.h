@@ -1,8 +1,9 @@
 // AllReduceAlgorithm: which all_reduce a Communicator runs. kAuto picks the
 // small-message algorithm below CommunicatorOptions::small_message_bytes and
 // the pipelined ring above it (kShm, reading the peers' memory, instead of
-// the ring when every rank is on one host); the explicit values exist for benchmarking
-// and tests.
+// the ring when every rank is on one host, kHierarchical when the group spans
+// hosts of equal rank counts: shared memory inside each host, TCP between
+// them); the explicit values exist for benchmarking and tests.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,9 @@
 
 namespace collie {
 
-enum class AllReduceAlgorithm : uint8_t { kAuto, kRing, kSmall, kShm };
+enum class AllReduceAlgorithm : uint8_t { kAuto, kRing, kSmall, kShm, kHierarchical };
 
-std::string_view to_string(AllReduceAlgorithm algorithm);  // "auto", "ring", "small", "shm"
+std::string_view to_string(
+    AllReduceAlgorithm algorithm);  // "auto", "ring", "small", "shm", "hierarchical"
 
 }  // namespace collie

@@ -611,7 +611,8 @@ TransportChoice resolve_transport(const std::string& option) {
                                 "tcp or shm"));
 }
 
-std::string host_id() {
+std::string host_id(const std::string& option) {
+  if (!option.empty()) return option;
   if (const char* env = std::getenv("COLLIE_HOST_ID"); env && *env) return env;
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
@@ -653,7 +654,7 @@ Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions
   const Deadline deadline(options.timeout);
   const TransportChoice choice = resolve_transport(options.transport);
   const std::string host = resolve_bind_host(options.bind_host);
-  const std::string me = host_id();
+  const std::string me = host_id(options.host_id);
 
   // Listen first, publish second: a peer that reads our record can connect
   // at once (the kernel queues it until we accept).
@@ -724,15 +725,27 @@ Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions
                                          std::move(tcp_listener), std::move(unix_listener),
                                          out.address, unix_name);
   // The ring neighbours, which nearly every algorithm talks to, in one
-  // request; other peers are read when first needed.
+  // request; other peers are read when first needed. A group spanning hosts
+  // reads every record instead: the hierarchical algorithms need the host
+  // of every rank (and talk to most of them).
   const int left = (rank + size - 1) % size, right = (rank + 1) % size;
   std::vector<int> peers{left};
   if (right != left) peers.push_back(right);
+  const bool host_map =
+      out.local_ranks < size && choice != TransportChoice::kTcp && size <= kHostMapMaxRanks;
+  if (host_map) {
+    peers.clear();
+    for (int p = 0; p < size; ++p) peers.push_back(p);
+  }
   std::vector<std::string> keys;
   for (int p : peers) keys.push_back(key(str_cat("addr/", p)));
   const std::vector<Bytes> values = store.multi_get(keys);
-  for (size_t i = 0; i < peers.size(); ++i)
-    linker->remember(peers[i], Record::decode(to_string(values[i])));
+  std::map<std::string, int> hosts;  // host id -> host number
+  for (size_t i = 0; i < peers.size(); ++i) {
+    Record r = Record::decode(to_string(values[i]));
+    if (host_map) out.host_of.push_back(hosts.emplace(r.host, hosts.size()).first->second);
+    if (peers[i] != rank) linker->remember(peers[i], std::move(r));
+  }
   out.linker = std::move(linker);
   COLLIE_LOG(kDebug) << "rank " << rank << " joined as " << out.address << " with "
                      << out.local_ranks << " rank(s) on its host";

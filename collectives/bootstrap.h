@@ -10,7 +10,9 @@
 // round, one compare_set to publish the record (which is how a rank that
 // joins twice is caught), one add and one wait for the join barrier, and a
 // multi_get of the ring neighbours' records; any other peer's record is read
-// when that peer is first needed.
+// when that peer is first needed. A group that spans hosts (up to
+// kHostMapMaxRanks ranks) reads every record in that multi_get instead:
+// O(N) per rank, for the host map of the hierarchical algorithms.
 #pragma once
 
 #include <sys/socket.h>
@@ -30,15 +32,25 @@ enum class TransportChoice { kAuto, kTcp, kShm };
 // anything but auto, tcp or shm.
 TransportChoice resolve_transport(const std::string& option);
 
-// COLLIE_HOST_ID, else hostname + boot id + network namespace inode: ranks
-// with the same host id share memory; different network namespaces count as
-// different hosts (which is how the tests make several "hosts").
-std::string host_id();
+// `option` (CommunicatorOptions::host_id), else COLLIE_HOST_ID, else
+// hostname + boot id + network namespace inode: ranks with the same host id
+// share memory; different network namespaces count as different hosts
+// (which is how the tests make several "hosts").
+std::string host_id(const std::string& option = "");
+
+// Above this world size a group spanning hosts does not read every rank's
+// record at join (the host map the hierarchical algorithms need), keeping
+// the store's work O(1) per rank; the flat algorithms run.
+inline constexpr int kHostMapMaxRanks = 256;
 
 struct Bootstrap {
   std::string address;                 // this rank's TCP "host:port"
   int local_ranks = 1;                 // ranks (this one included) with this host id
   std::unique_ptr<PeerLinker> linker;  // connects peers on first use
+  // When the group spans hosts (local_ranks < size, transport not tcp, size
+  // <= kHostMapMaxRanks): host_of[r] is rank r's host, the hosts numbered
+  // in the order of their lowest rank. The same on every rank. Else empty.
+  std::vector<int> host_of;
 };
 
 // Joins the group (see above) within options.timeout. Throws TimeoutError

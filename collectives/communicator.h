@@ -38,6 +38,11 @@ struct CommunicatorOptions {
   // TCP otherwise), "tcp" (TCP everywhere) or "shm" (shared memory, an error
   // for a peer on another host). "": COLLIE_TRANSPORT, else auto.
   std::string transport;
+  // Which ranks count as one host: ranks with equal host ids share memory
+  // and form one host of the hierarchical algorithms. "": COLLIE_HOST_ID,
+  // else hostname + boot id + network namespace inode. (Tests give threads
+  // of one process different ids to fake several hosts.)
+  std::string host_id;
   // Connect every peer at init (the full mesh) instead of on first use.
   // For measurements (docs/performance.md; COLLIE_CONNECT_ALL=1 too); lazy
   // is the default.

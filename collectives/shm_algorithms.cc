@@ -33,6 +33,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "collectives/algorithms.h"
 #include "collectives/reduce_kernels.h"
@@ -86,7 +87,7 @@ void read_peer(Transport& t, int peer, uint64_t address, void* dst, size_t bytes
       const int err = r < 0 ? errno : EIO;
       // The peer died (ESRCH) or its buffer went away: the channel's EOF
       // usually says so first; this is the fallback.
-      t.fail(ErrorKind::kNetwork, str_cat(t.call().describe_with_seq(), " on rank ", t.rank(),
+      t.fail(ErrorKind::kNetwork, str_cat(t.call().describe_with_seq(), " on rank ", t.world_rank(),
                                           ": reading ", bytes, " bytes from the memory of ",
                                           t.peer_name(peer), " failed: ", std::strerror(err),
                                           " (the peer process exited, crashed or aborted)"));
@@ -142,14 +143,15 @@ void reduce_slice(Transport& t, Workspace& ws, const std::vector<Descriptor>& d,
 
 }  // namespace
 
-void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op) {
+void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op,
+                    const std::function<void(size_t, size_t)>& between) {
   const size_t P = static_cast<size_t>(t.size());
   const size_t r = static_cast<size_t>(t.rank());
   const size_t n = out.count, es = element_size(out.dtype);
   const auto d = exchange(t, in.data, out.data);
-  const size_t lo = part_begin(n, P, r);
-  reduce_slice(t, ws, d, lo, part_begin(n, P, r + 1), static_cast<uint8_t*>(out.data) + lo * es,
-               out.dtype, op);
+  const size_t lo = part_begin(n, P, r), hi = part_begin(n, P, r + 1);
+  reduce_slice(t, ws, d, lo, hi, static_cast<uint8_t*>(out.data) + lo * es, out.dtype, op);
+  if (between) between(lo, hi);
   round_trip(t);  // every slice is final
   for (size_t p = 0; p < P; ++p) {
     if (p == r) continue;

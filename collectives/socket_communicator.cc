@@ -83,6 +83,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
     comm->connect_peers({(rank + size - 1) % size, (rank + 1) % size}, deadline);
   }
   if (one_host) comm->choose_shm_algorithms();
+  if (!boot.host_of.empty()) comm->choose_hierarchical(std::move(boot.host_of), deadline);
   return comm;
 }
 
@@ -148,7 +149,17 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   COLLIE_ARG_CHECK(algorithm != AllReduceAlgorithm::kShm || shm_algorithms_ || size_ == 1, kWhat,
                    ": the shm algorithm needs every rank on one host, each able to read the "
                    "others' memory (process_vm_readv)");
-  if (algorithm == AllReduceAlgorithm::kAuto) {
+  const bool hierarchical = hosts_ && hosts_->uniform;
+  COLLIE_ARG_CHECK(algorithm != AllReduceAlgorithm::kHierarchical || hierarchical, kWhat,
+                   ": the hierarchical algorithm needs a group spanning hosts that all run the "
+                   "same number of ranks, each able to read its host peers' memory, and "
+                   "COLLIE_HIERARCHICAL not 0 (this group: ",
+                   hosts_ ? str_cat(hosts_->hosts.size(), " hosts of different sizes")
+                          : std::string("hierarchical algorithms off"),
+                   ")");
+  if (algorithm == AllReduceAlgorithm::kAuto && hierarchical) {
+    algorithm = AllReduceAlgorithm::kHierarchical;
+  } else if (algorithm == AllReduceAlgorithm::kAuto) {
     // The direct exchange talks to every peer: beyond kDirectPeers TCP peers
     // it would connect the whole world, so the ring (two peers) takes over.
     const bool direct = size_ <= kDirectPeers || shm_algorithms_;
@@ -167,6 +178,9 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
     small_all_reduce(*transport_, workspace_, in, out, op);
   } else if (algorithm == AllReduceAlgorithm::kShm) {
     shm_all_reduce(*transport_, workspace_, in, out, op);
+  } else if (algorithm == AllReduceAlgorithm::kHierarchical) {
+    ++hierarchical_calls_;
+    hierarchical_all_reduce(*transport_, workspace_, config_, *hosts_, in, out, op);
   } else {
     ring_all_reduce(*transport_, workspace_, config_, in, out, op);
   }
@@ -178,10 +192,13 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
   COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
                    size_, "-rank group");
   CallInfo call{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count};
-  call.algorithm = use_shm(tensor.nbytes()) ? 1 : 0;
+  call.algorithm = hosts_ ? 2 : use_shm(tensor.nbytes()) ? 1 : 0;
   begin(call, deadline);
   if (size_ == 1) return;
-  if (call.algorithm) {
+  if (hosts_) {
+    ++hierarchical_calls_;
+    hierarchical_broadcast(*transport_, config_, *hosts_, tensor, root);
+  } else if (call.algorithm) {
     shm_broadcast(*transport_, tensor, root);
   } else {
     collie::broadcast(*transport_, config_, tensor, root);
@@ -189,8 +206,15 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
 }
 
 void SocketCommunicator::barrier(const Deadline& deadline) {
-  begin(CallInfo{CollectiveKind::kBarrier}, deadline);
-  if (size_ > 1) dissemination_barrier(*transport_);
+  CallInfo call{CollectiveKind::kBarrier};
+  call.algorithm = hosts_ ? 1 : 0;
+  begin(call, deadline);
+  if (hosts_) {
+    ++hierarchical_calls_;
+    hierarchical_barrier(*transport_, *hosts_);
+  } else if (size_ > 1) {
+    dissemination_barrier(*transport_);
+  }
 }
 
 void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadline& deadline) {
@@ -400,7 +424,9 @@ namespace collie {
 
 void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Deadline& deadline) {
   begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
-  for (int p : peers) transport_->channel_kind(p);
+  for (int p : peers) {
+    if (p != rank_) transport_->channel_kind(p);
+  }
 }
 
 std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
@@ -427,6 +453,34 @@ void SocketCommunicator::choose_shm_algorithms() {
   shm_algorithms_ = transport_->all_peers_readable();
   COLLIE_LOG(kDebug) << "rank " << rank_ << ": shared-memory algorithms "
                      << (shm_algorithms_ ? "on" : "off (a pair cannot read its peer's memory)");
+}
+
+void SocketCommunicator::choose_hierarchical(std::vector<int> host_of, const Deadline& deadline) {
+  HostMap map(std::move(host_of));
+  // One rank per host everywhere: nothing to share, the flat algorithms are
+  // the hierarchy (every rank knows the map, so all skip this together).
+  if (map.max_local < 2) return;
+  const auto& mine = map.hosts[map.host_of[rank_]];
+  connect_peers(mine, deadline);
+  const char* env = std::getenv("COLLIE_HIERARCHICAL");
+  const bool wanted = !(env && std::string_view(env) == "0");
+  bool readable = true;
+  for (int p : mine) readable = readable && (p == rank_ || transport_->peer_pid(p) > 0);
+  // Whether a host allows cross-memory attach is the host's business, and
+  // COLLIE_HIERARCHICAL is each rank's: agree on both (the ring, whose
+  // neighbours are connected already).
+  int32_t ok = wanted && readable ? 1 : 0;
+  CallInfo call{CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kMin, 0, 1};
+  call.algorithm = static_cast<uint8_t>(AllReduceAlgorithm::kRing);
+  begin_internal(call, deadline);
+  const TensorView flag{&ok, 1, DataType::kInt32, Device::cpu()};
+  ring_all_reduce(*transport_, workspace_, config_, flag, flag, ReduceOp::kMin);
+  COLLIE_LOG(kDebug) << "rank " << rank_ << ": " << map.hosts.size() << " hosts, at most "
+                     << map.max_local << " ranks on one: hierarchical algorithms "
+                     << (ok ? "on"
+                            : "off (COLLIE_HIERARCHICAL=0 or a host without "
+                              "cross-memory attach)");
+  if (ok == 1) hosts_ = std::move(map);
 }
 
 }  // namespace collie

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "collectives/algorithms.h"
@@ -29,6 +30,16 @@ class SocketCommunicator final : public Communicator {
   // Connects `peers` now (a call of the communicator's own: every rank
   // calls it with its own peers).
   void connect_peers(const std::vector<int>& peers, const Deadline& deadline);
+  // A group spanning hosts (host_of: Bootstrap::host_of): whether the
+  // hierarchical algorithms run. They do when some host runs two or more
+  // ranks, every rank reads its host peers' memory and COLLIE_HIERARCHICAL
+  // is not 0, all agreed by every rank in one all_reduce of the
+  // communicator's own (so the choice is the same everywhere).
+  void choose_hierarchical(std::vector<int> host_of, const Deadline& deadline);
+  // Whether the hierarchical algorithms are on, and how many calls ran one
+  // (tests check that the hierarchical path was really taken).
+  bool hierarchical() const { return hosts_.has_value(); }
+  uint64_t hierarchical_calls() const { return hierarchical_calls_; }
 
   void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
                   AllReduceAlgorithm algorithm) override;
@@ -80,6 +91,8 @@ class SocketCommunicator final : public Communicator {
   Workspace workspace_;
   uint64_t seq_ = 0;
   bool shm_algorithms_ = false;
+  std::optional<HostMap> hosts_;  // set: the hierarchical algorithms run
+  uint64_t hierarchical_calls_ = 0;
 };
 
 }  // namespace collie

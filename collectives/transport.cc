@@ -115,14 +115,14 @@ ChannelKind Transport::channel_kind(int peer) {
 }
 
 bool Transport::all_peers_readable() const {
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_ && peer_pid(p) <= 0) return false;
+  for (int p = 0; p < size(); ++p) {
+    if (p != rank() && peer_pid(p) <= 0) return false;
   }
   return true;
 }
 
 pid_t Transport::peer_pid(int peer) const {
-  const auto& c = connections_[peer];
+  const auto& c = connections_[world(peer)];
   return c && c->connected() ? c->peer_pid() : 0;
 }
 
@@ -140,41 +140,66 @@ void Transport::check_usable(std::string_view what) const {
 }
 
 void Transport::begin(const CallInfo& call, const Deadline& deadline) {
-  check_usable(call.describe_with_seq());
+  if (broken_.load()) check_usable(call.describe_with_seq());  // formatted only to throw
   call_ = call;
-  p2p_context_.clear();
+  in_p2p_ = false;
+  p2p_ops_ = {};
   deadline_ = &deadline;
   next_report_ = deadline.start() + report_after_;
+  COLLIE_CHECK(members_.empty(), "a call begun inside a sub-group");
+  rebase();
+}
+
+void Transport::rebase(bool check) {
   for (int p = 0; p < size_; ++p) {
     if (!connections_[p]) continue;
-    COLLIE_CHECK(!connections_[p]->send_pending() && !connections_[p]->recv_pending(),
-                 "operations left over from the previous call");
+    COLLIE_CHECK(!check || (!connections_[p]->send_pending() && !connections_[p]->recv_pending()),
+                 "operations left over from the previous call or step");
     send_base_[p] = connections_[p]->sends_completed();
     recv_base_[p] = connections_[p]->recvs_completed();
   }
 }
 
+Transport::SubgroupScope::SubgroupScope(Transport& t, std::span<const int> members)
+    : t_(t), outer_members_(t.members_), outer_rank_(t.sub_rank_) {
+  const auto me = std::find(members.begin(), members.end(), t.rank_);
+  COLLIE_CHECK(me != members.end(), "rank ", t.rank_, " is not in its sub-group");
+  t.rebase();
+  t.members_.assign(members.begin(), members.end());
+  t.sub_rank_ = static_cast<int>(me - members.begin());
+}
+
+Transport::SubgroupScope::~SubgroupScope() {
+  t_.members_ = std::move(outer_members_);
+  t_.sub_rank_ = outer_rank_;
+  // No check here (a step that threw may leave operations posted): the next
+  // step or call checks.
+  t_.rebase(false);
+}
+
 void Transport::send(int peer, const void* data, size_t bytes) {
   COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
-  link(peer).post_send(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
+  link(world(peer)).post_send(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
 void Transport::recv(int peer, void* data, size_t bytes) {
   COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
-  link(peer).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
+  link(world(peer)).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
 uint64_t Transport::sends_done(int peer) const {
+  peer = world(peer);
   if (!connections_[peer]) return 0;
   return conn(peer).sends_completed() - send_base_[peer];
 }
 uint64_t Transport::recvs_done(int peer) const {
+  peer = world(peer);
   if (!connections_[peer]) return 0;
   return conn(peer).recvs_completed() - recv_base_[peer];
 }
 
 std::string Transport::context() const {
-  if (!p2p_context_.empty()) return str_cat(p2p_context_, " on rank ", rank_);
+  if (in_p2p_) return str_cat(describe_p2p(), " on rank ", rank_);
   return str_cat(call_.describe_with_seq(), " on rank ", rank_);
 }
 

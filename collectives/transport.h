@@ -84,8 +84,37 @@ class Transport {
             std::unique_ptr<PeerLinker> linker, const TransportOptions& options);
   ~Transport();  // says goodbye to every peer unless broken
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  // This rank and the world size; inside a SubgroupScope, this rank's
+  // index in the sub-group and the sub-group's size.
+  int rank() const { return members_.empty() ? rank_ : sub_rank_; }
+  int size() const { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  // This rank in the world, in a sub-group too (for messages).
+  int world_rank() const { return rank_; }
+
+  // A sub-group for the hierarchical algorithms (hierarchical.cc): while the
+  // scope lives, rank(), size() and the peer numbers that send(), recv(),
+  // sends_done(), recvs_done(), peer_pid(), peer_name() and
+  // all_peers_readable() take are in the numbering of `members` (world
+  // ranks, this rank among them): peer p is world rank members[p]. The
+  // completion counters restart at zero when the scope opens and closes, so
+  // any algorithm runs on the sub-group as on a world of its own, in the
+  // middle of the same call (its frames carry the call's header, so a
+  // mismatch is still caught). Every operation posted inside the scope must
+  // be complete when it opens and closes. Scopes nest (members are world
+  // ranks either way); closing one restores the numbering before it and
+  // restarts the counters again.
+  class SubgroupScope {
+   public:
+    SubgroupScope(Transport& t, std::span<const int> members);
+    ~SubgroupScope();
+    SubgroupScope(const SubgroupScope&) = delete;
+    SubgroupScope& operator=(const SubgroupScope&) = delete;
+
+   private:
+    Transport& t_;
+    std::vector<int> outer_members_;
+    int outer_rank_;
+  };
 
   // Starts a call: throws BackendError at once if broken. The deadline must
   // outlive the call.
@@ -102,7 +131,8 @@ class Transport {
   // Operations completed on the connection to `peer` since begin().
   uint64_t sends_done(int peer) const;
   uint64_t recvs_done(int peer) const;
-  // The channel to `peer`, connecting it if needed.
+  // The channel to `peer` (a world rank, in a sub-group too), connecting it
+  // if needed.
   ChannelKind channel_kind(int peer);
   // The channel to `peer` if connected.
   std::optional<ChannelKind> connected_kind(int peer) const {
@@ -117,7 +147,7 @@ class Transport {
   bool all_peers_readable() const;
   pid_t peer_pid(int peer) const;
   // "rank 3 (10.0.0.7:41234)"
-  std::string peer_name(int peer) const { return conn(peer).name(); }
+  std::string peer_name(int peer) const { return conn(world(peer)).name(); }
 
   // Point-to-point (transport_p2p.cc): posts every send and receive of
   // `ops` at once (a receive's peer may be kAnySource), outside the
@@ -142,6 +172,11 @@ class Transport {
 
  private:
   Connection& conn(int peer) const;
+  // The world rank of `peer` in the current numbering (SubgroupScope).
+  int world(int peer) const { return members_.empty() ? peer : members_[peer]; }
+  // Restarts the completion counters (begin(), SubgroupScope); `check`:
+  // nothing may be posted.
+  void rebase(bool check = true);
   // The connection to `peer`, created and (as the connecting side)
   // connected on first use.
   Connection& link(int peer);
@@ -207,6 +242,10 @@ class Transport {
   std::vector<uint64_t> peeked_seq_;
   CallInfo call_;
   const Deadline* deadline_ = nullptr;
+  // The open SubgroupScope's members (world ranks; empty: none) and this
+  // rank's index among them.
+  std::vector<int> members_;
+  int sub_rank_ = -1;
   uint64_t completed_ = 0;  // operations completed, all connections
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
@@ -216,11 +255,14 @@ class Transport {
   bool probed_ = false;
   std::vector<std::string> owed_;
   // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
-  // peer's count of messages sent to it, and what run_p2p() is doing (for
-  // error messages; empty inside a collective).
+  // peer's count of messages sent to it, and the ops run_p2p() is running
+  // (for error messages, formatted only then; in_p2p_ false inside a
+  // collective).
   P2PInbox inbox_;
   std::vector<uint64_t> p2p_sent_;
-  std::string p2p_context_;
+  bool in_p2p_ = false;
+  std::span<const P2POp> p2p_ops_;
+  std::string describe_p2p() const;
   // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
   // (a later collective's data): nothing behind it can be read before that
   // collective, so receives from any source stop reading p's connection.

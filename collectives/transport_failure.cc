@@ -201,7 +201,7 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
 
 void Transport::fail_timeout() {
   std::vector<std::string> waiting = waiting_for(nullptr);
-  if (!p2p_context_.empty()) {
+  if (in_p2p_) {
     // Only this rank and its peers are in a send/recv: no probe (the other
     // ranks are not reading); the peers owing a message are the culprits.
     for (auto& r : inbox_.describe_posted()) waiting.push_back(std::move(r));

@@ -10,9 +10,9 @@
 #include "runtime/base/str_cat.h"
 
 namespace collie {
-namespace {
 
-std::string describe_ops(std::span<const P2POp> ops) {
+std::string Transport::describe_p2p() const {
+  const std::span<const P2POp> ops = p2p_ops_;
   auto one = [](const P2POp& op) {
     const bool send = op.type == P2POpType::kIsend;
     return str_cat(send ? "send to " : "recv from ",
@@ -25,13 +25,12 @@ std::string describe_ops(std::span<const P2POp> ops) {
   return str_cat("batch_isend_irecv [", join(parts, ", "), "]");
 }
 
-}  // namespace
-
 void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
                         std::vector<int>* sources) {
   check_usable("send/recv");
   deadline_ = &deadline;
-  p2p_context_ = describe_ops(ops);
+  in_p2p_ = true;
+  p2p_ops_ = ops;
   sources->assign(ops.size(), -1);
   // Receives first, so that a message already buffered is taken before the
   // sends go out; the vector is sized once, so the inbox may keep pointers.
@@ -82,7 +81,8 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
   };
   while (!done()) progress();
   for (size_t k = 0; k < recvs.size(); ++k) (*sources)[recv_op[k]] = recvs[k].source;
-  p2p_context_.clear();
+  in_p2p_ = false;
+  p2p_ops_ = {};
 }
 
 bool Transport::progress_p2p_reads(Connection& c) {

@@ -27,8 +27,10 @@ AllReduceAlgorithm parse_algo(const std::string& name) {
   if (name == "ring") return AllReduceAlgorithm::kRing;
   if (name == "small") return AllReduceAlgorithm::kSmall;
   if (name == "shm") return AllReduceAlgorithm::kShm;
+  if (name == "hierarchical") return AllReduceAlgorithm::kHierarchical;
   if (name == "auto") return AllReduceAlgorithm::kAuto;
-  throw InvalidArgument(str_cat("--algo '", name, "': expected ring, small, shm or auto"));
+  throw InvalidArgument(
+      str_cat("--algo '", name, "': expected ring, small, shm, hierarchical or auto"));
 }
 
 // The URL alone is judged here: the variables env:// reads come from the
@@ -113,7 +115,7 @@ void add_options(CLI::App& app, Options& o) {
                              "reduce", "all_to_all", "sendrecv"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"ring", "small", "shm", "auto"}));
+      ->check(CLI::IsMember({"ring", "small", "shm", "hierarchical", "auto"}));
   app.add_option("--transport", o.transport,
                  "socket backend channels: auto (shared memory on one host), tcp or shm (default: "
                  "COLLIE_TRANSPORT, else auto)")

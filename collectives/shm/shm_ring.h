@@ -7,7 +7,8 @@
 // The other side is another process, so nothing it writes is trusted: a
 // tail that claims more than `capacity` unread bytes, or that moves
 // backwards, is reported as corruption (EPROTO), never used as a length.
-// test/fuzz/shm_ring_fuzz.cc drives a ring with hostile control words.
+// test/fuzz/shm_ring_fuzz.cc drives a ring with hostile control words (it
+// found the empty-buffer memcpy(nullptr) the loops below skip).
 #pragma once
 
 #include <atomic>
@@ -46,6 +47,7 @@ class ShmRing {
     size_t done = 0;
     for (int i = 0; i < count && room > 0; ++i) {
       const size_t n = std::min(room, iov[i].iov_len);
+      if (n == 0) continue;  // an empty buffer may have no address (memcpy's null is UB)
       copy_in(tail + done, static_cast<const uint8_t*>(iov[i].iov_base), n);
       done += n;
       room -= n;
@@ -69,7 +71,7 @@ class ShmRing {
       return -1;
     }
     const size_t n = std::min<uint64_t>(avail, bytes);
-    copy_out(head, static_cast<uint8_t*>(out), n);
+    if (n > 0) copy_out(head, static_cast<uint8_t*>(out), n);
     if (consume && n > 0) {
       ctl_->head.store(head + n, std::memory_order_seq_cst);
       *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0 &&

@@ -2,8 +2,11 @@
 // asynchronous; wait() blocks until it finishes and rethrows its error.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -34,7 +37,13 @@ class Work {
 // through mark_completed(). Thread-safe.
 class CompletionWork : public Work {
  public:
+  // How long wait() polls before it sleeps (see work.cc).
+  static constexpr std::chrono::microseconds kWaitSpin{50};
+
   explicit CompletionWork(std::string description) : description_(std::move(description)) {}
+  // Described on demand (errors and logs only): formatting a description on
+  // every call cost about a microsecond of a small collective's latency.
+  explicit CompletionWork(std::function<std::string()> describe) : describe_(std::move(describe)) {}
 
   bool is_completed() const override;
   bool is_success() const override;
@@ -47,13 +56,15 @@ class CompletionWork : public Work {
   void mark_completed(std::exception_ptr error = nullptr);
   // For a receive: who sent the message; set before mark_completed().
   void set_source_rank(int rank);
-  const std::string& description() const { return description_; }
+  std::string description() const { return describe_ ? describe_() : description_; }
 
  private:
-  const std::string description_;  // "all_reduce #17 (float32, 1024)"
+  const std::string description_;                // "all_reduce #17 (float32, 1024)"
+  const std::function<std::string()> describe_;  // or this, when set
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;
+  std::atomic<bool> done_{false};  // completed_, readable without mu_ (wait's spin)
   std::exception_ptr error_;
   int source_rank_ = -1;
 };

@@ -49,14 +49,19 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
       BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
 }
 
-std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string& details,
-                                      Timeout timeout, OpFn op) {
+std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t seq,
+                                                   Details details) {
+  return std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
+    return str_cat(kind, " #", seq, " (", details ? details() : std::string(), ")");
+  });
+}
+
+std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout timeout, OpFn op) {
   std::exception_ptr refusal;
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
-    ++submitted_;
-    work = std::make_shared<CompletionWork>(str_cat(kind, " #", submitted_, " (", details, ")"));
+    work = make_work(kind, ++submitted_, std::move(details));
     if (!broken_error_ && !stopping_) {
       queue_.push_back(Op{work, timeout, std::move(op)});
       cv_.notify_one();
@@ -68,19 +73,18 @@ std::shared_ptr<Work> OpQueue::submit(const std::string& kind, const std::string
   return work;
 }
 
-std::shared_ptr<Work> OpQueue::run_or_submit(const std::string& kind, const std::string& details,
-                                             Timeout timeout, OpFn op) {
+std::shared_ptr<Work> OpQueue::run_or_submit(const char* kind, Details details, Timeout timeout,
+                                             OpFn op) {
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
     if (!broken_error_ && !stopping_ && queue_.empty() && !running_op_) {
-      ++submitted_;
-      work = std::make_shared<CompletionWork>(str_cat(kind, " #", submitted_, " (", details, ")"));
+      work = make_work(kind, ++submitted_, std::move(details));
       running_op_ = true;  // the worker starts nothing until this op is done
     }
   }
   // Busy or refusing: the ordinary path keeps the order and the errors.
-  if (!work) return submit(kind, details, timeout, std::move(op));
+  if (!work) return submit(kind, std::move(details), timeout, std::move(op));
   Op inline_op{work, timeout, std::move(op)};
   work->mark_completed(run_op(inline_op));
   return work;

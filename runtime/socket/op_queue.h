@@ -29,6 +29,9 @@ class OpQueue {
   // An operation: runs under the deadline; may set things on its Work (a
   // receive's source rank) before the queue completes it.
   using OpFn = std::function<void(const Deadline&, CompletionWork&)>;
+  // An operation's details for its Work's description ("float32 x 1024,
+  // sum"), formatted only when something asks (an error, a log line).
+  using Details = std::function<std::string()>;
 
   // `what` names the owner in messages: "process group \"0\" (socket, rank 1 of 4)".
   explicit OpQueue(std::string what);
@@ -42,15 +45,13 @@ class OpQueue {
   // queue's submissions from 1. The worker runs it under a Deadline of
   // `timeout` that starts when the op starts. When the queue is broken or
   // shut down, the returned Work has already failed.
-  std::shared_ptr<Work> submit(const std::string& kind, const std::string& details, Timeout timeout,
-                               OpFn op);
+  std::shared_ptr<Work> submit(const char* kind, Details details, Timeout timeout, OpFn op);
   // Like submit, but when nothing is queued or running it runs `op` right
   // here on the caller's thread (the worker holds back anything submitted
   // meanwhile, so issue order is kept) and returns a completed Work. For
   // callers that would wait at once: it saves the hand-off to the worker and
   // the wake-up back, the bulk of a small collective's latency.
-  std::shared_ptr<Work> run_or_submit(const std::string& kind, const std::string& details,
-                                      Timeout timeout, OpFn op);
+  std::shared_ptr<Work> run_or_submit(const char* kind, Details details, Timeout timeout, OpFn op);
 
   // Waits up to `grace` for the queued operations; if some are left, calls
   // `abort` (which must make a running op return promptly), fails the rest
@@ -71,6 +72,8 @@ class OpQueue {
   };
 
   void run_worker();
+  // The Work of submission number `seq`, described lazily.
+  static std::shared_ptr<CompletionWork> make_work(const char* kind, uint64_t seq, Details details);
   // Runs op (mu_ not held) and records a failure; returns its error.
   std::exception_ptr run_op(Op& op);
   // The error a refused or skipped op fails with; requires mu_.

@@ -63,7 +63,9 @@ std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor,
   const AllReduceAlgorithm algorithm = all_reduce_algorithm_.load(std::memory_order_relaxed);
   return enqueue(
       options.async_op, "all_reduce",
-      str_cat(shape(tensor), ", ", options.op, ", ", to_string(algorithm)),
+      [tensor, op = options.op, algorithm] {
+        return str_cat(shape(tensor), ", ", op, ", ", to_string(algorithm));
+      },
       op_timeout(options.timeout),
       [comm, tensor, op = options.op, algorithm](const Deadline& deadline, CompletionWork&) {
         comm->all_reduce(tensor, tensor, op, deadline, algorithm);
@@ -78,19 +80,23 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor,
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   int root = options.root;
-  return enqueue(options.async_op, "broadcast", str_cat(shape(tensor), ", root ", root),
-                 op_timeout(options.timeout),
-                 [comm, tensor, root](const Deadline& deadline, CompletionWork&) {
-                   comm->broadcast(tensor, root, deadline);
-                 });
+  return enqueue(
+      options.async_op, "broadcast",
+      [tensor, root] { return str_cat(shape(tensor), ", root ", root); },
+      op_timeout(options.timeout),
+      [comm, tensor, root](const Deadline& deadline, CompletionWork&) {
+        comm->broadcast(tensor, root, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options) {
   check_timeout(site("barrier"), options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "barrier", str_cat(size_, size_ == 1 ? " rank" : " ranks"),
-                 op_timeout(options.timeout),
-                 [comm](const Deadline& deadline, CompletionWork&) { comm->barrier(deadline); });
+  return enqueue(
+      options.async_op, "barrier",
+      [size = size_] { return str_cat(size, size == 1 ? " rank" : " ranks"); },
+      op_timeout(options.timeout),
+      [comm](const Deadline& deadline, CompletionWork&) { comm->barrier(deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorView input,
@@ -101,10 +107,11 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorVi
   check_gather_shapes(where, output, "output", input, "input", size_);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "all_gather", shape(input), op_timeout(options.timeout),
-                 [comm, input, output](const Deadline& deadline, CompletionWork&) {
-                   comm->all_gather(input, output, deadline);
-                 });
+  return enqueue(
+      options.async_op, "all_gather", [input] { return shape(input); }, op_timeout(options.timeout),
+      [comm, input, output](const Deadline& deadline, CompletionWork&) {
+        comm->all_gather(input, output, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, TensorView input,
@@ -117,18 +124,20 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, Tens
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   ReduceOp op = options.op;
-  return enqueue(options.async_op, "reduce_scatter", str_cat(shape(output), " per rank, ", op),
-                 op_timeout(options.timeout),
-                 [comm, input, output, op](const Deadline& deadline, CompletionWork&) {
-                   comm->reduce_scatter(input, output, op, deadline);
-                 });
+  return enqueue(
+      options.async_op, "reduce_scatter",
+      [output, op] { return str_cat(shape(output), " per rank, ", op); },
+      op_timeout(options.timeout),
+      [comm, input, output, op](const Deadline& deadline, CompletionWork&) {
+        comm->reduce_scatter(input, output, op, deadline);
+      });
 }
 
-std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const std::string& kind,
-                                                  const std::string& details, Timeout timeout,
+std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const char* kind,
+                                                  OpQueue::Details details, Timeout timeout,
                                                   OpQueue::OpFn op) {
-  return async_op ? queue_.submit(kind, details, timeout, std::move(op))
-                  : queue_.run_or_submit(kind, details, timeout, std::move(op));
+  return async_op ? queue_.submit(kind, std::move(details), timeout, std::move(op))
+                  : queue_.run_or_submit(kind, std::move(details), timeout, std::move(op));
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(std::span<const TensorView> outputs,
@@ -140,7 +149,8 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(std::span<const TensorView>
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_gather", str_cat(shape(input), ", list"), op_timeout(options.timeout),
+      options.async_op, "all_gather", [input] { return str_cat(shape(input), ", list"); },
+      op_timeout(options.timeout),
       [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
           const Deadline& deadline, CompletionWork&) { comm->all_gather(input, out, deadline); });
 }
@@ -156,7 +166,8 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output,
   auto* comm = communicator_.get();
   return enqueue(
       options.async_op, "reduce_scatter",
-      str_cat(shape(output), " per rank, ", options.op, ", list"), op_timeout(options.timeout),
+      [output, op = options.op] { return str_cat(shape(output), " per rank, ", op, ", list"); },
+      op_timeout(options.timeout),
       [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
           const Deadline& deadline, CompletionWork&) {
         comm->reduce_scatter(in, output, op, deadline);
@@ -170,13 +181,16 @@ std::shared_ptr<Work> SocketProcessGroup::reduce(TensorView tensor, const Reduce
   check_root(where, options.root, size_);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "reduce",
-                 str_cat(shape(tensor), ", ", options.op, ", root ", options.root),
-                 op_timeout(options.timeout),
-                 [comm, tensor, op = options.op, root = options.root](const Deadline& deadline,
-                                                                      CompletionWork&) {
-                   comm->reduce(tensor, tensor, op, root, deadline);
-                 });
+  return enqueue(
+      options.async_op, "reduce",
+      [tensor, op = options.op, root = options.root] {
+        return str_cat(shape(tensor), ", ", op, ", root ", root);
+      },
+      op_timeout(options.timeout),
+      [comm, tensor, op = options.op, root = options.root](const Deadline& deadline,
+                                                           CompletionWork&) {
+        comm->reduce(tensor, tensor, op, root, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::gather(std::span<const TensorView> outputs,
@@ -189,7 +203,8 @@ std::shared_ptr<Work> SocketProcessGroup::gather(std::span<const TensorView> out
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "gather", str_cat(shape(input), ", root ", options.root),
+      options.async_op, "gather",
+      [input, root = options.root] { return str_cat(shape(input), ", root ", root); },
       op_timeout(options.timeout),
       [comm, input, root = options.root,
        out = std::vector<TensorView>(outputs.begin(), outputs.end())](
@@ -206,13 +221,15 @@ std::shared_ptr<Work> SocketProcessGroup::scatter(TensorView output,
                     DeviceType::kCPU);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
-  return enqueue(options.async_op, "scatter", str_cat(shape(output), ", root ", options.root),
-                 op_timeout(options.timeout),
-                 [comm, output, root = options.root,
-                  in = std::vector<TensorView>(inputs.begin(), inputs.end())](
-                     const Deadline& deadline, CompletionWork&) {
-                   comm->scatter(in, output, root, deadline);
-                 });
+  return enqueue(
+      options.async_op, "scatter",
+      [output, root = options.root] { return str_cat(shape(output), ", root ", root); },
+      op_timeout(options.timeout),
+      [comm, output, root = options.root,
+       in = std::vector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline,
+                                                                   CompletionWork&) {
+        comm->scatter(in, output, root, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_to_all(std::span<const TensorView> outputs,
@@ -226,7 +243,8 @@ std::shared_ptr<Work> SocketProcessGroup::all_to_all(std::span<const TensorView>
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_to_all", str_cat(inputs[0].dtype), op_timeout(options.timeout),
+      options.async_op, "all_to_all", [dtype = inputs[0].dtype] { return str_cat(dtype); },
+      op_timeout(options.timeout),
       [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
        out = std::vector<TensorView>(outputs.begin(), outputs.end())](
           const Deadline& deadline, CompletionWork&) { comm->all_to_all(in, out, deadline); });
@@ -247,7 +265,10 @@ std::shared_ptr<Work> SocketProcessGroup::all_to_all_single(
   auto* comm = communicator_.get();
   return enqueue(
       options.async_op, "all_to_all_single",
-      str_cat(input.dtype, " x ", input.count, " -> ", output.count), op_timeout(options.timeout),
+      [dtype = input.dtype, from = input.count, to = output.count] {
+        return str_cat(dtype, " x ", from, " -> ", to);
+      },
+      op_timeout(options.timeout),
       [comm, in = std::move(in), out = std::move(out)](const Deadline& deadline, CompletionWork&) {
         comm->all_to_all(in, out, deadline);
       });
@@ -259,7 +280,10 @@ std::shared_ptr<Work> SocketProcessGroup::send(TensorView tensor, int dst,
   check_tensor(where, "tensor", tensor, DeviceType::kCPU);
   check_peer(where, dst, size_, false);
   check_timeout(where, options.timeout);
-  return run_p2p(options.async_op, str_cat(shape(tensor), " to rank ", dst, ", tag ", options.tag),
+  return run_p2p(options.async_op,
+                 [tensor, dst, tag = options.tag] {
+                   return str_cat(shape(tensor), " to rank ", dst, ", tag ", tag);
+                 },
                  options.timeout, {P2POp{P2POpType::kIsend, tensor, dst, options.tag}});
 }
 
@@ -270,9 +294,12 @@ std::shared_ptr<Work> SocketProcessGroup::recv(TensorView tensor, int src,
   check_peer(where, src, size_, true);
   check_timeout(where, options.timeout);
   return run_p2p(options.async_op,
-                 str_cat(shape(tensor), " from ",
-                         src == kAnySource ? std::string("any rank") : str_cat("rank ", src),
-                         ", tag ", options.tag),
+                 [tensor, src, tag = options.tag] {
+                   return str_cat(
+                       shape(tensor), " from ",
+                       src == kAnySource ? std::string("any rank") : str_cat("rank ", src),
+                       ", tag ", tag);
+                 },
                  options.timeout, {P2POp{P2POpType::kIrecv, tensor, src, options.tag}});
 }
 
@@ -284,17 +311,18 @@ std::shared_ptr<Work> SocketProcessGroup::batch_isend_irecv(std::span<const P2PO
     check_peer(where, op.peer, size_, false);
   }
   check_timeout(where, timeout);
-  return run_p2p(true, str_cat(ops.size(), " ops"), timeout,
-                 std::vector<P2POp>(ops.begin(), ops.end()));
+  return run_p2p(
+      true, [n = ops.size()] { return str_cat(n, " ops"); }, timeout,
+      std::vector<P2POp>(ops.begin(), ops.end()));
 }
 
-std::shared_ptr<Work> SocketProcessGroup::run_p2p(bool async_op, std::string details,
+std::shared_ptr<Work> SocketProcessGroup::run_p2p(bool async_op, OpQueue::Details details,
                                                   Timeout timeout, std::vector<P2POp> ops) {
   const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
                      : ops[0].type == P2POpType::kIsend ? "send"
                                                         : "recv";
   auto* comm = communicator_.get();
-  return enqueue(async_op, kind, details, op_timeout(timeout),
+  return enqueue(async_op, kind, std::move(details), op_timeout(timeout),
                  [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
                    const std::vector<int> sources = comm->send_recv(ops, deadline);
                    if (ops.size() == 1) work.set_source_rank(sources[0]);
@@ -311,11 +339,12 @@ void SocketProcessGroup::monitored_barrier(const MonitoredBarrierOptions& option
   const std::string prefix = str_cat("socket/", group_name_, "/");
   const int rank = rank_, size = size_;
   const bool all = options.wait_all_ranks;
-  enqueue(false, "monitored_barrier", str_cat("#", seq), timeout,
-          [=](const Deadline&, CompletionWork&) {
-            if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
-            collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);
-          })
+  enqueue(
+      false, "monitored_barrier", [seq] { return str_cat("#", seq); }, timeout,
+      [=](const Deadline&, CompletionWork&) {
+        if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
+        collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);
+      })
       ->wait();
 }
 

@@ -99,9 +99,10 @@ class SocketProcessGroup : public ProcessGroup {
   CallSite site(std::string_view op) const;
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
   // async_op false: run on this thread when the group is idle.
-  std::shared_ptr<Work> enqueue(bool async_op, const std::string& kind, const std::string& details,
+  // `details` describes the call in its Work, formatted only on demand.
+  std::shared_ptr<Work> enqueue(bool async_op, const char* kind, OpQueue::Details details,
                                 Timeout timeout, OpQueue::OpFn op);
-  std::shared_ptr<Work> run_p2p(bool async_op, std::string details, Timeout timeout,
+  std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
   const std::string group_name_;

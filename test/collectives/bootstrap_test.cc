@@ -15,38 +15,13 @@
 #include "rendezvous/hash_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
+#include "test/collectives/harness.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;
 using namespace std::chrono_literals;
 
-namespace {
-
-// Sets an environment variable for the scope of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, old_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-};
-
-}  // namespace
+using collie::test::ScopedEnv;
 
 TEST_CASE("the bind address comes from the option, COLLIE_SOCKET_IFNAME or MASTER_ADDR") {
   ScopedEnv no_ifname("COLLIE_SOCKET_IFNAME", nullptr);

@@ -1,17 +1,20 @@
 // Helpers for the collectives tests: ranks as threads of this process over
-// one HashStore, deterministic per-rank data of any dtype, and references
-// computed locally with the arithmetic the collectives promise (the element
-// type's own; float32 then one rounding for float16/bfloat16).
+// one HashStore; the data and references are test/support/reference.h's.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "rendezvous/store.h"
+#include "runtime/base/str_cat.h"
 #include "runtime/base/types.h"
+#include "test/support/reference.h"
 
 namespace collie::test {
 
@@ -19,24 +22,63 @@ namespace collie::test {
 // prefix per call). Returns one entry per rank: "" or the error it threw.
 std::vector<std::string> run_ranks(int size, const CommunicatorOptions& options,
                                    const std::function<void(Communicator&)>& fn);
+// The same with rank r's options options_of(r) (their store prefixes must
+// be equal: the group's).
+std::vector<std::string> run_ranks(int size,
+                                   const std::function<CommunicatorOptions(int)>& options_of,
+                                   const std::function<void(Communicator&)>& fn);
 // "" when every entry is empty, else "rank r: error" lines.
 std::string join_errors(const std::vector<std::string>& errors);
 
-// Rank p's element i: a small integer (exact in every dtype, and sums and
-// products of eight of them stay exact in float32).
-double value_of(int rank, size_t i, ReduceOp op, DataType dtype);
+// Sets an environment variable for the scope of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) {
+      ::unsetenv(name_);
+    } else {
+      ::setenv(name_, old_.c_str(), 1);
+    }
+  }
 
-// count elements of dtype, element i = value_of(rank, offset + i).
-std::vector<uint8_t> make_data(DataType dtype, size_t count, int rank, ReduceOp op,
-                               size_t offset = 0);
+ private:
+  const char* name_;
+  std::string old_;
+};
 
-// Element i of the reduction over ranks 0..size-1 of value_of(p, offset + i).
-std::vector<uint8_t> reference_reduce(DataType dtype, ReduceOp op, int size, size_t count,
-                                      size_t offset = 0);
+// The counts a sweep over P ranks tries (0, 1, P-1, P+1 and a large odd
+// one); the dtypes and ops are reference.h's kAllDtypes and kAllOps.
+inline std::vector<size_t> counts_for(int P) {
+  return {0, 1, static_cast<size_t>(std::max(P - 1, 0)), static_cast<size_t>(P + 1), 3001};
+}
 
-// "" when equal, else where and how they differ.
-std::string compare(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
-                    DataType dtype);
+// Calls case_fn(dt, op, n, in_place) for every dtype and op (AVG only on
+// floating-point types), every count for world size P, out of place and in
+// place.
+template <typename CaseFn>
+void for_each_reduction(int P, CaseFn&& case_fn) {
+  for (DataType dt : kAllDtypes)
+    for (ReduceOp op : kAllOps) {
+      if (!unsupported_reduction(op, dt).empty()) continue;
+      for (size_t n : counts_for(P))
+        for (bool in_place : {false, true}) case_fn(dt, op, n, in_place);
+    }
+}
+
+// Throws naming the case when got != want.
+#define EXPECT_SAME(got, want, dtype, ...)                                           \
+  do {                                                                               \
+    const std::string diff_ = ::collie::test::compare(got, want, dtype);             \
+    if (!diff_.empty()) throw std::runtime_error(str_cat(__VA_ARGS__, ": ", diff_)); \
+  } while (0)
 
 inline TensorView view_of(std::vector<uint8_t>& bytes, DataType dtype, size_t offset_elems = 0,
                           size_t count = SIZE_MAX) {

@@ -17,16 +17,6 @@ using namespace collie::test;
 
 namespace {
 
-constexpr DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                DataType::kUInt8,    DataType::kInt8,    DataType::kBool};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg,  ReduceOp::kProduct, ReduceOp::kMin,
-                             ReduceOp::kMax, ReduceOp::kBand, ReduceOp::kBor,     ReduceOp::kBxor};
-
-std::vector<size_t> counts_for(int P) {
-  return {0, 1, static_cast<size_t>(std::max(P - 1, 0)), static_cast<size_t>(P + 1), 3001};
-}
-
 CommunicatorOptions sweep_options() {
   CommunicatorOptions o;
   o.store_prefix = "sweep";
@@ -39,25 +29,6 @@ CommunicatorOptions sweep_options() {
 const Deadline& deadline() {
   static const Deadline d(std::chrono::minutes(5));
   return d;
-}
-
-#define EXPECT_SAME(got, want, dtype, ...)                                           \
-  do {                                                                               \
-    const std::string diff_ = compare(got, want, dtype);                             \
-    if (!diff_.empty()) throw std::runtime_error(str_cat(__VA_ARGS__, ": ", diff_)); \
-  } while (0)
-
-// Calls case_fn(dt, op, n, in_place) for every dtype and op (AVG only on
-// floating-point types), every count for world size P, out of place and in
-// place.
-template <typename CaseFn>
-void for_each_reduction(int P, CaseFn&& case_fn) {
-  for (DataType dt : kDtypes)
-    for (ReduceOp op : kOps) {
-      if (!unsupported_reduction(op, dt).empty()) continue;
-      for (size_t n : counts_for(P))
-        for (bool in_place : {false, true}) case_fn(dt, op, n, in_place);
-    }
 }
 
 void sweep_all_reduce(Communicator& c, AllReduceAlgorithm algo) {
@@ -109,7 +80,7 @@ std::vector<uint8_t> reference_gather(DataType dt, size_t n, int P) {
 
 void sweep_all_gather_and_broadcast(Communicator& c) {
   const int P = c.size(), r = c.rank();
-  for (DataType dt : kDtypes) {
+  for (DataType dt : kAllDtypes) {
     const size_t es = element_size(dt);
     for (size_t n : counts_for(P)) {
       const std::vector<uint8_t> want = reference_gather(dt, n, P);

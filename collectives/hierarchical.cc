@@ -1,0 +1,168 @@
+// The hierarchical algorithms, for a group that spans hosts: the ranks of
+// one host work together over shared memory and only a few messages per
+// host cross the network (TCP). docs/algorithms.md ("Hierarchical
+// collectives across hosts") has the steps and the bytes on the wire.
+//
+// Every step runs an existing algorithm on a sub-group of the call
+// (Transport::SubgroupScope): the ranks of one host, the ranks with the same
+// local index on every host, or one leader per host. Each step's messages
+// carry the call's header, so a mismatched call is still found before data
+// lands, and a failure anywhere still breaks every rank (the abort frame and
+// the EOF travel over every connection, whichever step a rank is in).
+//
+// Numbering: hosts in the order of their lowest rank, the ranks of a host in
+// rank order, so every sub-group is the same on every rank.
+//
+// all_reduce (H hosts of L ranks each, B bytes):
+//  - large (B > small_message_bytes): shm_all_reduce on each host, with the
+//    inter-host step in its middle: local rank l reduces slice l (B/L) of
+//    its host's inputs by reading its host peers' memory; the ranks with
+//    local index l (one per host) all_reduce that slice over TCP (ring, or
+//    the direct exchange when the slice is small); then every rank reads the
+//    other final slices from their owners. Each element is reduced by one
+//    rank per host in host rank order, then across hosts by the inter-host
+//    algorithm, which leaves each slice bitwise the same on every rank of
+//    its sub-group; the gather copies it: every rank gets the same bits.
+//  - small: the direct exchange on each host (every host rank then holds
+//    the host's sum, bitwise the same), then the direct exchange of that sum
+//    between the ranks with the same local index: every such sub-group
+//    reduces the same H host sums in host order, so all ranks agree.
+//  AVG runs as SUM and divides by the world size once, at the end;
+//  float16/bfloat16 are rounded once per level (host, then hosts), not once
+//  overall as in the flat ring.
+//
+// broadcast: the root's tensor goes to one leader per host (the root on its
+// own host, the host's lowest rank elsewhere) with the flat broadcast over
+// TCP, then each leader broadcasts on its host (shm_broadcast for large
+// tensors, the direct sends for small ones).
+//
+// barrier: every rank checks in with its host's lowest rank (the leader),
+// the leaders run the dissemination barrier over TCP, then each leader
+// releases its host. Hosts may run different numbers of ranks.
+#include "collectives/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/reduce_kernels.h"
+#include "runtime/base/check.h"
+
+namespace collie {
+namespace {
+
+// AVG's final step for any floating type (halves through float32).
+void divide_by(Workspace& ws, void* data, size_t n, DataType dtype, int divisor) {
+  if (n == 0) return;
+  if (!is_half(dtype)) {
+    divide(data, n, dtype, divisor);
+    return;
+  }
+  auto* acc = static_cast<float*>(ws.get(4, n * sizeof(float)));
+  widen(acc, data, n, dtype);
+  narrow(data, acc, n, dtype, static_cast<float>(divisor));
+}
+
+// The all_reduce of `buffer` (in place) between the ranks with the local
+// index of world rank `me` (this one), one per host.
+void across_hosts(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, const HostMap& map,
+                  int me, TensorView buffer, ReduceOp op) {
+  const int l = map.local_index[me];
+  std::vector<int> peers;
+  for (const auto& host : map.hosts) peers.push_back(host[l]);
+  Transport::SubgroupScope scope(t, peers);
+  if (buffer.nbytes() <= cfg.small_message_bytes && t.size() <= kDirectPeers) {
+    small_all_reduce(t, ws, buffer, buffer, op);
+  } else {
+    ring_all_reduce(t, ws, cfg, buffer, buffer, op);
+  }
+}
+
+}  // namespace
+
+HostMap::HostMap(std::vector<int> hosts_of) : host_of(std::move(hosts_of)) {
+  local_index.resize(host_of.size());
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    const auto h = static_cast<size_t>(host_of[r]);
+    if (hosts.size() <= h) hosts.resize(h + 1);
+    local_index[r] = static_cast<int>(hosts[h].size());
+    hosts[h].push_back(static_cast<int>(r));
+  }
+  for (const auto& host : hosts) {
+    uniform = uniform && host.size() == hosts[0].size();
+    max_local = std::max(max_local, static_cast<int>(host.size()));
+  }
+}
+
+void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                             const HostMap& map, TensorView in, TensorView out, ReduceOp op) {
+  COLLIE_CHECK(map.uniform, "hierarchical all_reduce over hosts of different sizes");
+  const int me = t.rank(), world = t.size();  // before the scopes renumber them
+  const ReduceOp level_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const size_t es = element_size(out.dtype);
+  Transport::SubgroupScope host(t, map.hosts[map.host_of[me]]);
+  if (out.nbytes() <= cfg.small_message_bytes) {
+    if (t.size() > 1) {
+      small_all_reduce(t, ws, in, out, level_op);
+    } else if (in.data != out.data && out.count > 0) {
+      std::memcpy(out.data, in.data, out.nbytes());
+    }
+    across_hosts(t, ws, cfg, map, me, out, level_op);
+    if (op == ReduceOp::kAvg) divide_by(ws, out.data, out.count, out.dtype, world);
+    return;
+  }
+  shm_all_reduce(t, ws, in, out, level_op, [&](size_t lo, size_t hi) {
+    // Every rank of a sub-group has the same slice bounds, so a sub-group
+    // with an empty slice skips the step together.
+    if (hi == lo) return;
+    TensorView slice{static_cast<uint8_t*>(out.data) + lo * es, hi - lo, out.dtype, out.device};
+    across_hosts(t, ws, cfg, map, me, slice, level_op);
+    if (op == ReduceOp::kAvg) divide_by(ws, slice.data, slice.count, slice.dtype, world);
+  });
+}
+
+void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
+                            TensorView tensor, int root) {
+  const int me = t.rank();
+  const int root_host = map.host_of[root];
+  auto leader_of = [&](int h) { return h == root_host ? root : map.hosts[h][0]; };
+  const auto& host = map.hosts[map.host_of[me]];
+  const int leader = leader_of(map.host_of[me]);
+  if (me == leader) {
+    std::vector<int> leaders;
+    for (int h = 0; h < static_cast<int>(map.hosts.size()); ++h) leaders.push_back(leader_of(h));
+    Transport::SubgroupScope scope(t, leaders);
+    broadcast(t, cfg, tensor, root_host);
+  }
+  if (host.size() < 2) return;
+  Transport::SubgroupScope scope(t, host);
+  const int local_root = map.local_index[leader];
+  if (tensor.nbytes() > cfg.small_message_bytes) {
+    shm_broadcast(t, tensor, local_root);
+  } else {
+    broadcast(t, cfg, tensor, local_root);
+  }
+}
+
+void hierarchical_barrier(Transport& t, const HostMap& map) {
+  const int me = t.rank();
+  const auto& host = map.hosts[map.host_of[me]];
+  const int leader = host[0];
+  if (me != leader) {
+    t.send(leader, nullptr, 0);  // arrived
+    t.recv(leader, nullptr, 0);  // released
+    t.wait_all();
+    return;
+  }
+  for (size_t i = 1; i < host.size(); ++i) t.recv(host[i], nullptr, 0);
+  t.wait_all();
+  {
+    std::vector<int> leaders;
+    for (const auto& h : map.hosts) leaders.push_back(h[0]);
+    Transport::SubgroupScope scope(t, leaders);
+    dissemination_barrier(t);
+  }
+  for (size_t i = 1; i < host.size(); ++i) t.send(host[i], nullptr, 0);
+  t.wait_all();
+}
+
+}  // namespace collie

@@ -1,0 +1,141 @@
+// libFuzzer target for the shared-memory ring (collectives/shm/shm_ring.h):
+// the control words live in memory the peer process can write, so the ring
+// must survive any values there.
+//
+// Input layout: byte 0 picks the capacity (1..256 bytes, small so that every
+// operation wraps); the rest is a program of steps, each an opcode byte and
+// its operands:
+//   0 n       producer writes n bytes (two iovecs, split at n/2) of a counter
+//   1 n       consumer reads up to n bytes, consuming them
+//   2 n       consumer peeks at up to n bytes
+//   3 v[8]    a hostile peer stores v in tail
+//   4 v[8]    a hostile peer stores v in head
+//   5 f       the waiting flags: arm/disarm read or write (bits of f)
+// Promises checked:
+//   - while nobody has tampered with the control words, the consumer gets
+//     exactly the producer's bytes, in order (a model queue is kept), never
+//     more than asked and never more than the capacity, and a write never
+//     takes more than there is room for;
+//   - after tampering, read() returns either EPROTO or at most what was
+//     asked, no access leaves the ring's buffer (ASan in the fuzz build;
+//     the buffer is bracketed by guard bytes checked after every step in
+//     the replay build), and write() takes at most the capacity.
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "collectives/shm/shm_ring.h"
+#include "test/fuzz/fuzz_check.h"
+
+namespace {
+
+constexpr const char* kTarget = "shm_ring_fuzz";
+constexpr size_t kGuard = 64;
+constexpr uint8_t kGuardByte = 0xA5;
+
+using collie::fuzz::check;
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const size_t capacity = static_cast<size_t>(data[0]) + 1;
+  std::vector<uint8_t> memory(capacity + 2 * kGuard, kGuardByte);
+  uint8_t* ring_data = memory.data() + kGuard;
+  std::memset(ring_data, 0, capacity);
+  collie::ShmRingControl control;
+  collie::ShmRing producer(&control, ring_data, capacity);
+  collie::ShmRing consumer(&control, ring_data, capacity);
+
+  std::deque<uint8_t> model;  // bytes written and not yet consumed
+  uint8_t next = 0;           // the producer's counter
+  bool tampered = false;
+  size_t pos = 1;
+  auto take = [&](size_t n) -> const uint8_t* {
+    if (pos + n > size) return nullptr;
+    const uint8_t* p = data + pos;
+    pos += n;
+    return p;
+  };
+  std::vector<uint8_t> out(512);
+  while (pos < size) {
+    const uint8_t op = data[pos++] % 6;
+    switch (op) {
+      case 0: {
+        const uint8_t* n = take(1);
+        if (n == nullptr) break;
+        std::vector<uint8_t> bytes(*n);
+        for (auto& b : bytes) b = next++;
+        iovec iov[2] = {{bytes.data(), bytes.size() / 2},
+                        {bytes.data() + bytes.size() / 2, bytes.size() - bytes.size() / 2}};
+        bool wake = false;
+        const size_t room = capacity - model.size();
+        const size_t wrote = producer.write(iov, 2, &wake);
+        check(wrote <= capacity, kTarget, "write took more than the capacity");
+        if (!tampered) {
+          check(wrote == std::min(room, bytes.size()), kTarget,
+                "write took " + std::to_string(wrote) + " bytes with room for " +
+                    std::to_string(room) + " of " + std::to_string(bytes.size()));
+          model.insert(model.end(), bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(wrote));
+        }
+        next = static_cast<uint8_t>(next - (bytes.size() - wrote));  // unwritten ones again
+        break;
+      }
+      case 1:
+      case 2: {
+        const uint8_t* n = take(1);
+        if (n == nullptr) break;
+        bool wake = false;
+        errno = 0;
+        const ssize_t got = consumer.read(out.data(), *n, op == 1, &wake);
+        if (got < 0) {
+          check(errno == EPROTO, kTarget, "read failed with an errno other than EPROTO");
+          check(tampered, kTarget, "read reported corruption of honest control words");
+          break;
+        }
+        check(static_cast<size_t>(got) <= *n, kTarget, "read returned more than asked");
+        check(static_cast<size_t>(got) <= capacity, kTarget, "read more than the capacity");
+        if (!tampered) {
+          check(static_cast<size_t>(got) == std::min<size_t>(*n, model.size()), kTarget,
+                "read returned " + std::to_string(got) + " of " + std::to_string(model.size()) +
+                    " buffered bytes, asked " + std::to_string(*n));
+          for (ssize_t i = 0; i < got; ++i)
+            check(out[static_cast<size_t>(i)] == model[static_cast<size_t>(i)], kTarget,
+                  "read a byte out of order at " + std::to_string(i));
+          if (op == 1) model.erase(model.begin(), model.begin() + got);
+        }
+        break;
+      }
+      case 3:
+      case 4: {
+        const uint8_t* v = take(8);
+        if (v == nullptr) break;
+        uint64_t value = 0;
+        std::memcpy(&value, v, 8);
+        (op == 3 ? control.tail : control.head).store(value);
+        tampered = true;
+        break;
+      }
+      case 5: {
+        const uint8_t* f = take(1);
+        if (f == nullptr) break;
+        if (*f & 1) consumer.arm_read();
+        if (*f & 2) producer.arm_write();
+        if (*f & 4) consumer.disarm_read();
+        if (*f & 8) producer.disarm_write();
+        if (!tampered) {
+          check(consumer.readable() == !model.empty(), kTarget, "readable() disagrees");
+          check(producer.writable() == (model.size() < capacity), kTarget, "writable() disagrees");
+        }
+        break;
+      }
+    }
+    for (size_t i = 0; i < kGuard; ++i)
+      check(memory[i] == kGuardByte && memory[kGuard + capacity + i] == kGuardByte, kTarget,
+            "a write left the ring's buffer");
+  }
+  return 0;
+}
