@@ -1,11 +1,9 @@
 #include "collectives/bootstrap.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -82,22 +80,33 @@ struct Record {
   }
 };
 
-void set_buffers(int fd, int bytes) {
+using asio::ip::tcp;
+
+// SO_ERROR, the result of a non-blocking connect (Asio has no option type
+// for it): a GettableSocketOption.
+struct PendingError {
+  int value = 0;
+  int level(const tcp&) const { return SOL_SOCKET; }
+  int name(const tcp&) const { return SO_ERROR; }
+  int* data(const tcp&) { return &value; }
+  size_t size(const tcp&) const { return sizeof value; }
+  void resize(const tcp&, size_t) {}
+};
+
+// On a socket or an acceptor (which passes them on to what it accepts).
+template <typename Socket>
+void set_buffers(Socket& socket, int bytes) {
   if (bytes <= 0) return;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  asio::error_code ignored;  // the kernel's default size is no error
+  socket.set_option(asio::socket_base::send_buffer_size(bytes), ignored);
+  socket.set_option(asio::socket_base::receive_buffer_size(bytes), ignored);
 }
 
-void set_data_options(int fd, const std::string& who) {
-  int one = 1;
-  // TCP_NODELAY only costs latency if it fails (as on a Unix socket); the
-  // mode is essential: the transport never blocks in a read or a write.
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    throw NetworkError(
-        str_cat("making the connection to ", who, " non-blocking failed: ", std::strerror(errno)));
-  }
+// TCP_NODELAY only costs latency if it fails; the channel sets the
+// non-blocking mode, which is essential (make_tcp_channel).
+void set_no_delay(tcp::socket& socket) {
+  asio::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
 }
 
 void write_all(int fd, const void* data, size_t n, const Deadline& deadline,
@@ -129,60 +138,75 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   return {host, address.substr(colon + 1)};
 }
 
-UniqueFd new_socket(int family, int type, std::string_view purpose, int rank, int size) {
-  const int fd = ::socket(family, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+// A socket or an acceptor of the data plane for `protocol`, opened
+// close-on-exec and non-blocking (Asio's open() sets neither: a process
+// started meanwhile would inherit the descriptor) and handed to Asio.
+template <typename Socket>
+Socket new_socket(const tcp& protocol, std::string_view purpose, int rank, int size) {
+  const int fd = ::socket(protocol.family(), protocol.type() | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          protocol.protocol());
   if (fd < 0) {
     const int err = errno;
     throw NetworkError(str_cat("rank ", rank, " cannot open a socket ", purpose, ": ",
                                describe_fd_failure("socket()", err, size)));
   }
-  return UniqueFd(fd);
+  Socket socket(data_io_context());
+  asio::error_code ec;
+  socket.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    throw NetworkError(
+        str_cat("rank ", rank, " cannot use its socket ", purpose, ": ", ec.message()));
+  }
+  return socket;
+}
+
+// One connect within the deadline. Asio's connect() waits for the handshake
+// without a limit, so the socket's native handle connects and poll() waits,
+// as every wait in the data plane does; TimeoutError at the deadline.
+asio::error_code connect_within(tcp::socket& socket, const tcp::endpoint& to,
+                                const Deadline& deadline, const std::string& what) {
+  if (::connect(socket.native_handle(), to.data(), static_cast<socklen_t>(to.size())) == 0)
+    return {};
+  if (errno != EINPROGRESS) return {errno, asio::system_category()};
+  if (wait_socket(socket.native_handle(), POLLOUT, deadline.when()).kind ==
+      IoResult::Kind::kTimeout) {
+    throw TimeoutError(str_cat(what, " timed out ", deadline.describe()));
+  }
+  PendingError pending;
+  asio::error_code ec;
+  socket.get_option(pending, ec);
+  return ec ? ec : asio::error_code(pending.value, asio::system_category());
 }
 
 // Connects to `address` (a name or an IPv4/IPv6 literal, each resolved
-// address in turn), retrying refusals until the deadline.
-UniqueFd connect_tcp_to(const std::string& address, int rank, int size, int peer, int buffer_bytes,
-                        const Deadline& deadline) {
+// address in turn), retrying refusals and names that do not resolve yet
+// (DNS may lag a new node) until the deadline.
+tcp::socket connect_tcp_to(const std::string& address, int rank, int size, int peer,
+                           int buffer_bytes, const Deadline& deadline) {
   const auto [host, port] = split_address(address);
+  const std::string what = str_cat("connecting to rank ", peer, " at ", address);
+  tcp::resolver resolver(data_io_context());
   Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(200)});
   for (;;) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const int gai = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-    int err = EHOSTUNREACH;
-    std::string gai_error;
-    if (gai != 0) gai_error = ::gai_strerror(gai);
-    for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-      UniqueFd fd = new_socket(ai->ai_family, SOCK_STREAM,
-                               str_cat("to connect to rank ", peer, " at ", address), rank, size);
-      set_buffers(fd.get(), buffer_bytes);
-      err = 0;
-      if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          if (wait_socket(fd.get(), POLLOUT, deadline.when()).kind == IoResult::Kind::kTimeout) {
-            ::freeaddrinfo(res);
-            throw TimeoutError(str_cat("connecting to rank ", peer, " at ", address, " timed out ",
-                                       deadline.describe()));
-          }
-          socklen_t len = sizeof err;
-          if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        }
-      }
-      if (err == 0) {
-        ::freeaddrinfo(res);
-        return fd;
-      }
+    asio::error_code ec;
+    const tcp::resolver::results_type endpoints =
+        resolver.resolve(host, port, tcp::resolver::numeric_service, ec);
+    const bool resolved = !ec;
+    for (const auto& entry : endpoints) {
+      tcp::socket socket = new_socket<tcp::socket>(
+          entry.endpoint().protocol(), str_cat("to connect to rank ", peer, " at ", address), rank,
+          size);
+      set_buffers(socket, buffer_bytes);
+      ec = connect_within(socket, entry.endpoint(), deadline, what);
+      if (!ec) return socket;
     }
-    if (res) ::freeaddrinfo(res);
-    const bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN ||
-                       err == EHOSTUNREACH || gai == EAI_AGAIN;
+    if (resolved && endpoints.empty()) ec = asio::error::host_not_found;
+    const bool retry = !resolved || ec == asio::error::connection_refused ||
+                       ec == asio::error::timed_out || ec == asio::error::try_again ||
+                       ec == asio::error::host_unreachable;
     if (deadline.expired() || !retry) {
-      throw NetworkError(str_cat("connecting to rank ", peer, " at ", address,
-                                 " failed: ", gai_error.empty() ? std::strerror(err) : gai_error,
-                                 " ", deadline.describe()));
+      throw NetworkError(str_cat(what, " failed: ", ec.message(), " ", deadline.describe()));
     }
     backoff.sleep(deadline);
   }
@@ -294,7 +318,7 @@ size_t shm_ring_bytes() {
 class Linker final : public PeerLinker {
  public:
   Linker(Store& store, int rank, int size, const CommunicatorOptions& options,
-         TransportChoice choice, std::string base, std::string host, UniqueFd tcp_listener,
+         TransportChoice choice, std::string base, std::string host, tcp::acceptor tcp_listener,
          UniqueFd unix_listener, std::string address, const std::string& unix_name)
       : store_(store),
         rank_(rank),
@@ -306,12 +330,14 @@ class Linker final : public PeerLinker {
         base_(std::move(base)),
         host_(std::move(host)),
         tcp_listener_(std::move(tcp_listener)),
+        tcp_listener_fd_(tcp_listener_.native_handle()),
+        tcp_protocol_(tcp_listener_.local_endpoint().protocol()),
         unix_listener_(std::move(unix_listener)),
         ring_bytes_(choice == TransportChoice::kTcp ? 0 : shm_ring_bytes()),
         identity_{group_, size, rank, address},
         unix_identity_{group_, size, rank, str_cat(address, " (unix ", unix_name, ")")},
         secret_(JobSecret::from_env()),
-        tcp_gate_(tcp_listener_.get(), secret_, identity_) {
+        tcp_gate_(tcp_listener_fd_, secret_, identity_) {
     if (unix_listener_) unix_gate_.emplace(unix_listener_.get(), secret_, unix_identity_);
   }
 
@@ -329,7 +355,7 @@ class Linker final : public PeerLinker {
   }
 
   void poll_fds(std::vector<int>* fds) const override {
-    fds->push_back(tcp_listener_.get());
+    fds->push_back(tcp_listener_fd_);
     if (unix_listener_) fds->push_back(unix_listener_.get());
     // Handshakes in progress too: without them a peer's proof would wait
     // for the next arrival or the deadline before it is read.
@@ -358,7 +384,7 @@ class Linker final : public PeerLinker {
         if (channel) return channel;
         COLLIE_LOG(kWarn) << "rank " << rank_ << ": shared memory with " << who
                           << " does not work (" << why << "); using the socket instead";
-        return make_tcp_channel(std::move(fd));
+        return make_local_channel(std::move(fd), who);
       }
       if (choice_ == TransportChoice::kShm) {
         throw NetworkError(str_cat("COLLIE_TRANSPORT=shm, but connecting to ", who,
@@ -368,10 +394,10 @@ class Linker final : public PeerLinker {
                         << " has this rank's host id but its local socket is out of reach ("
                         << std::strerror(err) << "); using TCP";
     }
-    UniqueFd fd = connect_tcp_to(r.tcp, rank_, size_, peer, buffer_bytes_, deadline);
-    introduce(fd.get(), peer, deadline, who);
-    set_data_options(fd.get(), who);
-    return make_tcp_channel(std::move(fd));
+    tcp::socket socket = connect_tcp_to(r.tcp, rank_, size_, peer, buffer_bytes_, deadline);
+    introduce(socket.native_handle(), peer, deadline, who);
+    set_no_delay(socket);
+    return make_tcp_channel(std::move(socket), who);
   }
 
   std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until, bool wait) override {
@@ -428,6 +454,20 @@ class Linker final : public PeerLinker {
     return records_[peer] = Record::decode(to_string(store_.get(key)));
   }
 
+  // An accepted TCP connection, as an Asio socket of the listener's protocol.
+  tcp::socket adopt(UniqueFd fd, const std::string& who) {
+    tcp::socket socket(data_io_context());
+    asio::error_code ec;
+    socket.assign(tcp_protocol_, fd.get(), ec);
+    if (ec) {
+      throw NetworkError(
+          str_cat("rank ", rank_, " cannot use the connection from ", who, ": ", ec.message()));
+    }
+    fd.release();
+    set_no_delay(socket);
+    return socket;
+  }
+
   void introduce(int fd, int peer, const Deadline& deadline, const std::string& who) {
     // With a job secret, prove it (and check the peer's) before the hello.
     authenticate_to_peer(fd, secret_, identity_, peer, deadline, who);
@@ -454,14 +494,14 @@ class Linker final : public PeerLinker {
     std::string address(hello.address_bytes, '\0');
     read_all(fd.get(), address.data(), address.size(), until, str_cat("rank ", hello.rank));
     const std::string who = str_cat("rank ", hello.rank, " (", address, ")");
-    set_data_options(fd.get(), who);
-    if (!local) return Arrival{hello.rank, make_tcp_channel(std::move(fd)), address};
+    if (!local)
+      return Arrival{hello.rank, make_tcp_channel(adopt(std::move(fd), who), who), address};
     std::string why;
     auto channel = shm_accept(fd, deadline, who, &why);
     if (!channel) {
       COLLIE_LOG(kWarn) << "rank " << rank_ << ": shared memory with " << who << " does not work ("
                         << why << "); using the socket instead";
-      channel = make_tcp_channel(std::move(fd));
+      channel = make_local_channel(std::move(fd), who);
     }
     return Arrival{hello.rank, std::move(channel), address};
   }
@@ -474,7 +514,10 @@ class Linker final : public PeerLinker {
   const TransportChoice choice_;
   const std::string base_;  // "<prefix>/collectives/<round>": where the records are
   const std::string host_;
-  UniqueFd tcp_listener_, unix_listener_;
+  tcp::acceptor tcp_listener_;
+  const int tcp_listener_fd_;
+  const tcp tcp_protocol_;  // what tcp_listener_ accepts: v4 or v6
+  UniqueFd unix_listener_;
   const size_t ring_bytes_;
   const PeerIdentity identity_, unix_identity_;
   const JobSecret& secret_;
@@ -483,38 +526,37 @@ class Linker final : public PeerLinker {
   std::map<int, Record> records_;
 };
 
-UniqueFd listen_tcp(const std::string& host, int rank, int size, int buffer_bytes,
-                    std::string* address) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  if (const int gai = ::getaddrinfo(host.c_str(), "0", &hints, &res); gai != 0 || !res) {
-    throw InvalidArgument(
-        str_cat("rank ", rank, " cannot listen on '", host, "': ", ::gai_strerror(gai)));
+// Listens on `host` (a name or a literal: its first address) at a port the
+// kernel picks. The acceptor's socket stays non-blocking: PeerGate accepts
+// on its native handle when poll() says a peer is waiting.
+tcp::acceptor listen_tcp(const std::string& host, int rank, int size, int buffer_bytes,
+                         std::string* address) {
+  tcp::resolver resolver(data_io_context());
+  asio::error_code ec;
+  const tcp::resolver::results_type endpoints =
+      resolver.resolve(host, "0", tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    throw InvalidArgument(str_cat("rank ", rank, " cannot listen on '", host,
+                                  "': ", ec ? ec.message() : "it has no address"));
   }
-  UniqueFd fd = new_socket(res->ai_family, SOCK_STREAM, "to listen on", rank, size);
-  set_buffers(fd.get(), buffer_bytes);
-  const int rc = ::bind(fd.get(), res->ai_addr, res->ai_addrlen);
-  const int err = errno;
-  ::freeaddrinfo(res);
-  if (rc != 0) {
+  const tcp::endpoint at = endpoints.begin()->endpoint();
+  tcp::acceptor acceptor = new_socket<tcp::acceptor>(at.protocol(), "to listen on", rank, size);
+  set_buffers(acceptor, buffer_bytes);
+  if (acceptor.bind(at, ec); ec) {
     throw NetworkError(
-        str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", std::strerror(err)));
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: bind(): ", ec.message()));
   }
-  if (::listen(fd.get(), SOMAXCONN) != 0) {
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) {
     throw NetworkError(
-        str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", std::strerror(errno)));
+        str_cat("rank ", rank, " cannot listen on ", host, ":0: listen(): ", ec.message()));
   }
-  sockaddr_storage sa{};
-  socklen_t len = sizeof sa;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+  const tcp::endpoint bound = acceptor.local_endpoint(ec);
+  if (ec) {
     throw NetworkError(str_cat("rank ", rank, " cannot read its listening port on ", host,
-                               ": getsockname(): ", std::strerror(errno)));
+                               ": getsockname(): ", ec.message()));
   }
-  *address = tcp_address(reinterpret_cast<sockaddr*>(&sa));
-  return fd;
+  *address = join_address(bound.address().to_string(), bound.port());
+  return acceptor;
 }
 
 UniqueFd listen_unix(const std::string& name) {
@@ -617,7 +659,8 @@ Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions
   // Listen first, publish second: a peer that reads our record can connect
   // at once (the kernel queues it until we accept).
   Bootstrap out;
-  UniqueFd tcp_listener = listen_tcp(host, rank, size, options.socket_buffer_bytes, &out.address);
+  tcp::acceptor tcp_listener =
+      listen_tcp(host, rank, size, options.socket_buffer_bytes, &out.address);
   std::string unix_name;
   UniqueFd unix_listener;
   if (choice != TransportChoice::kTcp) {

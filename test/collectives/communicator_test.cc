@@ -325,14 +325,15 @@ std::vector<int> connected_counts(std::vector<std::unique_ptr<Communicator>>& co
 }
 
 std::vector<std::unique_ptr<Communicator>> connect_tcp(HashStore& store, int size,
-                                                       const std::string& prefix,
-                                                       bool connect_all) {
+                                                       const std::string& prefix, bool connect_all,
+                                                       const std::string& bind_host = "") {
   std::vector<std::unique_ptr<Communicator>> comms(size);
   std::vector<std::thread> threads;
   CommunicatorOptions o;
   o.store_prefix = prefix;
   o.transport = "tcp";
   o.connect_all = connect_all;
+  o.bind_host = bind_host;
   o.timeout = 60s;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
@@ -373,28 +374,15 @@ TEST_CASE("the full mesh at init, with connect_all or COLLIE_CONNECT_ALL=1") {
   CHECK(connected_counts(from_env) == std::vector<int>(size, size - 1));
 }
 
-TEST_CASE("IPv6: ranks listen on ::1, publish [::1]:port and reduce over it") {
-  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
-  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
-  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
-  ::close(probe);
-  HashStore store;
-  const int size = 3;
-  std::vector<std::unique_ptr<Communicator>> comms(size);
+namespace {
+
+// Every rank all_reduces (a ring: 100000 int32) and then runs a barrier;
+// each one checks the sum.
+void reduce_and_check(std::vector<std::unique_ptr<Communicator>>& comms) {
+  const int size = static_cast<int>(comms.size());
   std::vector<std::thread> threads;
-  CommunicatorOptions o;
-  o.store_prefix = "ipv6";
-  o.transport = "tcp";
-  o.bind_host = "::1";
-  o.timeout = 30s;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
-  }
-  for (auto& t : threads) t.join();
-  threads.clear();
   std::vector<std::vector<int32_t>> data(size);
   for (int r = 0; r < size; ++r) {
-    CHECK_THAT(comms[r]->address(), Catch::Matchers::StartsWith("[::1]:"));
     data[r].assign(100000, r + 1);
     threads.emplace_back([&, r] {
       comms[r]->all_reduce(view(data[r].data(), data[r].size()),
@@ -403,5 +391,42 @@ TEST_CASE("IPv6: ranks listen on ::1, publish [::1]:port and reduce over it") {
     });
   }
   for (auto& t : threads) t.join();
-  for (auto& d : data) CHECK((d.front() == 6 && d.back() == 6));
+  const int32_t sum = size * (size + 1) / 2;
+  for (auto& d : data) CHECK((d.front() == sum && d.back() == sum));
+}
+
+}  // namespace
+
+TEST_CASE("IPv6: ranks listen on ::1, publish [::1]:port and reduce over it") {
+  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
+  ::close(probe);
+  HashStore store;
+  auto comms = connect_tcp(store, 3, "ipv6", false, "::1");
+  for (auto& c : comms) CHECK_THAT(c->address(), Catch::Matchers::StartsWith("[::1]:"));
+  reduce_and_check(comms);
+}
+
+TEST_CASE("a host name to listen on: ranks resolve localhost, publish its address, reduce") {
+  HashStore store;
+  auto comms = connect_tcp(store, 3, "named", false, "localhost");
+  for (auto& c : comms) {
+    // The published address is the resolved one, so peers need no resolver.
+    const std::string a = c->address();
+    CHECK((a.rfind("127.0.0.1:", 0) == 0 || a.rfind("[::1]:", 0) == 0));
+  }
+  reduce_and_check(comms);
+}
+
+TEST_CASE("a host name that does not resolve: the error names the rank and the host") {
+  HashStore store;
+  CommunicatorOptions o;
+  o.store_prefix = "unresolved";
+  o.transport = "tcp";
+  o.bind_host = "no-such-host.invalid";
+  o.timeout = 5s;
+  CHECK_THROWS_AS(Communicator::connect(store, 0, 2, o), InvalidArgument);
+  CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, o),
+                    Contains("rank 1") && Contains("no-such-host.invalid"));
 }

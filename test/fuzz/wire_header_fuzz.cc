@@ -73,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   ::close(fds[1]);
   ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  Connection conn(collie::make_tcp_channel(collie::UniqueFd(fds[0])), 1, "fuzz-peer:1");
+  Connection conn(collie::make_local_channel(collie::UniqueFd(fds[0]), "fuzz-peer:1"), 1,
+                  "fuzz-peer:1");
 
   size_t pos = 0;  // where in the stream the next frame starts
   if (hung_up_first) {

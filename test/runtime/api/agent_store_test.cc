@@ -4,6 +4,9 @@
 // the launcher, and against PyTorch's own torchrun where it is installed.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <map>
 #include <optional>
 #include <string>
@@ -83,20 +86,47 @@ TEST_CASE("rendezvous errors name what is missing", "[agent]") {
                     Contains("carrier"));
 }
 
-TEST_CASE("init_process_group through an agent store hosted by the parent, 4 ranks", "[agent]") {
-  auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-  run_ranks(4, [&](int rank) {
+namespace {
+
+// `world` ranks run every collective (distributed_children.cc checks each
+// result) after init_process_group through env:// under an agent store the
+// parent hosts on `master_addr`, the MASTER_ADDR they are given.
+std::unique_ptr<TcpStoreServer> run_under_agent_store(const std::string& master_addr, int world) {
+  auto server = TcpStoreServer::start({.host = master_addr, .port = 0});
+  run_ranks(world, [&](int rank) {
     return RankLaunch{child_argv("dist_rank", {"env", "collectives"}),
                       {{"TORCHELASTIC_USE_AGENT_STORE", "True"},
                        {"TORCHELASTIC_RESTART_COUNT", "1"},
-                       {"MASTER_ADDR", "127.0.0.1"},
+                       {"MASTER_ADDR", master_addr},
                        {"MASTER_PORT", std::to_string(server->port())},
                        {"RANK", std::to_string(rank)},
-                       {"WORLD_SIZE", "4"}}};
+                       {"WORLD_SIZE", std::to_string(world)}}};
   });
+  return server;
+}
+
+}  // namespace
+
+TEST_CASE("init_process_group through an agent store hosted by the parent, 4 ranks", "[agent]") {
+  auto server = run_under_agent_store("127.0.0.1", 4);
   // The group's keys went under the attempt's prefix.
   auto raw = TcpStore::connect("127.0.0.1", server->port(), {.timeout = 10s});
   CHECK(raw->num_keys() > 0);
+}
+
+TEST_CASE("MASTER_ADDR=localhost, a host name: the store and the data plane resolve it, 3 ranks",
+          "[agent]") {
+  // Each rank's data listener binds the address that routes to the name
+  // (127.0.0.1 or ::1), and the ranks reduce over it.
+  run_under_agent_store("localhost", 3);
+}
+
+TEST_CASE("MASTER_ADDR=::1: the store and the data plane over IPv6, 2 ranks", "[agent]") {
+  // CI machines have ::1 on lo; a kernel booted without IPv6 has not.
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) test::skip_test("no IPv6 on this machine (socket(AF_INET6) failed)");
+  ::close(probe);
+  run_under_agent_store("::1", 2);
 }
 
 TEST_CASE("under PyTorch's torchrun (1.13 agent store), collie ranks run collectives",

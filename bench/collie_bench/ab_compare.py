@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Two collie-bench binaries side by side: medians of several alternating runs.
+
+A change that should cost nothing (docs/performance.md, "TCP on Asio") is
+shown by running the binary before it (A) and after it (B) in one sitting,
+alternating A and B for every configuration so that the load of a shared
+machine falls on both alike, and comparing the medians of the time per call.
+
+    bench/collie_bench/ab_compare.py OLD/collie-bench NEW/collie-bench \\
+        --runs 5 --nproc 2 4 --transport tcp
+
+For each world size and mode (blocking, and back to back: the async path) it
+runs a 4-byte size with many iterations and the large sizes with a few, and
+prints one markdown table per world size: median (min-max) us of A and B,
+the ratio B/A of the medians, and the median of the ratios of each run's
+A and B (adjacent in time, so that a burst of load falls on one pair).
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+
+# (sizes, iterations, warm-up): small messages need many calls to be timed.
+SIZES = [(["-b", "4", "-e", "4"], "1000", "100"), (["-b", "4M", "-e", "64M", "-f", "16"], "10", "2")]
+
+
+def run(binary, nproc, transport, blocking, sizes, iters, warmup):
+    """{bytes: us per call} of one collie-bench run."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        argv = [binary, "--nproc", str(nproc), "--transport", transport, *sizes,
+                "-n", iters, "-w", warmup, "--json", out.name]
+        if blocking:
+            argv.append("--blocking")
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, timeout=600)
+        return {r["bytes"]: r["time_us"] for r in json.load(open(out.name))["results"]}
+
+
+def span(values):
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("a", help="collie-bench before the change")
+    p.add_argument("b", help="collie-bench after the change")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--transport", default="tcp")
+    args = p.parse_args()
+    for nproc in args.nproc:
+        times = {}  # (mode, bytes, which) -> [us]
+        for _ in range(args.runs):
+            for blocking in (True, False):
+                mode = "blocking" if blocking else "back to back"
+                for sizes, iters, warmup in SIZES:
+                    for which, binary in (("A", args.a), ("B", args.b)):
+                        got = run(binary, nproc, args.transport, blocking, sizes, iters, warmup)
+                        for size, us in got.items():
+                            times.setdefault((mode, size, which), []).append(us)
+        print(f"\n#### N = {nproc}, --transport {args.transport}: median (min-max) us "
+              f"over {args.runs} runs\n")
+        print("| mode | bytes | A (before) | B (after) | B/A of medians | median of B/A per run |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for mode, size in sorted({(m, s) for m, s, _ in times}, key=lambda k: (k[0], k[1])):
+            a, b = times[(mode, size, "A")], times[(mode, size, "B")]
+            ratio = statistics.median(b) / statistics.median(a)
+            paired = statistics.median(y / x for x, y in zip(a, b))
+            print(f"| {mode} | {size} | {span(a)} | {span(b)} | {ratio:.2f} | {paired:.2f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
