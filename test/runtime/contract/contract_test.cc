@@ -157,6 +157,19 @@ COLLIE_TEST_CHILD(contract_fault) {
   init_rank(args, backend, kind == "timeout" || kind == "killed" ? 20s : 60s);
   auto pg = get_default_group();
   const int rank = get_rank(), world = get_world_size();
+  // Check-ins beside the rendezvous file: a rank that exits while another
+  // still reads its last message may take that message with it (the kernel
+  // resets the connection), so nobody leaves, and no culprit stops or dies,
+  // before the others are where the case needs them.
+  FileStore sync(args.at(0) + ".sync", world, {.timeout = 60s});
+  const auto others_reached = [&](const std::string& step) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r)
+      if (r != rank && (r != kCulprit || kind == "sizes" || kind == "mismatch"))
+        keys.push_back(str_cat(step, "/", r));
+    sync.add(str_cat(step, "/", rank), 1);
+    sync.wait(keys);
+  };
   const auto data = make_data(DataType::kFloat32, 64, rank, ReduceOp::kSum);
   Buffer t(data, DataType::kFloat32, backend.on_gpu);
   pg->all_reduce(t.view())->wait();  // everyone is up, communicators too
@@ -184,11 +197,7 @@ COLLIE_TEST_CHILD(contract_fault) {
       pg->barrier()->wait();  // a rank whose part only sent learns it here
     });
   } else if (kind == "timeout" || kind == "killed") {
-    // The culprit goes only once every survivor has finished the warm-up:
-    // a peer that dies while another still reads its last message may take
-    // that message with it (the kernel resets the connection).
-    FileStore sync(args.at(0) + ".sync", world, {.timeout = 60s});
-    if (rank != kCulprit) sync.add(str_cat("warm/", rank), 1);
+    // The culprit goes only once every survivor has finished the warm-up.
     if (rank == kCulprit) {
       std::vector<std::string> keys;
       for (int r = 0; r < world; ++r)
@@ -199,12 +208,14 @@ COLLIE_TEST_CHILD(contract_fault) {
       ::raise(kind == "timeout" ? SIGSTOP : SIGKILL);
       return 0;  // the test kills a stopped culprit; it never gets here
     }
+    sync.add(str_cat("warm/", rank), 1);
     AllReduceOptions o;
     if (kind == "timeout") o.timeout = 1s;
     report(kind == "timeout" ? "all_reduce with a stopped peer" : "all_reduce with a dead peer",
            [&] { pg->all_reduce(t.view(), o)->wait(); });
   }
   std::fflush(stdout);
+  others_reached("done");
   std::_Exit(0);  // a broken group's shutdown would wait for the lost peer
 }
 
@@ -257,6 +268,35 @@ void run_matrix(int world) {
   }
 }
 
+// One launch of the contract_fault case `kind` on 3 ranks: each rank's
+// stdout and exit status, and a report of everything for failures. A
+// stopped culprit (kind "timeout") is killed once the others have exited.
+struct FaultRun {
+  std::vector<std::string> out;
+  std::vector<ExitStatus> status;
+  std::string report;
+};
+
+FaultRun run_fault(const std::string& kind) {
+  constexpr int kWorld = 3;
+  require_backend(kWorld);
+  TempDir dir;
+  auto procs = spawn(kWorld, "contract_fault", dir, kind);
+  const bool stops = kind == "timeout";
+  if (stops) procs[kCulprit].wait_for_output("culprit pid", 60s);
+  std::vector<ExitStatus> status(kWorld);
+  for (int r = 0; r < kWorld; ++r)
+    if (!stops || r != kCulprit)
+      status[static_cast<size_t>(r)] = procs[static_cast<size_t>(r)].wait(120s);
+  if (stops) {
+    procs[kCulprit].kill(SIGKILL);
+    status[kCulprit] = procs[kCulprit].wait(30s);
+  }
+  FaultRun run{{}, status, describe(procs, status)};
+  for (auto& p : procs) run.out.push_back(p.out());
+  return run;
+}
+
 }  // namespace
 
 // World sizes 1-8: the whole matrix on the default group and two sub-groups.
@@ -272,16 +312,12 @@ CONTRACT_WORLD(7)
 CONTRACT_WORLD(8)
 
 TEST_CASE("wrong sizes and arguments are refused naming the rank and the sizes") {
-  require_backend(3);
-  TempDir dir;
-  auto procs = spawn(3, "contract_fault", dir, "sizes");
-  std::vector<ExitStatus> status;
-  for (auto& p : procs) status.push_back(p.wait(120s));
-  INFO(describe(procs, status));
+  const FaultRun run = run_fault("sizes");
+  INFO(run.report);
   for (int r = 0; r < 3; ++r) {
-    const std::string out = procs[static_cast<size_t>(r)].out();
+    const std::string& out = run.out[static_cast<size_t>(r)];
     const std::string on_rank = str_cat(" on rank ", r);
-    CHECK(status[static_cast<size_t>(r)].ok());
+    CHECK(run.status[static_cast<size_t>(r)].ok());
     CHECK_THAT(out, Contains("all_gather output too small: caught InvalidArgument: all_gather" +
                              on_rank) &&
                         Contains("192") && Contains("3"));
@@ -302,15 +338,11 @@ TEST_CASE("wrong sizes and arguments are refused naming the rank and the sizes")
 }
 
 TEST_CASE("a call mismatched across ranks fails on every rank, naming the mismatch") {
-  require_backend(3);
-  TempDir dir;
-  auto procs = spawn(3, "contract_fault", dir, "mismatch");
-  std::vector<ExitStatus> status;
-  for (auto& p : procs) status.push_back(p.wait(120s));
-  INFO(describe(procs, status));
+  const FaultRun run = run_fault("mismatch");
+  INFO(run.report);
   for (int r = 0; r < 3; ++r) {
-    const std::string out = procs[static_cast<size_t>(r)].out();
-    CHECK(status[static_cast<size_t>(r)].ok());
+    const std::string& out = run.out[static_cast<size_t>(r)];
+    CHECK(run.status[static_cast<size_t>(r)].ok());
     CHECK_THAT(out, Contains("mismatched all_reduce: caught") && Contains("mismatch"));
     // The culprit and both calls are named.
     CHECK_THAT(out, Contains(str_cat("rank ", kCulprit, " called all_reduce(float32, 65")) &&
@@ -319,37 +351,25 @@ TEST_CASE("a call mismatched across ranks fails on every rank, naming the mismat
 }
 
 TEST_CASE("a stopped peer gives TimeoutError naming it") {
-  require_backend(3);
-  TempDir dir;
-  auto procs = spawn(3, "contract_fault", dir, "timeout");
-  procs[kCulprit].wait_for_output("culprit pid", 60s);
-  std::vector<ExitStatus> status;
-  for (int r = 0; r < 3; ++r)
-    if (r != kCulprit) status.push_back(procs[static_cast<size_t>(r)].wait(120s));
-  procs[kCulprit].kill(SIGKILL);
-  status.insert(status.begin() + kCulprit, procs[kCulprit].wait(30s));
-  INFO(describe(procs, status));
+  const FaultRun run = run_fault("timeout");
+  INFO(run.report);
   for (int r = 0; r < 3; ++r) {
     if (r == kCulprit) continue;
-    const std::string out = procs[static_cast<size_t>(r)].out();
-    CHECK(status[static_cast<size_t>(r)].ok());
+    const std::string& out = run.out[static_cast<size_t>(r)];
+    CHECK(run.status[static_cast<size_t>(r)].ok());
     CHECK_THAT(out, Contains("all_reduce with a stopped peer: caught TimeoutError"));
     CHECK_THAT(out, Contains(str_cat("rank ", kCulprit)));
   }
 }
 
 TEST_CASE("a killed peer gives NetworkError or BackendError naming it") {
-  require_backend(3);
-  TempDir dir;
-  auto procs = spawn(3, "contract_fault", dir, "killed");
-  std::vector<ExitStatus> status;
-  for (auto& p : procs) status.push_back(p.wait(120s));
-  INFO(describe(procs, status));
-  CHECK(status[kCulprit].signal == SIGKILL);
+  const FaultRun run = run_fault("killed");
+  INFO(run.report);
+  CHECK(run.status[kCulprit].signal == SIGKILL);
   for (int r = 0; r < 3; ++r) {
     if (r == kCulprit) continue;
-    const std::string out = procs[static_cast<size_t>(r)].out();
-    CHECK(status[static_cast<size_t>(r)].ok());
+    const std::string& out = run.out[static_cast<size_t>(r)];
+    CHECK(run.status[static_cast<size_t>(r)].ok());
     CHECK_THAT(out, Contains("all_reduce with a dead peer: caught NetworkError") ||
                         Contains("all_reduce with a dead peer: caught BackendError"));
     CHECK_THAT(out, Contains(str_cat("rank ", kCulprit)));
