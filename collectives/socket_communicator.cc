@@ -96,12 +96,12 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       transport_(std::move(transport)),
       config_{options.segment_bytes, options.small_message_bytes} {}
 
-void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline) {
+void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
   // Op #0: the communicator's own calls at init are not numbered among the
   // user's (whose first call is op #1). Every rank finishes them before
   // its first user call, so frames of op #1 arriving early are in order.
   call.seq = 0;
-  transport_->begin(call, deadline);
+  transport_->begin(call, deadline, linking);
 }
 
 CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
@@ -423,7 +423,7 @@ std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
 namespace collie {
 
 void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Deadline& deadline) {
-  begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
+  begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline, true);
   for (int p : peers) {
     if (p != rank_) transport_->channel_kind(p);
   }
@@ -432,7 +432,7 @@ void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Dead
 std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
   std::vector<std::string> kinds(size_);
   if (!transport_) return kinds;
-  if (connect) begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline);
+  if (connect) begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline, true);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     if (connect) {

@@ -71,7 +71,9 @@ class SocketCommunicator final : public Communicator {
   // Numbers the call and starts it on the transport (throws at once when
   // broken). Returns the call for size-1 groups too.
   CallInfo begin(CallInfo call, const Deadline& deadline);
-  void begin_internal(CallInfo call, const Deadline& deadline);
+  // The communicator's own calls at init (op #0); `linking`: one that only
+  // connects peers (Transport::begin).
+  void begin_internal(CallInfo call, const Deadline& deadline, bool linking = false);
   void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
   void check_root(const char* what, int root) const;
   // size() buffers, each of `dtype` and `count` elements (count SIZE_MAX: any).

@@ -139,9 +139,10 @@ void Transport::check_usable(std::string_view what) const {
               broken_reason_.empty() ? std::string("abort() was called") : broken_reason_));
 }
 
-void Transport::begin(const CallInfo& call, const Deadline& deadline) {
+void Transport::begin(const CallInfo& call, const Deadline& deadline, bool linking) {
   if (broken_.load()) check_usable(call.describe_with_seq());  // formatted only to throw
   call_ = call;
+  linking_ = linking;
   in_p2p_ = false;
   p2p_ops_ = {};
   deadline_ = &deadline;

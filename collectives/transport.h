@@ -117,8 +117,11 @@ class Transport {
   };
 
   // Starts a call: throws BackendError at once if broken. The deadline must
-  // outlive the call.
-  void begin(const CallInfo& call, const Deadline& deadline);
+  // outlive the call. `linking`: the call only connects peers (the
+  // communicator's wiring at init) and exchanges no data, so a peer's data
+  // frame of the same op #0 is its next internal call, already started,
+  // not a mismatch; it is left for that call to read.
+  void begin(const CallInfo& call, const Deadline& deadline, bool linking = false);
   const CallInfo& call() const { return call_; }
   // Throws BackendError naming the original error when broken; `what` is
   // the collective being refused ("all_reduce").
@@ -240,6 +243,7 @@ class Transport {
   // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
   // this call and is legitimately early (a later round, or the next call).
   std::vector<uint64_t> peeked_seq_;
+  bool linking_ = false;  // see begin()
   CallInfo call_;
   const Deadline* deadline_ = nullptr;
   // The open SubgroupScope's members (world ranks; empty: none) and this
