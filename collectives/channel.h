@@ -19,12 +19,19 @@
 // what poll() returned into stream readiness (POLLIN: read() will not say
 // EAGAIN; POLLOUT: write() will take bytes; POLLRDHUP/POLLHUP: the peer is
 // gone). A hang-up is always watched: it is how a dead peer is noticed.
+//
+// A shared-memory channel can also be slept on with a futex: when every
+// channel a wait covers has a futex_word(), the wait arms them with
+// arm_futex() and sleeps in futex_waitv on their words (bounded slices),
+// then polls the fds once without sleeping for hang-ups (connection.cc).
 #pragma once
 
 #include <sys/types.h>
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace collie {
@@ -50,6 +57,16 @@ class Channel {
   // already do what is wanted (the caller must not sleep).
   virtual short arm(bool want_read, bool want_write, bool* ready) = 0;
   virtual short disarm(short revents) = 0;
+
+  // The word the peer bumps and FUTEX_WAKEs when this side armed with
+  // arm_futex(); null when the channel can only be waited on through fd().
+  virtual std::atomic<uint32_t>* futex_word() { return nullptr; }
+  // Like arm(), but asks the peer to wake futex_word() instead of ringing
+  // fd(); *value: the word's value before arming (what to futex-wait on).
+  virtual void arm_futex(bool want_read, bool want_write, bool* ready, uint32_t* value) {
+    (void)want_read, (void)want_write, (void)value;
+    *ready = true;  // never called on a channel without a futex word
+  }
 
   // > 0: the peer's pid, when its memory may be read with
   // process_vm_readv (a shared-memory pair whose probe at connect showed

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
+#include "collectives/shm/futex.h"
 #include "runtime/base/str_cat.h"
 
 namespace collie {
@@ -526,6 +529,15 @@ Connection::PollRequest Connection::arm(bool want_read, bool want_write, bool* r
   return {channel_->fd(), channel_->arm(want_read, want_write, ready)};
 }
 
+Connection::PollRequest Connection::arm_futex(bool want_read, bool want_write, bool* ready,
+                                              uint32_t* value) {
+  channel_->arm_futex(want_read, want_write, ready, value);
+  if (want_read && stash_pos_ < stash_.size()) *ready = true;
+  // Polled afterwards without sleeping, for the hang-up only: the data
+  // wakes the futex.
+  return {channel_->fd(), POLLRDHUP};
+}
+
 short Connection::disarm(short revents) {
   if (!channel_) return 0;
   short r = channel_->disarm(revents);
@@ -544,15 +556,48 @@ int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pol
     big.resize(total);
     fds = big.data();
   }
+  // Every channel has a futex word (all shared memory): sleep on the words,
+  // which the peers wake with one light syscall and no socket traffic. The
+  // fds are polled afterwards, without sleeping, for what only they carry:
+  // a peer's hang-up (SIGKILL included), an abort's shutdown, a listener's
+  // arrival. The sleep is cut into slices of kFutexSliceMs so that a peer
+  // that died without waking us is noticed within one.
+  static const bool futex_allowed = [] {
+    const char* env = std::getenv("COLLIE_SHM_WAIT");
+    return env == nullptr || std::string_view(env) != "poll";
+  }();
+  bool futex =
+      futex_allowed && !entries.empty() && timeout_ms != 0 &&
+      (entries.size() == 1 || (entries.size() <= kMaxFutexWaiters && futex_waitv_available()));
+  for (size_t i = 0; futex && i < entries.size(); ++i)
+    futex = entries[i].c->futex_word() != nullptr;
+  FutexWaiter small_waiters[64];
+  std::vector<FutexWaiter> big_waiters;
+  FutexWaiter* waiters = small_waiters;
+  if (futex && entries.size() > 64) {
+    big_waiters.resize(entries.size());
+    waiters = big_waiters.data();
+  }
   bool ready = false;
   for (size_t i = 0; i < entries.size(); ++i) {
     bool r = false;
-    const auto req = entries[i].c->arm(entries[i].want_read, entries[i].want_write, &r);
+    Connection& c = *entries[i].c;
+    Connection::PollRequest req{};
+    if (futex) {
+      waiters[i].word = c.futex_word();
+      req = c.arm_futex(entries[i].want_read, entries[i].want_write, &r, &waiters[i].value);
+    } else {
+      req = c.arm(entries[i].want_read, entries[i].want_write, &r);
+    }
     fds[i] = pollfd{req.fd, req.events, 0};
     ready |= r;
   }
   for (size_t i = 0; i < extra.size(); ++i) fds[entries.size() + i] = extra[i];
-  const int n = ::poll(fds, total, ready ? 0 : timeout_ms);
+  if (futex && !ready) {
+    const int slice = timeout_ms < 0 ? kFutexSliceMs : std::min(timeout_ms, kFutexSliceMs);
+    (void)futex_wait_any({waiters, entries.size()}, slice);
+  }
+  const int n = ::poll(fds, total, ready || futex ? 0 : timeout_ms);
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].ready = entries[i].c->disarm(n > 0 ? fds[i].revents : 0);
   }

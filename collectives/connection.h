@@ -160,6 +160,10 @@ class Connection {
     short events;
   };
   PollRequest arm(bool want_read, bool want_write, bool* ready);
+  // The channel's futex word (Channel::futex_word), null if it has none.
+  std::atomic<uint32_t>* futex_word() { return channel_ ? channel_->futex_word() : nullptr; }
+  // arm() for a futex wait: *value is the word's value to wait on.
+  PollRequest arm_futex(bool want_read, bool want_write, bool* ready, uint32_t* value);
   short disarm(short revents);
 
  private:
@@ -216,10 +220,17 @@ class Connection {
   uint64_t skim_skip_ = 0;  // payload bytes of a data frame still to discard
 };
 
+// When every entry is a shared-memory channel the wait sleeps on the
+// channels' futex words instead of poll(), in slices of at most this many
+// milliseconds, each followed by a poll() that does not sleep: a peer that
+// died without waking us (SIGKILL) is noticed within one slice.
+inline constexpr int kFutexSliceMs = 10;
+
 // One poll() over several connections. Each entry says which directions it
 // waits for; on return `ready` holds the stream readiness (disarm()). Does
 // not sleep when one is ready already. `extra` fds (listeners) are polled
-// alongside, their revents filled in. Returns poll()'s result.
+// alongside, their revents filled in. Returns poll()'s result
+// (of the poll() after the futex wait, in that case).
 struct PollEntry {
   Connection* c;
   bool want_read;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "collectives/shm/futex.h"
 #include "collectives/shm/shm_ring.h"
 #include "runtime/base/error.h"
 #include "runtime/base/socket_io.h"
@@ -19,7 +20,7 @@
 namespace collie {
 namespace {
 
-constexpr uint64_t kSegmentMagic = 0x434c49534d454731;  // "CLISMEG1"
+constexpr uint64_t kSegmentMagic = 0x434c49534d454732;  // "CLISMEG2"
 constexpr uint64_t kProofMagic = 0x70726f6f66;          // "proof"
 constexpr uint32_t kOfferMagic = 0x434c4953;            // "CLIS"
 
@@ -32,9 +33,20 @@ struct SegmentHeader {
 };
 static_assert(sizeof(SegmentHeader) == 64);
 
-// header | control of ring 0 (connector -> acceptor) | control of ring 1 |
-// data of ring 0 | data of ring 1
-constexpr size_t kControlOffset = sizeof(SegmentHeader);
+// Each side's futex word, on its own cache line: the side sleeps on it, the
+// other side bumps it and wakes it (0: the connector's, 1: the acceptor's).
+struct Bells {
+  struct alignas(64) Bell {
+    std::atomic<uint32_t> word{0};
+  };
+  Bell bell[2];
+};
+static_assert(sizeof(Bells) == 128);
+
+// header | bells | control of ring 0 (connector -> acceptor) | control of
+// ring 1 | data of ring 0 | data of ring 1
+constexpr size_t kBellsOffset = sizeof(SegmentHeader);
+constexpr size_t kControlOffset = kBellsOffset + sizeof(Bells);
 constexpr size_t kDataOffset = kControlOffset + 2 * sizeof(ShmRingControl);
 
 // The set-up messages on the pair's socket.
@@ -200,6 +212,16 @@ class ShmChannel final : public Channel {
     ShmRing ring1(&control[1], base + kDataOffset + ring_bytes, ring_bytes);
     tx_ = connector ? ring0 : ring1;
     rx_ = connector ? ring1 : ring0;
+    auto* bells = reinterpret_cast<Bells*>(base + kBellsOffset);
+    my_bell_ = &bells->bell[connector ? 0 : 1].word;
+    peer_bell_ = &bells->bell[connector ? 1 : 0].word;
+  }
+
+  ~ShmChannel() override {
+    // A peer asleep on its futex learns of the close from the fds it polls
+    // once awake: close first, then wake it.
+    socket_.reset();
+    bump(peer_bell_);
   }
 
   ChannelKind kind() const override { return ChannelKind::kShm; }
@@ -212,9 +234,9 @@ class ShmChannel final : public Channel {
       errno = EPIPE;
       return -1;
     }
-    bool wake = false;
+    uint32_t wake = 0;
     const size_t n = tx_.write(iov, count, &wake);
-    if (wake) ring();
+    if (wake) ring(wake);
     if (n == 0) {
       errno = EAGAIN;
       return -1;
@@ -232,6 +254,15 @@ class ShmChannel final : public Channel {
     // The doorbell and the hang-up both arrive on the socket.
     return POLLIN | POLLRDHUP;
   }
+  std::atomic<uint32_t>* futex_word() override { return my_bell_; }
+  void arm_futex(bool want_read, bool want_write, bool* ready, uint32_t* value) override {
+    // The value first: a wake that comes after it (the peer saw our flag)
+    // changes the word, so the futex wait cannot miss it.
+    *value = my_bell_->load(std::memory_order_seq_cst);
+    *ready = false;
+    if (want_read && (rx_.arm_read(kWaitFutex) || eof_)) *ready = true;
+    if (want_write && (tx_.arm_write(kWaitFutex) || gone_)) *ready = true;
+  }
   short disarm(short revents) override {
     rx_.disarm_read();
     tx_.disarm_write();
@@ -246,14 +277,22 @@ class ShmChannel final : public Channel {
     return ready;
   }
 
-  void shutdown_write() override { ::shutdown(socket_.get(), SHUT_WR); }
-  void shutdown_both() override { ::shutdown(socket_.get(), SHUT_RDWR); }
+  // Each also wakes a futex sleeper, which then finds the shutdown through
+  // the fds: the peer (its EOF), or this side (an abort from another thread).
+  void shutdown_write() override {
+    ::shutdown(socket_.get(), SHUT_WR);
+    bump(peer_bell_);
+  }
+  void shutdown_both() override {
+    ::shutdown(socket_.get(), SHUT_RDWR);
+    bump(my_bell_);
+  }
 
  private:
   ssize_t take(void* data, size_t bytes, bool consume) {
-    bool wake = false;
+    uint32_t wake = 0;
     const ssize_t n = rx_.read(data, bytes, consume, &wake);
-    if (wake) ring();
+    if (wake) ring(wake);
     if (n != 0) return n;
     // Nothing buffered: the peer's end is known closed only through the
     // socket (drained by disarm() after poll() saw it).
@@ -261,10 +300,19 @@ class ShmChannel final : public Channel {
     errno = EAGAIN;
     return -1;
   }
-  void ring() {
+  // Wakes the peer the way it asked to be woken.
+  void ring(uint32_t how) {
+    if (how == kWaitFutex) {
+      bump(peer_bell_);
+      return;
+    }
     // A full socket buffer already holds a doorbell: nothing is lost.
     const char bell = 'b';
     (void)::send(socket_.get(), &bell, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  static void bump(std::atomic<uint32_t>* bell) {
+    bell->fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(bell);
   }
   void drain_doorbells() {
     char buf[256];
@@ -280,6 +328,8 @@ class ShmChannel final : public Channel {
   UniqueFd socket_;
   Mapping mapping_;
   ShmRing tx_, rx_;
+  std::atomic<uint32_t>* my_bell_ = nullptr;    // we sleep on it
+  std::atomic<uint32_t>* peer_bell_ = nullptr;  // the peer sleeps on it
   pid_t cma_pid_;
   bool eof_ = false;   // the peer shut its side down (or is gone)
   bool gone_ = false;  // the peer closed its socket: it exited or died
@@ -333,6 +383,7 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
     nonce = probe_word() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
     auto* header = new (mapping.get()) SegmentHeader{kSegmentMagic, ring_bytes, nonce, {0}, {}};
     (void)header;
+    new (mapping.get() + kBellsOffset) Bells;
     new (mapping.get() + kControlOffset) ShmRingControl[2];
     offer.status = 0;
   }

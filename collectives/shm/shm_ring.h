@@ -9,6 +9,12 @@
 // backwards, is reported as corruption (EPROTO), never used as a length.
 // test/fuzz/shm_ring_fuzz.cc drives a ring with hostile control words (it
 // found the empty-buffer memcpy(nullptr) the loops below skip).
+//
+// A side about to sleep sets its "waiting" flag to how it sleeps: kWaitPoll
+// (in poll() on the pair's socket: ring the socket's doorbell) or kWaitFutex
+// (on its futex word in the segment: bump the word and FUTEX_WAKE it). The
+// other side takes the flag back with an exchange and hands its old value
+// to the caller, which wakes the sleeper that way (shm_channel.cc).
 #pragma once
 
 #include <atomic>
@@ -20,6 +26,9 @@
 #include <sys/uio.h>
 
 namespace collie {
+
+inline constexpr uint32_t kWaitPoll = 1;
+inline constexpr uint32_t kWaitFutex = 2;
 
 struct ShmRingControl {
   alignas(64) std::atomic<uint64_t> tail{0};
@@ -38,8 +47,9 @@ class ShmRing {
       : ctl_(control), data_(data), capacity_(capacity) {}
 
   // Producer: copies what fits of the buffers. Returns the bytes written
-  // (0 when full); *wake set when the consumer asked to be woken.
-  size_t write(const iovec* iov, int count, bool* wake) {
+  // (0 when full); *wake set to how the consumer asked to be woken (0: it
+  // did not).
+  size_t write(const iovec* iov, int count, uint32_t* wake) {
     const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
     const uint64_t head = ctl_->head.load(std::memory_order_acquire);
     const uint64_t used = tail - head;
@@ -54,15 +64,17 @@ class ShmRing {
     }
     if (done == 0) return 0;
     ctl_->tail.store(tail + done, std::memory_order_seq_cst);
-    *wake = ctl_->consumer_waiting.load(std::memory_order_seq_cst) != 0 &&
-            ctl_->consumer_waiting.exchange(0) != 0;
+    *wake = ctl_->consumer_waiting.load(std::memory_order_seq_cst) != 0
+                ? ctl_->consumer_waiting.exchange(0)
+                : 0;
     return done;
   }
 
   // Consumer: copies up to `bytes` out (consume: advance past them).
   // Returns the bytes read, or -1 with errno EPROTO when the producer's
-  // tail is not believable. *wake set when the producer asked to be woken.
-  ssize_t read(void* out, size_t bytes, bool consume, bool* wake) {
+  // tail is not believable. *wake set to how the producer asked to be
+  // woken (0: it did not).
+  ssize_t read(void* out, size_t bytes, bool consume, uint32_t* wake) {
     const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
     const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
     const uint64_t avail = tail - head;
@@ -74,21 +86,22 @@ class ShmRing {
     if (n > 0) copy_out(head, static_cast<uint8_t*>(out), n);
     if (consume && n > 0) {
       ctl_->head.store(head + n, std::memory_order_seq_cst);
-      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0 &&
-              ctl_->producer_waiting.exchange(0) != 0;
+      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
+                  ? ctl_->producer_waiting.exchange(0)
+                  : 0;
     }
     return static_cast<ssize_t>(n);
   }
 
-  // Consumer: asks to be woken when bytes arrive; true if some already
-  // have (then there is no need to sleep).
-  bool arm_read() {
-    ctl_->consumer_waiting.store(1, std::memory_order_seq_cst);
+  // Consumer: asks to be woken (how: kWaitPoll or kWaitFutex) when bytes
+  // arrive; true if some already have (then there is no need to sleep).
+  bool arm_read(uint32_t how = kWaitPoll) {
+    ctl_->consumer_waiting.store(how, std::memory_order_seq_cst);
     return readable();
   }
   // Producer: asks to be woken when room appears; true if there is some.
-  bool arm_write() {
-    ctl_->producer_waiting.store(1, std::memory_order_seq_cst);
+  bool arm_write(uint32_t how = kWaitPoll) {
+    ctl_->producer_waiting.store(how, std::memory_order_seq_cst);
     return writable();
   }
   void disarm_read() { ctl_->consumer_waiting.store(0, std::memory_order_relaxed); }

@@ -10,12 +10,15 @@
 //   2 n       consumer peeks at up to n bytes
 //   3 v[8]    a hostile peer stores v in tail
 //   4 v[8]    a hostile peer stores v in head
-//   5 f       the waiting flags: arm/disarm read or write (bits of f)
+//   5 f       the waiting flags: arm/disarm read or write (bits of f; bit
+//             16 arms for a futex wake rather than a doorbell)
 // Promises checked:
 //   - while nobody has tampered with the control words, the consumer gets
 //     exactly the producer's bytes, in order (a model queue is kept), never
 //     more than asked and never more than the capacity, and a write never
 //     takes more than there is room for;
+//   - a write that moves bytes reports exactly how the consumer asked to be
+//     woken (or 0), and so does a consuming read for the producer;
 //   - after tampering, read() returns either EPROTO or at most what was
 //     asked, no access leaves the ring's buffer (ASan in the fuzz build;
 //     the buffer is bracketed by guard bytes checked after every step in
@@ -61,6 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return p;
   };
   std::vector<uint8_t> out(512);
+  uint32_t consumer_armed = 0, producer_armed = 0;  // how each side asked to be woken
   while (pos < size) {
     const uint8_t op = data[pos++] % 6;
     switch (op) {
@@ -71,10 +75,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (auto& b : bytes) b = next++;
         iovec iov[2] = {{bytes.data(), bytes.size() / 2},
                         {bytes.data() + bytes.size() / 2, bytes.size() - bytes.size() / 2}};
-        bool wake = false;
+        uint32_t wake = 0;
         const size_t room = capacity - model.size();
         const size_t wrote = producer.write(iov, 2, &wake);
         check(wrote <= capacity, kTarget, "write took more than the capacity");
+        if (wrote > 0) {
+          check(wake == consumer_armed, kTarget, "a write woke the consumer the wrong way");
+          consumer_armed = 0;
+        }
         if (!tampered) {
           check(wrote == std::min(room, bytes.size()), kTarget,
                 "write took " + std::to_string(wrote) + " bytes with room for " +
@@ -88,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {
         const uint8_t* n = take(1);
         if (n == nullptr) break;
-        bool wake = false;
+        uint32_t wake = 0;
         errno = 0;
         const ssize_t got = consumer.read(out.data(), *n, op == 1, &wake);
         if (got < 0) {
@@ -97,6 +105,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           break;
         }
         check(static_cast<size_t>(got) <= *n, kTarget, "read returned more than asked");
+        if (op == 1 && got > 0) {
+          check(wake == producer_armed, kTarget, "a read woke the producer the wrong way");
+          producer_armed = 0;
+        }
         check(static_cast<size_t>(got) <= capacity, kTarget, "read more than the capacity");
         if (!tampered) {
           check(static_cast<size_t>(got) == std::min<size_t>(*n, model.size()), kTarget,
@@ -122,10 +134,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 5: {
         const uint8_t* f = take(1);
         if (f == nullptr) break;
-        if (*f & 1) consumer.arm_read();
-        if (*f & 2) producer.arm_write();
-        if (*f & 4) consumer.disarm_read();
-        if (*f & 8) producer.disarm_write();
+        const uint32_t how = (*f & 16) ? collie::kWaitFutex : collie::kWaitPoll;
+        if (*f & 1) consumer.arm_read(how), consumer_armed = how;
+        if (*f & 2) producer.arm_write(how), producer_armed = how;
+        if (*f & 4) consumer.disarm_read(), consumer_armed = 0;
+        if (*f & 8) producer.disarm_write(), producer_armed = 0;
         if (!tampered) {
           check(consumer.readable() == !model.empty(), kTarget, "readable() disagrees");
           check(producer.writable() == (model.size() < capacity), kTarget, "writable() disagrees");
