@@ -121,22 +121,28 @@ void reduce_slice(Transport& t, Workspace& ws, const std::vector<Descriptor>& d,
       }
     }
     void* dst = static_cast<uint8_t*>(out) + (lo - begin) * es;
-    // In place, our own input is the output: keep a copy, since the
-    // reduction writes the output before it reads our input in rank order.
-    if (src[t.rank()] == dst) {
-      void* own = staging + static_cast<size_t>(t.rank()) * chunk * es;
-      std::memcpy(own, dst, m * es);
-      src[t.rank()] = own;
-    }
     if (acc) {
+      // dst is written once, last: in place (our input is dst) needs no copy.
       widen(acc, src[0], m, dtype);
       for (int p = 1; p < P - 1; ++p) reduce_widen(acc, src[p], acc, m, dtype, op);
       reduce_narrow(dst, src[P - 1], acc, m, dtype, op,
                     op == ReduceOp::kAvg ? static_cast<float>(P) : 1.0f);
       continue;
     }
-    reduce(dst, src[0], src[1], m, dtype, op);
-    for (int p = 2; p < P; ++p) reduce(dst, dst, src[p], m, dtype, op);
+    // Element-wise kernels may write the element they read, so dst may be
+    // an input of the first step or of the last, not of one in between
+    // (dst would hold a partial sum by then). In place at rank >= 2 our
+    // input is such a middle one: accumulate in our (unused) staging slot
+    // and write dst in the last step only. No copy either way.
+    const bool own_in_middle = src[t.rank()] == dst && t.rank() >= 2;
+    void* sum = own_in_middle ? staging + static_cast<size_t>(t.rank()) * chunk * es : dst;
+    if (P == 2) {
+      reduce(dst, src[0], src[1], m, dtype, op);
+    } else {
+      reduce(sum, src[0], src[1], m, dtype, op);
+      for (int p = 2; p < P - 1; ++p) reduce(sum, sum, src[p], m, dtype, op);
+      reduce(dst, sum, src[P - 1], m, dtype, op);
+    }
     if (op == ReduceOp::kAvg) divide(dst, m, dtype, P);
   }
 }
