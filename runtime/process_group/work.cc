@@ -9,10 +9,7 @@
 
 namespace collie {
 
-bool CompletionWork::is_completed() const {
-  std::lock_guard lock(mu_);
-  return completed_;
-}
+bool CompletionWork::is_completed() const { return completed_.load(std::memory_order_acquire); }
 
 bool CompletionWork::is_success() const {
   std::lock_guard lock(mu_);
@@ -28,19 +25,34 @@ void CompletionWork::wait(Timeout timeout) {
   // Works issued back to back complete one after another on the backend's
   // worker: a waiter that slept on each would be woken (a futex wake and two
   // context switches) once per Work, which cost more than a small
-  // collective itself on 2 cores. So first spin briefly, yielding the core
-  // to the worker or a peer rank, then sleep.
-  const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
-  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until)
-    sched_yield();
+  // collective itself on 2 cores. So first, while the wait is not bounded by
+  // its own timeout, the waiter runs queued operations itself (the helper:
+  // the worker takes no new one meanwhile), up to and including this one;
+  // otherwise, or while another thread runs one, it spins briefly, yielding
+  // the core to that thread or a peer rank; then it sleeps.
+  if (!completed_.load(std::memory_order_acquire)) {
+    const std::shared_ptr<WorkHelper> helper =
+        timeout == kUnsetTimeout ? helper_.lock() : std::shared_ptr<WorkHelper>();
+    if (helper) helper->begin_help();
+    auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+    while (!completed_.load(std::memory_order_acquire)) {
+      if (helper && helper->help()) {
+        spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= spin_until) break;
+      sched_yield();
+    }
+    if (helper) helper->end_help(completed_.load(std::memory_order_acquire));
+  }
   std::unique_lock lock(mu_);
   if (timeout == kUnsetTimeout) {
     // The backend bounds every operation by its own deadline and always
     // completes the work, so this wait is bounded too.
-    cv_.wait(lock, [&] { return completed_; });
+    cv_.wait(lock, [&] { return completed_.load(); });
   } else {
     Deadline deadline(timeout);
-    if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_; }))
+    if (!cv_.wait_until(lock, deadline.when(), [&] { return completed_.load(); }))
       throw TimeoutError(
           str_cat("Work::wait on ", description(), " timed out ", deadline.describe()));
   }
@@ -61,9 +73,8 @@ void CompletionWork::mark_completed(std::exception_ptr error) {
   {
     std::lock_guard lock(mu_);
     if (completed_) return;
-    completed_ = true;
     error_ = std::move(error);
-    done_.store(true, std::memory_order_release);
+    completed_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -33,6 +34,24 @@ class Work {
   virtual int source_rank() const { return -1; }
 };
 
+// Runs queued operations on a thread that waits for one of them, instead of
+// leaving them to the backend's worker thread (the socket backend's OpQueue).
+// While a waiter helps, the worker takes no new operation, so operations
+// issued back to back run on the waiting thread with no hand-off between
+// threads.
+class WorkHelper {
+ public:
+  virtual ~WorkHelper() = default;
+  // A waiter starts or stops helping (each begin_help has its end_help):
+  // `done` when what it waited for completed (it may soon wait for the next
+  // one), false when it goes to sleep until then (the worker must go on).
+  virtual void begin_help() = 0;
+  virtual void end_help(bool done) = 0;
+  // Runs the oldest queued operation here; false when it cannot now (one is
+  // running on another thread, or none is queued).
+  virtual bool help() = 0;
+};
+
 // A Work completed by whoever runs the operation (a backend's worker thread)
 // through mark_completed(). Thread-safe.
 class CompletionWork : public Work {
@@ -56,6 +75,9 @@ class CompletionWork : public Work {
   void mark_completed(std::exception_ptr error = nullptr);
   // For a receive: who sent the message; set before mark_completed().
   void set_source_rank(int rank);
+  // Who may run this Work's operation on a thread that waits for it (set
+  // before the Work is handed out). Held weakly: the queue may go first.
+  void set_helper(std::weak_ptr<WorkHelper> helper) { helper_ = std::move(helper); }
   std::string description() const { return describe_ ? describe_() : description_; }
 
  private:
@@ -63,10 +85,12 @@ class CompletionWork : public Work {
   const std::function<std::string()> describe_;  // or this, when set
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool completed_ = false;
-  std::atomic<bool> done_{false};  // completed_, readable without mu_ (wait's spin)
+  // Set once, under mu_ (so that cv_'s waiters see it); read without it too
+  // (is_completed, wait's spin).
+  std::atomic<bool> completed_{false};
   std::exception_ptr error_;
   int source_rank_ = -1;
+  std::weak_ptr<WorkHelper> helper_;
 };
 
 }  // namespace collie

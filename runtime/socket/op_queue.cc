@@ -29,12 +29,80 @@ bool is_invalid_argument(const std::exception_ptr& error) {
 
 }  // namespace
 
-OpQueue::OpQueue(std::string what) : what_(std::move(what)) {
+// What a Work holds (weakly) to reach its queue from a waiting thread. The
+// queue detaches it when it is destroyed; a call in progress holds mu_, so
+// the queue waits for it.
+class OpQueue::Helper final : public WorkHelper {
+ public:
+  explicit Helper(OpQueue* queue) : queue_(queue) {}
+  void begin_help() override {
+    std::lock_guard lock(mu_);
+    if (queue_) queue_->begin_help();
+  }
+  void end_help(bool done) override {
+    std::lock_guard lock(mu_);
+    if (queue_) queue_->end_help(done);
+  }
+  bool help() override {
+    std::lock_guard lock(mu_);
+    return queue_ && queue_->help();
+  }
+  void detach() {
+    std::lock_guard lock(mu_);
+    queue_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  OpQueue* queue_;
+};
+
+OpQueue::OpQueue(std::string what)
+    : what_(std::move(what)), helper_(std::make_shared<Helper>(this)) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
 OpQueue::~OpQueue() {
   shutdown(Timeout(0), [] {});
+  helper_->detach();
+}
+
+void OpQueue::begin_help() {
+  std::lock_guard lock(mu_);
+  ++helpers_;
+}
+
+void OpQueue::end_help(bool done) {
+  std::lock_guard lock(mu_);
+  --helpers_;
+  if (!done) {
+    // The waiter goes to sleep: the worker goes on now.
+    help_ended_ = {};
+    if (!queue_.empty()) cv_.notify_all();
+    return;
+  }
+  // What is still queued is the worker's again after kHandBack: a waiter
+  // going through Works issued back to back comes back at once for the next
+  // one, and waking the worker for it each time (a futex wake, and the
+  // worker racing the waiter for the next op) made such a stream 10x slower.
+  help_ended_ = std::chrono::steady_clock::now();
+  if (stopping_) cv_.notify_all();
+}
+
+bool OpQueue::help() {
+  std::unique_lock lock(mu_);
+  if (running_op_ || queue_.empty() || stopping_) return false;
+  Op op = std::move(queue_.front());
+  queue_.pop_front();
+  if (broken_error_) {
+    op.work->mark_completed(refusal_locked(op.work->description()));
+    return true;
+  }
+  running_op_ = true;
+  lock.unlock();
+  std::exception_ptr error = run_op(op);
+  op.work->mark_completed(error);
+  return true;
 }
 
 std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
@@ -51,9 +119,11 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
 
 std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t seq,
                                                    Details details) {
-  return std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
+  auto work = std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
     return str_cat(kind, " #", seq, " (", details ? details() : std::string(), ")");
   });
+  work->set_helper(helper_);
+  return work;
 }
 
 std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout timeout, OpFn op) {
@@ -109,7 +179,8 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   // inline one, or a shutdown. An unconditional notify costs a futex wake-up
   // and a context switch of the idle worker on every blocking call, about
   // half of a small all_reduce's latency on 2 cores (docs/performance.md).
-  if (!queue_.empty() || stopping_) cv_.notify_all();
+  // Nor while a waiter helps: it takes the next one itself.
+  if ((!queue_.empty() && helpers_ == 0) || stopping_) cv_.notify_all();
   if (queue_.empty() && stopping_) idle_cv_.notify_all();
   return error;
 }
@@ -118,8 +189,23 @@ void OpQueue::run_worker() {
   std::unique_lock lock(mu_);
   for (;;) {
     // running_op_ here means a caller is running an op inline.
-    cv_.wait(lock, [&] { return (stopping_ || !queue_.empty()) && !running_op_; });
-    if (queue_.empty()) break;  // stopping and drained
+    if (queue_.empty() || running_op_) {
+      if (stopping_ && queue_.empty() && !running_op_) break;  // stopping and drained
+      cv_.wait(lock);
+      continue;
+    }
+    // Waiters run the queued ops while they help, and get kHandBack to
+    // come back for more after they stop (a shutdown takes over at once).
+    // The worker checks again after that long: an op a waiter left behind
+    // starts at most about 2 kHandBack late.
+    if (!stopping_ && helpers_ > 0) {
+      cv_.wait_for(lock, kHandBack);
+      continue;
+    }
+    if (!stopping_ && std::chrono::steady_clock::now() < help_ended_ + kHandBack) {
+      cv_.wait_until(lock, help_ended_ + kHandBack);
+      continue;
+    }
     Op op = std::move(queue_.front());
     queue_.pop_front();
     if (broken_error_) {

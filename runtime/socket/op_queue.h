@@ -1,7 +1,10 @@
 // OpQueue: the worker thread behind an asynchronous process group. Callers
 // submit operations from any thread; one worker runs them one at a time in
 // submission order (so every rank runs its collectives in the order it issued
-// them) and completes each operation's Work.
+// them) and completes each operation's Work. A thread that waits for one
+// of the Works may run the queued operations itself meanwhile (WorkHelper in
+// work.h): the worker then takes no new one, so operations issued back to
+// back and then waited for run without a hand-off between threads.
 //
 // The first operation that fails with anything but InvalidArgument breaks the
 // queue for good, as the error policy asks (docs/architecture.md): operations still queued
@@ -9,6 +12,7 @@
 // operation that broke it and its error.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -71,9 +75,17 @@ class OpQueue {
     OpFn run;
   };
 
+  class Helper;
+  // How long the worker leaves the queue to a waiter that stopped helping.
+  static constexpr std::chrono::microseconds kHandBack{500};
+
   void run_worker();
   // The Work of submission number `seq`, described lazily.
-  static std::shared_ptr<CompletionWork> make_work(const char* kind, uint64_t seq, Details details);
+  std::shared_ptr<CompletionWork> make_work(const char* kind, uint64_t seq, Details details);
+  // WorkHelper's calls (through Helper, which outlives the queue safely).
+  void begin_help();
+  void end_help(bool done);
+  bool help();
   // Runs op (mu_ not held) and records a failure; returns its error.
   std::exception_ptr run_op(Op& op);
   // The error a refused or skipped op fails with; requires mu_.
@@ -86,11 +98,14 @@ class OpQueue {
   std::condition_variable idle_cv_;  // wakes shutdown when the queue drains
   std::deque<Op> queue_;
   bool running_op_ = false;
+  int helpers_ = 0;  // waiters running queued operations: the worker stands by
+  std::chrono::steady_clock::time_point help_ended_{};
   bool stopping_ = false;
   bool joined_ = false;
   uint64_t submitted_ = 0;
   std::string broken_by_;  // the description of the op that broke the queue
   std::exception_ptr broken_error_;
+  std::shared_ptr<Helper> helper_;
   std::thread worker_;
 };
 

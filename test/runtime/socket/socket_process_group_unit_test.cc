@@ -4,6 +4,7 @@
 // multi-process runs are in distributed_test.cc.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -200,7 +201,11 @@ TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's t
   auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
   CHECK(w->is_completed());  // done before the call returned
   pg->barrier({.async_op = false});
-  pg->all_reduce(view(f.data(), 4))->wait();  // the ordinary path: the worker
+  // The ordinary path: the worker (a wait without its own timeout could
+  // run it here, helping; the test below covers that).
+  auto queued = pg->all_reduce(view(f.data(), 4));
+  REQUIRE(control->wait_calls(3, 10s));
+  queued->wait(30s);
   {
     std::lock_guard lock(control->mu);
     REQUIRE(control->threads.size() == 3);
@@ -237,4 +242,88 @@ TEST_CASE("socket group: a blocking call that fails breaks the group like a queu
                     Contains("broken since all_reduce #1"));
   // Shutdown with nothing running returns at once.
   pg->shutdown(30s);
+}
+
+TEST_CASE("socket group: a thread waiting for queued collectives runs them itself, in order",
+          "[socket_pg]") {
+  // The first collective holds the worker; 20 more queue behind it; the
+  // caller waits for the last while another thread releases the first. The
+  // worker then stands by and the waiting thread runs the queued ones (no
+  // hand-off per collective). Whether the release lands inside the waiter's
+  // spin depends on the scheduler, so this tries up to 50 rounds and needs
+  // the waiter to have run collectives in at least one; order, completion
+  // and the thread of every call are checked in every round.
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  const auto me = std::this_thread::get_id();
+  int rounds_helped = 0;
+  for (int round = 0; round < 50 && rounds_helped == 0; ++round) {
+    size_t first_call;
+    {
+      std::lock_guard lock(control->mu);
+      control->hold = true;
+      first_call = control->calls.size();
+    }
+    auto first = pg->barrier();
+    REQUIRE(control->wait_blocked(10s));
+    std::vector<std::shared_ptr<Work>> works;
+    const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+    for (int i = 0; i < 20; ++i)
+      works.push_back(pg->all_reduce(view(f.data(), 4), {.op = ops[i % 3]}));
+    std::atomic<bool> waiting{false};
+    std::thread releaser([&] {
+      while (!waiting.load()) std::this_thread::yield();
+      control->release();
+    });
+    waiting.store(true);
+    works.back()->wait();
+    releaser.join();
+    first->wait(30s);
+    for (auto& w : works) CHECK(w->is_success());
+    std::lock_guard lock(control->mu);
+    REQUIRE(control->calls.size() == first_call + 21);
+    CHECK(control->calls[first_call] == "barrier");
+    CHECK(control->threads[first_call] != me);  // the worker's
+    bool helped = false;
+    for (int i = 0; i < 20; ++i) {
+      CHECK(control->calls[first_call + 1 + i] == str_cat("all_reduce ", ops[i % 3]));
+      // Once the waiter took over it ran every later one: the worker stood by.
+      const bool mine = control->threads[first_call + 1 + i] == me;
+      if (helped) CHECK(mine);
+      helped |= mine;
+    }
+    rounds_helped += helped;
+  }
+  CHECK(rounds_helped == 1);
+}
+
+TEST_CASE("socket group: a waiter that stops helping leaves the rest to the worker",
+          "[socket_pg]") {
+  // Works waited for out of order: the waiter helps up to the one it waits
+  // for, and the worker completes what is left without anyone waiting.
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 200; ++i) works.push_back(pg->all_reduce(view(f.data(), 4)));
+  works[10]->wait();
+  // No wait on the others: they complete anyway (bounded by the test's
+  // limit, not by a sleep).
+  REQUIRE(control->wait_calls(200, 30s));
+  for (auto& w : works) {
+    w->wait(30s);
+    CHECK(w->is_success());
+  }
+  // Shutdown while a waiter helps: nothing hangs, every Work completes.
+  control->hold = true;
+  auto held = pg->barrier();
+  REQUIRE(control->wait_blocked(10s));
+  std::vector<std::shared_ptr<Work>> more;
+  for (int i = 0; i < 5; ++i) more.push_back(pg->all_reduce(view(f.data(), 4)));
+  std::thread waiter([&] { more.back()->wait(); });
+  control->release();
+  pg->shutdown(30s);
+  waiter.join();
+  for (auto& w : more) CHECK(w->is_completed());
 }
