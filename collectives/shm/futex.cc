@@ -58,6 +58,8 @@ int futex_wait_any(std::span<const FutexWaiter> waiters, int timeout_ms) {
   return ::syscall(SYS_futex_waitv, v, waiters.size(), 0, &abs, CLOCK_MONOTONIC) >= 0 ? 0 : -1;
 }
 
-void futex_wake_all(std::atomic<uint32_t>* word) { (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr); }
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  (void)futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
 
 }  // namespace collie
