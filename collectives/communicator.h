@@ -67,6 +67,9 @@ struct CommunicatorOptions {
   // The same when this host runs more ranks than it has cores: shorter, as
   // the spinner may hold the core its peer needs.
   std::chrono::microseconds oversubscribed_spin = std::chrono::microseconds(20);
+  // The first part of a spin polls memory without yielding the core, when
+  // every rank on this host has a core of its own (see TransportOptions).
+  std::chrono::microseconds busy_poll = std::chrono::microseconds(5);
   // SO_SNDBUF/SO_RCVBUF for the data connections; 0 keeps the kernel's.
   int socket_buffer_bytes = 4 << 20;
 };

@@ -58,6 +58,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   const int cores = available_cores();
   TransportOptions topts;
   topts.spin = boot.local_ranks > cores ? options.oversubscribed_spin : options.spin;
+  topts.busy_poll = boot.local_ranks > cores ? std::chrono::microseconds(0) : options.busy_poll;
   topts.report_after = report_after(options.report_after);
   COLLIE_LOG(kDebug) << boot.local_ranks << " ranks of " << size << " on this host with " << cores
                      << " cores: spinning " << topts.spin.count() << "us before sleeping";

@@ -14,6 +14,18 @@
 #include "runtime/base/str_cat.h"
 
 namespace collie {
+namespace {
+
+// A spin-wait hint: lets the sibling hyperthread run and saves power.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
 
 Transport::Transport(int rank, int size, uint32_t group,
                      std::vector<std::unique_ptr<Connection>> connections,
@@ -24,6 +36,7 @@ Transport::Transport(int rank, int size, uint32_t group,
       connections_(std::move(connections)),
       linker_(std::move(linker)),
       spin_(options.spin),
+      busy_poll_(options.busy_poll),
       report_after_(options.report_after),
       send_base_(size, 0),
       recv_base_(size, 0),
@@ -250,6 +263,8 @@ void Transport::progress() {
   const auto entered = Clock::now();
   const auto spin = spin_for_this_wait(entered);
   auto spin_until = entered + spin;
+  const auto busy_poll = std::min(busy_poll_, spin);
+  auto poll_until = entered + busy_poll;
   for (;;) {
     if (aborted_.load()) fail_aborted();
     const bool moved = progress_all();
@@ -265,6 +280,9 @@ void Transport::progress() {
     }
     if (moved) {
       spin_until = now + spin;
+      poll_until = now + busy_poll;
+    } else if (now < poll_until) {
+      cpu_relax();
     } else if (now < spin_until) {
       // Spinning, but let another rank on this core run: on an
       // oversubscribed machine it is the one we are waiting for. A yield
@@ -281,6 +299,7 @@ void Transport::progress() {
       // came back late is (above).
       wait_for_io();
       spin_until = Clock::now() + spin;
+      poll_until = Clock::now() + busy_poll;
     }
   }
 }

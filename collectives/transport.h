@@ -70,6 +70,11 @@ class PeerLinker {
 
 struct TransportOptions {
   std::chrono::microseconds spin{50};
+  // The first `busy_poll` of a spin polls memory without giving up the core
+  // (no sched_yield, which is a syscall that also delays noticing the data).
+  // Only for ranks that have a core each: oversubscribed, the spinner may
+  // hold the core its peer needs.
+  std::chrono::microseconds busy_poll{0};
   // First slow-wait report, then each time the wait doubles (<= 5 min).
   std::chrono::milliseconds report_after = std::chrono::seconds(30);
 };
@@ -226,6 +231,7 @@ class Transport {
   std::unique_ptr<PeerLinker> linker_;
   int awaiting_ = 0;  // connections waiting for their peer to connect
   const std::chrono::microseconds spin_;
+  const std::chrono::microseconds busy_poll_;
   const std::chrono::milliseconds report_after_;
   Clock::time_point next_report_{};
   // Adaptive spinning (progress()): no spin before spin_quiet_until_; the
