@@ -371,10 +371,22 @@ void Transport::wait_for_io() {
   if (arrived) accept_arrivals();
   if (r < 0) return;  // EINTR: the caller checks the deadline
   // A shared-memory channel may be ready without poll() reporting it.
-  for (auto& e : entries) {
-    Connection& c = *e.c;
+  const auto looked_at = [&](const PollEntry& e) {
+    const Connection& c = *e.c;
     // progress_all() reads these next: mid-frame, or wanted for p2p.
-    if (c.recv_pending() || c.finished() || !c.connected() || wants_p2p(c)) continue;
+    if (c.recv_pending() || c.finished() || !c.connected() || wants_p2p(c)) return false;
+    return (e.ready & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  if (std::none_of(entries.begin(), entries.end(), looked_at)) return;
+  // What arrived for this call first: a peer that finished this call with
+  // us, went on and failed in the next one (its abort and hang-up arrive
+  // while we still wait for a third rank's data that is there too) must not
+  // fail a call that can complete. The next call finds the failure.
+  progress_all();
+  if (!pending()) return;
+  for (auto& e : entries) {
+    if (!looked_at(e)) continue;
+    Connection& c = *e.c;
     if (e.ready & POLLIN) on_unexpected_input(c);
     if (e.ready & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(c);
   }
