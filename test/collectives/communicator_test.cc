@@ -87,6 +87,17 @@ TEST_CASE("bad arguments throw InvalidArgument and leave the communicator usable
   CHECK_THROWS_WITH(
       c.all_reduce(view(floats.data(), 4), view(floats.data() + 2, 4), ReduceOp::kSum, d),
       Contains("overlap"));
+  // A bad element of a list is named by its index.
+  std::vector<TensorView> parts{view(floats.data(), 4), view(ints.data(), 4)};
+  std::vector<TensorView> outs{view(floats.data() + 4, 4), view(small.data(), 3)};
+  CHECK_THROWS_WITH(c.all_to_all(parts, outs, d),
+                    Contains("in[1] is int32") && Contains("the call's dtype is float32"));
+  parts[1] = view(floats.data(), 4);
+  parts[1].data = nullptr;
+  CHECK_THROWS_WITH(c.all_to_all(parts, outs, d),
+                    Contains("in[1] has 4 elements but a null data pointer"));
+  CHECK_THROWS_WITH(c.all_gather(view(floats.data(), 4), outs, d),
+                    Contains("out[1] has 3 elements, expected 4"));
   CHECK_FALSE(c.broken());
   // Still works: both ranks run one all_reduce.
   auto other = std::async(std::launch::async, [&] {
