@@ -522,20 +522,21 @@ void Connection::clear() {
   recvs_.clear();
 }
 
-Connection::PollRequest Connection::arm(bool want_read, bool want_write, bool* ready) {
+Connection::PollRequest Connection::arm(bool want_read, bool want_write, bool* ready,
+                                        uint32_t* futex_value) {
   *ready = false;
   if (!channel_) return {-1, 0};
+  PollRequest req{channel_->fd(), 0};
+  if (futex_value) {
+    channel_->arm_futex(want_read, want_write, ready, futex_value);
+    // Polled afterwards without sleeping, for the hang-up only: the data
+    // wakes the futex.
+    req.events = POLLRDHUP;
+  } else {
+    req.events = channel_->arm(want_read, want_write, ready);
+  }
   if (want_read && stash_pos_ < stash_.size()) *ready = true;
-  return {channel_->fd(), channel_->arm(want_read, want_write, ready)};
-}
-
-Connection::PollRequest Connection::arm_futex(bool want_read, bool want_write, bool* ready,
-                                              uint32_t* value) {
-  channel_->arm_futex(want_read, want_write, ready, value);
-  if (want_read && stash_pos_ < stash_.size()) *ready = true;
-  // Polled afterwards without sleeping, for the hang-up only: the data
-  // wakes the futex.
-  return {channel_->fd(), POLLRDHUP};
+  return req;
 }
 
 short Connection::disarm(short revents) {
@@ -581,14 +582,9 @@ int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pol
   bool ready = false;
   for (size_t i = 0; i < entries.size(); ++i) {
     bool r = false;
-    Connection& c = *entries[i].c;
-    Connection::PollRequest req{};
-    if (futex) {
-      waiters[i].word = c.futex_word();
-      req = c.arm_futex(entries[i].want_read, entries[i].want_write, &r, &waiters[i].value);
-    } else {
-      req = c.arm(entries[i].want_read, entries[i].want_write, &r);
-    }
+    if (futex) waiters[i].word = entries[i].c->futex_word();
+    const auto req = entries[i].c->arm(entries[i].want_read, entries[i].want_write, &r,
+                                       futex ? &waiters[i].value : nullptr);
     fds[i] = pollfd{req.fd, req.events, 0};
     ready |= r;
   }

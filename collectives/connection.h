@@ -159,11 +159,11 @@ class Connection {
     int fd;
     short events;
   };
-  PollRequest arm(bool want_read, bool want_write, bool* ready);
+  // With `futex_value`, arms for a futex wait on futex_word() instead
+  // (Channel::arm_futex) and sets the value to wait on.
+  PollRequest arm(bool want_read, bool want_write, bool* ready, uint32_t* futex_value = nullptr);
   // The channel's futex word (Channel::futex_word), null if it has none.
   std::atomic<uint32_t>* futex_word() { return channel_ ? channel_->futex_word() : nullptr; }
-  // arm() for a futex wait: *value is the word's value to wait on.
-  PollRequest arm_futex(bool want_read, bool want_write, bool* ready, uint32_t* value);
   short disarm(short revents);
 
  private:

@@ -16,7 +16,13 @@
 namespace collie {
 namespace {
 
+// What check_tensor requires, without a message.
+bool usable(const TensorView& t) {
+  return t.device.is_cpu() && is_valid(t.dtype) && (t.count == 0 || t.data != nullptr);
+}
+
 void check_tensor(const char* what, const char* name, const TensorView& t) {
+  if (usable(t)) return;
   COLLIE_ARG_CHECK(t.device.is_cpu(), what, ": ", name, " is on ", t.device,
                    "; the socket communicator takes CPU buffers only");
   COLLIE_ARG_CHECK(is_valid(t.dtype), what, ": ", name, " has an invalid dtype (",
@@ -130,9 +136,7 @@ void SocketCommunicator::check_list(const char* what, const char* name,
     const TensorView& t = list[p];
     // The name "out[3]" only when something is wrong: formatting it for
     // every element cost more than a small all_to_all's data exchange.
-    if (t.device.is_cpu() && is_valid(t.dtype) && (t.count == 0 || t.data != nullptr) &&
-        t.dtype == dtype && (count == SIZE_MAX || t.count == count))
-      continue;
+    if (usable(t) && t.dtype == dtype && (count == SIZE_MAX || t.count == count)) continue;
     const std::string which = str_cat(name, "[", p, "]");
     check_tensor(what, which.c_str(), list[p]);
     COLLIE_ARG_CHECK(list[p].dtype == dtype, what, ": ", which, " is ", list[p].dtype,

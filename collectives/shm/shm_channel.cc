@@ -248,9 +248,7 @@ class ShmChannel final : public Channel {
 
   int fd() const override { return socket_.get(); }
   short arm(bool want_read, bool want_write, bool* ready) override {
-    *ready = false;
-    if (want_read && (rx_.arm_read() || eof_)) *ready = true;
-    if (want_write && (tx_.arm_write() || gone_)) *ready = true;
+    *ready = arm_rings(want_read, want_write, kWaitPoll);
     // The doorbell and the hang-up both arrive on the socket.
     return POLLIN | POLLRDHUP;
   }
@@ -259,9 +257,7 @@ class ShmChannel final : public Channel {
     // The value first: a wake that comes after it (the peer saw our flag)
     // changes the word, so the futex wait cannot miss it.
     *value = my_bell_->load(std::memory_order_seq_cst);
-    *ready = false;
-    if (want_read && (rx_.arm_read(kWaitFutex) || eof_)) *ready = true;
-    if (want_write && (tx_.arm_write(kWaitFutex) || gone_)) *ready = true;
+    *ready = arm_rings(want_read, want_write, kWaitFutex);
   }
   short disarm(short revents) override {
     rx_.disarm_read();
@@ -299,6 +295,14 @@ class ShmChannel final : public Channel {
     if (eof_) return 0;
     errno = EAGAIN;
     return -1;
+  }
+  // Asks the peer to wake us (`how`) for what is wanted; true when it can
+  // already be done (then there is no need to sleep).
+  bool arm_rings(bool want_read, bool want_write, uint32_t how) {
+    bool ready = false;
+    if (want_read && (rx_.arm_read(how) || eof_)) ready = true;
+    if (want_write && (tx_.arm_write(how) || gone_)) ready = true;
+    return ready;
   }
   // Wakes the peer the way it asked to be woken.
   void ring(uint32_t how) {

@@ -92,17 +92,23 @@ void OpQueue::end_help(bool done) {
 bool OpQueue::help() {
   std::unique_lock lock(mu_);
   if (running_op_ || queue_.empty() || stopping_) return false;
+  run_front(lock);
+  return true;
+}
+
+void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   Op op = std::move(queue_.front());
   queue_.pop_front();
   if (broken_error_) {
     op.work->mark_completed(refusal_locked(op.work->description()));
-    return true;
+    return;
   }
   running_op_ = true;
   lock.unlock();
   std::exception_ptr error = run_op(op);
+  // Complete outside the lock: a waiter woken here may submit at once.
   op.work->mark_completed(error);
-  return true;
+  lock.lock();
 }
 
 std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
@@ -206,18 +212,7 @@ void OpQueue::run_worker() {
       cv_.wait_until(lock, help_ended_ + kHandBack);
       continue;
     }
-    Op op = std::move(queue_.front());
-    queue_.pop_front();
-    if (broken_error_) {
-      op.work->mark_completed(refusal_locked(op.work->description()));
-      continue;
-    }
-    running_op_ = true;
-    lock.unlock();
-    std::exception_ptr error = run_op(op);
-    // Complete outside the lock: a waiter woken here may submit at once.
-    op.work->mark_completed(error);
-    lock.lock();
+    run_front(lock);
   }
   idle_cv_.notify_all();
 }

@@ -86,6 +86,10 @@ class OpQueue {
   void begin_help();
   void end_help(bool done);
   bool help();
+  // Takes the oldest queued op and runs it (or refuses it, when the queue
+  // is broken), completing its Work; `lock` holds mu_ before and after, not
+  // while the op runs. Requires a queued op and none running.
+  void run_front(std::unique_lock<std::mutex>& lock);
   // Runs op (mu_ not held) and records a failure; returns its error.
   std::exception_ptr run_op(Op& op);
   // The error a refused or skipped op fails with; requires mu_.
