@@ -45,6 +45,8 @@ inline constexpr int kDirectPeers = 8;
 struct AlgorithmConfig {
   size_t segment_bytes;
   size_t small_message_bytes;
+  int shm_all_reduce_ranks;
+  size_t shm_ring_bytes;
 };
 
 // A byte range a message is sent from / received into.

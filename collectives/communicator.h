@@ -61,6 +61,14 @@ struct CommunicatorOptions {
   size_t segment_bytes = size_t{256} << 10;
   // kAuto all_reduce uses the small-message algorithm up to this many bytes.
   size_t small_message_bytes = size_t{32} << 10;
+  // Above small_message_bytes, kAuto all_reduce on one host runs the ring
+  // over the shared-memory channels, except with at least
+  // shm_all_reduce_ranks ranks and fewer than shm_ring_bytes bytes: there
+  // reading the peers' memory (kShm, 3 rounds whatever the rank count) beats
+  // the ring's 2(P-1) steps. Measured on 2 cores: the ring is faster at 2-4
+  // ranks at every size, kShm at 8 ranks up to 1 MiB (docs/performance.md).
+  int shm_all_reduce_ranks = 5;
+  size_t shm_ring_bytes = size_t{4} << 20;
   // How long a waiting call busy-polls its sockets before sleeping in poll()
   // (adaptive: spins that fail are backed off, see transport.h).
   std::chrono::microseconds spin = std::chrono::microseconds(50);

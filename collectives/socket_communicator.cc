@@ -101,7 +101,8 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       size_(size),
       address_(std::move(address)),
       transport_(std::move(transport)),
-      config_{options.segment_bytes, options.small_message_bytes} {}
+      config_{options.segment_bytes, options.small_message_bytes, options.shm_all_reduce_ranks,
+              options.shm_ring_bytes} {}
 
 void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
   // Op #0: the communicator's own calls at init are not numbered among the
@@ -174,10 +175,16 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
     // The direct exchange talks to every peer: beyond kDirectPeers TCP peers
     // it would connect the whole world, so the ring (two peers) takes over.
     const bool direct = size_ <= kDirectPeers || shm_algorithms_;
+    // On one host, few ranks or large buffers run the ring over the
+    // shared-memory channels: it beats reading the peers' memory there
+    // (CommunicatorOptions::shm_all_reduce_ranks, shm_ring_bytes).
+    const bool shm = shm_algorithms_ && size_ >= config_.shm_all_reduce_ranks &&
+                     out.nbytes() < config_.shm_ring_bytes;
     algorithm = out.nbytes() <= config_.small_message_bytes && direct ? AllReduceAlgorithm::kSmall
-                : shm_algorithms_                                     ? AllReduceAlgorithm::kShm
+                : shm                                                 ? AllReduceAlgorithm::kShm
                                                                       : AllReduceAlgorithm::kRing;
   }
+  last_all_reduce_ = algorithm;
   CallInfo call{CollectiveKind::kAllReduce, out.dtype, op, 0, out.count};
   call.algorithm = static_cast<uint8_t>(algorithm);
   begin(call, deadline);

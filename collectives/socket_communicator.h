@@ -40,6 +40,11 @@ class SocketCommunicator final : public Communicator {
   // (tests check that the hierarchical path was really taken).
   bool hierarchical() const { return hosts_.has_value(); }
   uint64_t hierarchical_calls() const { return hierarchical_calls_; }
+  // Whether the one-host shared-memory algorithms are on, and which
+  // algorithm the last all_reduce ran (kAuto resolved; tests check the
+  // choice).
+  bool shm_algorithms() const { return shm_algorithms_; }
+  AllReduceAlgorithm last_all_reduce_algorithm() const { return last_all_reduce_; }
 
   void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
                   AllReduceAlgorithm algorithm) override;
@@ -95,6 +100,7 @@ class SocketCommunicator final : public Communicator {
   bool shm_algorithms_ = false;
   std::optional<HostMap> hosts_;  // set: the hierarchical algorithms run
   uint64_t hierarchical_calls_ = 0;
+  AllReduceAlgorithm last_all_reduce_ = AllReduceAlgorithm::kAuto;
 };
 
 }  // namespace collie

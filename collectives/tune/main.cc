@@ -180,6 +180,7 @@ int run_rank(const Args& a) {
   const size_t es = element_size(dt);
   const auto algo = a.algo == "ring"    ? AllReduceAlgorithm::kRing
                     : a.algo == "small" ? AllReduceAlgorithm::kSmall
+                    : a.algo == "shm"   ? AllReduceAlgorithm::kShm
                                         : AllReduceAlgorithm::kAuto;
   const Deadline d(std::chrono::minutes(10));
   if (a.rank == 0) {

@@ -11,10 +11,12 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/socket_communicator.h"
 #include "collectives/wire.h"
 #include "rendezvous/hash_store.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
+#include "runtime/base/str_cat.h"
 #include "test/collectives/harness.h"
 #include "test/support/skip.h"
 
@@ -440,4 +442,44 @@ TEST_CASE("a host name that does not resolve: the error names the rank and the h
   CHECK_THROWS_AS(Communicator::connect(store, 0, 2, o), InvalidArgument);
   CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, o),
                     Contains("rank 1") && Contains("no-such-host.invalid"));
+}
+
+TEST_CASE("auto all_reduce on one host: the ring at 2-4 ranks, shm from 5 ranks below 4 MiB") {
+  const int P = GENERATE(2, 4, 5);
+  INFO(P << " ranks");
+  CommunicatorOptions o;
+  o.store_prefix = "choice";
+  o.timeout = 60s;
+  // The plain run is "auto" (shared memory, threads of one process count as
+  // one host); the [tcp] run has no shm algorithms, so never kShm.
+  const char* transport = std::getenv("COLLIE_TRANSPORT");
+  const bool want_shm = transport == nullptr || std::string(transport) != "tcp";
+  auto errors = run_ranks(P, o, [&](Communicator& c) {
+    auto& s = dynamic_cast<SocketCommunicator&>(c);
+    if (s.shm_algorithms() != want_shm) throw std::runtime_error("shm algorithms not as expected");
+    const Deadline d(60s);
+    for (size_t bytes : {o.small_message_bytes, size_t{64} << 10, o.shm_ring_bytes}) {
+      const size_t n = bytes / sizeof(float);
+      std::vector<float> buf(n, static_cast<float>(c.rank() + 1));
+      c.all_reduce({buf.data(), n, DataType::kFloat32}, {buf.data(), n, DataType::kFloat32},
+                   ReduceOp::kSum, d);
+      const float sum = static_cast<float>(P * (P + 1) / 2);
+      for (size_t i = 0; i < n; ++i) {
+        if (buf[i] != sum) {
+          throw std::runtime_error(str_cat(bytes, " bytes: element ", i, " is ", buf[i]));
+        }
+      }
+      const AllReduceAlgorithm want =
+          bytes <= o.small_message_bytes ? AllReduceAlgorithm::kSmall
+          : want_shm && P >= o.shm_all_reduce_ranks && bytes < o.shm_ring_bytes
+              ? AllReduceAlgorithm::kShm
+              : AllReduceAlgorithm::kRing;
+      if (s.last_all_reduce_algorithm() != want) {
+        throw std::runtime_error(str_cat(bytes, " bytes ran ",
+                                         to_string(s.last_all_reduce_algorithm()), ", expected ",
+                                         to_string(want)));
+      }
+    }
+  });
+  REQUIRE(join_errors(errors) == "");
 }
