@@ -75,7 +75,7 @@ std::string unsupported_reduction(ReduceOp op, DataType dtype) {
       !is_integral(dtype))
     return str_cat("ReduceOp ", op, " is not defined for ", dtype,
                    " (the bitwise ops take integer and bool tensors)");
-  return "";
+  return {};
 }
 
 bool is_valid(DataType dtype) { return static_cast<int>(dtype) < kNumDataTypes; }

@@ -9,6 +9,21 @@
 
 namespace collie {
 
+namespace {
+class CompletedWork final : public Work {
+ public:
+  bool is_completed() const override { return true; }
+  bool is_success() const override { return true; }
+  void wait(Timeout) override {}
+  std::exception_ptr exception() const override { return nullptr; }
+};
+}  // namespace
+
+std::shared_ptr<Work> completed_work() {
+  static const std::shared_ptr<Work> work = std::make_shared<CompletedWork>();
+  return work;
+}
+
 bool CompletionWork::is_completed() const { return completed_.load(std::memory_order_acquire); }
 
 bool CompletionWork::is_success() const {

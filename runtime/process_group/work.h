@@ -39,6 +39,12 @@ class Work {
 // While a waiter helps, the worker takes no new operation, so operations
 // issued back to back run on the waiting thread with no hand-off between
 // threads.
+// A Work that completed successfully, one instance shared by every caller:
+// a blocking call that ran on the caller's thread and succeeded has nothing
+// of its own to keep (is_success, wait returns, source_rank -1), so it
+// allocates nothing.
+std::shared_ptr<Work> completed_work();
+
 class WorkHelper {
  public:
   virtual ~WorkHelper() = default;

@@ -123,10 +123,14 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
       BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
 }
 
+std::string OpQueue::describe(const char* kind, uint64_t seq, const std::string& details) {
+  return str_cat(kind, " #", seq, " (", details, ")");
+}
+
 std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t seq,
                                                    Details details) {
   auto work = std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
-    return str_cat(kind, " #", seq, " (", details ? details() : std::string(), ")");
+    return describe(kind, seq, details ? details() : std::string());
   });
   work->set_helper(helper_);
   return work;
@@ -149,21 +153,14 @@ std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout
   return work;
 }
 
-std::shared_ptr<Work> OpQueue::run_or_submit(const char* kind, Details details, Timeout timeout,
-                                             OpFn op) {
-  std::shared_ptr<CompletionWork> work;
-  {
-    std::lock_guard lock(mu_);
-    if (!broken_error_ && !stopping_ && queue_.empty() && !running_op_) {
-      work = make_work(kind, ++submitted_, std::move(details));
-      running_op_ = true;  // the worker starts nothing until this op is done
-    }
-  }
-  // Busy or refusing: the ordinary path keeps the order and the errors.
-  if (!work) return submit(kind, std::move(details), timeout, std::move(op));
-  Op inline_op{work, timeout, std::move(op)};
-  work->mark_completed(run_op(inline_op));
-  return work;
+bool OpQueue::begin_inline(uint64_t* seq) {
+  // Busy or refusing: the caller takes the ordinary path, which keeps the
+  // order and the errors.
+  std::lock_guard lock(mu_);
+  if (broken_error_ || stopping_ || !queue_.empty() || running_op_) return false;
+  *seq = ++submitted_;
+  running_op_ = true;  // the worker starts nothing until this op is done
+  return true;
 }
 
 std::exception_ptr OpQueue::run_op(Op& op) {
@@ -173,11 +170,16 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   } catch (...) {
     error = std::current_exception();
   }
+  end_inline(error, error ? op.work->description() : std::string());
+  return error;
+}
+
+void OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
   std::lock_guard lock(mu_);
   running_op_ = false;
   if (error && !is_invalid_argument(error) && !broken_error_) {
     broken_error_ = error;
-    broken_by_ = op.work->description();
+    broken_by_ = description;
     COLLIE_LOG(kError) << what_ << ": " << broken_by_
                        << " failed, the group is broken: " << what_of(error);
   }
@@ -188,7 +190,6 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   // Nor while a waiter helps: it takes the next one itself.
   if ((!queue_.empty() && helpers_ == 0) || stopping_) cv_.notify_all();
   if (queue_.empty() && stopping_) idle_cv_.notify_all();
-  return error;
 }
 
 void OpQueue::run_worker() {

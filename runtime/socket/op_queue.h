@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "runtime/base/deadline.h"
 #include "runtime/process_group/work.h"
@@ -55,7 +56,50 @@ class OpQueue {
   // meanwhile, so issue order is kept) and returns a completed Work. For
   // callers that would wait at once: it saves the hand-off to the worker and
   // the wake-up back, the bulk of a small collective's latency.
-  std::shared_ptr<Work> run_or_submit(const char* kind, Details details, Timeout timeout, OpFn op);
+  //
+  // `op` is an OpFn, or a callable taking only the Deadline (an op that
+  // sets nothing on its Work). The latter runs inline as it is: nothing is
+  // type-erased or allocated, a success returns completed_work(), and
+  // `details` is formatted only if the op fails. Queued, both become OpFns.
+  template <typename DetailsFn, typename Fn>
+  std::shared_ptr<Work> run_or_submit(const char* kind, DetailsFn&& details, Timeout timeout,
+                                      Fn&& op) {
+    uint64_t seq = 0;
+    if (!begin_inline(&seq)) {
+      return submit(kind, Details(std::forward<DetailsFn>(details)), timeout,
+                    to_op_fn(std::forward<Fn>(op)));
+    }
+    if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
+      std::exception_ptr error;
+      try {
+        op(Deadline(timeout));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (!error) {
+        end_inline(nullptr, {});
+        return completed_work();
+      }
+      auto work = std::make_shared<CompletionWork>(describe(kind, seq, details()));
+      end_inline(error, work->description());
+      work->mark_completed(error);
+      return work;
+    } else {
+      auto work = make_work(kind, seq, Details(std::forward<DetailsFn>(details)));
+      Op inline_op{work, timeout, OpFn(std::forward<Fn>(op))};
+      work->mark_completed(run_op(inline_op));
+      return work;
+    }
+  }
+  // An op taking only the Deadline as an OpFn (an OpFn as itself).
+  template <typename Fn>
+  static OpFn to_op_fn(Fn&& op) {
+    if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
+      return [op = std::forward<Fn>(op)](const Deadline& d, CompletionWork&) mutable { op(d); };
+    } else {
+      return OpFn(std::forward<Fn>(op));
+    }
+  }
 
   // Waits up to `grace` for the queued operations; if some are left, calls
   // `abort` (which must make a running op return promptly), fails the rest
@@ -92,6 +136,14 @@ class OpQueue {
   void run_front(std::unique_lock<std::mutex>& lock);
   // Runs op (mu_ not held) and records a failure; returns its error.
   std::exception_ptr run_op(Op& op);
+  // run_or_submit's inline path: true (and the op's number in *seq, the
+  // queue marked busy) when nothing is queued or running and the queue
+  // takes ops; then end_inline(error, the op's description if it failed)
+  // when the op is done.
+  bool begin_inline(uint64_t* seq);
+  void end_inline(std::exception_ptr error, const std::string& description);
+  // "kind #seq (details)": a Work's description.
+  static std::string describe(const char* kind, uint64_t seq, const std::string& details);
   // The error a refused or skipped op fails with; requires mu_.
   std::exception_ptr refusal_locked(const std::string& description) const;
 

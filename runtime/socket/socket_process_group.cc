@@ -53,6 +53,17 @@ CallSite SocketProcessGroup::site(std::string_view op) const {
   return CallSite{op, rank_, group_name_, kBackendName};
 }
 
+template <typename DetailsFn, typename Fn>
+std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const char* kind,
+                                                  DetailsFn&& details, Timeout timeout, Fn&& op) {
+  if (async_op) {
+    return queue_.submit(kind, OpQueue::Details(std::forward<DetailsFn>(details)), timeout,
+                         OpQueue::to_op_fn(std::forward<Fn>(op)));
+  }
+  return queue_.run_or_submit(kind, std::forward<DetailsFn>(details), timeout,
+                              std::forward<Fn>(op));
+}
+
 std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor,
                                                      const AllReduceOptions& options) {
   CallSite where = site("all_reduce");
@@ -67,7 +78,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_reduce(TensorView tensor,
         return str_cat(shape(tensor), ", ", op, ", ", to_string(algorithm));
       },
       op_timeout(options.timeout),
-      [comm, tensor, op = options.op, algorithm](const Deadline& deadline, CompletionWork&) {
+      [comm, tensor, op = options.op, algorithm](const Deadline& deadline) {
         comm->all_reduce(tensor, tensor, op, deadline, algorithm);
       });
 }
@@ -84,9 +95,7 @@ std::shared_ptr<Work> SocketProcessGroup::broadcast(TensorView tensor,
       options.async_op, "broadcast",
       [tensor, root] { return str_cat(shape(tensor), ", root ", root); },
       op_timeout(options.timeout),
-      [comm, tensor, root](const Deadline& deadline, CompletionWork&) {
-        comm->broadcast(tensor, root, deadline);
-      });
+      [comm, tensor, root](const Deadline& deadline) { comm->broadcast(tensor, root, deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options) {
@@ -95,8 +104,7 @@ std::shared_ptr<Work> SocketProcessGroup::barrier(const BarrierOptions& options)
   return enqueue(
       options.async_op, "barrier",
       [size = size_] { return str_cat(size, size == 1 ? " rank" : " ranks"); },
-      op_timeout(options.timeout),
-      [comm](const Deadline& deadline, CompletionWork&) { comm->barrier(deadline); });
+      op_timeout(options.timeout), [comm](const Deadline& deadline) { comm->barrier(deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorView input,
@@ -109,7 +117,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(TensorView output, TensorVi
   auto* comm = communicator_.get();
   return enqueue(
       options.async_op, "all_gather", [input] { return shape(input); }, op_timeout(options.timeout),
-      [comm, input, output](const Deadline& deadline, CompletionWork&) {
+      [comm, input, output](const Deadline& deadline) {
         comm->all_gather(input, output, deadline);
       });
 }
@@ -128,16 +136,9 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output, Tens
       options.async_op, "reduce_scatter",
       [output, op] { return str_cat(shape(output), " per rank, ", op); },
       op_timeout(options.timeout),
-      [comm, input, output, op](const Deadline& deadline, CompletionWork&) {
+      [comm, input, output, op](const Deadline& deadline) {
         comm->reduce_scatter(input, output, op, deadline);
       });
-}
-
-std::shared_ptr<Work> SocketProcessGroup::enqueue(bool async_op, const char* kind,
-                                                  OpQueue::Details details, Timeout timeout,
-                                                  OpQueue::OpFn op) {
-  return async_op ? queue_.submit(kind, std::move(details), timeout, std::move(op))
-                  : queue_.run_or_submit(kind, std::move(details), timeout, std::move(op));
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_gather(std::span<const TensorView> outputs,
@@ -152,7 +153,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_gather(std::span<const TensorView>
       options.async_op, "all_gather", [input] { return str_cat(shape(input), ", list"); },
       op_timeout(options.timeout),
       [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
-          const Deadline& deadline, CompletionWork&) { comm->all_gather(input, out, deadline); });
+          const Deadline& deadline) { comm->all_gather(input, out, deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output,
@@ -169,9 +170,7 @@ std::shared_ptr<Work> SocketProcessGroup::reduce_scatter(TensorView output,
       [output, op = options.op] { return str_cat(shape(output), " per rank, ", op, ", list"); },
       op_timeout(options.timeout),
       [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
-          const Deadline& deadline, CompletionWork&) {
-        comm->reduce_scatter(in, output, op, deadline);
-      });
+          const Deadline& deadline) { comm->reduce_scatter(in, output, op, deadline); });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::reduce(TensorView tensor, const ReduceOptions& options) {
@@ -187,8 +186,7 @@ std::shared_ptr<Work> SocketProcessGroup::reduce(TensorView tensor, const Reduce
         return str_cat(shape(tensor), ", ", op, ", root ", root);
       },
       op_timeout(options.timeout),
-      [comm, tensor, op = options.op, root = options.root](const Deadline& deadline,
-                                                           CompletionWork&) {
+      [comm, tensor, op = options.op, root = options.root](const Deadline& deadline) {
         comm->reduce(tensor, tensor, op, root, deadline);
       });
 }
@@ -207,8 +205,9 @@ std::shared_ptr<Work> SocketProcessGroup::gather(std::span<const TensorView> out
       [input, root = options.root] { return str_cat(shape(input), ", root ", root); },
       op_timeout(options.timeout),
       [comm, input, root = options.root,
-       out = std::vector<TensorView>(outputs.begin(), outputs.end())](
-          const Deadline& deadline, CompletionWork&) { comm->gather(input, out, root, deadline); });
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+        comm->gather(input, out, root, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::scatter(TensorView output,
@@ -226,8 +225,7 @@ std::shared_ptr<Work> SocketProcessGroup::scatter(TensorView output,
       [output, root = options.root] { return str_cat(shape(output), ", root ", root); },
       op_timeout(options.timeout),
       [comm, output, root = options.root,
-       in = std::vector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline,
-                                                                   CompletionWork&) {
+       in = std::vector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline) {
         comm->scatter(in, output, root, deadline);
       });
 }
@@ -246,8 +244,9 @@ std::shared_ptr<Work> SocketProcessGroup::all_to_all(std::span<const TensorView>
       options.async_op, "all_to_all", [dtype = inputs[0].dtype] { return str_cat(dtype); },
       op_timeout(options.timeout),
       [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
-       out = std::vector<TensorView>(outputs.begin(), outputs.end())](
-          const Deadline& deadline, CompletionWork&) { comm->all_to_all(in, out, deadline); });
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+        comm->all_to_all(in, out, deadline);
+      });
 }
 
 std::shared_ptr<Work> SocketProcessGroup::all_to_all_single(
@@ -269,7 +268,7 @@ std::shared_ptr<Work> SocketProcessGroup::all_to_all_single(
         return str_cat(dtype, " x ", from, " -> ", to);
       },
       op_timeout(options.timeout),
-      [comm, in = std::move(in), out = std::move(out)](const Deadline& deadline, CompletionWork&) {
+      [comm, in = std::move(in), out = std::move(out)](const Deadline& deadline) {
         comm->all_to_all(in, out, deadline);
       });
 }
@@ -341,7 +340,7 @@ void SocketProcessGroup::monitored_barrier(const MonitoredBarrierOptions& option
   const bool all = options.wait_all_ranks;
   enqueue(
       false, "monitored_barrier", [seq] { return str_cat("#", seq); }, timeout,
-      [=](const Deadline&, CompletionWork&) {
+      [=](const Deadline&) {
         if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
         collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);
       })

@@ -100,8 +100,11 @@ class SocketProcessGroup : public ProcessGroup {
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
   // async_op false: run on this thread when the group is idle.
   // `details` describes the call in its Work, formatted only on demand.
-  std::shared_ptr<Work> enqueue(bool async_op, const char* kind, OpQueue::Details details,
-                                Timeout timeout, OpQueue::OpFn op);
+  // `op`: an OpQueue::OpFn, or a callable taking only the Deadline (see
+  // OpQueue::run_or_submit). Defined in the .cc, its only user.
+  template <typename DetailsFn, typename Fn>
+  std::shared_ptr<Work> enqueue(bool async_op, const char* kind, DetailsFn&& details,
+                                Timeout timeout, Fn&& op);
   std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 

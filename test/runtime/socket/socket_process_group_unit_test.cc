@@ -200,6 +200,10 @@ TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's t
   std::vector<float> f(4);
   auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
   CHECK(w->is_completed());  // done before the call returned
+  // A success inline has nothing of its own to keep: the shared Work.
+  CHECK(w == completed_work());
+  CHECK(w->is_success());
+  w->wait();
   pg->barrier({.async_op = false});
   // The ordinary path: the worker (a wait without its own timeout could
   // run it here, helping; the test below covers that).
@@ -226,6 +230,23 @@ TEST_CASE("socket group: a blocking call (async_op false) runs on the caller's t
   std::lock_guard lock(control->mu);
   CHECK(control->calls.back() == "all_reduce min");
   CHECK(control->threads.back() != std::this_thread::get_id());
+}
+
+TEST_CASE("socket group: a blocking call refused by the backend (InvalidArgument) keeps the group",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  std::vector<float> f(4);
+  control->fail_next = [] { throw InvalidArgument("all_reduce: the algorithm is not available"); };
+  auto w = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(w->is_completed());
+  CHECK_FALSE(w->is_success());
+  CHECK(w != completed_work());
+  CHECK_THROWS_WITH(w->wait(), Contains("not available"));
+  CHECK_FALSE(pg->broken());
+  auto next = pg->all_reduce(view(f.data(), 4), {.async_op = false});
+  CHECK(next->is_success());
+  pg->shutdown(30s);
 }
 
 TEST_CASE("socket group: a blocking call that fails breaks the group like a queued one",
