@@ -189,8 +189,7 @@ TEST_CASE("a rank outside the call: the timeout probe makes every other rank nam
   CHECK(comms[1]->broken());
 }
 
-TEST_CASE(
-    "abort() from another thread ends a blocked call promptly; the peer gets a NetworkError") {
+TEST_CASE("abort() from another thread ends a blocked call promptly; the peer's error names it") {
   HashStore store;
   auto comms = connect_all(store, 2, "abort");
   std::atomic<bool> entered{false};
@@ -208,8 +207,15 @@ TEST_CASE(
   CHECK_THROWS_WITH(
       comms[0]->all_reduce(view(v.data(), 4), view(v.data(), 4), ReduceOp::kSum, Deadline(1s)),
       Contains("broken"));
+  // The peer learns it from the abort frame of rank 0's failing call when
+  // that got out before rank 0's own shutdown was seen (shared memory still
+  // takes it: BackendError with the reason), else from the hang-up
+  // (NetworkError). Either names rank 0.
   const auto failure = first_failure(*comms[1]);
-  CHECK(failure.type == "NetworkError");
+  INFO(failure.type << ": " << failure.message);
+  CHECK((failure.type == "NetworkError" ||
+         (failure.type == "BackendError" &&
+          failure.message.find("abort() called") != std::string::npos)));
   CHECK_THAT(failure.message, Contains("rank 0 (127.0.0.1:"));
 }
 
