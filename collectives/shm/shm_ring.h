@@ -50,17 +50,17 @@ class ShmRing {
   // (0 when full); *wake set to how the consumer asked to be woken (0: it
   // did not).
   size_t write(const iovec* iov, int count, uint32_t* wake) {
-    const uint64_t tail = ctl_->tail.load(std::memory_order_relaxed);
+    const uint64_t tail = tail_;
     size_t want = 0;
     for (int i = 0; i < count; ++i) want += iov[i].iov_len;
     // The consumer's head is loaded only when the last one seen leaves too
     // little room: its line moves between the cores on every load, which
     // costs a small frame more than its copy. A stale head only
     // underestimates the room.
-    size_t room = room_after(tail, head_);
+    size_t room = room_after(tail, seen_head_);
     if (room < want) {
-      head_ = ctl_->head.load(std::memory_order_acquire);
-      room = room_after(tail, head_);
+      seen_head_ = ctl_->head.load(std::memory_order_acquire);
+      room = room_after(tail, seen_head_);
     }
     size_t done = 0;
     for (int i = 0; i < count && room > 0; ++i) {
@@ -71,7 +71,8 @@ class ShmRing {
       room -= n;
     }
     if (done == 0) return 0;
-    ctl_->tail.store(tail + done, std::memory_order_seq_cst);
+    tail_ = tail + done;
+    ctl_->tail.store(tail_, std::memory_order_seq_cst);
     *wake = ctl_->consumer_waiting.load(std::memory_order_seq_cst) != 0
                 ? ctl_->consumer_waiting.exchange(0)
                 : 0;
@@ -83,7 +84,7 @@ class ShmRing {
   // tail is not believable. *wake set to how the producer asked to be
   // woken (0: it did not).
   ssize_t read(void* out, size_t bytes, bool consume, uint32_t* wake) {
-    const uint64_t head = ctl_->head.load(std::memory_order_relaxed);
+    const uint64_t head = head_;
     const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
     const uint64_t avail = tail - head;
     if (avail > capacity_) {
@@ -93,7 +94,8 @@ class ShmRing {
     const size_t n = std::min<uint64_t>(avail, bytes);
     if (n > 0) copy_out(head, static_cast<uint8_t*>(out), n);
     if (consume && n > 0) {
-      ctl_->head.store(head + n, std::memory_order_seq_cst);
+      head_ = head + n;
+      ctl_->head.store(head_, std::memory_order_seq_cst);
       *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
                   ? ctl_->producer_waiting.exchange(0)
                   : 0;
@@ -114,13 +116,8 @@ class ShmRing {
   }
   void disarm_read() { ctl_->consumer_waiting.store(0, std::memory_order_relaxed); }
   void disarm_write() { ctl_->producer_waiting.store(0, std::memory_order_relaxed); }
-  bool readable() const {
-    return ctl_->tail.load(std::memory_order_seq_cst) != ctl_->head.load(std::memory_order_relaxed);
-  }
-  bool writable() const {
-    return ctl_->tail.load(std::memory_order_relaxed) - ctl_->head.load(std::memory_order_seq_cst) <
-           capacity_;
-  }
+  bool readable() const { return ctl_->tail.load(std::memory_order_seq_cst) != head_; }
+  bool writable() const { return tail_ - ctl_->head.load(std::memory_order_seq_cst) < capacity_; }
 
  private:
   size_t room_after(uint64_t tail, uint64_t head) const {
@@ -143,7 +140,12 @@ class ShmRing {
   ShmRingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t capacity_ = 0;
-  uint64_t head_ = 0;  // producer: the consumer's head as last loaded
+  // Each side's own position, kept here too so that it never loads the
+  // shared line for it (only this side writes it): the producer's tail,
+  // the consumer's head. Rings start empty, at 0.
+  uint64_t tail_ = 0;
+  uint64_t head_ = 0;
+  uint64_t seen_head_ = 0;  // producer: the consumer's head as last loaded
 };
 
 }  // namespace collie

@@ -234,7 +234,7 @@ int run_rank(const Args& a) {
       // Bus bytes per CPU nanosecond of all ranks together: compare with the
       // stream's bytes per CPU-second to see how much work a byte costs.
       const double bus_bytes = total * busbw_factor(a.collective, P);
-      std::printf("%12zu %10.1f %10.3f %10.3f %12.1f %12.3f\n", total, us, algbw,
+      std::printf("%12zu %10.2f %10.3f %10.3f %12.1f %12.3f\n", total, us, algbw,
                   algbw * busbw_factor(a.collective, P), cpu_us, bus_bytes / (cpu_us * 1e3));
       std::fflush(stdout);
     }
