@@ -58,6 +58,16 @@ struct MutableSpan {
   void* data;
   size_t bytes;
 };
+// A receive for run_ring_pipeline: into `data`, or, with reduce_in set,
+// reduced on arrival: data[i] = reduce_in[i] op received[i]
+// (Transport::recv_reduce).
+struct RecvTarget {
+  void* data;
+  size_t bytes;
+  const void* reduce_in = nullptr;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
 
 // out = the P slots (slot p at slots + p * slot_bytes, out.count elements
 // each) reduced in rank order 0, 1, ..., P-1, so that every rank that does

@@ -12,8 +12,9 @@
 // chunk r - u straight into the output. Each rank sends and receives
 // 2 (P-1)/P of the buffer, the bandwidth optimum.
 //
-// The reduction reads the received segment from a staging slot and writes
-// the user's output directly: no copy of the input into the output first
+// The reduction reads the received segment from a staging slot (over shared
+// memory: from the ring itself, as it arrives, Transport::recv_reduce) and
+// writes the user's output directly: no copy of the input into the output first
 // (step 0 sends from the input) and none of the gathered chunks (they land
 // in the output). In place is the special case in == out.
 //
@@ -79,16 +80,27 @@ void ring_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, Te
     if (half) return {acc + g.begin, g.count * sizeof(float)};
     return {(s == 0 ? in_bytes : out_bytes) + g.begin * es, g.count * es};
   };
-  auto recv_of = [&](size_t i) -> MutableSpan {
+  // Over shared memory the reduce-scatter's segments are reduced where they
+  // lie in the ring (Transport::recv_reduce), not copied to staging first.
+  const bool reduce_on_arrival = !half && t.shm_connected(static_cast<int>((r + P - 1) % P));
+  auto recv_of = [&](size_t i) -> RecvTarget {
     const size_t s = i / segments;
     const Range g = segment(chunk_of(s, false), i % segments);
     if (s >= P - 1) return {out_bytes + g.begin * es, g.count * es};
+    if (reduce_on_arrival) {
+      return {out_bytes + g.begin * es, g.count * es, in_bytes + g.begin * es, dtype, op};
+    }
     return {staging + (i % kWindow) * seg_elems * wire_es, g.count * wire_es};
   };
   auto on_recv = [&](size_t i) {
     const size_t s = i / segments;
     if (s >= P - 1) return;  // gathered straight into out
     const Range g = segment(chunk_of(s, false), i % segments);
+    if (reduce_on_arrival) {
+      if (s == P - 2 && op == ReduceOp::kAvg)
+        divide(out_bytes + g.begin * es, g.count, dtype, static_cast<int>(P));
+      return;
+    }
     const void* received = staging + (i % kWindow) * seg_elems * wire_es;
     const bool last = s == P - 2;
     if (half) {

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 namespace collie {
@@ -51,6 +52,12 @@ class Channel {
   virtual ssize_t read(void* data, size_t bytes) = 0;
   // Like read() without consuming (MSG_PEEK).
   virtual ssize_t peek(void* data, size_t bytes) = 0;
+  // Like read(), but hands what arrived to sink(p, n), in order, possibly
+  // in several pieces, instead of copying it into a buffer of the
+  // caller's: a shared-memory ring passes its own memory (no copy), a
+  // socket a bounce buffer. Returns what read() would.
+  using ReadSink = std::function<void(const uint8_t*, size_t)>;
+  virtual ssize_t read_to(size_t bytes, const ReadSink& sink);
 
   virtual int fd() const = 0;
   // The poll() events to wait for on fd(); *ready set when the channel can

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "collectives/reduce_kernels.h"
 #include "collectives/shm/futex.h"
 #include "runtime/base/str_cat.h"
 
@@ -87,6 +88,52 @@ long Connection::progress_send(int* err) {
   return moved;
 }
 
+void Connection::post_recv_reduce(const WireHeader& expected, void* out, const void* in,
+                                  DataType dtype, ReduceOp op) {
+  post_recv(expected, out);
+  RecvOp& r = recvs_.back();
+  r.reduce_in = static_cast<const uint8_t*>(in);
+  r.dtype = dtype;
+  r.op = op;
+}
+
+void Connection::deliver(RecvOp& op, size_t off, const uint8_t* src, size_t n) {
+  if (op.reduce_in == nullptr) {
+    std::memcpy(op.data + off, src, n);
+    return;
+  }
+  const size_t es = element_size(op.dtype);
+  if (op.carry_len > 0) {  // complete the element split at the last piece's end
+    const size_t take = std::min(es - op.carry_len, n);
+    std::memcpy(op.carry + op.carry_len, src, take);
+    op.carry_len += take;
+    src += take;
+    n -= take;
+    off += take;
+    if (op.carry_len < es) return;
+    reduce(op.data + off - es, op.reduce_in + off - es, op.carry, 1, op.dtype, op.op);
+    op.carry_len = 0;
+  }
+  const size_t whole = n / es * es;
+  if (reinterpret_cast<uintptr_t>(src) % es == 0) {
+    if (whole > 0) reduce(op.data + off, op.reduce_in + off, src, whole / es, op.dtype, op.op);
+  } else {
+    // The stream put the elements off their alignment (a frame of an odd
+    // size went before): through an aligned bounce, a few KiB at a time.
+    alignas(16) uint8_t bounce[4096];
+    for (size_t done = 0; done < whole;) {
+      const size_t m = std::min(sizeof bounce / es * es, whole - done);
+      std::memcpy(bounce, src + done, m);
+      reduce(op.data + off + done, op.reduce_in + off + done, bounce, m / es, op.dtype, op.op);
+      done += m;
+    }
+  }
+  if (n > whole) {
+    std::memcpy(op.carry, src + whole, n - whole);
+    op.carry_len = n - whole;
+  }
+}
+
 size_t Connection::take_from_stash(RecvOp& op) {
   // Until the header is complete and checked, take only header bytes: the
   // payload must not reach op.data before progress_recv() has compared it.
@@ -97,7 +144,7 @@ size_t Connection::take_from_stash(RecvOp& op) {
   if (op.got < kHeaderBytes) {
     std::memcpy(reinterpret_cast<uint8_t*>(&op.header) + op.got, src, n);
   } else {
-    std::memcpy(op.data + (op.got - kHeaderBytes), src, n);
+    deliver(op, op.got - kHeaderBytes, src, n);
   }
   op.got += n;
   stash_pos_ += n;
@@ -122,7 +169,7 @@ ssize_t Connection::read_small_frame(RecvOp& op) {
   std::memcpy(&op.header, buf, std::min(n, kHeaderBytes));
   if (n <= kHeaderBytes) return r;
   if (std::memcmp(&op.header, &op.expected, kHeaderBytes) == 0) {
-    std::memcpy(op.data, buf + kHeaderBytes, n - kHeaderBytes);
+    deliver(op, 0, buf + kHeaderBytes, n - kHeaderBytes);
     return r;
   }
   stash_.assign(buf + kHeaderBytes, buf + n);  // the stash is empty when we read the channel
@@ -155,12 +202,17 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
       // tensor before the mismatch is seen (a mismatched call must never
       // mix data). The price is one extra read per message, which small
       // messages avoid by reading the whole frame into a bounce buffer.
-      const ssize_t r = op.got == 0 && op.expected.payload_bytes <= kBounceBytes
-                            ? read_small_frame(op)
-                        : op.got < kHeaderBytes
-                            ? channel_->read(reinterpret_cast<uint8_t*>(&op.header) + op.got,
-                                             kHeaderBytes - op.got)
-                            : channel_->read(op.data + (op.got - kHeaderBytes), total - op.got);
+      const ssize_t r =
+          op.got == 0 && op.expected.payload_bytes <= kBounceBytes ? read_small_frame(op)
+          : op.got < kHeaderBytes ? channel_->read(reinterpret_cast<uint8_t*>(&op.header) + op.got,
+                                                   kHeaderBytes - op.got)
+          : op.reduce_in == nullptr
+              ? channel_->read(op.data + (op.got - kHeaderBytes), total - op.got)
+              : channel_->read_to(total - op.got, [&op, off = op.got - kHeaderBytes](
+                                                      const uint8_t* p, size_t n) mutable {
+                  deliver(op, off, p, n);
+                  off += n;
+                });
       const ReadOutcome outcome = classify_read(r, &eof_, problem, err);
       if (outcome == ReadOutcome::kFailed) return -1;
       if (outcome == ReadOutcome::kRetry) continue;
@@ -543,6 +595,13 @@ short Connection::disarm(short revents) {
   if (!channel_) return 0;
   short r = channel_->disarm(revents);
   if (stash_pos_ < stash_.size()) r |= POLLIN;
+  return r;
+}
+
+ssize_t Channel::read_to(size_t bytes, const ReadSink& sink) {
+  uint8_t buf[16 << 10];
+  const ssize_t r = read(buf, std::min(bytes, sizeof buf));
+  if (r > 0) sink(buf, static_cast<size_t>(r));
   return r;
 }
 

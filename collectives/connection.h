@@ -70,6 +70,12 @@ class Connection {
   void post_send(const WireHeader& header, const void* payload);
   // Expects a data frame equal to `expected` (payload_bytes included).
   void post_recv(const WireHeader& expected, void* data);
+  // The same, but the payload (elements of `dtype`) is reduced on arrival
+  // instead of copied: out[i] = in[i] op payload[i] (not for half types;
+  // out may be in). Over shared memory it is read where it lies in the
+  // ring, saving the copy into a staging buffer.
+  void post_recv_reduce(const WireHeader& expected, void* out, const void* in, DataType dtype,
+                        ReduceOp op);
   bool send_pending() const { return !sends_.empty(); }
   bool recv_pending() const { return !recvs_.empty(); }
   uint64_t sends_completed() const { return sends_completed_; }
@@ -177,7 +183,17 @@ class Connection {
     uint8_t* data;
     WireHeader header;  // what arrived
     size_t got = 0;     // header bytes included
+    // post_recv_reduce: the other input (null: a plain receive), and the
+    // bytes of an element split between two pieces of the stream.
+    const uint8_t* reduce_in = nullptr;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    alignas(16) uint8_t carry[16];
+    size_t carry_len = 0;
   };
+  // Hands payload bytes [off, off + n) to the receive:
+  // copied, or reduced (whole elements; a split one waits in op.carry).
+  static void deliver(RecvOp& op, size_t off, const uint8_t* src, size_t n);
   size_t take_from_stash(RecvOp& op);
   // Frames with at most this much payload are read with one read() into a
   // bounce buffer (header checked before the payload is copied out).

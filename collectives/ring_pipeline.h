@@ -13,12 +13,14 @@
 // loop that moves every socket it can.
 //
 // Receives land where recv_of(i) says (a staging slot for messages that must
-// be reduced, the user's buffer directly for those that need not be); at
+// be reduced, the user's buffer directly for those that need not be; or,
+// as a RecvTarget with reduce_in, reduced on arrival into the output); at
 // most `window` receives are posted ahead of processing, which bounds the
 // staging slots in use to `window` (slot = i % window).
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include "collectives/algorithms.h"
 #include "collectives/transport.h"
@@ -33,7 +35,14 @@ void run_ring_pipeline(Transport& t, size_t messages, size_t segments, size_t wi
   size_t sends_posted = 0, recvs_posted = 0, processed = 0;
   for (;;) {
     while (recvs_posted < messages && recvs_posted < processed + window) {
-      const MutableSpan dst = recv_of(recvs_posted++);
+      const auto dst = recv_of(recvs_posted++);
+      if constexpr (std::is_same_v<std::decay_t<decltype(dst)>, RecvTarget>) {
+        if (dst.reduce_in != nullptr) {
+          t.recv_reduce(left, dst.data, dst.reduce_in, dst.bytes / element_size(dst.dtype),
+                        dst.dtype, dst.op);
+          continue;
+        }
+      }
       t.recv(left, dst.data, dst.bytes);
     }
     while (sends_posted < messages &&

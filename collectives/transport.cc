@@ -201,6 +201,15 @@ void Transport::recv(int peer, void* data, size_t bytes) {
   link(world(peer)).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
 }
 
+void Transport::recv_reduce(int peer, void* out, const void* in, size_t count, DataType dtype,
+                            ReduceOp op) {
+  const size_t bytes = count * element_size(dtype);
+  COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
+  link(world(peer))
+      .post_recv_reduce(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), out, in,
+                        dtype, op);
+}
+
 uint64_t Transport::sends_done(int peer) const {
   peer = world(peer);
   if (!connections_[peer]) return 0;

@@ -136,6 +136,9 @@ class Transport {
   // buffer must stay valid until the operation completes.
   void send(int peer, const void* data, size_t bytes);
   void recv(int peer, void* data, size_t bytes);
+  // A receive of `count` elements reduced on arrival: out[i] = in[i] op
+  // received[i] (Connection::post_recv_reduce; not for half types).
+  void recv_reduce(int peer, void* out, const void* in, size_t count, DataType dtype, ReduceOp op);
   // Operations completed on the connection to `peer` since begin().
   uint64_t sends_done(int peer) const;
   uint64_t recvs_done(int peer) const;
@@ -147,6 +150,11 @@ class Transport {
     const auto& c = connections_[peer];
     if (!c || !c->connected()) return std::nullopt;
     return c->kind();
+  }
+  // Whether group peer `peer` is connected, over shared memory.
+  bool shm_connected(int peer) const {
+    const auto kind = connected_kind(world(peer));
+    return kind && *kind == ChannelKind::kShm;
   }
   // Peers currently connected over `kind`.
   int connected_peers(ChannelKind kind) const;

@@ -244,6 +244,15 @@ class ShmChannel final : public Channel {
     return static_cast<ssize_t>(n);
   }
   ssize_t read(void* data, size_t bytes) override { return take(data, bytes, true); }
+  ssize_t read_to(size_t bytes, const ReadSink& sink) override {
+    uint32_t wake = 0;
+    const ssize_t n = rx_.read_view(bytes, sink, &wake);
+    if (wake) ring(wake);
+    if (n != 0) return n;
+    if (eof_) return 0;
+    errno = EAGAIN;
+    return -1;
+  }
   ssize_t peek(void* data, size_t bytes) override { return take(data, bytes, false); }
 
   int fd() const override { return socket_.get(); }

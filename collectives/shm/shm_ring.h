@@ -103,6 +103,32 @@ class ShmRing {
     return static_cast<ssize_t>(n);
   }
 
+  // Consumer: like read() with consume, but hands the bytes to f(p, n)
+  // where they lie in the ring (two pieces when they wrap) instead of
+  // copying them out; they are consumed when f returns.
+  template <typename F>
+  ssize_t read_view(size_t bytes, F&& f, uint32_t* wake) {
+    const uint64_t head = head_;
+    const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
+    const uint64_t avail = tail - head;
+    if (avail > capacity_) {
+      errno = EPROTO;
+      return -1;
+    }
+    const size_t n = std::min<uint64_t>(avail, bytes);
+    if (n == 0) return 0;
+    const size_t off = head % capacity_;
+    const size_t first = std::min(n, capacity_ - off);
+    f(static_cast<const uint8_t*>(data_ + off), first);
+    if (n > first) f(static_cast<const uint8_t*>(data_), n - first);
+    head_ = head + n;
+    ctl_->head.store(head_, std::memory_order_seq_cst);
+    *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
+                ? ctl_->producer_waiting.exchange(0)
+                : 0;
+    return static_cast<ssize_t>(n);
+  }
+
   // Consumer: asks to be woken (how: kWaitPoll or kWaitFutex) when bytes
   // arrive; true if some already have (then there is no need to sleep).
   bool arm_read(uint32_t how = kWaitPoll) {
