@@ -98,7 +98,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (n == nullptr) break;
         uint32_t wake = 0;
         errno = 0;
-        const ssize_t got = consumer.read(out.data(), *n, op == 1, &wake);
+        // An odd count consumes through read_view (the bytes handed out where
+        // they lie in the ring, in one or two pieces), else through read.
+        size_t viewed = 0;
+        const ssize_t got =
+            op == 1 && (*n & 1)
+                ? consumer.read_view(
+                      *n,
+                      [&](const uint8_t* p, size_t len) {
+                        check(viewed + len <= *n, kTarget, "read_view handed out more than asked");
+                        std::memcpy(out.data() + viewed, p, len);
+                        viewed += len;
+                      },
+                      &wake)
+                : consumer.read(out.data(), *n, op == 1, &wake);
+        if (op == 1 && (*n & 1) && got >= 0)
+          check(viewed == static_cast<size_t>(got), kTarget,
+                "read_view's pieces are not its count");
         if (got < 0) {
           check(errno == EPROTO, kTarget, "read failed with an errno other than EPROTO");
           check(tampered, kTarget, "read reported corruption of honest control words");
