@@ -84,23 +84,11 @@ class ShmRing {
   // tail is not believable. *wake set to how the producer asked to be
   // woken (0: it did not).
   ssize_t read(void* out, size_t bytes, bool consume, uint32_t* wake) {
-    const uint64_t head = head_;
-    const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
-    const uint64_t avail = tail - head;
-    if (avail > capacity_) {
-      errno = EPROTO;
-      return -1;
-    }
-    const size_t n = std::min<uint64_t>(avail, bytes);
-    if (n > 0) copy_out(head, static_cast<uint8_t*>(out), n);
-    if (consume && n > 0) {
-      head_ = head + n;
-      ctl_->head.store(head_, std::memory_order_seq_cst);
-      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
-                  ? ctl_->producer_waiting.exchange(0)
-                  : 0;
-    }
-    return static_cast<ssize_t>(n);
+    const ssize_t n = available(bytes);
+    if (n <= 0) return n;
+    copy_out(head_, static_cast<uint8_t*>(out), static_cast<size_t>(n));
+    if (consume) advance(static_cast<size_t>(n), wake);
+    return n;
   }
 
   // Consumer: like read() with consume, but hands the bytes to f(p, n)
@@ -108,25 +96,14 @@ class ShmRing {
   // copying them out; they are consumed when f returns.
   template <typename F>
   ssize_t read_view(size_t bytes, F&& f, uint32_t* wake) {
-    const uint64_t head = head_;
-    const uint64_t tail = ctl_->tail.load(std::memory_order_acquire);
-    const uint64_t avail = tail - head;
-    if (avail > capacity_) {
-      errno = EPROTO;
-      return -1;
-    }
-    const size_t n = std::min<uint64_t>(avail, bytes);
-    if (n == 0) return 0;
-    const size_t off = head % capacity_;
-    const size_t first = std::min(n, capacity_ - off);
+    const ssize_t n = available(bytes);
+    if (n <= 0) return n;
+    const size_t off = head_ % capacity_;
+    const size_t first = std::min(static_cast<size_t>(n), capacity_ - off);
     f(static_cast<const uint8_t*>(data_ + off), first);
-    if (n > first) f(static_cast<const uint8_t*>(data_), n - first);
-    head_ = head + n;
-    ctl_->head.store(head_, std::memory_order_seq_cst);
-    *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
-                ? ctl_->producer_waiting.exchange(0)
-                : 0;
-    return static_cast<ssize_t>(n);
+    if (static_cast<size_t>(n) > first) f(static_cast<const uint8_t*>(data_), n - first);
+    advance(static_cast<size_t>(n), wake);
+    return n;
   }
 
   // Consumer: asks to be woken (how: kWaitPoll or kWaitFutex) when bytes
@@ -146,6 +123,25 @@ class ShmRing {
   bool writable() const { return tail_ - ctl_->head.load(std::memory_order_seq_cst) < capacity_; }
 
  private:
+  // Consumer: how many of `bytes` can be read now, or -1 (EPROTO) when the
+  // producer's tail is not believable.
+  ssize_t available(size_t bytes) const {
+    const uint64_t avail = ctl_->tail.load(std::memory_order_acquire) - head_;
+    if (avail > capacity_) {
+      errno = EPROTO;
+      return -1;
+    }
+    return static_cast<ssize_t>(std::min<uint64_t>(avail, bytes));
+  }
+  // Consumer: past n bytes; *wake set to how the producer asked to be
+  // woken (0: it did not).
+  void advance(size_t n, uint32_t* wake) {
+    head_ += n;
+    ctl_->head.store(head_, std::memory_order_seq_cst);
+    *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
+                ? ctl_->producer_waiting.exchange(0)
+                : 0;
+  }
   size_t room_after(uint64_t tail, uint64_t head) const {
     const uint64_t used = tail - head;
     return used > capacity_ ? 0 : capacity_ - used;
