@@ -170,7 +170,14 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   } catch (...) {
     error = std::current_exception();
   }
-  end_inline(error, error ? op.work->description() : std::string());
+  std::string description;
+  if (error) {
+    try {
+      description = op.work->description();
+    } catch (...) {  // still release the queue below
+    }
+  }
+  end_inline(error, description);
   return error;
 }
 

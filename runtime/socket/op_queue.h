@@ -80,13 +80,28 @@ class OpQueue {
         end_inline(nullptr, {});
         return completed_work();
       }
-      auto work = std::make_shared<CompletionWork>(describe(kind, seq, details()));
-      end_inline(error, work->description());
+      // The queue is released before anything here may throw (an
+      // allocation): a queue left marked busy would never run another op.
+      std::string description = kind;
+      try {
+        description = describe(kind, seq, details());
+      } catch (...) {
+      }
+      end_inline(error, description);
+      auto work = std::make_shared<CompletionWork>(std::move(description));
       work->mark_completed(error);
       return work;
     } else {
-      auto work = make_work(kind, seq, Details(std::forward<DetailsFn>(details)));
-      Op inline_op{work, timeout, OpFn(std::forward<Fn>(op))};
+      std::shared_ptr<CompletionWork> work;
+      OpFn fn;
+      try {
+        work = make_work(kind, seq, Details(std::forward<DetailsFn>(details)));
+        fn = OpFn(std::forward<Fn>(op));
+      } catch (...) {
+        end_inline(nullptr, {});  // release the queue, then report the failure
+        throw;
+      }
+      Op inline_op{work, timeout, std::move(fn)};
       work->mark_completed(run_op(inline_op));
       return work;
     }
