@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/bootstrap.h"
 #include "collectives/socket_communicator.h"
 #include "collectives/wire.h"
 #include "rendezvous/hash_store.h"
@@ -458,8 +459,7 @@ TEST_CASE("auto all_reduce on one host: the ring at 2-4 ranks, shm from 5 ranks 
   o.timeout = 60s;
   // The plain run is "auto" (shared memory, threads of one process count as
   // one host); the [tcp] run has no shm algorithms, so never kShm.
-  const char* transport = std::getenv("COLLIE_TRANSPORT");
-  const bool want_shm = transport == nullptr || std::string(transport) != "tcp";
+  const bool want_shm = resolve_transport("") != TransportChoice::kTcp;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
     auto& s = dynamic_cast<SocketCommunicator&>(c);
     if (s.shm_algorithms() != want_shm) throw std::runtime_error("shm algorithms not as expected");

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "collectives/bootstrap.h"
 #include "collectives/socket_communicator.h"
 #include "runtime/base/error.h"
 #include "runtime/base/str_cat.h"
@@ -185,8 +186,7 @@ TEST_CASE("the ring through a tiny odd-sized shared-memory ring: elements split 
   CommunicatorOptions o = sweep_options();
   o.segment_bytes = 1000;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
-    const char* transport = std::getenv("COLLIE_TRANSPORT");
-    if ((transport == nullptr || std::string(transport) != "tcp") &&
+    if (resolve_transport("") != TransportChoice::kTcp &&
         !dynamic_cast<SocketCommunicator&>(c).shm_algorithms()) {
       throw std::runtime_error("expected shared-memory channels");
     }
