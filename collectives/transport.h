@@ -222,6 +222,12 @@ class Transport {
   std::vector<std::string> waiting_for(const Connection* except) const;
   [[noreturn]] void fail_aborted();
   std::string context() const;  // "all_reduce(...) as op #3 on rank 1"
+  // Writes what `c`'s channel takes of its posted sends (fail() on an
+  // error); true when bytes moved.
+  bool push_sends(Connection& c);
+  // The first slow-wait report's time, report_after from the deadline's
+  // start, unless set (begin() and run_p2p() unset it).
+  void arm_report();
   void report_slow_wait();
 
   // The timeout probe (transport_failure.cc): a rank whose deadline passed,
@@ -251,6 +257,11 @@ class Transport {
   void spin_failed();
   void spin_succeeded();
   Clock::time_point spin_quiet_until_{};
+  // A pause seen by the last timed wait (spin_quiet_until_ not yet passed
+  // then): progress() skips its clockless polls until a timed wait finds
+  // the pause over.
+  bool spin_quiet_ = false;
+  static constexpr int kClocklessPolls = 32;
   std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
   uint32_t spin_streak_ = 0;                     // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()

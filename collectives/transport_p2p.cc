@@ -29,6 +29,7 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
                         std::vector<int>* sources) {
   check_usable("send/recv");
   deadline_ = &deadline;
+  next_report_ = {};
   in_p2p_ = true;
   p2p_ops_ = ops;
   sources->assign(ops.size(), -1);

@@ -166,7 +166,7 @@ bool OpQueue::begin_inline(uint64_t* seq) {
 std::exception_ptr OpQueue::run_op(Op& op) {
   std::exception_ptr error;
   try {
-    op.run(Deadline(op.timeout), *op.work);
+    op.run(Deadline::from_first_use(op.timeout), *op.work);
   } catch (...) {
     error = std::current_exception();
   }

@@ -48,7 +48,9 @@ class OpQueue {
   // Queues `op` and returns its Work, described as "kind #seq (details)",
   // e.g. "all_reduce #3 (float32 x 1024, sum)", where seq counts this
   // queue's submissions from 1. The worker runs it under a Deadline of
-  // `timeout` that starts when the op starts. When the queue is broken or
+  // `timeout` that starts when the op starts to wait
+  // (Deadline::from_first_use: an op that never waits reads no clock), at
+  // most microseconds after it starts. When the queue is broken or
   // shut down, the returned Work has already failed.
   std::shared_ptr<Work> submit(const char* kind, Details details, Timeout timeout, OpFn op);
   // Like submit, but when nothing is queued or running it runs `op` right
@@ -72,7 +74,7 @@ class OpQueue {
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
       std::exception_ptr error;
       try {
-        op(Deadline(timeout));
+        op(Deadline::from_first_use(timeout));
       } catch (...) {
         error = std::current_exception();
       }
