@@ -126,6 +126,9 @@ class ShmRing {
   // Consumer: how many of `bytes` can be read now, or -1 (EPROTO) when the
   // producer's tail is not believable.
   ssize_t available(size_t bytes) const {
+    const size_t off = head_ % capacity_;
+    __builtin_prefetch(data_ + off);
+    __builtin_prefetch(data_ + (off + 64 < capacity_ ? off + 64 : 0));
     const uint64_t avail = ctl_->tail.load(std::memory_order_acquire) - head_;
     if (avail > capacity_) {
       errno = EPROTO;
