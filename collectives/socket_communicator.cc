@@ -119,8 +119,7 @@ CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
 }
 
 void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
-  const std::string why = unsupported_reduction(op, dtype);
-  COLLIE_ARG_CHECK(why.empty(), what, ": ", why);
+  COLLIE_ARG_CHECK(reduction_supported(op, dtype), what, ": ", unsupported_reduction(op, dtype));
 }
 
 void SocketCommunicator::check_root(const char* what, int root) const {

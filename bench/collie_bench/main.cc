@@ -107,11 +107,13 @@ class Runner {
 
  private:
   std::shared_ptr<Work> issue(HostBuffer& big, HostBuffer& small) {
-    const std::string& c = o_.collective;
     // --blocking: the caller waits at once, as torch's async_op=False.
     const bool async_op = !o_.blocking;
-    if (c == "all_reduce")
+    // Decided once: comparing the name on every call cost the timed loop
+    // a few ns of a 4-byte all_reduce's 300.
+    if (all_reduce_)
       return pg_->all_reduce(big.view(), {.op = op_, .timeout = timeout_, .async_op = async_op});
+    const std::string& c = o_.collective;
     if (c == "broadcast")
       return pg_->broadcast(big.view(),
                             {.root = o_.root, .timeout = timeout_, .async_op = async_op});
@@ -209,6 +211,7 @@ class Runner {
   ReduceOp op_;
   std::shared_ptr<ProcessGroup> pg_;
   int rank_, world_;
+  const bool all_reduce_ = o_.collective == "all_reduce";
   Timeout timeout_;
 };
 

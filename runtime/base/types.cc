@@ -64,7 +64,16 @@ bool is_integral(DataType dtype) {
   return visit_dtype(dtype, []<typename T>(TypeTag<T>) { return std::is_integral_v<T>; });
 }
 
+bool reduction_supported(ReduceOp op, DataType dtype) {
+  if (!is_valid(op) || !is_valid(dtype)) return false;
+  if (op == ReduceOp::kAvg) return is_floating_point(dtype);
+  if (op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor)
+    return is_integral(dtype);
+  return true;
+}
+
 std::string unsupported_reduction(ReduceOp op, DataType dtype) {
+  if (reduction_supported(op, dtype)) return {};
   if (!is_valid(op)) return str_cat("unknown reduce op (", static_cast<int>(op), ")");
   if (!is_valid(dtype)) return str_cat("unknown dtype (", static_cast<int>(dtype), ")");
   if (op == ReduceOp::kAvg && !is_floating_point(dtype))
@@ -75,7 +84,7 @@ std::string unsupported_reduction(ReduceOp op, DataType dtype) {
       !is_integral(dtype))
     return str_cat("ReduceOp ", op, " is not defined for ", dtype,
                    " (the bitwise ops take integer and bool tensors)");
-  return {};
+  return str_cat("ReduceOp ", op, " is not defined for ", dtype);  // not reached
 }
 
 bool is_valid(DataType dtype) { return static_cast<int>(dtype) < kNumDataTypes; }

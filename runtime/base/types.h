@@ -68,6 +68,9 @@ bool is_integral(DataType dtype);
 // floating-point type (an integer average would truncate), the bitwise ops
 // an integer or bool one. Every backend's argument checks ask this.
 std::string unsupported_reduction(ReduceOp op, DataType dtype);
+// Whether unsupported_reduction(op, dtype) is empty, without building a
+// string: the check every collective call makes.
+bool reduction_supported(ReduceOp op, DataType dtype);
 // Parse torch-style names ("float32", "float", "fp16", "bfloat16", "int64",
 // "uint8", "int8", "bool", ...); std::nullopt when unknown.
 std::optional<DataType> parse_data_type(std::string_view name);

@@ -27,8 +27,8 @@ void check_tensor(const CallSite& site, std::string_view name, const TensorView&
 }
 
 void check_reduce_op(const CallSite& site, ReduceOp op, DataType dtype) {
-  if (std::string why = unsupported_reduction(op, dtype); !why.empty())
-    throw InvalidArgument(str_cat(where(site), ": ", why));
+  if (!reduction_supported(op, dtype))
+    throw InvalidArgument(str_cat(where(site), ": ", unsupported_reduction(op, dtype)));
 }
 
 void check_root(const CallSite& site, int root, int size) {
