@@ -91,7 +91,7 @@ void OpQueue::end_help(bool done) {
 
 bool OpQueue::help() {
   std::unique_lock lock(mu_);
-  if (running_op_ || queue_.empty() || stopping_) return false;
+  if (busy() || queue_.empty() || stopping_) return false;
   run_front(lock);
   return true;
 }
@@ -99,11 +99,14 @@ bool OpQueue::help() {
 void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   Op op = std::move(queue_.front());
   queue_.pop_front();
-  if (broken_error_) {
+  if (broken_error_) {  // kClosed is set: no inline op starts meanwhile
+    if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
     op.work->mark_completed(refusal_locked(op.work->description()));
     return;
   }
-  running_op_ = true;
+  // Busy before not queued: an inline op starts only when neither is set.
+  state_.fetch_or(kBusy, std::memory_order_acquire);
+  if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
   lock.unlock();
   std::exception_ptr error = run_op(op);
   // Complete outside the lock: a waiter woken here may submit at once.
@@ -141,9 +144,12 @@ std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
-    work = make_work(kind, ++submitted_, std::move(details));
+    const uint64_t seq = (state_.fetch_add(kSeqOne, std::memory_order_relaxed) >> kSeqShift) + 1;
+    work = make_work(kind, seq, std::move(details));
     if (!broken_error_ && !stopping_) {
       queue_.push_back(Op{work, timeout, std::move(op)});
+      // After the push, which may throw: kQueued never outlives its ops.
+      state_.fetch_or(kQueued, std::memory_order_release);
       cv_.notify_one();
       return work;
     }
@@ -154,12 +160,17 @@ std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout
 }
 
 bool OpQueue::begin_inline(uint64_t* seq) {
-  // Busy or refusing: the caller takes the ordinary path, which keeps the
-  // order and the errors.
-  std::lock_guard lock(mu_);
-  if (broken_error_ || stopping_ || !queue_.empty() || running_op_) return false;
-  *seq = ++submitted_;
-  running_op_ = true;  // the worker starts nothing until this op is done
+  // Busy, queued or refusing: the caller takes the ordinary path, which
+  // keeps the order and the errors. Otherwise the op is counted and the
+  // queue marked busy in one step (the worker starts nothing until this op
+  // is done); a submission racing with it makes it fail, which is that path
+  // too.
+  uint64_t state = state_.load(std::memory_order_relaxed);
+  if ((state & kFlags) != 0) return false;
+  if (!state_.compare_exchange_strong(state, (state + kSeqOne) | kBusy, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+    return false;
+  *seq = (state >> kSeqShift) + 1;
   return true;
 }
 
@@ -182,14 +193,26 @@ std::exception_ptr OpQueue::run_op(Op& op) {
 }
 
 void OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
+  if (!error || is_invalid_argument(error)) {
+    const uint64_t before = state_.fetch_and(~kBusy, std::memory_order_release);
+    if ((before & (kQueued | kClosed)) == 0) return;  // nobody to wake
+    std::lock_guard lock(mu_);
+    wake_locked();
+    return;
+  }
   std::lock_guard lock(mu_);
-  running_op_ = false;
-  if (error && !is_invalid_argument(error) && !broken_error_) {
+  if (!broken_error_) {
     broken_error_ = error;
     broken_by_ = description;
+    state_.fetch_or(kClosed, std::memory_order_relaxed);
     COLLIE_LOG(kError) << what_ << ": " << broken_by_
                        << " failed, the group is broken: " << what_of(error);
   }
+  state_.fetch_and(~kBusy, std::memory_order_release);
+  wake_locked();
+}
+
+void OpQueue::wake_locked() {
   // Wakes the worker only when it has something to do: ops queued behind an
   // inline one, or a shutdown. An unconditional notify costs a futex wake-up
   // and a context switch of the idle worker on every blocking call, about
@@ -202,10 +225,18 @@ void OpQueue::end_inline(std::exception_ptr error, const std::string& descriptio
 void OpQueue::run_worker() {
   std::unique_lock lock(mu_);
   for (;;) {
-    // running_op_ here means a caller is running an op inline.
-    if (queue_.empty() || running_op_) {
-      if (stopping_ && queue_.empty() && !running_op_) break;  // stopping and drained
-      cv_.wait(lock);
+    // Busy here means a caller is running an op inline.
+    if (queue_.empty() || busy()) {
+      if (stopping_ && queue_.empty() && !busy()) break;  // stopping and drained
+      // Ops queued behind a running one: the end of an inline op wakes us,
+      // but an op run by a waiter that helps does not (the waiter takes the
+      // next one itself), and that waiter may stop before the rest without
+      // waking us either (end_help). Look again after kHandBack.
+      if (queue_.empty()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_for(lock, kHandBack);
+      }
       continue;
     }
     // Waiters run the queued ops while they help, and get kHandBack to
@@ -231,12 +262,13 @@ void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
   std::unique_lock lock(mu_);
   if (joined_) return;
   stopping_ = true;
+  state_.fetch_or(kClosed, std::memory_order_relaxed);
   cv_.notify_all();
   Deadline deadline(grace);
   bool drained =
-      idle_cv_.wait_until(lock, deadline.when(), [&] { return queue_.empty() && !running_op_; });
+      idle_cv_.wait_until(lock, deadline.when(), [&] { return queue_.empty() && !busy(); });
   if (!drained) {
-    COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (running_op_ ? 1 : 0)
+    COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (busy() ? 1 : 0)
                       << " collective(s) unfinished " << deadline.describe() << "; aborting them";
     if (!broken_error_) {
       broken_error_ = std::make_exception_ptr(BackendError(
@@ -263,9 +295,6 @@ std::exception_ptr OpQueue::broken_error() const {
   return broken_error_;
 }
 
-uint64_t OpQueue::submitted() const {
-  std::lock_guard lock(mu_);
-  return submitted_;
-}
+uint64_t OpQueue::submitted() const { return state_.load(std::memory_order_acquire) >> kSeqShift; }
 
 }  // namespace collie

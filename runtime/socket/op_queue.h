@@ -12,6 +12,7 @@
 // operation that broke it and its error.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -164,18 +165,33 @@ class OpQueue {
   // The error a refused or skipped op fails with; requires mu_.
   std::exception_ptr refusal_locked(const std::string& description) const;
 
+  // What the inline path needs to know, in one word it reads and changes
+  // without taking mu_: kBusy (an op runs, inline or from the queue),
+  // kQueued (queue_ holds ops), kClosed (broken or stopping), and above
+  // kSeqShift the number of submissions so far. The inline path's begin
+  // goes from no flag set to kBusy in one compare-exchange, and its end
+  // clears kBusy; every other change is made under mu_. An end that finds
+  // kQueued or kClosed set takes mu_ to wake whoever waits (wake_locked).
+  // A mutex here cost two lock/unlock pairs on every blocking call.
+  static constexpr uint64_t kBusy = 1, kQueued = 2, kClosed = 4, kFlags = 0xff;
+  static constexpr int kSeqShift = 8;
+  static constexpr uint64_t kSeqOne = uint64_t{1} << kSeqShift;
+  bool busy() const { return (state_.load(std::memory_order_acquire) & kBusy) != 0; }
+  // Wakes the worker when ops wait and no waiter helps, or on shutdown;
+  // shutdown itself once drained. Requires mu_.
+  void wake_locked();
+
   const std::string what_;
+  std::atomic<uint64_t> state_{0};
   std::mutex shutdown_mu_;  // serialises shutdown() callers
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the worker
   std::condition_variable idle_cv_;  // wakes shutdown when the queue drains
   std::deque<Op> queue_;
-  bool running_op_ = false;
   int helpers_ = 0;  // waiters running queued operations: the worker stands by
   std::chrono::steady_clock::time_point help_ended_{};
   bool stopping_ = false;
   bool joined_ = false;
-  uint64_t submitted_ = 0;
   std::string broken_by_;  // the description of the op that broke the queue
   std::exception_ptr broken_error_;
   std::shared_ptr<Helper> helper_;

@@ -4,6 +4,7 @@
 // until released (or aborted) or fail with a chosen error.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -27,6 +28,8 @@ struct FakeControl {
   bool hold = false;                     // calls block while true (until released or aborted)
   int blocked = 0;                       // calls blocked right now
   bool aborted = false;
+  int running = 0;      // calls inside run() right now
+  int max_running = 0;  // the most at once: a process group runs one at a time
   // Thrown by the next call when set (then cleared).
   std::function<void()> fail_next;
 
@@ -108,6 +111,21 @@ class FakeCommunicator : public Communicator {
  private:
   void run(const std::string& what, const Deadline& deadline) {
     std::unique_lock lock(control_->mu);
+    ++control_->running;
+    control_->max_running = std::max(control_->max_running, control_->running);
+    struct Leave {
+      FakeControl& c;
+      std::unique_lock<std::mutex>& lock;
+      ~Leave() {
+        if (!lock.owns_lock()) lock.lock();
+        --c.running;
+      }
+    } leave{*control_, lock};
+    // Outside the lock for a moment, as a real collective is: a second call
+    // let in meanwhile would be counted above.
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
     if (control_->aborted) throw BackendError("fake communicator: aborted");
     control_->calls.push_back(what);
     control_->threads.push_back(std::this_thread::get_id());

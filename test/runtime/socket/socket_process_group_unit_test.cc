@@ -116,6 +116,39 @@ TEST_CASE("socket group: collectives issued from many threads all complete", "[s
   CHECK(control->calls.size() == kThreads * kPerThread);
 }
 
+TEST_CASE("socket group: blocking and queued calls from many threads run one at a time",
+          "[socket_pg]") {
+  // Blocking calls start on the caller's thread without a lock when the
+  // queue is idle (OpQueue's state word); here they race with each other,
+  // with queued calls, the worker and waiters that help.
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  constexpr int kThreads = 4, kPerThread = 400;
+  std::vector<std::thread> threads;
+  std::vector<float> data(kThreads);
+  std::atomic<int> failed{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<std::shared_ptr<Work>> works;
+      for (int k = 0; k < kPerThread; ++k) {
+        // All blocking first (racing for the inline path), then mixed.
+        const bool blocking = k < kPerThread / 2 || (k + t) % 3 != 0;
+        works.push_back(pg->all_reduce(view(&data[t], 1), {.async_op = !blocking}));
+        if (blocking && !works.back()->is_completed()) works.back()->wait(30s);
+      }
+      for (auto& w : works) {
+        w->wait(30s);
+        if (!w->is_success()) ++failed;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failed == 0);
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls.size() == kThreads * kPerThread);
+  CHECK(control->max_running == 1);
+  CHECK(control->running == 0);
+}
+
 TEST_CASE("socket group: a failed collective breaks the group; queued and later calls fail at once",
           "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
