@@ -48,6 +48,8 @@ def parse(path):
 def span(values, fmt):
     if not values:
         return "-"
+    if fmt == "us":  # two decimals below 10 us, where the runs differ by hundredths
+        fmt = "{:.2f}" if statistics.median(values) < 10 else "{:.1f}"
     return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
@@ -74,7 +76,7 @@ def main(dirs):
                 continue
             cells = [size]
             for lib in libraries:
-                cells.append(span([row[lib][0] for _, row in present if lib in row], "{:.1f}"))
+                cells.append(span([row[lib][0] for _, row in present if lib in row], "us"))
             ratios = [row["collie"][1] / (t / n) for t, row in present if "collie" in row]
             cells.append(span(ratios, "{:.2f}") if size.endswith("MiB") else "")
             wins = sum(1 for _, row in present if "collie" in row and

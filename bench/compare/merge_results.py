@@ -15,6 +15,11 @@ NAMES = {
 }
 
 
+def us(t):
+    """A time in us: two decimals below 10 us, where the runs differ by hundredths."""
+    return f"{t:.2f}" if t < 10 else f"{t:.1f}"
+
+
 def load(path):
     rows = {}
     if os.path.exists(path):
@@ -55,7 +60,7 @@ def main():
             cells = [human(s)]
             for p in present:
                 v = data[p].get(s)
-                cells.append(f"{v[0]:.1f} / {v[1]:.3f}" if v else "-")
+                cells.append(f"{us(v[0])} / {v[1]:.3f}" if v else "-")
             c = data["collie"].get(s)
             for p in present:
                 if p == "collie":
