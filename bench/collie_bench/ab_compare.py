@@ -8,6 +8,8 @@ machine falls on both alike, and comparing the medians of the time per call.
 
     bench/collie_bench/ab_compare.py OLD/collie-bench NEW/collie-bench \\
         --runs 5 --nproc 2 4 --transport tcp
+    bench/collie_bench/ab_compare.py OLD/collie-bench NEW/collie-bench --runs 15 \\
+        --nproc 1 2 --transport auto --small-only --blocking-only --small-iters 400000
 
 For each world size and mode (blocking, and back to back: the async path) it
 runs a 4-byte size with many iterations and the large sizes with a few, and
@@ -37,7 +39,9 @@ def run(binary, nproc, transport, blocking, sizes, iters, warmup):
 
 
 def span(values):
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+    # Two decimals below 10 us, where a change moves the figure by hundredths.
+    f = "{:.2f}" if statistics.median(values) < 10 else "{:.1f}"
+    return f"{f.format(statistics.median(values))} ({f.format(min(values))}-{f.format(max(values))})"
 
 
 def main():
@@ -47,13 +51,19 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
     p.add_argument("--transport", default="tcp")
+    p.add_argument("--small-iters", default="1000",
+                   help="calls timed at 4 bytes (sub-microsecond calls need 10^5 or more)")
+    p.add_argument("--small-only", action="store_true", help="skip the large sizes")
+    p.add_argument("--blocking-only", action="store_true", help="skip the back-to-back mode")
     args = p.parse_args()
+    small = (SIZES[0][0], args.small_iters, str(max(100, int(args.small_iters) // 10)))
+    sizes_run = [small] if args.small_only else [small, SIZES[1]]
     for nproc in args.nproc:
         times = {}  # (mode, bytes, which) -> [us]
         for _ in range(args.runs):
-            for blocking in (True, False):
+            for blocking in (True,) if args.blocking_only else (True, False):
                 mode = "blocking" if blocking else "back to back"
-                for sizes, iters, warmup in SIZES:
+                for sizes, iters, warmup in sizes_run:
                     for which, binary in (("A", args.a), ("B", args.b)):
                         got = run(binary, nproc, args.transport, blocking, sizes, iters, warmup)
                         for size, us in got.items():
