@@ -209,6 +209,10 @@ bool Transport::push_sends(Connection& c) {
   int err = 0;
   const long r = c.progress_send(&err);
   if (r < 0) {
+    // abort() shuts the sockets: the write it broke reports the abort, not
+    // a broken pipe (a send posted after abort() starts here, before any
+    // progress() could look).
+    if (aborted_.load()) fail_aborted();
     fail(ErrorKind::kNetwork,
          str_cat(context(), ": sending to ", c.name(), " failed: ", std::strerror(err),
                  " (the peer process exited, crashed or aborted)"));
@@ -282,16 +286,21 @@ void Transport::progress() {
   // First a few polls without reading the clock, when busy-polling is on
   // and not paused: a read costs as much as polling every connection once
   // (25 ns on the 2-core VMs), and a small message that is already there,
-  // or arrives within a microsecond, is then taken with none. Only empty
-  // polls repeat here: once data moves, the loop below checks the deadline
-  // after every step.
+  // or arrives within a microsecond, is then taken with none when it ends
+  // the call. Only empty polls repeat here: once data moves, the loop below
+  // checks the deadline after every step.
   if (busy_poll_.count() > 0 && spin_.count() > 0 && !spin_quiet_) {
     for (int i = 0; i < kClocklessPolls; ++i) {
       if (aborted_.load()) fail_aborted();
       const bool moved = progress_all();
       if (!pending()) return;
       if (completed_ != start) {
+        // A step of a call that goes on: its deadline starts now at the
+        // latest, and is checked as after every step below (a call that
+        // is slow, not stuck, still ends at its deadline).
         spin_succeeded();
+        arm_report();
+        if (Clock::now() >= deadline_->when()) fail_timeout();
         return;
       }
       if (moved) break;
