@@ -23,7 +23,9 @@ std::shared_ptr<Work> completed_work() {
   // Owned by nobody (the aliasing constructor with an empty owner): it
   // lives as long as the program, and copies of the pointer touch no
   // reference count, which would be two atomic operations on every call.
-  static CompletedWork work;
+  // Never destroyed: a copy may outlive static destruction (a Work kept by a
+  // global, or by a thread still running at exit).
+  static CompletedWork& work = *new CompletedWork;
   return std::shared_ptr<Work>(std::shared_ptr<Work>(), &work);
 }
 

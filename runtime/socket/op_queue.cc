@@ -144,15 +144,26 @@ std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout
   std::shared_ptr<CompletionWork> work;
   {
     std::lock_guard lock(mu_);
-    const uint64_t seq = (state_.fetch_add(kSeqOne, std::memory_order_relaxed) >> kSeqShift) + 1;
-    work = make_work(kind, seq, std::move(details));
-    if (!broken_error_ && !stopping_) {
-      queue_.push_back(Op{work, timeout, std::move(op)});
-      // After the push, which may throw: kQueued never outlives its ops.
-      state_.fetch_or(kQueued, std::memory_order_release);
+    const bool take = !broken_error_ && !stopping_;
+    // The number and kQueued in one step: an inline op that starts later
+    // gets a later number, and one running now holds kBusy.
+    uint64_t state = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(state, (state + kSeqOne) | (take ? kQueued : 0),
+                                         std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+    const uint64_t seq = (state >> kSeqShift) + 1;
+    if (take) {
+      try {
+        work = make_work(kind, seq, std::move(details));
+        queue_.push_back(Op{work, timeout, std::move(op)});
+      } catch (...) {  // kQueued never outlives the ops it announces
+        if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
+        throw;
+      }
       cv_.notify_one();
       return work;
     }
+    work = make_work(kind, seq, std::move(details));
     refusal = refusal_locked(work->description());
   }
   work->mark_completed(refusal);
@@ -193,7 +204,12 @@ std::exception_ptr OpQueue::run_op(Op& op) {
 }
 
 void OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
-  if (!error || is_invalid_argument(error)) {
+  const bool breaks = error && !is_invalid_argument(error);
+  // Once a shutdown is under way the queue is released under mu_, so that
+  // shutdown(), which waits under mu_ for kBusy to clear, cannot return
+  // (and the queue go) while this thread still has mu_ to take.
+  const bool closing = (state_.load(std::memory_order_relaxed) & kClosed) != 0;
+  if (!breaks && !closing) {
     const uint64_t before = state_.fetch_and(~kBusy, std::memory_order_release);
     if ((before & (kQueued | kClosed)) == 0) return;  // nobody to wake
     std::lock_guard lock(mu_);
@@ -201,7 +217,7 @@ void OpQueue::end_inline(std::exception_ptr error, const std::string& descriptio
     return;
   }
   std::lock_guard lock(mu_);
-  if (!broken_error_) {
+  if (breaks && !broken_error_) {
     broken_error_ = error;
     broken_by_ = description;
     state_.fetch_or(kClosed, std::memory_order_relaxed);

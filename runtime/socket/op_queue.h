@@ -49,9 +49,10 @@ class OpQueue {
   // Queues `op` and returns its Work, described as "kind #seq (details)",
   // e.g. "all_reduce #3 (float32 x 1024, sum)", where seq counts this
   // queue's submissions from 1. The worker runs it under a Deadline of
-  // `timeout` that starts when the op starts to wait
-  // (Deadline::from_first_use: an op that never waits reads no clock), at
-  // most microseconds after it starts. When the queue is broken or
+  // `timeout` that starts when the op first waits for the clock's sake:
+  // its first timed wait, or the end of its first step when more follow
+  // (Deadline::from_first_use; a one-step op that never waits long reads
+  // no clock). When the queue is broken or
   // shut down, the returned Work has already failed.
   std::shared_ptr<Work> submit(const char* kind, Details details, Timeout timeout, OpFn op);
   // Like submit, but when nothing is queued or running it runs `op` right
