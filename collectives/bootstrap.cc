@@ -309,7 +309,7 @@ size_t shm_ring_bytes() {
                                   "': expected the bytes of each shared-memory ring, from 4096 "
                                   "to 2^34"));
   }
-  return static_cast<size_t>(v);
+  return static_cast<size_t>(v) & ~size_t{63};  // whole cache lines: the second ring stays aligned
 }
 
 // The PeerLinker of one communicator: its listeners, the gates that

@@ -1,14 +1,30 @@
 // One direction of a shared-memory pair: a single-producer/single-consumer
-// byte ring. `tail` (bytes ever written) belongs to the producer and `head`
-// (bytes ever read) to the consumer; each sits on its own cache line, as do
-// the two "waiting" flags, so that the two sides never write the same line.
-// Positions grow without wrapping (64 bits); offset = position % capacity.
+// byte stream in a ring of records. Positions grow without wrapping (64
+// bits); offset = position % capacity. Every record starts at a multiple of
+// 8 with an 8-byte header word, (tag << 32) | length, and holds `length`
+// bytes of the stream after it (padded to 8); length 0 means "the rest of
+// this lap is empty, go on at offset 0". The tag is the low 32 bits of
+// position / 8 + 1, so it differs between laps.
+//
+// The header word is the only signal: the producer copies the bytes in,
+// zeroes the word where the *next* record will start, and then publishes
+// the record by storing its header (release). The consumer polls the word
+// at its position and reads the bytes next to it, one cache line for a
+// small frame where a separate tail word would move a second line between
+// the cores first (vader's "fast box" works this way). Because every
+// record zeroes the next header before it is published, the word at the
+// consumer's position is always either 0 or a published header, never a
+// stale byte of an earlier lap. `head` (where the consumer has read up to)
+// stays a control word on its own cache line; the producer keeps the last
+// value it loaded and loads the consumer's line again only when that leaves
+// too little room. The "waiting" flags sit on their own lines too.
 //
 // The other side is another process, so nothing it writes is trusted: a
-// tail that claims more than `capacity` unread bytes, or that moves
-// backwards, is reported as corruption (EPROTO), never used as a length.
-// test/fuzz/shm_ring_fuzz.cc drives a ring with hostile control words (it
-// found the empty-buffer memcpy(nullptr) the loops below skip).
+// header with the right tag but a length that runs past the ring's end is
+// reported as corruption (EPROTO), never used to index; a head that claims
+// the consumer read past the producer leaves no room. test/fuzz/
+// shm_ring_fuzz.cc drives a ring with hostile stores to the records and to
+// head (it found the empty-buffer memcpy(nullptr) the copies below skip).
 //
 // A side about to sleep sets its "waiting" flag to how it sleeps: kWaitPoll
 // (in poll() on the pair's socket: ring the socket's doorbell) or kWaitFutex
@@ -17,13 +33,14 @@
 // to the caller, which wakes the sleeper that way (shm_channel.cc).
 #pragma once
 
+#include <sys/uio.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-
-#include <sys/uio.h>
 
 namespace collie {
 
@@ -31,85 +48,103 @@ inline constexpr uint32_t kWaitPoll = 1;
 inline constexpr uint32_t kWaitFutex = 2;
 
 struct ShmRingControl {
-  alignas(64) std::atomic<uint64_t> tail{0};
   alignas(64) std::atomic<uint64_t> head{0};
   alignas(64) std::atomic<uint32_t> consumer_waiting{0};
   alignas(64) std::atomic<uint32_t> producer_waiting{0};
 };
-static_assert(sizeof(ShmRingControl) == 256);
+static_assert(sizeof(ShmRingControl) == 192);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
-// A view of one ring from one side; `data` holds `capacity` bytes.
+// A ring's data must hold at least this many bytes, a multiple of 8 (the
+// smallest record with the next header: 8 + 8 + 8).
+inline constexpr size_t kShmRingMinBytes = 64;
+
+// A view of one ring from one side; `data` holds `capacity` bytes, 8-byte
+// aligned (capacity: a multiple of 8, at least kShmRingMinBytes).
 class ShmRing {
  public:
   ShmRing() = default;
   ShmRing(ShmRingControl* control, uint8_t* data, size_t capacity)
-      : ctl_(control), data_(data), capacity_(capacity) {}
+      : ctl_(control), data_(data), capacity_(capacity & ~size_t{7}) {}
 
-  // Producer: copies what fits of the buffers. Returns the bytes written
-  // (0 when full); *wake set to how the consumer asked to be woken (0: it
-  // did not).
+  // Producer: copies what fits of the buffers, in order. Returns the bytes
+  // of the stream written (0 when there is no room); *wake set to how the
+  // consumer asked to be woken (0: it did not).
   size_t write(const iovec* iov, int count, uint32_t* wake) {
-    const uint64_t tail = tail_;
     size_t want = 0;
     for (int i = 0; i < count; ++i) want += iov[i].iov_len;
-    // The consumer's head is loaded only when the last one seen leaves too
-    // little room: its line moves between the cores on every load, which
-    // costs a small frame more than its copy. A stale head only
-    // underestimates the room.
-    size_t room = room_after(tail, seen_head_);
-    if (room < want) {
-      seen_head_ = ctl_->head.load(std::memory_order_acquire);
-      room = room_after(tail, seen_head_);
-    }
     size_t done = 0;
-    for (int i = 0; i < count && room > 0; ++i) {
-      const size_t n = std::min(room, iov[i].iov_len);
-      if (n == 0) continue;  // an empty buffer may have no address (memcpy's null is UB)
-      copy_in(tail + done, static_cast<const uint8_t*>(iov[i].iov_base), n);
+    int buf = 0;      // the buffer the next byte comes from,
+    size_t used = 0;  // and how much of it is already in
+    bool reloaded = false;
+    while (done < want) {
+      const size_t to_end = capacity_ - tail_ % capacity_;  // >= 8
+      size_t room = room_after(tail_, seen_head_);
+      // A record of the rest needs its header, its padding and the next
+      // header: load the consumer's head again when that does not fit.
+      if (!reloaded && room < round8(want - done) + 24) {
+        seen_head_ = ctl_->head.load(std::memory_order_acquire);
+        room = room_after(tail_, seen_head_);
+        reloaded = true;
+      }
+      if (to_end == 8) {  // no room for a record's bytes: skip to offset 0
+        if (room < 16) break;
+        publish(tail_, 0, tail_ + 8);  // wakes no one: a skip alone is nothing to read
+        tail_ += 8;
+        continue;
+      }
+      if (room < 24) break;
+      const size_t n = std::min({want - done, to_end - 8, room - 16, kMaxRecord});
+      uint8_t* dst = data_ + tail_ % capacity_ + 8;
+      for (size_t copied = 0; copied < n;) {
+        const size_t piece = std::min(n - copied, iov[buf].iov_len - used);
+        // An empty buffer may have no address (memcpy's null is UB).
+        if (piece > 0)
+          std::memcpy(dst + copied, static_cast<const uint8_t*>(iov[buf].iov_base) + used, piece);
+        copied += piece;
+        used += piece;
+        if (used == iov[buf].iov_len) ++buf, used = 0;
+      }
+      const uint64_t end = tail_ + 8 + round8(n);
+      publish(tail_, n, end);
+      tail_ = end;
       done += n;
-      room -= n;
     }
     if (done == 0) return 0;
-    tail_ = tail + done;
-    ctl_->tail.store(tail_, std::memory_order_seq_cst);
-    *wake = ctl_->consumer_waiting.load(std::memory_order_seq_cst) != 0
+    // Dekker order with arm_read(): the header before the flag.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *wake = ctl_->consumer_waiting.load(std::memory_order_relaxed) != 0
                 ? ctl_->consumer_waiting.exchange(0)
                 : 0;
     return done;
   }
 
   // Consumer: copies up to `bytes` out (consume: advance past them).
-  // Returns the bytes read, or -1 with errno EPROTO when the producer's
-  // tail is not believable. *wake set to how the producer asked to be
-  // woken (0: it did not).
+  // Returns the bytes read, or -1 with errno EPROTO when a header is not
+  // believable. *wake set to how the producer asked to be woken (0: it
+  // did not).
   ssize_t read(void* out, size_t bytes, bool consume, uint32_t* wake) {
-    const ssize_t n = available(bytes);
-    if (n <= 0) return n;
-    copy_out(head_, static_cast<uint8_t*>(out), static_cast<size_t>(n));
-    if (consume) advance(static_cast<size_t>(n), wake);
-    return n;
+    auto* dst = static_cast<uint8_t*>(out);
+    return walk(bytes, consume, wake, [&](const uint8_t* p, size_t n) {
+      std::memcpy(dst, p, n);
+      dst += n;
+    });
   }
 
   // Consumer: like read() with consume, but hands the bytes to f(p, n)
-  // where they lie in the ring (two pieces when they wrap) instead of
-  // copying them out; they are consumed when f returns.
+  // where they lie in the ring (one piece per record) instead of copying
+  // them out; they are consumed when the call returns.
   template <typename F>
   ssize_t read_view(size_t bytes, F&& f, uint32_t* wake) {
-    const ssize_t n = available(bytes);
-    if (n <= 0) return n;
-    const size_t off = head_ % capacity_;
-    const size_t first = std::min(static_cast<size_t>(n), capacity_ - off);
-    f(static_cast<const uint8_t*>(data_ + off), first);
-    if (static_cast<size_t>(n) > first) f(static_cast<const uint8_t*>(data_), n - first);
-    advance(static_cast<size_t>(n), wake);
-    return n;
+    return walk(bytes, true, wake, f);
   }
 
   // Consumer: asks to be woken (how: kWaitPoll or kWaitFutex) when bytes
   // arrive; true if some already have (then there is no need to sleep).
   bool arm_read(uint32_t how = kWaitPoll) {
     ctl_->consumer_waiting.store(how, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     return readable();
   }
   // Producer: asks to be woken when room appears; true if there is some.
@@ -119,58 +154,121 @@ class ShmRing {
   }
   void disarm_read() { ctl_->consumer_waiting.store(0, std::memory_order_relaxed); }
   void disarm_write() { ctl_->producer_waiting.store(0, std::memory_order_relaxed); }
-  bool readable() const { return ctl_->tail.load(std::memory_order_seq_cst) != head_; }
-  bool writable() const { return tail_ - ctl_->head.load(std::memory_order_seq_cst) < capacity_; }
+  // Consumer: a read would return bytes (or fail with EPROTO).
+  bool readable() const {
+    if (left_ > 0) return true;
+    Cursor c{data_pos_, left_, next_};
+    int skips = 0;
+    return open(c, &skips) != 0;
+  }
+  // Producer: a write would take at least one byte.
+  bool writable() const {
+    const uint64_t head = ctl_->head.load(std::memory_order_seq_cst);
+    const size_t room = room_after(tail_, head);
+    return capacity_ - tail_ % capacity_ == 8 ? room >= 40 : room >= 24;
+  }
 
  private:
-  // Consumer: how many of `bytes` can be read now, or -1 (EPROTO) when the
-  // producer's tail is not believable.
-  ssize_t available(size_t bytes) const {
-    const size_t off = head_ % capacity_;
-    __builtin_prefetch(data_ + off);
-    __builtin_prefetch(data_ + (off + 64 < capacity_ ? off + 64 : 0));
-    const uint64_t avail = ctl_->tail.load(std::memory_order_acquire) - head_;
-    if (avail > capacity_) {
-      errno = EPROTO;
-      return -1;
+  // One record's bytes at most: the header's length field has 32 bits.
+  static constexpr size_t kMaxRecord = size_t{1} << 30;
+
+  // Where the consumer is: the next unread byte of the stream and how many
+  // of the current record's bytes are left from there; `next`: where the
+  // next record's header is.
+  struct Cursor {
+    uint64_t data;
+    uint64_t left;
+    uint64_t next;
+  };
+
+  static size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
+  static uint64_t tag(uint64_t pos) { return static_cast<uint32_t>(pos / 8 + 1); }
+  std::atomic_ref<uint64_t> word(uint64_t pos) const {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data_ + pos % capacity_));
+  }
+
+  // Producer: the record at `pos` with `n` bytes is in; zero the header
+  // where the next one will start, then publish this one's.
+  void publish(uint64_t pos, size_t n, uint64_t end) {
+    word(end).store(0, std::memory_order_relaxed);
+    word(pos).store(tag(pos) << 32 | n, std::memory_order_release);
+  }
+
+  // Consumer: steps c onto the next record with bytes. 1: c has bytes
+  // left; 0: nothing has been published yet; -1: corrupt header (EPROTO).
+  // Skips at most two empty laps a call (only a hostile peer writes more).
+  int open(Cursor& c, int* skips) const {
+    for (;;) {
+      const size_t off = c.next % capacity_;
+      __builtin_prefetch(data_ + (off + 64 < capacity_ ? off + 64 : 0));
+      const uint64_t w = word(c.next).load(std::memory_order_acquire);
+      if (w >> 32 != tag(c.next)) return 0;
+      const uint64_t n = w & 0xffffffffu;
+      const size_t to_end = capacity_ - off;
+      if (n > to_end - 8) {
+        errno = EPROTO;
+        return -1;
+      }
+      if (n == 0) {
+        if (++*skips > 2) return 0;
+        c.next += to_end;
+        continue;
+      }
+      c.data = c.next + 8;
+      c.left = n;
+      c.next += 8 + round8(n);
+      return 1;
     }
-    return static_cast<ssize_t>(std::min<uint64_t>(avail, bytes));
   }
-  // Consumer: past n bytes; *wake set to how the producer asked to be
-  // woken (0: it did not).
-  void advance(size_t n, uint32_t* wake) {
-    head_ += n;
-    ctl_->head.store(head_, std::memory_order_seq_cst);
-    *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
-                ? ctl_->producer_waiting.exchange(0)
-                : 0;
+
+  // Consumer: hands up to `bytes` to f, record by record; with consume,
+  // moves past them and publishes the new head.
+  template <typename F>
+  ssize_t walk(size_t bytes, bool consume, uint32_t* wake, F&& f) {
+    Cursor c{data_pos_, left_, next_};
+    size_t done = 0;
+    int skips = 0;
+    while (done < bytes) {
+      if (c.left == 0) {
+        const int r = open(c, &skips);
+        if (r < 0) return -1;
+        if (r == 0) break;
+      }
+      const size_t n = std::min<uint64_t>(bytes - done, c.left);
+      f(static_cast<const uint8_t*>(data_ + c.data % capacity_), n);
+      c.data += n;
+      c.left -= n;
+      done += n;
+    }
+    if (!consume) return static_cast<ssize_t>(done);
+    const bool moved = c.next != next_ || c.data != data_pos_;
+    data_pos_ = c.data, left_ = c.left, next_ = c.next;
+    if (moved) {
+      // The producer may reuse everything before the first unread byte.
+      ctl_->head.store(left_ > 0 ? data_pos_ & ~uint64_t{7} : next_, std::memory_order_seq_cst);
+      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
+                  ? ctl_->producer_waiting.exchange(0)
+                  : 0;
+    }
+    return static_cast<ssize_t>(done);
   }
+
   size_t room_after(uint64_t tail, uint64_t head) const {
     const uint64_t used = tail - head;
     return used > capacity_ ? 0 : capacity_ - used;
-  }
-  void copy_in(uint64_t pos, const uint8_t* src, size_t n) {
-    const size_t off = pos % capacity_;
-    const size_t first = std::min(n, capacity_ - off);
-    std::memcpy(data_ + off, src, first);
-    std::memcpy(data_, src + first, n - first);
-  }
-  void copy_out(uint64_t pos, uint8_t* dst, size_t n) const {
-    const size_t off = pos % capacity_;
-    const size_t first = std::min(n, capacity_ - off);
-    std::memcpy(dst, data_ + off, first);
-    std::memcpy(dst + first, data_, n - first);
   }
 
   ShmRingControl* ctl_ = nullptr;
   uint8_t* data_ = nullptr;
   size_t capacity_ = 0;
-  // Each side's own position, kept here too so that it never loads the
-  // shared line for it (only this side writes it): the producer's tail,
-  // the consumer's head. Rings start empty, at 0.
+  // Each side's own state, kept here so that it never loads a shared line
+  // for it. Producer: where its next record starts, and the consumer's
+  // head as last loaded. Consumer: its cursor. Rings start empty, at 0.
   uint64_t tail_ = 0;
-  uint64_t head_ = 0;
-  uint64_t seen_head_ = 0;  // producer: the consumer's head as last loaded
+  uint64_t seen_head_ = 0;
+  uint64_t data_pos_ = 0;
+  uint64_t left_ = 0;
+  uint64_t next_ = 0;
 };
 
 }  // namespace collie

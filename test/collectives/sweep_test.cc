@@ -177,9 +177,10 @@ TEST_CASE("default options: multi-megabyte all_reduce, broadcast and all_gather"
 
 TEST_CASE("the ring through a tiny odd-sized shared-memory ring: elements split at wraps",
           "[sweep]") {
-  // 4099 bytes: frames wrap at odd offsets and fill the ring, so received
-  // segments arrive in pieces that split elements and sit off their
-  // alignment; reducing them where they lie must still give the reference.
+  // 4099 bytes (4096 used: whole cache lines): 1040-byte frames fill the
+  // ring and are cut where a record ends, so received segments arrive in
+  // pieces that split elements and sit off their alignment; reducing them
+  // where they lie must still give the reference.
   ScopedEnv ring_bytes("COLLIE_SHM_BYTES", "4099");
   const int P = GENERATE(2, 3);
   INFO("world size " << P);
