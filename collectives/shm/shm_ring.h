@@ -1,10 +1,10 @@
 // One direction of a shared-memory pair: a single-producer/single-consumer
 // byte stream in a ring of records. Positions grow without wrapping (64
-// bits); offset = position % capacity. Every record starts at a multiple of
-// 8 with an 8-byte header word, (tag << 32) | length, and holds `length`
-// bytes of the stream after it (padded to 8); length 0 means "the rest of
-// this lap is empty, go on at offset 0". The tag is the low 32 bits of
-// position / 8 + 1, so it differs between laps.
+// bits); offset = position % capacity. Every record starts on a cache line
+// with an 8-byte header word, (tag << 32) | length, holds `length` (> 0)
+// bytes of the stream after it and is padded to whole lines, so a frame of
+// up to 56 bytes is one line and no record wraps past the ring's end. The
+// tag is the low 32 bits of position / 64 + 1, so it differs between laps.
 //
 // The header word is the only signal: the producer copies the bytes in,
 // zeroes the word where the *next* record will start, and then publishes
@@ -21,7 +21,8 @@
 //
 // The other side is another process, so nothing it writes is trusted: a
 // header with the right tag but a length that runs past the ring's end is
-// reported as corruption (EPROTO), never used to index; a head that claims
+// (or is 0) is reported as corruption (EPROTO), never used to index; a
+// head that claims
 // the consumer read past the producer leaves no room. test/fuzz/
 // shm_ring_fuzz.cc drives a ring with hostile stores to the records and to
 // head (it found the empty-buffer memcpy(nullptr) the copies below skip).
@@ -56,17 +57,17 @@ static_assert(sizeof(ShmRingControl) == 192);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
-// A ring's data must hold at least this many bytes, a multiple of 8 (the
-// smallest record with the next header: 8 + 8 + 8).
-inline constexpr size_t kShmRingMinBytes = 64;
+// A ring's data must hold at least this many bytes, a multiple of 64 (the
+// smallest record and the line of the next header).
+inline constexpr size_t kShmRingMinBytes = 128;
 
-// A view of one ring from one side; `data` holds `capacity` bytes, 8-byte
-// aligned (capacity: a multiple of 8, at least kShmRingMinBytes).
+// A view of one ring from one side; `data` holds `capacity` bytes, 64-byte
+// aligned (capacity: a multiple of 64, at least kShmRingMinBytes).
 class ShmRing {
  public:
   ShmRing() = default;
   ShmRing(ShmRingControl* control, uint8_t* data, size_t capacity)
-      : ctl_(control), data_(data), capacity_(capacity & ~size_t{7}) {}
+      : ctl_(control), data_(data), capacity_(capacity & ~size_t{63}) {}
 
   // Producer: copies what fits of the buffers, in order. Returns the bytes
   // of the stream written (0 when there is no room); *wake set to how the
@@ -79,23 +80,17 @@ class ShmRing {
     size_t used = 0;  // and how much of it is already in
     bool reloaded = false;
     while (done < want) {
-      const size_t to_end = capacity_ - tail_ % capacity_;  // >= 8
       size_t room = room_after(tail_, seen_head_);
-      // A record of the rest needs its header, its padding and the next
-      // header: load the consumer's head again when that does not fit.
-      if (!reloaded && room < round8(want - done) + 24) {
+      // A record of the rest and the line of the next header must fit:
+      // load the consumer's head again when they do not.
+      if (!reloaded && room < record_bytes(want - done) + 64) {
         seen_head_ = ctl_->head.load(std::memory_order_acquire);
         room = room_after(tail_, seen_head_);
         reloaded = true;
       }
-      if (to_end == 8) {  // no room for a record's bytes: skip to offset 0
-        if (room < 16) break;
-        publish(tail_, 0, tail_ + 8);  // wakes no one: a skip alone is nothing to read
-        tail_ += 8;
-        continue;
-      }
-      if (room < 24) break;
-      const size_t n = std::min({want - done, to_end - 8, room - 16, kMaxRecord});
+      if (room < 128) break;
+      const size_t to_end = capacity_ - tail_ % capacity_;  // a multiple of 64
+      const size_t n = std::min({want - done, to_end - 8, room - 72, kMaxRecord});
       uint8_t* dst = data_ + tail_ % capacity_ + 8;
       for (size_t copied = 0; copied < n;) {
         const size_t piece = std::min(n - copied, iov[buf].iov_len - used);
@@ -106,7 +101,7 @@ class ShmRing {
         used += piece;
         if (used == iov[buf].iov_len) ++buf, used = 0;
       }
-      const uint64_t end = tail_ + 8 + round8(n);
+      const uint64_t end = tail_ + record_bytes(n);
       publish(tail_, n, end);
       tail_ = end;
       done += n;
@@ -158,14 +153,11 @@ class ShmRing {
   bool readable() const {
     if (left_ > 0) return true;
     Cursor c{data_pos_, left_, next_};
-    int skips = 0;
-    return open(c, &skips) != 0;
+    return open(c) != 0;
   }
   // Producer: a write would take at least one byte.
   bool writable() const {
-    const uint64_t head = ctl_->head.load(std::memory_order_seq_cst);
-    const size_t room = room_after(tail_, head);
-    return capacity_ - tail_ % capacity_ == 8 ? room >= 40 : room >= 24;
+    return room_after(tail_, ctl_->head.load(std::memory_order_seq_cst)) >= 128;
   }
 
  private:
@@ -181,8 +173,10 @@ class ShmRing {
     uint64_t next;
   };
 
-  static size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
-  static uint64_t tag(uint64_t pos) { return static_cast<uint32_t>(pos / 8 + 1); }
+  // A record of n bytes with its header, in whole cache lines: a small
+  // frame never straddles two.
+  static size_t record_bytes(size_t n) { return (8 + n + 63) & ~size_t{63}; }
+  static uint64_t tag(uint64_t pos) { return static_cast<uint32_t>(pos / 64 + 1); }
   std::atomic_ref<uint64_t> word(uint64_t pos) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data_ + pos % capacity_));
   }
@@ -194,31 +188,20 @@ class ShmRing {
     word(pos).store(tag(pos) << 32 | n, std::memory_order_release);
   }
 
-  // Consumer: steps c onto the next record with bytes. 1: c has bytes
-  // left; 0: nothing has been published yet; -1: corrupt header (EPROTO).
-  // Skips at most two empty laps a call (only a hostile peer writes more).
-  int open(Cursor& c, int* skips) const {
-    for (;;) {
-      const size_t off = c.next % capacity_;
-      __builtin_prefetch(data_ + (off + 64 < capacity_ ? off + 64 : 0));
-      const uint64_t w = word(c.next).load(std::memory_order_acquire);
-      if (w >> 32 != tag(c.next)) return 0;
-      const uint64_t n = w & 0xffffffffu;
-      const size_t to_end = capacity_ - off;
-      if (n > to_end - 8) {
-        errno = EPROTO;
-        return -1;
-      }
-      if (n == 0) {
-        if (++*skips > 2) return 0;
-        c.next += to_end;
-        continue;
-      }
-      c.data = c.next + 8;
-      c.left = n;
-      c.next += 8 + round8(n);
-      return 1;
+  // Consumer: steps c onto the next record. 1: c has bytes left; 0:
+  // nothing has been published yet; -1: a corrupt header (EPROTO).
+  int open(Cursor& c) const {
+    const uint64_t w = word(c.next).load(std::memory_order_acquire);
+    if (w >> 32 != tag(c.next)) return 0;
+    const uint64_t n = w & 0xffffffffu;
+    if (n == 0 || n > capacity_ - c.next % capacity_ - 8) {
+      errno = EPROTO;
+      return -1;
     }
+    c.data = c.next + 8;
+    c.left = n;
+    c.next += record_bytes(n);
+    return 1;
   }
 
   // Consumer: hands up to `bytes` to f, record by record; with consume,
@@ -227,10 +210,9 @@ class ShmRing {
   ssize_t walk(size_t bytes, bool consume, uint32_t* wake, F&& f) {
     Cursor c{data_pos_, left_, next_};
     size_t done = 0;
-    int skips = 0;
     while (done < bytes) {
       if (c.left == 0) {
-        const int r = open(c, &skips);
+        const int r = open(c);
         if (r < 0) return -1;
         if (r == 0) break;
       }
@@ -240,16 +222,13 @@ class ShmRing {
       c.left -= n;
       done += n;
     }
-    if (!consume) return static_cast<ssize_t>(done);
-    const bool moved = c.next != next_ || c.data != data_pos_;
+    if (!consume || done == 0) return static_cast<ssize_t>(done);
     data_pos_ = c.data, left_ = c.left, next_ = c.next;
-    if (moved) {
-      // The producer may reuse everything before the first unread byte.
-      ctl_->head.store(left_ > 0 ? data_pos_ & ~uint64_t{7} : next_, std::memory_order_seq_cst);
-      *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
-                  ? ctl_->producer_waiting.exchange(0)
-                  : 0;
-    }
+    // The producer may reuse every line before the first unread byte.
+    ctl_->head.store(left_ > 0 ? data_pos_ & ~uint64_t{63} : next_, std::memory_order_seq_cst);
+    *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
+                ? ctl_->producer_waiting.exchange(0)
+                : 0;
     return static_cast<ssize_t>(done);
   }
 

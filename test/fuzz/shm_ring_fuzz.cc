@@ -2,7 +2,8 @@
 // the control words live in memory the peer process can write, so the ring
 // must survive any values there.
 //
-// Input layout: byte 0 picks the capacity (64 + 8 x byte 0: 64..2104 bytes,
+// Input layout: byte 0 picks the capacity (128 + 64 x (byte 0 % 32):
+// 128..2112 bytes,
 // small so that every operation wraps); the rest is a program of steps,
 // each an opcode byte and its operands:
 //   0 n       producer writes n bytes (two iovecs, split at n/2) of a counter
@@ -46,7 +47,7 @@ using collie::fuzz::check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const size_t capacity = 64 + 8 * static_cast<size_t>(data[0]);
+  const size_t capacity = 128 + 64 * static_cast<size_t>(data[0] % 32);
   std::vector<uint8_t> memory(capacity + 2 * kGuard, kGuardByte);
   uint8_t* ring_data = memory.data() + kGuard;
   std::memset(ring_data, 0, capacity);
