@@ -122,3 +122,18 @@ TEST_CASE("collie-bench refuses bad flags in one line, exit 2, before any rank s
   auto q = Subprocess::spawn({kBench, "-C", "alltoallv"});
   CHECK(q.wait(60s).exit_code == 2);
 }
+
+TEST_CASE("shm_ring_cost exchanges whole frames through the rings, across many laps", "[bench]") {
+  const std::string bin = std::string(COLLIE_BIN_DIR) + "/shm_ring_cost";
+  // 44 bytes: one line a frame; 5000: a frame over several records and the
+  // ring's end, 2000 of them per block lap the 1 MiB ring about 10 times.
+  for (const char* frame : {"44", "5000"}) {
+    auto p = Subprocess::spawn({bin, frame, "2000", "3"});
+    const auto status = p.wait(120s);
+    INFO(p.command_line() << "\nstdout:\n" << p.out() << "\nstderr:\n" << p.err());
+    CHECK(status.exit_code == 0);
+    CHECK_THAT(p.out(), Contains(std::string("frame ") + frame + " B: "));
+  }
+  auto bad = Subprocess::spawn({bin, "0"});
+  CHECK(bad.wait(60s).exit_code == 2);
+}
