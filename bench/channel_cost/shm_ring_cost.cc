@@ -88,12 +88,13 @@ int main(int argc, char** argv) {
   const int per_block = argc > 2 ? std::atoi(argv[2]) : 100000;
   const int blocks = argc > 3 ? std::atoi(argv[3]) : 31;
   if (frame == 0 || frame > kRingBytes / 2 || per_block <= 0 || blocks <= 0) {
-    std::fprintf(stderr, "usage: shm_ring_cost [frame bytes 1..%zu] [exchanges per block] [blocks]\n",
+    std::fprintf(stderr,
+                 "usage: shm_ring_cost [frame bytes 1..%zu] [exchanges per block] [blocks]\n",
                  kRingBytes / 2);
     return 2;
   }
-  void* mem = mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     std::perror("shm_ring_cost: mmap");
     return 1;
@@ -117,8 +118,8 @@ int main(int argc, char** argv) {
       recv(rx, in.data(), frame);
       const auto want = static_cast<uint8_t>(i + 1 - me);
       if (in.front() != want || in.back() != want) {
-        std::fprintf(stderr, "shm_ring_cost: exchange %d of block %d: got %d and %d, want %d\n", i, b,
-                     in.front(), in.back(), want);
+        std::fprintf(stderr, "shm_ring_cost: exchange %d of block %d: got %d and %d, want %d\n", i,
+                     b, in.front(), in.back(), want);
         return 1;
       }
     }
