@@ -20,10 +20,9 @@
 // too little room. The "waiting" flags sit on their own lines too.
 //
 // The other side is another process, so nothing it writes is trusted: a
-// header with the right tag but a length that runs past the ring's end is
-// (or is 0) is reported as corruption (EPROTO), never used to index; a
-// head that claims
-// the consumer read past the producer leaves no room. test/fuzz/
+// header with the right tag but a length of 0 or one that runs past the
+// ring's end is reported as corruption (EPROTO), never used to index; a head
+// that claims the consumer read past the producer leaves no room. test/fuzz/
 // shm_ring_fuzz.cc drives a ring with hostile stores to the records and to
 // head (it found the empty-buffer memcpy(nullptr) the copies below skip).
 //
@@ -151,8 +150,8 @@ class ShmRing {
   void disarm_write() { ctl_->producer_waiting.store(0, std::memory_order_relaxed); }
   // Consumer: a read would return bytes (or fail with EPROTO).
   bool readable() const {
-    if (left_ > 0) return true;
-    Cursor c{data_pos_, left_, next_};
+    if (cur_.left > 0) return true;
+    Cursor c = cur_;
     return open(c) != 0;
   }
   // Producer: a write would take at least one byte.
@@ -208,7 +207,7 @@ class ShmRing {
   // moves past them and publishes the new head.
   template <typename F>
   ssize_t walk(size_t bytes, bool consume, uint32_t* wake, F&& f) {
-    Cursor c{data_pos_, left_, next_};
+    Cursor c = cur_;
     size_t done = 0;
     while (done < bytes) {
       if (c.left == 0) {
@@ -223,9 +222,9 @@ class ShmRing {
       done += n;
     }
     if (!consume || done == 0) return static_cast<ssize_t>(done);
-    data_pos_ = c.data, left_ = c.left, next_ = c.next;
+    cur_ = c;
     // The producer may reuse every line before the first unread byte.
-    ctl_->head.store(left_ > 0 ? data_pos_ & ~uint64_t{63} : next_, std::memory_order_seq_cst);
+    ctl_->head.store(c.left > 0 ? c.data & ~uint64_t{63} : c.next, std::memory_order_seq_cst);
     *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
                 ? ctl_->producer_waiting.exchange(0)
                 : 0;
@@ -245,9 +244,7 @@ class ShmRing {
   // head as last loaded. Consumer: its cursor. Rings start empty, at 0.
   uint64_t tail_ = 0;
   uint64_t seen_head_ = 0;
-  uint64_t data_pos_ = 0;
-  uint64_t left_ = 0;
-  uint64_t next_ = 0;
+  Cursor cur_{};
 };
 
 }  // namespace collie
