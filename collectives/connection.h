@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -30,6 +29,7 @@
 
 #include "collectives/channel.h"
 #include "collectives/wire.h"
+#include "runtime/base/fifo.h"
 
 namespace collie {
 
@@ -220,8 +220,8 @@ class Connection {
   P2PSink* sink_ = nullptr;
   P2PFrame p2p_;
   std::string address_;
-  std::deque<SendOp> sends_;
-  std::deque<RecvOp> recvs_;
+  Fifo<SendOp> sends_;
+  Fifo<RecvOp> recvs_;
   uint64_t sends_completed_ = 0;
   uint64_t recvs_completed_ = 0;
   std::vector<uint8_t> stash_;

@@ -63,7 +63,7 @@ Connection& Transport::conn(int peer) const {
   return *connections_[peer];
 }
 
-Connection& Transport::link(int peer) {
+Connection& Transport::link_slow(int peer) {
   COLLIE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "peer ", peer, " of rank ", rank_,
                " in a group of ", size_);
   auto& c = connections_[peer];

@@ -194,8 +194,17 @@ class Transport {
   // nothing may be posted.
   void rebase(bool check = true);
   // The connection to `peer`, created and (as the connecting side)
-  // connected on first use.
-  Connection& link(int peer);
+  // connected on first use (link_slow()). The connected case, every send's
+  // and receive's, is inline.
+  Connection& link(int peer) {
+    if (static_cast<unsigned>(peer) < static_cast<unsigned>(size_) && peer != rank_) {
+      Connection* c = connections_[peer].get();
+      if (c != nullptr && c->connected()) [[likely]]
+        return *c;
+    }
+    return link_slow(peer);
+  }
+  Connection& link_slow(int peer);
   void accept_arrivals();
   bool progress_all();   // one non-blocking pass; true if bytes moved
   bool pending() const;  // any posted operation (collective or p2p) not done

@@ -13,11 +13,6 @@ void throw_unknown_dtype(DataType dtype) {
   throw InvalidArgument(str_cat("unknown dtype (", static_cast<int>(dtype), ")"));
 }
 
-size_t element_size(DataType dtype) {
-  if (!is_valid(dtype)) return 0;
-  return visit_dtype(dtype, []<typename T>(TypeTag<T>) { return sizeof(T); });
-}
-
 std::string_view to_string(DataType dtype) {
   switch (dtype) {
     case DataType::kFloat32: return "float32";
@@ -52,26 +47,6 @@ std::string to_string(Device device) {
   return "cuda:" + std::to_string(device.index);
 }
 
-bool is_floating_point(DataType dtype) {
-  if (!is_valid(dtype)) return false;
-  return visit_dtype(dtype, []<typename T>(TypeTag<T>) {
-    return std::is_floating_point_v<T> || is_half_type_v<T>;
-  });
-}
-
-bool is_integral(DataType dtype) {
-  if (!is_valid(dtype)) return false;
-  return visit_dtype(dtype, []<typename T>(TypeTag<T>) { return std::is_integral_v<T>; });
-}
-
-bool reduction_supported(ReduceOp op, DataType dtype) {
-  if (!is_valid(op) || !is_valid(dtype)) return false;
-  if (op == ReduceOp::kAvg) return is_floating_point(dtype);
-  if (op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor)
-    return is_integral(dtype);
-  return true;
-}
-
 std::string unsupported_reduction(ReduceOp op, DataType dtype) {
   if (reduction_supported(op, dtype)) return {};
   if (!is_valid(op)) return str_cat("unknown reduce op (", static_cast<int>(op), ")");
@@ -86,9 +61,6 @@ std::string unsupported_reduction(ReduceOp op, DataType dtype) {
                    " (the bitwise ops take integer and bool tensors)");
   return str_cat("ReduceOp ", op, " is not defined for ", dtype);  // not reached
 }
-
-bool is_valid(DataType dtype) { return static_cast<int>(dtype) < kNumDataTypes; }
-bool is_valid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
 
 namespace {
 std::string lower(std::string_view s) {

@@ -103,10 +103,33 @@ TEST_CASE("visit_dtype hands every dtype its C++ type; reductions refuse what th
     visit_dtype(dt, [&]<typename T>(TypeTag<T>) {
       CHECK(sizeof(T) == element_size(dt));
       CHECK(data_type_of<T>() == dt);
+      // The inline tables agree with the C++ type.
+      CHECK(is_floating_point(dt) == (std::is_floating_point_v<T> || is_half_type_v<T>));
+      CHECK(is_integral(dt) == std::is_integral_v<T>);
+      for (int o = 0; o < kNumReduceOps; ++o) {
+        const auto op = static_cast<ReduceOp>(o);
+        const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
+        const bool expected = op == ReduceOp::kAvg ? !std::is_integral_v<T>
+                              : bitwise            ? std::is_integral_v<T>
+                                                   : true;
+        CHECK(reduction_supported(op, dt) == expected);
+        CHECK(unsupported_reduction(op, dt).empty() == expected);
+      }
       CHECK(to_double(from_double<T>(1.0)) == 1.0);
     });
   }
   CHECK_THROWS_AS(visit_dtype(static_cast<DataType>(99), [](auto) {}), InvalidArgument);
+  // Values off the wire outside the enums: no size, no reduction, and the
+  // tables are not read past their end.
+  for (int bad : {kNumDataTypes, 31, 32, 200, 255}) {
+    const auto dt = static_cast<DataType>(bad);
+    CHECK(element_size(dt) == 0);
+    CHECK_FALSE(is_floating_point(dt));
+    CHECK_FALSE(is_integral(dt));
+    CHECK_FALSE(reduction_supported(ReduceOp::kSum, dt));
+    CHECK_THAT(unsupported_reduction(ReduceOp::kSum, dt), Contains("unknown dtype"));
+  }
+  CHECK_FALSE(reduction_supported(static_cast<ReduceOp>(kNumReduceOps), DataType::kFloat32));
   CHECK(is_integral(DataType::kBool));
   CHECK(is_integral(DataType::kInt8));
   CHECK_FALSE(is_integral(DataType::kBFloat16));
