@@ -21,6 +21,7 @@
 
 #include "collectives/peer_auth.h"
 #include "collectives/shm/shm_channel.h"
+#include "collectives/shm/shm_ring.h"
 #include "collectives/tcp/tcp_channel.h"
 #include "collectives/wire.h"
 #include "runtime/base/backoff.h"
@@ -309,7 +310,8 @@ size_t shm_ring_bytes() {
                                   "': expected the bytes of each shared-memory ring, from 4096 "
                                   "to 2^34"));
   }
-  return static_cast<size_t>(v) & ~size_t{63};  // whole cache lines: the second ring stays aligned
+  // Whole lines: the second ring of a segment stays aligned.
+  return static_cast<size_t>(v) & ~(kShmLineBytes - 1);
 }
 
 // The PeerLinker of one communicator: its listeners, the gates that

@@ -434,7 +434,7 @@ std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
   size_t ring_bytes = 0;
   if (offer.magic != kOfferMagic || offer.status != 0 || !memfd) {
     *why = str_cat(who, " offered no shared-memory segment");
-  } else if (offer.ring_bytes < kShmRingMinBytes || offer.ring_bytes % 64 != 0 ||
+  } else if (offer.ring_bytes < kShmRingMinBytes || offer.ring_bytes % kShmLineBytes != 0 ||
              offer.ring_bytes > (size_t{1} << 34)) {
     *why = str_cat(who, " offered rings of ", offer.ring_bytes, " bytes");
   } else {

@@ -47,18 +47,24 @@ namespace collie {
 inline constexpr uint32_t kWaitPoll = 1;
 inline constexpr uint32_t kWaitFutex = 2;
 
+// The unit of the ring: records start on a line, and the control words
+// each have one of their own.
+inline constexpr size_t kShmLineBytes = 64;
+// A record's header word, in front of its bytes.
+inline constexpr size_t kShmHeaderBytes = 8;
+
 struct ShmRingControl {
-  alignas(64) std::atomic<uint64_t> head{0};
-  alignas(64) std::atomic<uint32_t> consumer_waiting{0};
-  alignas(64) std::atomic<uint32_t> producer_waiting{0};
+  alignas(kShmLineBytes) std::atomic<uint64_t> head{0};
+  alignas(kShmLineBytes) std::atomic<uint32_t> consumer_waiting{0};
+  alignas(kShmLineBytes) std::atomic<uint32_t> producer_waiting{0};
 };
-static_assert(sizeof(ShmRingControl) == 192);
+static_assert(sizeof(ShmRingControl) == 3 * kShmLineBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic_ref<uint64_t>::is_always_lock_free);
 
-// A ring's data must hold at least this many bytes, a multiple of 64 (the
-// smallest record and the line of the next header).
-inline constexpr size_t kShmRingMinBytes = 128;
+// A ring's data must hold at least this many bytes, in whole lines: the
+// smallest record and the line of the next header.
+inline constexpr size_t kShmRingMinBytes = 2 * kShmLineBytes;
 
 // A view of one ring from one side; `data` holds `capacity` bytes, 64-byte
 // aligned (capacity: a multiple of 64, at least kShmRingMinBytes).
@@ -66,7 +72,7 @@ class ShmRing {
  public:
   ShmRing() = default;
   ShmRing(ShmRingControl* control, uint8_t* data, size_t capacity)
-      : ctl_(control), data_(data), capacity_(capacity & ~size_t{63}) {}
+      : ctl_(control), data_(data), capacity_(capacity & ~(kShmLineBytes - 1)) {}
 
   // Producer: copies what fits of the buffers, in order. Returns the bytes
   // of the stream written (0 when there is no room); *wake set to how the
@@ -82,15 +88,18 @@ class ShmRing {
       size_t room = room_after(tail_, seen_head_);
       // A record of the rest and the line of the next header must fit:
       // load the consumer's head again when they do not.
-      if (!reloaded && room < record_bytes(want - done) + 64) {
+      if (!reloaded && room < record_bytes(want - done) + kShmLineBytes) {
         seen_head_ = ctl_->head.load(std::memory_order_acquire);
         room = room_after(tail_, seen_head_);
         reloaded = true;
       }
-      if (room < 128) break;
-      const size_t to_end = capacity_ - tail_ % capacity_;  // a multiple of 64
-      const size_t n = std::min({want - done, to_end - 8, room - 72, kMaxRecord});
-      uint8_t* dst = data_ + tail_ % capacity_ + 8;
+      if (room < kShmRingMinBytes) break;
+      const size_t to_end = capacity_ - tail_ % capacity_;  // whole lines
+      // Its bytes: what is left, up to the ring's end and up to the room
+      // that leaves one line for the next header.
+      const size_t n = std::min({want - done, to_end - kShmHeaderBytes,
+                                 room - kShmLineBytes - kShmHeaderBytes, kMaxRecord});
+      uint8_t* dst = data_ + tail_ % capacity_ + kShmHeaderBytes;
       for (size_t copied = 0; copied < n;) {
         const size_t piece = std::min(n - copied, iov[buf].iov_len - used);
         // An empty buffer may have no address (memcpy's null is UB).
@@ -156,7 +165,7 @@ class ShmRing {
   }
   // Producer: a write would take at least one byte.
   bool writable() const {
-    return room_after(tail_, ctl_->head.load(std::memory_order_seq_cst)) >= 128;
+    return room_after(tail_, ctl_->head.load(std::memory_order_seq_cst)) >= kShmRingMinBytes;
   }
 
  private:
@@ -174,8 +183,10 @@ class ShmRing {
 
   // A record of n bytes with its header, in whole cache lines: a small
   // frame never straddles two.
-  static size_t record_bytes(size_t n) { return (8 + n + 63) & ~size_t{63}; }
-  static uint64_t tag(uint64_t pos) { return static_cast<uint32_t>(pos / 64 + 1); }
+  static size_t record_bytes(size_t n) {
+    return (kShmHeaderBytes + n + kShmLineBytes - 1) & ~(kShmLineBytes - 1);
+  }
+  static uint64_t tag(uint64_t pos) { return static_cast<uint32_t>(pos / kShmLineBytes + 1); }
   std::atomic_ref<uint64_t> word(uint64_t pos) const {
     return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data_ + pos % capacity_));
   }
@@ -193,11 +204,11 @@ class ShmRing {
     const uint64_t w = word(c.next).load(std::memory_order_acquire);
     if (w >> 32 != tag(c.next)) return 0;
     const uint64_t n = w & 0xffffffffu;
-    if (n == 0 || n > capacity_ - c.next % capacity_ - 8) {
+    if (n == 0 || n > capacity_ - c.next % capacity_ - kShmHeaderBytes) {
       errno = EPROTO;
       return -1;
     }
-    c.data = c.next + 8;
+    c.data = c.next + kShmHeaderBytes;
     c.left = n;
     c.next += record_bytes(n);
     return 1;
@@ -224,7 +235,8 @@ class ShmRing {
     if (!consume || done == 0) return static_cast<ssize_t>(done);
     cur_ = c;
     // The producer may reuse every line before the first unread byte.
-    ctl_->head.store(c.left > 0 ? c.data & ~uint64_t{63} : c.next, std::memory_order_seq_cst);
+    ctl_->head.store(c.left > 0 ? c.data & ~uint64_t{kShmLineBytes - 1} : c.next,
+                     std::memory_order_seq_cst);
     *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
                 ? ctl_->producer_waiting.exchange(0)
                 : 0;
