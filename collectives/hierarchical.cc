@@ -29,7 +29,8 @@
 //    reduces the same H host sums in host order, so all ranks agree.
 //  AVG runs as SUM and divides by the world size once, at the end;
 //  float16/bfloat16 are rounded once per level (host, then hosts), not once
-//  overall as in the flat ring.
+//  overall as in the flat ring: once would carry float32 between the levels,
+//  twice a half tensor's bytes across hosts (docs/algorithms.md).
 //
 // broadcast: the root's tensor goes to one leader per host (the root on its
 // own host, the host's lowest rank elsewhere) with the flat broadcast over
