@@ -20,16 +20,22 @@ void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out
   auto* slots = static_cast<uint8_t*>(ws.get(0, P * bytes));
   auto slot = [&](int p) { return slots + static_cast<size_t>(p) * bytes; };
 
-  // Sends first: each starts as it is posted, so the receives are posted
-  // while the data travels.
-  for (int p = 0; p < P; ++p) {
-    if (p != r) t.send(p, in.data, bytes);
+  if (P == 2) {
+    // One peer: a pairwise exchange, express when the pair shares memory.
+    t.exchange(1 - r, in.data, slot(1 - r), bytes);  // our send is done when it returns
+    if (bytes > 0) std::memcpy(slot(r), in.data, bytes);
+  } else {
+    // Sends first: each starts as it is posted, so the receives are posted
+    // while the data travels.
+    for (int p = 0; p < P; ++p) {
+      if (p != r) t.send(p, in.data, bytes);
+    }
+    for (int p = 0; p < P; ++p) {
+      if (p != r) t.recv(p, slot(p), bytes);
+    }
+    if (bytes > 0) std::memcpy(slot(r), in.data, bytes);
+    t.wait_all();  // also means every send is done: out may now overwrite in
   }
-  for (int p = 0; p < P; ++p) {
-    if (p != r) t.recv(p, slot(p), bytes);
-  }
-  if (bytes > 0) std::memcpy(slot(r), in.data, bytes);
-  t.wait_all();  // also means every send is done: out may now overwrite in
 
   reduce_in_rank_order(ws, slots, bytes, P, out, op);
 }

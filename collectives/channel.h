@@ -59,6 +59,18 @@ class Channel {
   using ReadSink = std::function<void(const uint8_t*, size_t)>;
   virtual ssize_t read_to(size_t bytes, const ReadSink& sink);
 
+  // The express receive (Connection::take_now): takes the next
+  // header_bytes + payload_bytes of the stream if all of them are there
+  // and they start with `header`, the payload copied to `payload`. 1: taken;
+  // 0: not all there yet; -1: something else is next, or the channel cannot
+  // look without consuming (nothing consumed either way: read() and its
+  // checks take over).
+  virtual int take_frame(const void* header, size_t header_bytes, void* payload,
+                         size_t payload_bytes) {
+    (void)header, (void)header_bytes, (void)payload, (void)payload_bytes;
+    return -1;
+  }
+
   virtual int fd() const = 0;
   // The poll() events to wait for on fd(); *ready set when the channel can
   // already do what is wanted (the caller must not sleep).

@@ -57,6 +57,28 @@ void Connection::post_recv(const WireHeader& expected, void* data) {
   recvs_.push_back(RecvOp{expected, static_cast<uint8_t*>(data)});
 }
 
+bool Connection::send_now(const WireHeader& header, const void* payload) {
+  const size_t total = kHeaderBytes + header.payload_bytes;
+  iovec iov[2] = {{const_cast<WireHeader*>(&header), kHeaderBytes},
+                  {const_cast<void*>(payload), header.payload_bytes}};
+  const ssize_t r = channel_->write(iov, header.payload_bytes > 0 ? 2 : 1);
+  if (r == static_cast<ssize_t>(total)) {
+    ++sends_completed_;
+    return true;
+  }
+  // The ring was full (or the channel failed: progress_send() meets the
+  // error again and reports it).
+  sends_.push_back(
+      SendOp{header, static_cast<const uint8_t*>(payload), r > 0 ? static_cast<size_t>(r) : 0});
+  return false;
+}
+
+int Connection::take_now(const WireHeader& expected, void* data) {
+  const int r = channel_->take_frame(&expected, kHeaderBytes, data, expected.payload_bytes);
+  if (r > 0) ++recvs_completed_;
+  return r;
+}
+
 long Connection::progress_send(int* err) {
   long moved = 0;
   while (!sends_.empty() && channel_) {

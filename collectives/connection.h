@@ -76,6 +76,22 @@ class Connection {
   // ring, saving the copy into a staging buffer.
   void post_recv_reduce(const WireHeader& expected, void* out, const void* in, DataType dtype,
                         ReduceOp op);
+  // The express path (Transport::exchange): a frame written or taken
+  // straight through the channel, with no operation posted, when nothing
+  // else is posted or half-read on this connection.
+  bool idle() const {
+    return channel_ && sends_.empty() && recvs_.empty() && stash_pos_ == stash_.size() &&
+           !p2p_.open && !eof_;
+  }
+  // Writes header and payload now. True when all of it went (the send is
+  // complete); otherwise the send is posted with what went, for
+  // progress_send() to finish (or to report the channel's error).
+  bool send_now(const WireHeader& header, const void* payload);
+  // Takes the frame `expected` with its payload into `data` if all of it
+  // has arrived: 1 (the receive is complete), 0 (not all there yet;
+  // nothing consumed), -1 (something else comes first, or the channel
+  // failed: post the receive and let progress_recv() say what).
+  int take_now(const WireHeader& expected, void* data);
   bool send_pending() const { return !sends_.empty(); }
   bool recv_pending() const { return !recvs_.empty(); }
   uint64_t sends_completed() const { return sends_completed_; }

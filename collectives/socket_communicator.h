@@ -45,6 +45,11 @@ class SocketCommunicator final : public Communicator {
   // choice).
   bool shm_algorithms() const { return shm_algorithms_; }
   AllReduceAlgorithm last_all_reduce_algorithm() const { return last_all_reduce_; }
+  // Transport::exchange()'s express path: how often it was tried and how
+  // often it finished without the posted path (tests check both).
+  Transport::ExpressCounts express_counts() const {
+    return transport_ ? transport_->express_counts() : Transport::ExpressCounts{};
+  }
 
   void all_reduce(TensorView in, TensorView out, ReduceOp op, const Deadline& deadline,
                   AllReduceAlgorithm algorithm) override;

@@ -221,6 +221,37 @@ bool Transport::push_sends(Connection& c) {
   return r > 0;
 }
 
+void Transport::exchange(int peer, const void* out, void* in, size_t bytes) {
+  Connection& c = link(world(peer));
+  if (bytes > kExpressBytes || c.kind() != ChannelKind::kShm || !c.idle() || broken_.load()) {
+    send(peer, out, bytes);
+    recv(peer, in, bytes);
+    wait_all();
+    return;
+  }
+  count(express_tried_);
+  const WireHeader header = WireHeader::data(group_, call_, static_cast<uint32_t>(bytes));
+  const bool sent = c.send_now(header, out);
+  if (sent) ++completed_;
+  // The peer's frame: looked for while nothing of ours is left to write,
+  // busy-polling is allowed (a core each), and the spin lasts.
+  const int polls = sent && busy_polling() ? kExpressPolls : (sent ? 1 : 0);
+  for (int i = 0; i < polls; ++i) {
+    if (aborted_.load()) fail_aborted();
+    const int r = c.take_now(header, in);
+    if (r > 0) {
+      ++completed_;
+      count(express_taken_);
+      return;
+    }
+    if (r < 0) break;
+    cpu_relax();
+  }
+  count(express_handed_);
+  c.post_recv(header, in);
+  wait_all();
+}
+
 void Transport::recv(int peer, void* data, size_t bytes) {
   COLLIE_CHECK_LE(bytes, size_t{UINT32_MAX}, "one message");
   link(world(peer)).post_recv(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data);
@@ -289,7 +320,7 @@ void Transport::progress() {
   // or arrives within a microsecond, is then taken with none when it ends
   // the call. Only empty polls repeat here: once data moves, the loop below
   // checks the deadline after every step.
-  if (busy_poll_.count() > 0 && spin_.count() > 0 && !spin_quiet_) {
+  if (busy_polling()) {
     for (int i = 0; i < kClocklessPolls; ++i) {
       if (aborted_.load()) fail_aborted();
       const bool moved = progress_all();

@@ -136,6 +136,30 @@ class Transport {
   // buffer must stay valid until the operation completes.
   void send(int peer, const void* data, size_t bytes);
   void recv(int peer, void* data, size_t bytes);
+  // send(peer, out, bytes), recv(peer, in, bytes) and wait_all(), for
+  // when these two are the call's only operations (a pairwise exchange:
+  // the direct all_reduce at two ranks). Over shared memory with nothing
+  // else posted to the peer, and at most kExpressBytes, the frame goes
+  // straight into the ring and the peer's is taken where it lies, in a
+  // short spin with no operation posted: the posted path's bookkeeping and
+  // bounce copy cost a 4-byte all_reduce a third of its time
+  // (docs/performance.md). Anything
+  // else (a full ring, a frame not there within the spin, another frame
+  // first, TCP) continues on the posted path, which checks and reports as
+  // always.
+  void exchange(int peer, const void* out, void* in, size_t bytes);
+  static constexpr size_t kExpressBytes = 1024;
+  struct ExpressCounts {
+    uint64_t tried = 0;   // exchanges that started on the express path
+    uint64_t taken = 0;   // finished there: the peer's frame taken in the spin
+    uint64_t handed = 0;  // handed over to the posted path (tried = taken + handed)
+  };
+  // Thread-safe: a test reads one rank's while that rank waits.
+  ExpressCounts express_counts() const {
+    return {express_tried_.load(std::memory_order_relaxed),
+            express_taken_.load(std::memory_order_relaxed),
+            express_handed_.load(std::memory_order_relaxed)};
+  }
   // A receive of `count` elements reduced on arrival: out[i] = in[i] op
   // received[i] (Connection::post_recv_reduce; not for half types).
   void recv_reduce(int peer, void* out, const void* in, size_t count, DataType dtype, ReduceOp op);
@@ -271,6 +295,11 @@ class Transport {
   // the pause over.
   bool spin_quiet_ = false;
   static constexpr int kClocklessPolls = 32;
+  // exchange()'s spin for the peer's frame, in looks at the ring, before it
+  // hands over to the posted path (a few microseconds).
+  static constexpr int kExpressPolls = 256;
+  // Whether a wait may spin on memory without yielding the core now.
+  bool busy_polling() const { return busy_poll_.count() > 0 && spin_.count() > 0 && !spin_quiet_; }
   std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
   uint32_t spin_streak_ = 0;                     // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
@@ -285,6 +314,12 @@ class Transport {
   std::vector<int> members_;
   int sub_rank_ = -1;
   uint64_t completed_ = 0;  // operations completed, all connections
+  // exchange()'s counts. One writer, the call's thread: a relaxed load and
+  // store each, no locked instruction on the path.
+  std::atomic<uint64_t> express_tried_{0}, express_taken_{0}, express_handed_{0};
+  static void count(std::atomic<uint64_t>& n) {
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   std::string broken_reason_;

@@ -255,6 +255,20 @@ class ShmChannel final : public Channel {
   }
   ssize_t peek(void* data, size_t bytes) override { return take(data, bytes, false); }
 
+  int take_frame(const void* header, size_t header_bytes, void* payload,
+                 size_t payload_bytes) override {
+    uint32_t wake = 0;
+    const ssize_t r = rx_.take_whole(
+        header_bytes + payload_bytes,
+        [&](const uint8_t* p) {
+          if (std::memcmp(p, header, header_bytes) != 0) return false;
+          if (payload_bytes > 0) std::memcpy(payload, p + header_bytes, payload_bytes);
+          return true;
+        },
+        &wake);
+    if (wake) ring(wake);
+    return r > 0 ? 1 : r == 0 ? 0 : -1;
+  }
   int fd() const override { return socket_.get(); }
   short arm(bool want_read, bool want_write, bool* ready) override {
     *ready = arm_rings(want_read, want_write, kWaitPoll);

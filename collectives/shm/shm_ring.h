@@ -143,6 +143,30 @@ class ShmRing {
     return walk(bytes, true, wake, f);
   }
 
+  // Consumer: when the next `bytes` of the stream are all there in one
+  // record, hands their address to accept(p), which looks at them (and
+  // copies what it wants) before anything is consumed, and consumes them
+  // if it returns true. Returns `bytes` (taken), 0 (not all there in one
+  // record: nothing yet, a frame still arriving, or one split at the
+  // ring's end), -2 (accept refused them; nothing consumed), or -1 with
+  // errno EPROTO (a header not believable). The express exchange takes a
+  // frame this way: its header compared and its payload copied where they
+  // lie, once (Transport::exchange).
+  template <typename F>
+  ssize_t take_whole(size_t bytes, F&& accept, uint32_t* wake) {
+    Cursor c = cur_;
+    if (c.left == 0) {
+      const int r = open(c);
+      if (r <= 0) return r;
+    }
+    if (bytes == 0 || c.left < bytes) return 0;
+    if (!accept(static_cast<const uint8_t*>(data_ + c.data % capacity_))) return -2;
+    c.data += bytes;
+    c.left -= bytes;
+    consumed(c, wake);
+    return static_cast<ssize_t>(bytes);
+  }
+
   // Consumer: asks to be woken (how: kWaitPoll or kWaitFutex) when bytes
   // arrive; true if some already have (then there is no need to sleep).
   bool arm_read(uint32_t how = kWaitPoll) {
@@ -233,6 +257,12 @@ class ShmRing {
       done += n;
     }
     if (!consume || done == 0) return static_cast<ssize_t>(done);
+    consumed(c, wake);
+    return static_cast<ssize_t>(done);
+  }
+
+  // Consumer: moves to `c` (past what was read) and publishes the new head.
+  void consumed(const Cursor& c, uint32_t* wake) {
     cur_ = c;
     // The producer may reuse every line before the first unread byte.
     ctl_->head.store(c.left > 0 ? c.data & ~uint64_t{kShmLineBytes - 1} : c.next,
@@ -240,7 +270,6 @@ class ShmRing {
     *wake = ctl_->producer_waiting.load(std::memory_order_seq_cst) != 0
                 ? ctl_->producer_waiting.exchange(0)
                 : 0;
-    return static_cast<ssize_t>(done);
   }
 
   size_t room_after(uint64_t tail, uint64_t head) const {

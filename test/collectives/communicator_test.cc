@@ -532,3 +532,108 @@ TEST_CASE("the small all_reduce reduces in rank order: every rank agrees bit for
     CHECK(std::memcmp(got[r].data(), want.data(), n * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("two ranks exchange straight through shared memory, and hand over to the posted path") {
+  // Transport::exchange, the small all_reduce at two ranks: the frame goes
+  // into the ring and the peer's is taken where it lands. Every way out of
+  // that path is taken here and must end exactly as the posted path would.
+  CommunicatorOptions o;
+  o.store_prefix = "express";
+  o.transport = "auto";  // threads of one process: one host, shared memory
+  o.timeout = 60s;
+  auto counts = [](Communicator& c) {
+    return dynamic_cast<SocketCommunicator&>(c).express_counts();
+  };
+  auto sum_of_ranks = [](size_t n, int call, int rank) {
+    std::vector<float> v(n);
+    for (size_t k = 0; k < n; ++k) v[k] = static_cast<float>(rank * 1000 + call * 3 + k);
+    return v;
+  };
+  auto all_reduce = [](Communicator& c, std::vector<float>& v) {
+    const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
+    c.all_reduce(t, t, ReduceOp::kSum, Deadline(60s), AllReduceAlgorithm::kSmall);
+  };
+  auto check_sum = [&](const std::vector<float>& v, int call) {
+    const auto a = sum_of_ranks(v.size(), call, 0), b = sum_of_ranks(v.size(), call, 1);
+    for (size_t k = 0; k < v.size(); ++k) REQUIRE(v[k] == a[k] + b[k]);
+  };
+
+  SECTION("every size up to kExpressBytes tries it; above it, and over TCP, none does") {
+    const int P = 2;
+    auto errors = run_ranks(P, o, [&](Communicator& c) {
+      int call = 0;
+      for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{16}, size_t{64}, size_t{255},
+                       Transport::kExpressBytes / sizeof(float)}) {
+        for (int i = 0; i < 25; ++i, ++call) {
+          auto v = sum_of_ranks(n, call, c.rank());
+          all_reduce(c, v);
+          check_sum(v, call);
+        }
+      }
+      const auto e = counts(c);
+      CHECK(e.tried == static_cast<uint64_t>(call));
+      CHECK(e.tried == e.taken + e.handed);
+      auto v = sum_of_ranks(Transport::kExpressBytes / sizeof(float) + 1, call, c.rank());
+      all_reduce(c, v);
+      check_sum(v, call);
+      CHECK(counts(c).tried == e.tried);
+    });
+    REQUIRE(join_errors(errors) == "");
+    CommunicatorOptions tcp = o;
+    tcp.transport = "tcp";
+    errors = run_ranks(P, tcp, [&](Communicator& c) {
+      auto v = sum_of_ranks(4, 0, c.rank());
+      all_reduce(c, v);
+      check_sum(v, 0);
+      CHECK(counts(c).tried == 0);
+    });
+    REQUIRE(join_errors(errors) == "");
+  }
+
+  SECTION("a peer that comes late: the spin ends and the posted path finishes the call") {
+    // Rank 1 starts its call only once rank 0 has handed over, so rank 0's
+    // spin cannot have found its frame (no timing involved).
+    std::atomic<Communicator*> rank0{nullptr};
+    auto errors = run_ranks(2, o, [&](Communicator& c) {
+      auto v = sum_of_ranks(16, 0, c.rank());
+      if (c.rank() == 0) {
+        rank0.store(&c);
+        all_reduce(c, v);
+        const auto e = counts(c);
+        CHECK(e.tried == 1);
+        CHECK(e.handed == 1);
+      } else {
+        const auto until = Clock::now() + 30s;
+        while (rank0.load() == nullptr || counts(*rank0.load()).handed == 0) {
+          REQUIRE(Clock::now() < until);
+          std::this_thread::yield();
+        }
+        all_reduce(c, v);
+      }
+      check_sum(v, 0);
+    });
+    REQUIRE(join_errors(errors) == "");
+  }
+
+  SECTION("a point-to-point message ahead of the collective's frame goes to the inbox") {
+    auto errors = run_ranks(2, o, [&](Communicator& c) {
+      std::vector<float> m(3, 0.0f);
+      const TensorView mv{m.data(), m.size(), DataType::kFloat32, Device::cpu()};
+      if (c.rank() == 1) {
+        m = {7.0f, 8.0f, 9.0f};
+        const P2POp op{P2POpType::kIsend, mv, 0, 5};
+        c.send_recv(std::span<const P2POp>(&op, 1), Deadline(60s));
+      }
+      auto v = sum_of_ranks(4, 0, c.rank());
+      all_reduce(c, v);
+      check_sum(v, 0);
+      if (c.rank() == 0) {
+        const P2POp op{P2POpType::kIrecv, mv, 1, 5};
+        c.send_recv(std::span<const P2POp>(&op, 1), Deadline(60s));
+        CHECK(m == std::vector<float>{7.0f, 8.0f, 9.0f});
+        CHECK(counts(c).handed == 1);  // it met the p2p frame first
+      }
+    });
+    REQUIRE(join_errors(errors) == "");
+  }
+}

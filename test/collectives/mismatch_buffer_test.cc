@@ -52,6 +52,7 @@ void all_gather_in_place(Communicator& c, std::vector<float>& v) {
 TEST_CASE("a mismatched call leaves every rank's buffer untouched", "[mismatch]") {
   constexpr size_t kSmall = 1000;     // below small_message_bytes: direct sends
   constexpr size_t kLarge = 1 << 20;  // 4 MiB: ring / pipelined chain
+  constexpr size_t kExpress = 64;     // 256 bytes: the express exchange
   auto bcast0 = [](Communicator& c, std::vector<float>& v) {
     c.broadcast(fview(v), 0, Deadline(30s));
   };
@@ -72,6 +73,11 @@ TEST_CASE("a mismatched call leaves every rank's buffer untouched", "[mismatch]"
       {"all_gather vs broadcast", {gather, bcast0}, {2 * kSmall, kSmall}},
       {"all_gather count mismatch", {gather, gather}, {2 * kSmall, 2 * kSmall + 2}},
       {"small all_reduce vs all_gather", {small_ar, gather}, {kSmall, 2 * kSmall}},
+      // At most Transport::kExpressBytes: two ranks exchange straight
+      // through the shared-memory ring (Transport::exchange), whose look at
+      // the peer's frame must refuse another call's frame the same way.
+      {"express all_reduce vs broadcast", {small_ar, bcast0}, {kExpress, kExpress}},
+      {"express all_reduce count 64 vs 65", {small_ar, small_ar}, {kExpress, kExpress + 1}},
   };
   for (const Pair& pair : pairs) {
     CommunicatorOptions options;

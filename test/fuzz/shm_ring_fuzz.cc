@@ -101,8 +101,43 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (n == nullptr) break;
         uint32_t wake = 0;
         errno = 0;
-        // An odd count consumes through read_view (the bytes handed out where
-        // they lie in the ring, in one or two pieces), else through read.
+        // A count of 3 mod 4 consumes through take_whole (all the bytes in
+        // one record or none; refused when the first is odd), 1 mod 4
+        // through read_view (the bytes handed out where they lie in the
+        // ring, in one or two pieces), else through read.
+        if (op == 1 && (*n & 3) == 3) {
+          bool looked = false, refused = false;
+          const ssize_t took = consumer.take_whole(
+              *n,
+              [&](const uint8_t* p) {
+                looked = true;
+                std::memcpy(out.data(), p, *n);
+                refused = (out[0] & 1) != 0;
+                return !refused;
+              },
+              &wake);
+          if (took < 0 && took != -2) {
+            check(errno == EPROTO, kTarget, "take_whole failed with an errno other than EPROTO");
+            check(tampered, kTarget, "take_whole reported corruption of honest control words");
+            break;
+          }
+          check(took == -2  ? refused
+                : took == 0 ? !looked
+                            : took == *n && looked && !refused,
+                kTarget, "take_whole's result disagrees with what it handed out");
+          if (took > 0) {
+            check(wake == producer_armed, kTarget, "a take woke the producer the wrong way");
+            producer_armed = 0;
+          }
+          if (!tampered) {
+            check(took <= 0 || model.size() >= *n, kTarget, "take_whole took bytes never written");
+            for (ssize_t i = 0; looked && i < *n; ++i)
+              check(out[static_cast<size_t>(i)] == model[static_cast<size_t>(i)], kTarget,
+                    "take_whole handed out a byte out of order at " + std::to_string(i));
+            if (took > 0) model.erase(model.begin(), model.begin() + took);
+          }
+          break;
+        }
         size_t viewed = 0;
         const ssize_t got =
             op == 1 && (*n & 1)
