@@ -57,19 +57,31 @@ void Connection::post_recv(const WireHeader& expected, void* data) {
   recvs_.push_back(RecvOp{expected, static_cast<uint8_t*>(data)});
 }
 
+int Connection::unsent(SendOp& op, iovec iov[2]) {
+  int n = 0;
+  if (op.sent < kHeaderBytes) {
+    iov[n++] = {reinterpret_cast<uint8_t*>(&op.header) + op.sent, kHeaderBytes - op.sent};
+  }
+  const size_t payload_done = op.sent > kHeaderBytes ? op.sent - kHeaderBytes : 0;
+  if (payload_done < op.header.payload_bytes) {
+    iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done,
+                op.header.payload_bytes - payload_done};
+  }
+  return n;
+}
+
 bool Connection::send_now(const WireHeader& header, const void* payload) {
-  const size_t total = kHeaderBytes + header.payload_bytes;
-  iovec iov[2] = {{const_cast<WireHeader*>(&header), kHeaderBytes},
-                  {const_cast<void*>(payload), header.payload_bytes}};
-  const ssize_t r = channel_->write(iov, header.payload_bytes > 0 ? 2 : 1);
-  if (r == static_cast<ssize_t>(total)) {
+  SendOp op{header, static_cast<const uint8_t*>(payload)};
+  iovec iov[2];
+  const ssize_t r = channel_->write(iov, unsent(op, iov));
+  if (r == static_cast<ssize_t>(kHeaderBytes + header.payload_bytes)) {
     ++sends_completed_;
     return true;
   }
   // The ring was full (or the channel failed: progress_send() meets the
   // error again and reports it).
-  sends_.push_back(
-      SendOp{header, static_cast<const uint8_t*>(payload), r > 0 ? static_cast<size_t>(r) : 0});
+  op.sent = r > 0 ? static_cast<size_t>(r) : 0;
+  sends_.push_back(op);
   return false;
 }
 
@@ -85,16 +97,7 @@ long Connection::progress_send(int* err) {
     SendOp& op = sends_.front();
     const size_t total = kHeaderBytes + op.header.payload_bytes;
     iovec iov[2];
-    int n = 0;
-    if (op.sent < kHeaderBytes) {
-      iov[n++] = {reinterpret_cast<uint8_t*>(&op.header) + op.sent, kHeaderBytes - op.sent};
-    }
-    const size_t payload_done = op.sent > kHeaderBytes ? op.sent - kHeaderBytes : 0;
-    if (payload_done < op.header.payload_bytes) {
-      iov[n++] = {const_cast<uint8_t*>(op.data) + payload_done,
-                  op.header.payload_bytes - payload_done};
-    }
-    const ssize_t r = channel_->write(iov, n);
+    const ssize_t r = channel_->write(iov, unsent(op, iov));
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

@@ -207,6 +207,9 @@ class Connection {
     alignas(16) uint8_t carry[16];
     size_t carry_len = 0;
   };
+  // The buffers of what is left to write of `op` (header, payload): their
+  // count, 1 or 2.
+  static int unsent(SendOp& op, iovec iov[2]);
   // Hands payload bytes [off, off + n) to the receive:
   // copied, or reduced (whole elements; a split one waits in op.carry).
   static void deliver(RecvOp& op, size_t off, const uint8_t* src, size_t n);

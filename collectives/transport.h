@@ -143,10 +143,9 @@ class Transport {
   // straight into the ring and the peer's is taken where it lies, in a
   // short spin with no operation posted: the posted path's bookkeeping and
   // bounce copy cost a 4-byte all_reduce a third of its time
-  // (docs/performance.md). Anything
-  // else (a full ring, a frame not there within the spin, another frame
-  // first, TCP) continues on the posted path, which checks and reports as
-  // always.
+  // (docs/performance.md). Anything else (a full ring, a frame not there
+  // within the spin, another frame first, TCP) continues on the posted
+  // path, which checks and reports as always.
   void exchange(int peer, const void* out, void* in, size_t bytes);
   static constexpr size_t kExpressBytes = 1024;
   struct ExpressCounts {
