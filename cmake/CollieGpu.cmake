@@ -45,10 +45,12 @@ endif()
 
 if(NOT COLLIE_WITH_NCCL STREQUAL "OFF")
   if(COLLIE_HAVE_CUDA)
+    # COLLIE_NCCL_ROOT / NCCL_HOME: e.g. a pip wheel's nvidia/nccl folder,
+    # which has libnccl.so.2 but no unversioned libnccl.so.
     find_path(NCCL_INCLUDE_DIR nccl.h
-              HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_HOME}/include)
-    find_library(NCCL_LIBRARY nccl
-                 HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_HOME}/lib)
+              HINTS ${COLLIE_NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_HOME}/include)
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+                 HINTS ${COLLIE_NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_HOME}/lib)
   endif()
   if(COLLIE_HAVE_CUDA AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(COLLIE_HAVE_NCCL 1)

@@ -2,10 +2,17 @@
 # The two commands of the README:
 #   bash tools/collie.sh main   install what is missing, build, run the main job
 #   bash tools/collie.sh test   install what is missing, build, run every test
-# Idempotent: packages already installed are not touched, and an existing
-# build directory is reused. Run as root on Debian 12 (apt-get is used only
-# when a package is missing). Environment:
+# Idempotent: packages already installed are not touched, an existing build
+# directory is reused, and so are the Python virtual environments, which live
+# outside the clone. Run as root on Debian 12 (apt-get is used only when a
+# package is missing). Environment:
 #   BUILD_DIR      build directory (default: build)
+#   COLLIE_TORCH_VERSIONS  the torch releases (PyPI) the torch backend is built
+#                  for and tested with: one virtual environment each, with
+#                  collie_torch pip-installed (default: "2.11.0 2.15.0", the
+#                  GPU machine's and the newest)
+#   COLLIE_VENV_ROOT  where those environments live (default:
+#                  ${XDG_CACHE_HOME:-~/.cache}/collie/venv-torch-<version>)
 #   BUILD_TYPE     CMake build type (default: RelWithDebInfo)
 #   CTEST_ARGS     extra arguments for ctest (e.g. "-R rendezvous")
 #   CI             "true": build with -Werror, and no test but the GPU ones may skip
@@ -24,7 +31,10 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev
   dataset-fashion-mnist
-  python3 python3-torch libtorch-dev pybind11-dev python3-pytest
+  # python3-venv/-dev: the virtual environments with torch 2.x from PyPI that
+  # collie_torch is built against and tested in. Debian's python3-torch
+  # (1.13) is the peer of the store tests' older TCPStore dialect.
+  python3 python3-venv python3-dev python3-torch
   # Debian's torch calls whatever libblas.so.3 is installed; without this it
   # gets the reference BLAS, ~10x slower matmuls (docs/performance.md, DDP).
   libopenblas0-openmp
@@ -52,6 +62,34 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+TORCH_VERSIONS=${COLLIE_TORCH_VERSIONS:-"2.11.0 2.15.0"}
+VENV_ROOT=${COLLIE_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/collie}
+TORCH_VENVS=()
+
+# One virtual environment per torch release: torch (its Linux wheels are CUDA
+# builds that run on a CPU), numpy and pytest from PyPI, then collie_torch
+# itself, built by `pip install .` against that torch. The environments
+# outside the clone are reused: only what is missing is installed, and the
+# wheel is rebuilt incrementally in $BUILD_DIR/wheel-torch-<version>.
+setup_torch() {
+  local v venv werror=()
+  [[ "${CI:-}" == "true" ]] && werror=(--config-settings=cmake.define.COLLIE_WERROR=ON)
+  for v in $TORCH_VERSIONS; do
+    venv=$VENV_ROOT/venv-torch-$v
+    if ! "$venv/bin/python" -c "import sys, torch, numpy, pytest; sys.exit(torch.__version__.split('+')[0] != '$v')" 2>/dev/null; then
+      echo "collie: creating $venv (torch $v from PyPI)"
+      rm -rf "$venv"
+      mkdir -p "$VENV_ROOT"
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install -q "torch==$v" numpy pytest
+    fi
+    echo "collie: building collie_torch for torch $v (pip install . into $venv)"
+    "$venv/bin/pip" install -q --no-deps --force-reinstall . \
+      --config-settings=build-dir="$BUILD_DIR/wheel-torch-$v" "${werror[@]}"
+    TORCH_VENVS+=("$venv")
+  done
+}
+
 build() {
   local jobs
   jobs=$(nproc)
@@ -62,6 +100,10 @@ build() {
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
       -DCOLLIE_WERROR="$werror" ${CMAKE_ARGS:-}
   fi
+  # The torch tests run in every environment setup_torch made.
+  local venvs
+  venvs=$(IFS=';'; echo "${TORCH_VENVS[*]}")
+  cmake "$BUILD_DIR" -DCOLLIE_TORCH_VENVS="$venvs" >/dev/null
   cmake --build "$BUILD_DIR" -j "$jobs"
 }
 
@@ -85,9 +127,9 @@ run_tests() {
 }
 
 case "${1:-}" in
-  main) install_packages; build; run_main ;;
-  test) install_packages; build; run_tests ;;
-  install) install_packages ;;
-  build) install_packages; build ;;
+  main) install_packages; setup_torch; build; run_main ;;
+  test) install_packages; setup_torch; build; run_tests ;;
+  install) install_packages; setup_torch ;;
+  build) install_packages; setup_torch; build ;;
   *) echo "usage: bash tools/collie.sh main|test|install|build" >&2; exit 2 ;;
 esac

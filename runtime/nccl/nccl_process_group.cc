@@ -201,6 +201,7 @@ NcclProcessGroup::~NcclProcessGroup() {
 }
 
 int NcclProcessGroup::device() const { return impl_->comm->device(); }
+void* NcclProcessGroup::stream() const { return impl_->stream; }
 bool NcclProcessGroup::broken() const { return impl_->comm->broken(); }
 void NcclProcessGroup::abort(const std::string& reason) { impl_->comm->abort(reason); }
 

@@ -49,6 +49,10 @@ class NcclProcessGroup : public ProcessGroup {
 
   std::string backend_name() const override { return "nccl"; }
   int device() const;
+  // The group's own CUDA stream (a cudaStream_t) that every collective runs
+  // on: callers that manage memory with a caching allocator (torch) record
+  // their buffers' use on it.
+  void* stream() const;
 
   std::shared_ptr<Work> all_reduce(TensorView tensor,
                                    const AllReduceOptions& options = {}) override;

@@ -301,6 +301,19 @@ void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
   if (worker_.joinable()) worker_.join();
 }
 
+void OpQueue::abort(std::exception_ptr reason, const std::function<void()>& abort) {
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_error_) {
+      broken_error_ = std::move(reason);
+      broken_by_.clear();
+      state_.fetch_or(kClosed, std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+  abort();
+}
+
 bool OpQueue::broken() const {
   std::lock_guard lock(mu_);
   return broken_error_ != nullptr;

@@ -124,6 +124,10 @@ class OpQueue {
   // `abort` (which must make a running op return promptly), fails the rest
   // and joins the worker. Later submissions fail. Idempotent.
   void shutdown(Timeout grace, const std::function<void()>& abort);
+  // Breaks the queue with `reason` (unless it is broken already), then calls
+  // `abort`, which must make a running op fail promptly: the op running now
+  // and everything queued or submitted later fail. Does not wait. Thread-safe.
+  void abort(std::exception_ptr reason, const std::function<void()>& abort);
 
   bool broken() const;
   // The error that broke the queue, or nullptr.

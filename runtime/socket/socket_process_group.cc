@@ -347,6 +347,11 @@ void SocketProcessGroup::monitored_barrier(const MonitoredBarrierOptions& option
       ->wait();
 }
 
+void SocketProcessGroup::abort(const std::string& reason) {
+  auto* comm = communicator_.get();
+  queue_.abort(std::make_exception_ptr(BackendError(reason)), [comm] { comm->abort(); });
+}
+
 void SocketProcessGroup::shutdown(Timeout timeout) {
   check_timeout(site("shutdown"), timeout);
   auto* comm = communicator_.get();

@@ -94,6 +94,11 @@ class SocketProcessGroup : public ProcessGroup {
                                           Timeout timeout = kUnsetTimeout) override;
   void monitored_barrier(const MonitoredBarrierOptions& options = {}) override;
   void shutdown(Timeout timeout = kUnsetTimeout) override;
+  // Breaks the group at once, from any thread: the collective running now
+  // (on the worker or inline on a caller's thread) fails within
+  // milliseconds, its peers learn of it from the connection, and every
+  // queued and later call fails with a BackendError carrying `reason`.
+  void abort(const std::string& reason);
 
  private:
   CallSite site(std::string_view op) const;

@@ -1,14 +1,14 @@
-// The Python module collie_torch. Importing it registers the torch.distributed
-// backend "collie":
+// The extension module collie_torch._C. The package collie_torch
+// (python/collie_torch/__init__.py) imports it and registers the
+// torch.distributed backend "collie" with _create_backend as its creator:
 //
-//   import collie_torch
-//   torch.distributed.init_process_group("collie")   # instead of "gloo"
+//   import torch.distributed as dist
+//   dist.init_process_group("collie")   # instead of "gloo"
 //
-// torch then calls _create_process_group for every group whose backend is
-// "collie" (the default group, new_group(backend="collie")), with the group's
-// store, rank, size, timeout and name (the "extended API" of
-// Backend.register_backend), and uses the ProcessGroupCollie it returns like
-// any of its own backends.
+// torch then calls _create_backend for every group whose backend (for a
+// device) is "collie", with the group's store, rank, size, timeout and name
+// (the "extended API" of Backend.register_backend), and registers the
+// BackendCollie it returns under the group's ProcessGroup.
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -19,70 +19,46 @@
 #include <optional>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "runtime/api/build_info.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
-#include "runtime/torch/process_group_collie.h"
+#include "runtime/torch/backend_collie.h"
+
+#ifndef COLLIE_TORCH_BUILT_FOR
+#define COLLIE_TORCH_BUILT_FOR "unknown"
+#endif
 
 namespace py = pybind11;
 
-namespace collie {
+namespace collie::torch_adapter {
 namespace {
-
-// How Python holds a ProcessGroupCollie: an intrusive_ptr (torch reads the
-// holder of its ProcessGroup subclasses as one, so the layout must stay a
-// lone intrusive_ptr) whose release happens without the GIL. Destroying the
-// group waits for its queued operations, and completing one may run a
-// Python callback chained on its future, which needs the GIL.
-template <typename T>
-class GilFreeRelease {
- public:
-  GilFreeRelease() = default;
-  explicit GilFreeRelease(T* raw)
-      : ptr_(c10::intrusive_ptr<T>::unsafe_reclaim_from_nonowning(raw)) {}
-  explicit GilFreeRelease(c10::intrusive_ptr<T> ptr) : ptr_(std::move(ptr)) {}
-  GilFreeRelease(const GilFreeRelease&) = default;
-  GilFreeRelease(GilFreeRelease&&) noexcept = default;
-  GilFreeRelease& operator=(const GilFreeRelease&) = default;
-  GilFreeRelease& operator=(GilFreeRelease&&) noexcept = default;
-  ~GilFreeRelease() {
-    if (ptr_ && PyGILState_Check()) {
-      py::gil_scoped_release no_gil;
-      ptr_.reset();
-    }
-  }
-  T* get() const { return ptr_.get(); }
-
- private:
-  c10::intrusive_ptr<T> ptr_;
-};
-
-}  // namespace
-}  // namespace collie
-
-PYBIND11_DECLARE_HOLDER_TYPE(T, collie::GilFreeRelease<T>, true);
-
-namespace collie {
-namespace {
-
-using PyGroup = GilFreeRelease<ProcessGroupCollie>;
 
 // torch's creator call: `opts` is a c10d _DistributedBackendOptions (store,
 // group_rank, group_size, timeout, group_id); `pg_options` is unused.
-PyGroup create_process_group(const py::object& opts, const py::object& /*pg_options*/) {
+c10::intrusive_ptr<BackendCollie> create_backend(const py::object& opts,
+                                                 const py::object& /*pg_options*/) {
   auto store = opts.attr("store").cast<c10::intrusive_ptr<::c10d::Store>>();
   const int rank = opts.attr("group_rank").cast<int>();
   const int size = opts.attr("group_size").cast<int>();
-  const auto timeout = opts.attr("timeout").cast<std::chrono::milliseconds>();
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      opts.attr("timeout").cast<std::chrono::duration<double>>());
   const std::string group_name = opts.attr("group_id").cast<std::string>();
   // The rendezvous blocks; other Python threads may run meanwhile.
   py::gil_scoped_release no_gil;
   if (log_rank() < 0) set_log_rank(rank);
-  return PyGroup(ProcessGroupCollie::create(store, rank, size, timeout, group_name));
+  return BackendCollie::create(store, rank, size, timeout, group_name);
+}
+
+void without_gil(const std::function<void()>& wait) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    wait();
+  } else {
+    wait();
+  }
 }
 
 double cpu_seconds(clockid_t clock) {
@@ -93,40 +69,41 @@ double cpu_seconds(clockid_t clock) {
 
 // `iters` blocking all_reduces (sum) of `tensor`, timed in C++ with the GIL
 // released: through collie's own ProcessGroup ("collie") or through this
-// adapter's c10d interface ("adapter"). Returns (wall, process CPU, calling
+// adapter's c10d::Backend ("adapter"). Returns (wall, process CPU, calling
 // thread's CPU) seconds per call; the difference between the paths is what
-// the adapter adds to collie's call. The calling thread's CPU time is the
-// steadiest figure on a host whose cores are shared; the process's also
-// counts the queue's worker thread. Every rank must make the same call.
-std::tuple<double, double, double> time_allreduce(ProcessGroupCollie& pg, at::Tensor tensor,
+// the adapter adds to collie's call. Every rank must make the same call.
+std::tuple<double, double, double> time_allreduce(BackendCollie& backend, at::Tensor tensor,
                                                   int iters, const std::string& path) {
   if (path != "collie" && path != "adapter")
     throw InvalidArgument(
         str_cat("time_allreduce: path \"", path, "\" is neither \"collie\" nor \"adapter\""));
-  if (!tensor.is_contiguous() || tensor.scalar_type() != at::kFloat || iters < 1)
-    throw InvalidArgument("time_allreduce: expects a contiguous float32 tensor and iters >= 1");
+  if (!tensor.is_contiguous() || tensor.scalar_type() != at::kFloat || !tensor.is_cpu() ||
+      iters < 1)
+    throw InvalidArgument("time_allreduce: expects a contiguous float32 CPU tensor and iters >= 1");
   py::gil_scoped_release no_gil;
   std::vector<at::Tensor> tensors{tensor};
   const TensorView view{tensor.data_ptr(), static_cast<size_t>(tensor.numel()), DataType::kFloat32,
                         Device::cpu()};
+  ::c10d::AllreduceOptions opts;
+  opts.asyncOp = false;
   const bool direct = path == "collie";
+  collie::ProcessGroup& group = backend.cpu_group();
   const double process_start = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
   const double thread_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) {
     if (direct)
-      pg.collie_group().all_reduce(view, {.async_op = false})->wait();
+      group.all_reduce(view, {.async_op = false})->wait();
     else
-      pg.allreduce(tensors, {})->wait();
+      backend.allreduce(tensors, opts)->wait();
   }
   const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
   return {wall.count() / iters, (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - process_start) / iters,
           (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - thread_start) / iters};
 }
 
-// Work.exception()'s message (None when there is none): torch 1.13 binds
-// Work.exception but has no converter for std::exception_ptr, so Python
-// cannot call it; the tests read collie's override through this.
+// A Work's exception() as its message (None when there is none), for the
+// tests: the message of collie's own error, before wait() maps it.
 std::optional<std::string> work_exception(const c10::intrusive_ptr<::c10d::Work>& work) {
   const std::exception_ptr error = work->exception();
   if (!error) return std::nullopt;
@@ -140,35 +117,40 @@ std::optional<std::string> work_exception(const c10::intrusive_ptr<::c10d::Work>
 }
 
 }  // namespace
-}  // namespace collie
+}  // namespace collie::torch_adapter
 
-PYBIND11_MODULE(collie_torch, m) {
-  using namespace collie;
-  m.doc() = "collie as a torch.distributed backend: import it, then init_process_group(\"collie\")";
-  // ProcessGroup's Python class must exist before a subclass is declared.
-  py::module_ dist = py::module_::import("torch.distributed");
+PYBIND11_MODULE(_C, m) {
+  using namespace collie::torch_adapter;
+  m.doc() = "collie's torch.distributed backend (import collie_torch, not this module)";
+  // Backend's Python class must exist before a subclass is declared.
+  py::module_::import("torch.distributed");
+  BackendCollie::set_blocking(&without_gil);
 
-  py::class_<ProcessGroupCollie, ::c10d::ProcessGroup, PyGroup>(m, "ProcessGroupCollie")
-      .def_property_readonly("group_name", &ProcessGroupCollie::group_name)
+  py::class_<BackendCollie, ::c10d::Backend, c10::intrusive_ptr<BackendCollie>>(m, "BackendCollie")
+      .def_property_readonly("group_name", &BackendCollie::group_name)
       .def(
           "queue_stats",
-          [](const ProcessGroupCollie& pg) {
-            return py::dict(py::arg("inline_runs") = pg.queue().inline_runs(),
-                            py::arg("worker_runs") = pg.queue().worker_runs());
+          [](const BackendCollie& b) {
+            return py::dict(py::arg("inline_runs") = b.queue().inline_runs(),
+                            py::arg("worker_runs") = b.queue().worker_runs());
           },
-          "How many operations ran on the thread that waited for them, and how many on the "
-          "group's worker thread.");
+          "How many CPU operations ran on a calling thread (blocking calls, helping waiters) "
+          "and how many on the group's worker thread.");
 
-  m.def("_create_process_group", &create_process_group, py::arg("opts"),
-        py::arg("pg_options") = py::none());
-  m.def("_time_allreduce", &time_allreduce, py::arg("group"), py::arg("tensor"), py::arg("iters"),
+  m.def("_create_backend", &create_backend, py::arg("opts"), py::arg("pg_options") = py::none());
+  m.def("_time_allreduce", &time_allreduce, py::arg("backend"), py::arg("tensor"), py::arg("iters"),
         py::arg("path"));
   m.def("_work_exception", &work_exception, py::arg("work"),
-        "Work.exception()'s message, or None (torch 1.13 cannot convert it itself).");
-  m.def("build_info", &build_info, "collie's version and optional parts");
-  m.attr("BACKEND_NAME") = ProcessGroupCollie::kBackendName;
-
-  dist.attr("Backend").attr("register_backend")(ProcessGroupCollie::kBackendName,
-                                                m.attr("_create_process_group"),
-                                                py::arg("extended_api") = true);
+        "The message of a Work's stored error (collie's own), or None.");
+  m.def(
+      "_quiesce_all",
+      [](double grace_s) {
+        BackendCollie::quiesce_all(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1e3)));
+      },
+      py::arg("grace_s"),
+      "At exit: let every live group finish its operations (at most grace_s), then abort the "
+      "rest.");
+  m.def("build_info", &collie::build_info, "collie's version and optional parts");
+  m.attr("BACKEND_NAME") = BackendCollie::kBackendName;
+  m.attr("TORCH_BUILT_FOR") = COLLIE_TORCH_BUILT_FOR;
 }

@@ -1,36 +1,26 @@
-// WorkQueue: runs the torch backend's operations one at a time, in the order
-// they were issued, on a worker thread -- or on the thread that waits for one.
+// WorkQueue: runs the torch backend's CPU operations one at a time, in the
+// order they were issued: on a worker thread, or on the thread that waits.
 //
-// c10d gives a backend no hint whether its caller will wait at once
-// (torch.distributed.all_reduce(t) calls allreduce() and then wait()) or
-// much later (async_op=True, DDP's gradient buckets). A worker thread must
-// therefore be able to run every operation, or one that nobody waits for
-// would never make progress. But handing a blocking call to a worker and
-// back costs two thread wake-ups, which on a loaded host are most of a small
-// collective's latency (docs/performance.md, "collie-bench: back-to-back
-// versus blocking"). So:
+// torch 2.x tells a backend whether its caller waits at once: every option
+// struct carries asyncOp (false for torch.distributed.all_reduce(t) without
+// async_op=True). So:
 //
-//  * An operation issued while the queue is idle is not handed to the worker
-//    at once: it is *due* a grace period later (kDefaultInlineGrace). A thread that waits for it
-//    before then takes it out of the queue and runs it itself (run_inline),
-//    with no hand-off at all. This is torch.distributed's blocking call.
-//  * At the due time, a timer (timerfd) wakes the worker, which runs it: an
-//    operation nobody waits for starts at most one grace period late. A
-//    blocking call does not wake the worker: the timer is armed only when
-//    none is and never cancelled (system calls that cost microseconds on a
-//    virtual machine), so a stream of blocking calls sees one expiry, one
-//    wake-up of the worker, per grace period. Measured: with a grace of
-//    100 us those wake-ups doubled the CPU time of a 4-byte all_reduce
-//    between two ranks on 2 loaded cores; with 1 ms they cost nothing
-//    measurable (docs/torch.md).
-//  * expedite() makes an operation due now: for getFuture() (DDP waits on
-//    the future, not on the Work), for waits with a timeout, and for the
-//    group's destructor. An operation issued while another is queued or
-//    running is due at once: its caller is not waiting for each in turn.
+//  * A blocking call (run) runs on the caller's thread as soon as everything
+//    issued before it has run. When the queue is idle that is at once: no
+//    thread hand-off at all. When asynchronous operations are still queued,
+//    the caller runs them too rather than wait for the worker to get to them,
+//    and the worker leaves the blocking call itself to its caller (it would
+//    otherwise often get there first, right after finishing the one before,
+//    and cost the caller a wake-up).
+//  * An asynchronous call (submit) is queued and the worker is woken; DDP's
+//    gradient buckets and FSDP's prefetches overlap with the caller's
+//    computation this way. A thread that waits for one of them
+//    (help_until) runs the queue's front operations itself when the worker
+//    is not already running one.
 //
 // Only one task runs at a time, whoever runs it, so the tasks of one queue
-// reach collie's process group in issue order -- the order every rank must
-// share -- and that group is never busy when a task calls it.
+// reach collie's process group in issue order (the order every rank shares)
+// and that group is never busy when a task calls it.
 #pragma once
 
 #include <chrono>
@@ -41,44 +31,56 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/base/unique_fd.h"
-
-namespace collie {
+namespace collie::torch_adapter {
 
 class WorkQueue {
  public:
   // A task records its own outcome; it must not throw.
   using Task = std::function<void()>;
-  using Clock = std::chrono::steady_clock;
 
-  // How long an operation issued to an idle queue waits for its caller to
-  // run it inline before the worker does: far longer than the microseconds
-  // between torch's allreduce() and wait() calls, short against the
-  // computation an asynchronous caller overlaps with the operation.
-  static constexpr std::chrono::microseconds kDefaultInlineGrace{1000};
-
-  // A zero grace hands every operation to the worker at once (a waiter may
-  // still run it when it gets there first). Throws Error naming the system
-  // call when the eventfd or the timerfd cannot be made.
-  explicit WorkQueue(std::chrono::microseconds inline_grace = kDefaultInlineGrace);
+  WorkQueue();
   // Runs what is still queued, then joins the worker.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  // Queues `task` and returns its ticket (1, 2, ... in issue order).
-  uint64_t push(Task task);
-  // Runs the task of `ticket` on this thread when it is next in line and no
-  // task is running; returns whether it did. False also when the task has
-  // already run or is running (the caller then waits for its outcome).
-  bool run_inline(uint64_t ticket);
-  // Makes the task of `ticket` due now (nothing when it already ran).
-  void expedite(uint64_t ticket);
-  // Returns once every task queued so far has run (they are all made due).
+  // Queues `task`, wakes the worker, and returns its ticket (1, 2, ... in
+  // issue order).
+  uint64_t submit(Task task);
+  // Runs `task` on this thread once every task issued before it has run
+  // (running those here too when nobody else is); returns after it ran.
+  // Used for blocking calls. Returns the ticket it took.
+  template <typename Fn>
+  uint64_t run(Fn&& task) {
+    std::unique_lock lock(mu_);
+    if (queue_.empty() && !running_) {
+      const uint64_t ticket = ++last_ticket_;
+      ++inline_runs_;
+      running_ = true;
+      started_ = ticket;
+      lock.unlock();
+      task();  // must not throw
+      finish_inline(ticket);
+      return ticket;
+    }
+    // Reserved: the worker leaves it to this thread, which waits for it.
+    const uint64_t ticket = push_locked(Task(std::forward<Fn>(task)), /*reserved=*/true);
+    help_locked(lock, ticket, /*wait_for_it=*/true);
+    return ticket;
+  }
+  // Runs queued tasks on this thread, oldest first, while nothing is running
+  // elsewhere, until the task of `ticket` has started (here or on the
+  // worker). The caller then waits for that task's outcome.
+  void help_until(uint64_t ticket);
+  // Returns once every task queued so far has run.
   void drain();
+  // Waits until nothing is queued or running, at most until `deadline`;
+  // returns whether that happened (the caller helps nothing meanwhile).
+  bool wait_idle_until(std::chrono::steady_clock::time_point deadline);
 
-  // How many tasks ran on a waiting thread and how many on the worker (for
-  // the benchmarks: the share of blocking calls that saved the hand-off).
+  // How many tasks ran on a calling thread (blocking calls and helping
+  // waiters) and how many on the worker: the share of calls that saved the
+  // hand-off, for the benchmarks.
   uint64_t inline_runs() const;
   uint64_t worker_runs() const;
 
@@ -86,32 +88,30 @@ class WorkQueue {
   struct Entry {
     uint64_t ticket;
     Task task;
-    Clock::time_point due;
+    bool reserved;  // a blocking call's: run by its caller, not the worker
   };
 
+  // Queues `task`; an unreserved one wakes the worker.
+  uint64_t push_locked(Task task, bool reserved);
+  // Helps until `ticket` started; with wait_for_it, until it finished.
+  void help_locked(std::unique_lock<std::mutex>& lock, uint64_t ticket, bool wait_for_it);
+  // Runs the front task with mu_ released; `lock` holds mu_ before and after.
+  void run_front_locked(std::unique_lock<std::mutex>& lock, bool on_worker);
+  void finish_inline(uint64_t ticket);
   void run_worker();
-  // Runs `task` with mu_ released; `lock` holds mu_ before and after.
-  void run_unlocked(std::unique_lock<std::mutex>& lock, Task& task);
-  // Wakes the worker if it sleeps; requires mu_.
-  void wake_worker_locked();
-  // Arms the timer for the head's due time unless it is armed already (for
-  // an earlier time: the worker then arms it again). Requires mu_.
-  void arm_timer_locked(Clock::time_point now);
 
-  const std::chrono::microseconds inline_grace_;
   mutable std::mutex mu_;
-  std::condition_variable idle_cv_;  // wakes drain(): a task finished
+  std::condition_variable worker_cv_;  // wakes the worker: work queued, or stopping
+  std::condition_variable idle_cv_;    // a task finished (helpers, drain)
   std::deque<Entry> queue_;
   uint64_t last_ticket_ = 0;
+  uint64_t started_ = 0;  // tickets start in order: every ticket <= started_ has started
+  uint64_t finished_ = 0;
   bool running_ = false;
   bool stopping_ = false;
-  bool worker_sleeping_ = false;  // in poll(); a wake needs the eventfd
-  bool timer_armed_ = false;
   uint64_t inline_runs_ = 0;
   uint64_t worker_runs_ = 0;
-  UniqueFd wake_fd_;    // eventfd: "look at the queue"
-  UniqueFd timer_fd_;   // timerfd: the head's due time
   std::thread worker_;  // last: started once the members above exist
 };
 
-}  // namespace collie
+}  // namespace collie::torch_adapter

@@ -1,12 +1,13 @@
 """Starting the ranks of a torch.distributed job for the collie_torch tests.
 
-Every rank is a real process: /usr/bin/python3 running workers.py (or any
+Every rank is a real process: the test's Python (a virtual environment
+with torch 2.x and collie_torch installed by pip) running workers.py (or any
 script) with torch's environment (RANK, WORLD_SIZE, LOCAL_RANK, and
 MASTER_ADDR/MASTER_PORT or an init file). The job is bounded: past its
 timeout every rank is killed and the test fails with each rank's output.
 
-ctest sets PYTHONPATH (the build's python/ folder, where collie_torch is) and
-COLLIE_BIN_DIR (collie-run); see CMakeLists.txt next to this file.
+ctest sets COLLIE_BIN_DIR (collie-run, collie-store); see CMakeLists.txt next
+to this file.
 """
 import os
 import select
@@ -18,7 +19,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = "/usr/bin/python3"  # Debian's python3-torch is only seen by this one
+PYTHON = sys.executable  # the virtual environment's, which has torch and collie_torch
 WORKERS = os.path.join(HERE, "workers.py")
 BIN_DIR = os.environ.get("COLLIE_BIN_DIR", "")
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -63,6 +64,10 @@ def report(results):
 
 
 def spawn_ranks(world, args, env=None, init="file", script=WORKERS):
+    return spawn_ranks_of([PYTHON, script], world, args, env=env, init=init)
+
+
+def spawn_ranks_of(argv, world, args, env=None, init="file"):
     """Starts `world` ranks of `script args...` and returns the Popen objects.
     init: "file" (a fresh init file, passed as COLLIE_TEST_INIT=file://...),
     "env" (MASTER_ADDR/MASTER_PORT, rank 0 hosts torch's TCPStore) or "tcp"
@@ -85,7 +90,7 @@ def spawn_ranks(world, args, env=None, init="file", script=WORKERS):
     procs = []
     for rank in range(world):
         e = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen([PYTHON, script] + [str(a) for a in args], env=e,
+        procs.append(subprocess.Popen(argv + [str(a) for a in args], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       start_new_session=True))
     return procs

@@ -1,14 +1,15 @@
-"""ctest's entry point for the collie_torch tests: /usr/bin/python3 run_pytest.py TEST_ID...
+"""ctest's entry point for the collie_torch tests:
 
-Runs pytest on the given test ids (test_torch.py::...) and maps the outcome
-onto ctest's codes: 0 passed, 1 failed, 77 skipped (every selected test
-skipped, or the module cannot be imported at all), with the reason on one
-line. Under CI=true a skip is a failure: the test command installs torch,
-libtorch-dev, pybind11-dev and python3-pytest, so nothing may be missing.
+    <venv>/bin/python run_pytest.py TEST_ID...      (TEST_ID: test_torch.py::name[...])
+    python3 run_pytest.py --no-environment TEST_ID  (no environment was set up)
 
-CMakeLists.txt next to this file sets COLLIE_TORCH_MISSING (why the build
-has no collie_torch module; empty when it has one), PYTHONPATH and
-COLLIE_BIN_DIR.
+Runs pytest on the given test ids in the virtual environment whose Python
+runs it (torch 2.x and collie_torch pip-installed there by tools/collie.sh)
+and maps the outcome onto ctest's codes: 0 passed, 1 failed, 77 skipped
+(every selected test skipped, or no environment), with the reason on one
+line. Under CI=true a skip is a failure, except a test that needs a GPU
+(its reason starts with "no GPU"): the test command installs everything
+else.
 """
 import os
 import sys
@@ -23,20 +24,26 @@ def finish(code, line):
 
 
 def skip(reason):
-    if os.environ.get("CI") == "true":
+    if os.environ.get("CI") == "true" and not reason.startswith("no GPU"):
         finish(1, f"FAIL: {reason} (CI=true: the test command installs this prerequisite, "
                   "so it may not skip)")
     finish(77, f"SKIP: {reason}")
 
 
-def main(test_ids):
-    missing = os.environ.get("COLLIE_TORCH_MISSING", "")
-    if missing:
-        skip(f"the collie_torch module is not built: {missing}")
+def main(args):
+    if args and args[0] == "--no-environment":
+        skip("no torch 2.x virtual environment: tools/collie.sh makes them and configures "
+             "-DCOLLIE_TORCH_VENVS")
     try:
         import pytest
-    except ImportError:
-        skip(f"{sys.executable} has no pytest (Debian: python3-pytest)")
+        import torch
+    except ImportError as e:
+        skip(f"{sys.executable} lacks a test prerequisite ({e}); tools/collie.sh installs it")
+    try:
+        import collie_torch  # noqa: F401
+    except ImportError as e:
+        skip(f"collie_torch is not installed for {sys.executable} (torch {torch.__version__}): "
+             f"{e}; pip install . at the repository root")
 
     class Outcomes:
         def __init__(self):
@@ -52,9 +59,10 @@ def main(test_ids):
 
     outcomes = Outcomes()
     code = pytest.main(["-q", "-s", "-rs", "-p", "no:cacheprovider", "--rootdir", HERE]
-                       + [os.path.join(HERE, t) for t in test_ids], plugins=[outcomes])
+                       + [os.path.join(HERE, t) for t in args], plugins=[outcomes])
     if code == 0 and outcomes.skipped and (not outcomes.passed or os.environ.get("CI") == "true"):
-        skip("; ".join(sorted(set(outcomes.skipped))))
+        reasons = sorted({r.removeprefix("Skipped: ") for r in outcomes.skipped})
+        skip("; ".join(reasons))
     sys.exit(0 if code == 0 else 1)
 
 

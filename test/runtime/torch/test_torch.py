@@ -11,10 +11,10 @@ from harness import assert_ok, report, run_command, run_job
 
 # --- every operation, against gloo and a local reference -------------------
 
-@pytest.mark.parametrize("world,default_backend", [(2, "collie"), (3, "gloo")])
+@pytest.mark.parametrize("world,default_backend", [(2, "collie"), (3, "gloo"), (4, "collie")])
 def test_operations_match_gloo(world, default_backend):
     """(3, "gloo") also covers new_group(backend="collie") inside a gloo
-    default group, and sums whose order differs from gloo's."""
+    default group; 3 and 4 ranks, sums whose order differs from gloo's."""
     assert_ok(run_job(world, ["ops", default_backend], init="env"))
 
 
@@ -40,6 +40,31 @@ def test_bad_arguments_are_refused():
     assert_ok(run_job(2, ["unsupported"], init="env"))
 
 
+@pytest.mark.parametrize("spec", ["cpu:collie,cuda:gloo", "cpu:gloo,cuda:collie"])
+def test_one_backend_per_device(spec):
+    assert_ok(run_job(2, ["devices", spec], init="env"))
+
+
+def test_cpu_collie_cuda_nccl():
+    """torch creates its NCCL backend only where there is a GPU (world size
+    1: one GPU per rank)."""
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU: torch creates ProcessGroupNCCL only where CUDA is available")
+    assert_ok(run_job(1, ["devices", "cpu:collie,cuda:nccl"], init="env"))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_split_group(world):
+    assert_ok(run_job(world, ["split"], init="env"))
+
+
+def test_explicit_import():
+    """`import collie_torch` by name, with torch's autoloading turned off."""
+    assert_ok(run_job(2, ["smoke"], init="env",
+                      env={"COLLIE_TEST_EXPLICIT_IMPORT": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}))
+
+
 # --- failures: a killed rank, a mismatched call, a rank that never calls ----
 
 @pytest.mark.parametrize("world,victim,strict", [(2, 1, "1"), (3, 2, "0")])
@@ -48,6 +73,16 @@ def test_killed_rank_raises_naming_it(world, victim, strict):
     survivors = [r for r in results if r.rank != victim]
     assert results[victim].returncode == -9, report(results)
     assert_ok(survivors)
+
+
+def test_exit_with_an_operation_pending():
+    results = run_job(2, ["exit_with_pending"], init="file")
+    assert_ok(results)
+    assert "rank 1: ok" in results[1].out, report(results)
+
+
+def test_abort_ends_a_blocked_call():
+    assert_ok(run_job(2, ["abort"], init="file"))
 
 
 @pytest.mark.parametrize("kind", ["count", "dtype", "op"])
@@ -72,14 +107,18 @@ def test_init_methods(init):
     assert_ok(run_job(2, ["smoke"], init=init))
 
 
-def torchrun(nproc, *worker_args):
-    """torchrun's argv (`python3 -m torch.distributed.run`, static rendezvous:
-    the agent hosts the store, TORCHELASTIC_USE_AGENT_STORE=True)."""
-    return [harness.PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
-            str(nproc), "--master_addr", "127.0.0.1", "--master_port", str(harness.free_port()),
-            # Debian's torchrun 1.13 under Python 3.11 fails without
-            # --redirects (a None where it expects a map).
-            "--redirects", "1", "--tee", "1", harness.WORKERS, *map(str, worker_args)]
+def torchrun(nproc, *worker_args, rdzv=None):
+    """torchrun's argv (`python -m torch.distributed.run`). Static rendezvous
+    by default: the agent hosts the store (torch 2.x's libuv TCPStore) and the
+    workers use it (TORCHELASTIC_USE_AGENT_STORE=True); rdzv="c10d" uses the
+    c10d rendezvous backend, whose store the workers do not share."""
+    argv = [harness.PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
+            str(nproc)]
+    if rdzv == "c10d":
+        argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{harness.free_port()}"]
+    else:
+        argv += ["--master_addr", "127.0.0.1", "--master_port", str(harness.free_port())]
+    return argv + ["--redirects", "1", "--tee", "1", harness.WORKERS, *map(str, worker_args)]
 
 
 def collie_run(nproc, *worker_args, flags=()):
@@ -90,8 +129,9 @@ def collie_run(nproc, *worker_args, flags=()):
             harness.PYTHON, harness.WORKERS, *map(str, worker_args)]
 
 
-def test_under_torchrun():
-    r = run_command(torchrun(2, "smoke"))
+@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+def test_under_torchrun(rdzv):
+    r = run_command(torchrun(2, "smoke", rdzv=rdzv))
     assert r.returncode == 0, repr(r)
     assert r.out.count(": ok") == 2, repr(r)
 

@@ -1,8 +1,11 @@
-"""The ranks of the collie_torch tests: /usr/bin/python3 workers.py SCENARIO [ARGS...]
+"""The ranks of the collie_torch tests: <venv>/bin/python workers.py SCENARIO [ARGS...]
 
 Each rank reads torch's environment (RANK, WORLD_SIZE; COLLIE_TEST_INIT is
 the init_method, env:// when unset), runs one scenario and exits 0, or
-prints what went wrong and exits 1. harness.py starts them.
+prints what went wrong and exits 1. harness.py starts them. collie_torch is
+found the way a user's program finds it: torch loads it through its
+"torch.backends" entry point (COLLIE_TEST_EXPLICIT_IMPORT=1 imports it by
+name instead).
 """
 import os
 import sys
@@ -14,9 +17,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import collie_torch  # noqa: F401  registers the backend "collie"
+if os.environ.get("COLLIE_TEST_EXPLICIT_IMPORT") == "1":
+    import collie_torch  # noqa: F401  registers the backend "collie"
+else:
+    # Registered by the entry point on `import torch`: no import needed.
+    assert "COLLIE" in dist.Backend._plugins, "torch did not autoload collie_torch"
+import collie_torch  # for _work_exception and backend()
 
-warnings.filterwarnings("ignore")  # torch 1.13's deprecation notices for _all_gather_base & co
+warnings.filterwarnings("ignore")  # deprecation notices for _all_gather_base & co
 
 RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
@@ -119,11 +127,11 @@ def reference(op, inputs):
 # Every operation against torch's gloo backend on the same inputs.
 
 REDUCE_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
-                 torch.int64, torch.uint8, torch.complex64]
-MOVE_DTYPES = REDUCE_DTYPES + [torch.bool, torch.int8, torch.int16, torch.complex128]
-# gloo 1.13 refuses these dtypes in all_reduce ("Invalid scalar type"); the
-# data-movement collectives try gloo and fall back to the reference alone.
-GLOO_MISSING = {torch.bfloat16, torch.bool, torch.int16}
+                 torch.int64, torch.uint8, torch.int8, torch.bool, torch.complex64]
+MOVE_DTYPES = REDUCE_DTYPES + [torch.int16, torch.complex128]
+# gloo (torch 2.x) refuses int16 in every collective ("Invalid scalar type");
+# those calls are checked against the local reference alone.
+GLOO_MISSING = {torch.int16}
 SIZES = [1, 7, 1000, 40003]
 
 
@@ -134,10 +142,20 @@ def ops_for(dtype):
     return ops + [AVG] if dtype.is_floating_point else ops
 
 
+def premul_reference(factor, inputs):
+    """NCCL's PREMUL_SUM: every rank's input times the factor, then summed,
+    in the input's dtype (the factor is exact in binary, so every order of
+    the additions gives these bits)."""
+    scaled = [(x.double() * factor) for x in inputs]
+    return torch.stack(scaled).sum(0).to(inputs[0].dtype)
+
+
 def scenario_ops(default_backend):
     """default_backend "gloo": collie is new_group(backend="collie") inside a
     gloo default group; "collie": init_process_group("collie"), gloo a new
-    group. Either way both groups span every rank and see the same inputs."""
+    group. Either way both groups span every rank and see the same inputs:
+    every call is made on both and the results compared bit for bit, and
+    with a reference computed locally."""
     init(default_backend)
     other = dist.new_group(backend="gloo" if default_backend == "collie" else "collie")
     collie = None if default_backend == "collie" else other
@@ -146,19 +164,14 @@ def scenario_ops(default_backend):
     c = Checks()
     case = 0
 
-    def gloo_runs(fn):
-        """Runs a gloo call; False when gloo refuses the dtype (every rank
-        refuses alike, before any communication)."""
-        try:
-            fn()
-            return True
-        except RuntimeError as e:
-            if "Invalid scalar type" not in str(e):
-                raise
+    def on_gloo(dtype, fn):
+        """Runs fn on gloo when gloo has the dtype (every rank skips alike)."""
+        if dtype in GLOO_MISSING:
             return False
+        fn()
+        return True
 
-    # all_reduce: every dtype, op and size; gloo's bits where gloo has the
-    # dtype and op (not avg, not bfloat16), else the local reference.
+    # all_reduce: every dtype, op and size, against gloo and the reference.
     for dtype in REDUCE_DTYPES:
         for op in ops_for(dtype):
             for n in SIZES:
@@ -169,10 +182,33 @@ def scenario_ops(default_backend):
                 dist.all_reduce(t, op=op, group=collie)
                 name = f"all_reduce {dtype} {OP_NAMES[op]} n={n}"
                 c.same(name + " vs reference", t, want)
-                if dtype not in GLOO_MISSING and op != AVG:
-                    g = inputs[RANK].clone()
-                    dist.all_reduce(g, op=op, group=gloo)
-                    c.same(name + " vs gloo", t, g)
+                g = inputs[RANK].clone()
+                dist.all_reduce(g, op=op, group=gloo)
+                if dtype == torch.bool:
+                    # gloo adds bool bytes (True + True leaves a byte of 2);
+                    # collie keeps torch's 0/1 bytes. Same truth values.
+                    g = g.view(torch.uint8) != 0
+                c.same(name + " vs gloo", t, g)
+
+    # PREMUL_SUM (FSDP's gradient divide factor): a scalar and a one-element
+    # tensor factor, in all_reduce and reduce_scatter; gloo has no PREMUL_SUM.
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        for factor in (0.25, torch.tensor([0.5], dtype=dtype)):
+            case += 1
+            n = 3 * WORLD + 1
+            inputs = [values(r, case, n * WORLD, dtype, SUM) for r in range(WORLD)]
+            f = factor if isinstance(factor, float) else factor.item()
+            op = dist._make_nccl_premul_sum(factor)
+            t = inputs[RANK].clone()
+            dist.all_reduce(t, op=op, group=collie)
+            c.same(f"all_reduce premul_sum {dtype} x {f}", t, premul_reference(f, inputs))
+            out = torch.zeros(n, dtype=dtype)
+            before = inputs[RANK].clone()
+            dist.reduce_scatter_tensor(out, inputs[RANK], op=op, group=collie)
+            c.same(f"reduce_scatter_tensor premul_sum {dtype} x {f}", out,
+                   premul_reference(f, inputs)[RANK * n:(RANK + 1) * n])
+            c.same(f"reduce_scatter_tensor premul_sum {dtype} leaves its input", inputs[RANK],
+                   before)
 
     # Random (not integer-valued) float32 sums: at 2 ranks every algorithm
     # adds the same two numbers, so the bits match gloo's; at more ranks the
@@ -192,8 +228,7 @@ def scenario_ops(default_backend):
                    torch.allclose(a, b, rtol=1e-5, atol=1e-5 * WORLD), f"max diff "
                    f"{(a - b).abs().max().item()}")
 
-    # broadcast: every dtype (as bytes when collie has no such type), roots 0
-    # and the last rank.
+    # broadcast: every dtype, roots 0 and the last rank.
     for dtype in MOVE_DTYPES:
         for root in sorted({0, WORLD - 1}):
             for n in (1, 1000):
@@ -203,10 +238,10 @@ def scenario_ops(default_backend):
                 dist.broadcast(t, root, group=collie)
                 c.same(f"broadcast {dtype} root {root} n={n}", t, src)
                 g = values(RANK, case, n, dtype, SUM)
-                if gloo_runs(lambda: dist.broadcast(g, root, group=gloo)):
+                if on_gloo(dtype, lambda: dist.broadcast(g, root, group=gloo)):
                     c.same(f"broadcast {dtype} root {root} n={n} vs gloo", t, g)
 
-    # all_gather (list form), all_gather_coalesced, _all_gather_base.
+    # all_gather (list form), all_gather_into_tensor.
     for dtype in MOVE_DTYPES:
         for n in (1, 1000):
             case += 1
@@ -216,12 +251,18 @@ def scenario_ops(default_backend):
             for r in range(WORLD):
                 c.same(f"all_gather {dtype} n={n} slot {r}", outs[r], inputs[r])
             flat = torch.zeros(WORLD * n, dtype=dtype)
-            dist._all_gather_base(flat, inputs[RANK], group=collie)
-            c.same(f"_all_gather_base {dtype} n={n}", flat, torch.cat(inputs))
+            dist.all_gather_into_tensor(flat, inputs[RANK], group=collie)
+            c.same(f"all_gather_into_tensor {dtype} n={n}", flat, torch.cat(inputs))
             g = [torch.zeros(n, dtype=dtype) for _ in range(WORLD)]
-            if gloo_runs(lambda: dist.all_gather(g, inputs[RANK], group=gloo)):
+            gflat = torch.zeros(WORLD * n, dtype=dtype)
+
+            def both():
+                dist.all_gather(g, inputs[RANK], group=gloo)
+                dist.all_gather_into_tensor(gflat, inputs[RANK], group=gloo)
+            if on_gloo(dtype, both):
                 for r in range(WORLD):
                     c.same(f"all_gather {dtype} n={n} slot {r} vs gloo", outs[r], g[r])
+                c.same(f"all_gather_into_tensor {dtype} n={n} vs gloo", flat, gflat)
     case += 1
 
     def coalesced_inputs(r, dtypes):
@@ -248,9 +289,8 @@ def scenario_ops(default_backend):
         for i, want in enumerate(coalesced_inputs(r, mixed)):
             c.same(f"allgather_coalesced of mixed dtypes, rank {r} tensor {i}", outs[r][i], want)
 
-    # reduce_scatter and _reduce_scatter_base: gloo 1.13 has neither, so the
-    # reference is gloo's all_reduce of the same inputs, sliced.
-    for dtype in (torch.float32, torch.int32, torch.float64, torch.complex64):
+    # reduce_scatter (list form) and reduce_scatter_tensor, against gloo.
+    for dtype in REDUCE_DTYPES:
         for op in ops_for(dtype):
             case += 1
             n = 501
@@ -260,13 +300,11 @@ def scenario_ops(default_backend):
             dist.reduce_scatter(out, list(inputs[RANK].split(n)), op=op, group=collie)
             c.same(f"reduce_scatter {dtype} {OP_NAMES[op]}", out, want)
             base = torch.zeros(n, dtype=dtype)
-            dist._reduce_scatter_base(base, inputs[RANK].clone(), op=op, group=collie)
-            c.same(f"_reduce_scatter_base {dtype} {OP_NAMES[op]}", base, want)
-            if op != AVG:
-                g = inputs[RANK].clone()
-                dist.all_reduce(g, op=op, group=gloo)
-                c.same(f"reduce_scatter {dtype} {OP_NAMES[op]} vs gloo all_reduce", out,
-                       g[RANK * n:(RANK + 1) * n])
+            dist.reduce_scatter_tensor(base, inputs[RANK].clone(), op=op, group=collie)
+            c.same(f"reduce_scatter_tensor {dtype} {OP_NAMES[op]}", base, want)
+            g = torch.zeros(n, dtype=dtype)
+            dist.reduce_scatter_tensor(g, inputs[RANK].clone(), op=op, group=gloo)
+            c.same(f"reduce_scatter_tensor {dtype} {OP_NAMES[op]} vs gloo", base, g)
 
     # all_reduce_coalesced: one flattened all_reduce, as gloo does.
     case += 1
@@ -290,8 +328,7 @@ def scenario_ops(default_backend):
 
 def scenario_noncontiguous():
     """torch's semantics: a collective acts on a tensor's elements, whatever
-    its strides; nothing around a view is touched. (gloo 1.13 gets this wrong:
-    it reduces the memory after data_ptr(), see docs/torch.md.)"""
+    its strides; nothing around a view is touched."""
     init("collie")
     c = Checks()
     base = torch.arange(48, dtype=torch.float32).reshape(6, 8) * (RANK + 1)
@@ -315,8 +352,8 @@ def scenario_noncontiguous():
         c.same(f"all_gather strided in and out, slot {r}", outs[r],
                (torch.arange(30, dtype=torch.float64).reshape(5, 6) + 100 * r)[:, ::2])
     big = torch.zeros(WORLD * 4, 3)[:, 1]  # an output with stride 3
-    dist._all_gather_base(big, torch.full((4,), float(RANK)))
-    c.same("_all_gather_base into a strided output", big,
+    dist.all_gather_into_tensor(big, torch.full((4,), float(RANK)))
+    c.same("all_gather_into_tensor into a strided output", big,
            torch.arange(WORLD).repeat_interleave(4).float())
     out = torch.zeros(10, 2)[:, 0]
     dist.reduce_scatter(out, [torch.full((10,), float(RANK + r)) for r in range(WORLD)])
@@ -343,9 +380,9 @@ def scenario_work():
     c.true("wait() returns True", w.wait() is True)
     c.true("is_completed after wait", w.is_completed())
     c.true("is_success after wait", w.is_success())
-    # (Work.exception() cannot be called from Python in torch 1.13: its
-    # binding has no converter for std::exception_ptr; collie_torch's
-    # _work_exception reads it, here and in scenario_kill.)
+    # (torch's Python binding of Work.exception() cannot convert the
+    # std::exception_ptr it returns; collie_torch._C._work_exception reads it.)
+    c.true("exception() of a successful work is None", collie_torch._C._work_exception(w) is None)
     total = float(sum(r + 1 for r in range(WORLD)))
     c.same("result() holds the output", w.result()[0], torch.full((1000,), total))
 
@@ -367,8 +404,17 @@ def scenario_work():
         w.wait()
     for i, x in enumerate(ts):
         c.same(f"in-flight all_reduce {i}", x, torch.full((100,), float(WORLD * i + sum(range(WORLD)))))
-    # An operation nobody waits for still runs (the worker takes it after the
-    # grace period): the other ranks' blocking call completes.
+    # asyncOp: blocking calls run on the calling thread, at once; an
+    # asynchronous one that nobody waits for runs on the worker: the other
+    # ranks' blocking call completes.
+    backend = collie_torch.backend()
+    before = backend.queue_stats()
+    for _ in range(10):
+        dist.all_reduce(torch.ones(4))
+    after = backend.queue_stats()
+    c.true("blocking calls run on the caller's thread",
+           after["inline_runs"] - before["inline_runs"] == 10
+           and after["worker_runs"] == before["worker_runs"], f"{before} -> {after}")
     if RANK == 0:
         pending = dist.all_reduce(torch.ones(4), async_op=True)
         deadline = time.monotonic() + 30
@@ -395,7 +441,6 @@ def scenario_work():
     else:
         store.wait(["work_test/rank0_timed_out"], timedelta(seconds=60))
         dist.all_reduce(torch.ones(2))
-    c.true("exception() of a successful work is None", collie_torch._work_exception(w) is None)
     c.true("default group backend", dist.get_backend() == "collie", dist.get_backend())
     c.finish("Work and future")
     dist.destroy_process_group()
@@ -404,7 +449,7 @@ def scenario_work():
 def scenario_more_ops():
     """Point-to-point, reduce, gather, scatter, all_to_all, the bitwise
     ReduceOps and int8/bool reductions (collie's own since issue 13), each
-    against gloo where gloo 1.13 has it and a local reference always."""
+    against gloo and a local reference."""
     init("collie", timeout_s=60)
     gloo = dist.new_group(backend="gloo")
     c = Checks()
@@ -570,7 +615,7 @@ def scenario_unsupported():
     refused("broadcast root out of range", lambda: dist.broadcast(t, WORLD + 3), "root")
     refused("all_gather with a wrong slot", lambda: dist.all_gather(
         [torch.ones(4)] * (WORLD - 1) + [torch.ones(5)], t), "must match")
-    refused("_all_gather_base with a wrong size", lambda: dist._all_gather_base(
+    refused("all_gather_into_tensor with a wrong size", lambda: dist.all_gather_into_tensor(
         torch.ones(WORLD * 4 + 1), t), "world size")
     # The group still works after all of that.
     x = torch.ones(3)
@@ -597,6 +642,15 @@ def expect_error(what, fn):
     sys.exit(1)
 
 
+def error_of(fn):
+    """The exception fn raises (None when it returns)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return e
+    return None
+
+
 def scenario_kill(victim, strict):
     """The victim dies (SIGKILL) before the second all_reduce; the others'
     all_reduce must raise within seconds -- the group's timeout is 120 s --
@@ -617,8 +671,10 @@ def scenario_kill(victim, strict):
     c.true("named within 20 s", named and elapsed < 20, f"{elapsed:.1f} s: {e}")
     c.true("is_completed after the failure", work.is_completed())
     c.true("not is_success", not work.is_success())
-    c.true("exception() holds the message", collie_torch._work_exception(work) == e,
-           repr(collie_torch._work_exception(work)))
+    c.true("exception() holds collie's message", collie_torch._C._work_exception(work) in e,
+           repr(collie_torch._C._work_exception(work)))
+    c.true("wait() raises DistBackendError", isinstance(error_of(work.wait), dist.DistBackendError),
+           repr(error_of(work.wait)))
     fe, _ = expect_error("the failed work's future", future.wait)
     c.true("the future raises collie's message", e in fe, fe)
     c.finish("a killed rank")
@@ -718,6 +774,139 @@ def scenario_timeout():
     sys.exit(0)
 
 
+def scenario_abort():
+    """abort() ends a call blocked in a collective at once: rank 1 never
+    joins rank 0's all_reduce (the group's timeout is 300 s); a second
+    thread of rank 0 aborts the group once rank 0 is inside the call. The
+    call raises within seconds, naming the abort, and the group refuses
+    later calls at once. Rank 1 sees its peer go away in its own next call."""
+    import threading
+
+    init("collie", timeout_s=300)
+    c = Checks()
+    dist.all_reduce(torch.ones(8))  # connected
+    store = dist.distributed_c10d._get_default_store()
+    pg = dist.distributed_c10d._get_default_group()
+    if RANK == 0:
+        t = torch.ones(1 << 20)
+        work = dist.all_reduce(t, async_op=True)  # runs on the worker; rank 1 never joins
+
+        def abort_when_inside():
+            store.wait(["abort_test/rank1_ready"], timedelta(seconds=60))
+            pg.abort()
+        aborter = threading.Thread(target=abort_when_inside)
+        aborter.start()
+        store.set("abort_test/rank0_ready", "1")
+        e, elapsed = expect_error("an all_reduce of an aborted group", work.wait)
+        aborter.join()
+        c.true("the blocked call ends within seconds", elapsed < 20, f"{elapsed:.1f} s")
+        c.true("it names the abort", "abort" in e, e)
+        e, elapsed = expect_error("a call after abort()", lambda: dist.all_reduce(torch.ones(2)))
+        c.true("a later call fails at once", elapsed < 5 and "abort" in e, f"{elapsed:.1f} s: {e}")
+        store.set("abort_test/rank0_done", "1")
+        store.wait(["abort_test/rank1_done"], timedelta(seconds=60))
+    else:
+        store.wait(["abort_test/rank0_ready"], timedelta(seconds=60))
+        store.set("abort_test/rank1_ready", "1")
+        store.wait(["abort_test/rank0_done"], timedelta(seconds=60))
+        e, elapsed = expect_error("a call with the peer aborted",
+                                  lambda: dist.all_reduce(torch.ones(1 << 20)))
+        c.true("the peer's call fails within seconds, naming rank 0", elapsed < 20 and "rank 0" in e,
+               f"{elapsed:.1f} s: {e}")
+        store.set("abort_test/rank1_done", "1")
+    c.finish("abort")
+    os._exit(0 if not c.failures else 1)  # the aborted group is not torn down
+
+
+def scenario_exit_with_pending():
+    """A program that ends without destroy_process_group() while one of its
+    asynchronous operations is still running: rank 0 issues an all_reduce
+    it never waits for and exits; rank 1 joins that all_reduce only once
+    rank 0 has begun to exit (an atexit handler of rank 0's sets a key).
+    collie lets the operation finish before Python's finalization (where a
+    worker thread that drops a tensor is killed and the process aborts), so
+    both ranks exit 0."""
+    import atexit
+
+    init("collie", timeout_s=120)
+    store = dist.distributed_c10d._get_default_store()
+    n = 1 << 22  # 16 MiB: the all_reduce outlasts the start of rank 0's exit
+    if RANK == 0:
+        # Never waited for; only the operation holds the tensor, so it drops
+        # the last reference to it when it ends.
+        dist.all_reduce(torch.full((n,), 1.0), async_op=True)
+        # Registered after collie_torch's own: runs before it.
+        atexit.register(lambda: store.set("exit_test/rank0_exiting", "1"))
+        print("rank 0: exiting with an all_reduce pending", flush=True)
+        sys.exit(0)
+    store.wait(["exit_test/rank0_exiting"], timedelta(seconds=60))
+    t = torch.full((n,), float(RANK + 1))
+    dist.all_reduce(t)
+    ok = torch.equal(t, torch.full((n,), float(sum(range(1, WORLD + 1)))))
+    print(f"rank {RANK}: {'ok' if ok else 'WRONG'}", flush=True)
+    sys.exit(0 if ok else 1)
+
+
+def scenario_devices(spec):
+    """A backend string with one backend per device ("cpu:collie,cuda:gloo"):
+    torch creates a backend for each device and _get_backend answers for
+    each; CPU collectives go to the CPU's. "cpu:collie,cuda:nccl" needs a GPU
+    (torch refuses to create its NCCL backend without one)."""
+    init(spec)
+    c = Checks()
+    pg = dist.distributed_c10d._get_default_group()
+    names = dict(pair.split(":") for pair in spec.split(","))
+    kinds = {"collie": "BackendCollie", "gloo": "ProcessGroupGloo", "nccl": "ProcessGroupNCCL"}
+    for device, name in names.items():
+        b = pg._get_backend(torch.device(device))
+        c.true(f"{device} is {name}'s", type(b).__name__ == kinds[name], type(b).__name__)
+    c.true("get_backend", dist.get_backend() == spec, dist.get_backend())
+    t = torch.full((5,), float(RANK + 1))
+    dist.all_reduce(t)
+    c.same("a CPU all_reduce", t, torch.full((5,), float(sum(range(1, WORLD + 1)))))
+    if names["cpu"] == "collie":
+        stats = pg._get_backend(torch.device("cpu")).queue_stats()
+        c.true("it ran on collie", stats["inline_runs"] >= 1, str(stats))
+    # The single name "collie" serves both devices with one backend.
+    both = dist.new_group(backend="collie")
+    c.true("collie alone serves cpu and cuda, one backend",
+           both._get_backend(torch.device("cpu")) is both._get_backend(torch.device("cuda")))
+    c.finish(spec)
+    dist.destroy_process_group()
+
+
+def scenario_split():
+    """ProcessGroup.split_group (what split_group() and DeviceMesh call on a
+    device-bound group) asks each backend to split: collie's new_group over
+    the ranks given, named by torch; ranks outside it get None."""
+    init("collie", timeout_s=120)
+    c = Checks()
+    pg = dist.distributed_c10d._get_default_group()
+    evens = [r for r in range(WORLD) if r % 2 == 0]
+    odds = [r for r in range(WORLD) if r % 2 == 1]
+    mine = evens if RANK % 2 == 0 else odds
+    sub = pg.split_group(mine, group_name=f"split_{'even' if RANK % 2 == 0 else 'odd'}")
+    c.true("a split group", sub is not None and sub.size() == len(mine),
+           f"{sub and sub.size()} vs {len(mine)}")
+    c.true("its rank", sub.rank() == mine.index(RANK), f"{sub.rank()}")
+    backend = sub._get_backend(torch.device("cpu"))
+    c.true("collie's backend under it", type(backend).__name__ == "BackendCollie",
+           type(backend).__name__)
+    t = torch.full((3,), float(RANK))
+    work = sub.allreduce([t])
+    work.wait()
+    c.same("all_reduce over the split", t, torch.full((3,), float(sum(mine))))
+    only_zero = pg.split_group([0], group_name="split_zero")
+    c.true("a rank outside the split gets None", (only_zero is None) == (RANK != 0),
+           repr(only_zero))
+    c.true("sequence numbers count collectives",
+           backend._get_sequence_number_for_group() == 1,
+           str(backend._get_sequence_number_for_group()))
+    dist.barrier()
+    c.finish("split")
+    dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------------------
 # A smoke job for launchers (torchrun, collie-run) and init methods.
 
@@ -743,12 +932,11 @@ def scenario_agent_store(backend="collie", cycles="2"):
     collectives of every shape on the default group, new_group(backend=
     "collie") over all ranks and over ranks 0 and 1, and destroy.
 
-    The first cycle uses env://. torch 1.13 cannot run env:// twice on the
-    agent's store, whatever the backend: the keys of the first cycle are
-    still there (its store-based barrier then counts 2 x world size arrivals
-    and times out; gloo connects to the first cycle's dead addresses). So a
-    later cycle passes init_process_group a client of the same agent store
-    under a prefix of its own, as a torch 1.13 program must."""
+    The first cycle uses env://. A later cycle passes init_process_group a
+    client of the same agent store under a prefix of its own: the first
+    cycle's keys are still in the agent's store, and a second default group
+    gets the same group name, so its keys would meet the first cycle's
+    (whatever the backend)."""
     c = Checks()
     c.true("TORCHELASTIC_USE_AGENT_STORE", os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
            repr(os.environ.get("TORCHELASTIC_USE_AGENT_STORE")))
@@ -775,12 +963,11 @@ def scenario_agent_store(backend="collie", cycles="2"):
         for r in range(WORLD):
             c.same(f"cycle {cycle}: all_gather slot {r}", outs[r],
                    torch.full((3,), base + r, dtype=torch.int64))
-        if backend != "gloo":  # (gloo 1.13 has no reduce_scatter)
-            out = torch.zeros(5)
-            dist.reduce_scatter(out, [torch.full((5,), float(RANK * WORLD + d))
-                                      for d in range(WORLD)])
-            c.same(f"cycle {cycle}: reduce_scatter", out,
-                   torch.full((5,), float(sum(r * WORLD + RANK for r in range(WORLD)))))
+        out = torch.zeros(5)
+        dist.reduce_scatter(out, [torch.full((5,), float(RANK * WORLD + d))
+                                  for d in range(WORLD)])
+        c.same(f"cycle {cycle}: reduce_scatter", out,
+               torch.full((5,), float(sum(r * WORLD + RANK for r in range(WORLD)))))
         token = torch.tensor([base + RANK])
         if RANK == 0:
             dist.send(token, 1)

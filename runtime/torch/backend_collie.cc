@@ -1,0 +1,339 @@
+// BackendCollie's lifecycle, the dispatch of one operation to its device's
+// path, coalescing, split and abort. The operations themselves are in
+// backend_ops.cc.
+#include "runtime/torch/backend_collie.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "rendezvous/prefix_store.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+#include "runtime/process_group/backend_context.h"
+#include "runtime/socket/socket_process_group.h"
+#include "runtime/torch/collie_work.h"
+#include "runtime/torch/torch_store.h"
+
+namespace collie::torch_adapter {
+namespace {
+
+using ::c10d::OpType;
+
+// The Work of an operation issued between startCoalescing and endCoalescing:
+// it completes with the batch endCoalescing runs, whose Work it forwards to.
+// Before that nothing has run: it is not completed, and wait() returns at
+// once, as NCCL's does inside a group (torch's Python wrappers wait on
+// every blocking call, coalesced or not); the results are there once the
+// Work endCoalescing returns has been waited for.
+class DeferredWork final : public ::c10d::Work {
+ public:
+  DeferredWork(int rank, OpType type, std::vector<at::Tensor> outputs)
+      : Work(rank, type), outputs_(std::move(outputs)) {}
+  void attach(c10::intrusive_ptr<::c10d::Work> batch) {
+    std::lock_guard lock(mutex_);
+    batch_ = std::move(batch);
+  }
+  bool isCompleted() override {
+    auto b = batch();
+    return b && b->isCompleted();
+  }
+  bool isSuccess() const override {
+    auto b = batch();
+    return b && b->isSuccess();
+  }
+  std::exception_ptr exception() const override {
+    auto b = batch();
+    return b ? b->exception() : nullptr;
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  void synchronize() override {
+    if (auto b = batch()) b->synchronize();
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    auto b = batch();
+    return b ? b->wait(timeout) : true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    auto b = batch();
+    if (!b)
+      throw InvalidArgument(
+          str_cat("collie: getFuture() on an operation of an open coalescing "
+                  "block (rank ",
+                  rank_, "); ask the Work endCoalescing returns"));
+    return b->getFuture();
+  }
+
+ private:
+  c10::intrusive_ptr<::c10d::Work> batch() const {
+    std::lock_guard lock(mutex_);
+    return batch_;
+  }
+  const std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<::c10d::Work> batch_;
+};
+
+void run_here(const std::function<void()>& wait) { wait(); }
+std::atomic<BackendCollie::Blocking> g_blocking{&run_here};
+
+// Every BackendCollie alive, for quiesce_all().
+std::mutex g_live_mu;
+std::set<BackendCollie*> g_live;
+
+}  // namespace
+
+void BackendCollie::set_blocking(Blocking blocking) { g_blocking.store(blocking); }
+
+void BackendCollie::quiesce_all(std::chrono::milliseconds grace) {
+  g_blocking.load()([grace] {
+    std::lock_guard lock(g_live_mu);
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    for (BackendCollie* b : g_live) {
+      if (b->queue_->wait_idle_until(deadline)) continue;
+      b->abort();
+      b->queue_->wait_idle_until(std::chrono::steady_clock::now() + grace);
+    }
+  });
+}
+
+c10::intrusive_ptr<BackendCollie> BackendCollie::create(
+    const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, Timeout timeout,
+    const std::string& group_name) {
+  auto collie_store = std::make_shared<TorchStore>(store);
+  BackendContext context;
+  context.store = collie_store;
+  context.rank = rank;
+  context.size = size;
+  context.timeout = resolve_timeout(timeout);
+  context.group_name = group_name;
+  auto cpu = SocketProcessGroup::create(context);
+  std::string why_not;
+  auto cuda = make_cuda_path({.store = std::make_shared<PrefixStore>("cuda/", collie_store),
+                              .rank = rank,
+                              .size = size,
+                              .timeout = context.timeout,
+                              .group_name = group_name},
+                             &why_not);
+  return c10::make_intrusive<BackendCollie>(std::move(cpu), std::move(cuda), std::move(why_not),
+                                            store, context.timeout, group_name);
+}
+
+BackendCollie::BackendCollie(std::shared_ptr<SocketProcessGroup> cpu,
+                             std::unique_ptr<CudaPath> cuda, std::string no_cuda_reason,
+                             c10::intrusive_ptr<::c10d::Store> store, Timeout timeout,
+                             std::string group_name)
+    : Backend(cpu->rank(), cpu->size()),
+      cpu_(std::move(cpu)),
+      cuda_(std::move(cuda)),
+      no_cuda_reason_(std::move(no_cuda_reason)),
+      store_(std::move(store)),
+      group_name_(std::move(group_name)),
+      timeout_ms_(resolve_timeout(timeout).count()),
+      queue_(std::make_shared<WorkQueue>()) {
+  std::lock_guard lock(g_live_mu);
+  g_live.insert(this);
+}
+
+BackendCollie::~BackendCollie() {
+  {
+    std::lock_guard lock(g_live_mu);
+    g_live.erase(this);
+  }
+  shutdown();
+}
+
+c10::intrusive_ptr<::c10d::Backend::Options> BackendCollie::getBackendOptions() {
+  auto options = c10::make_intrusive<Options>(kBackendName, Timeout(timeout_ms_.load()));
+  options->group_name = group_name_;
+  return options;
+}
+
+void BackendCollie::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0)
+    throw InvalidArgument(str_cat(site("setTimeout"), ": the timeout must be positive, not ",
+                                  timeout.count(), " ms"));
+  timeout_ms_.store(timeout.count());
+}
+
+Timeout BackendCollie::timeout(std::chrono::milliseconds requested) const {
+  return requested == kUnsetTimeout ? Timeout(timeout_ms_.load(std::memory_order_relaxed))
+                                    : requested;
+}
+
+collie::ProcessGroup& BackendCollie::cpu_group() { return *cpu_; }
+
+CudaPath& BackendCollie::cuda_path(const Site& where) {
+  if (!cuda_)
+    throw InvalidArgument(str_cat(where, ": a CUDA tensor, but ", no_cuda_reason_,
+                                  "; pass CPU tensors, or use \"cpu:collie,cuda:nccl\""));
+  return *cuda_;
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendCollie::launch(Launch call, Body body) {
+  if (call.type != OpType::BARRIER && call.type != OpType::SEND && call.type != OpType::RECV &&
+      call.type != OpType::RECVANYSOURCE)
+    sequence_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(coalescing_mu_);
+    if (coalescing_) {
+      auto work = c10::make_intrusive<DeferredWork>(rank_, call.type, call.outputs);
+      deferred_.push_back(Deferred{std::move(call), std::move(body), std::nullopt, {}, {}, work});
+      return work;
+    }
+  }
+  if (call.device.is_cuda()) return cuda_path(site(call.op)).launch(std::move(call), body);
+  return run_cpu(std::move(call), std::move(body));
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body) {
+  const bool async = call.async;
+  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, call.op, std::move(call.outputs),
+                                              async ? queue_ : std::weak_ptr<WorkQueue>());
+  auto task = [work, body = std::move(body), group = cpu_]() noexcept {
+    std::exception_ptr error;
+    try {
+      // Copies into and out of staging buffers are no part of any autograd
+      // graph (and a leaf that requires grad refuses in-place ones).
+      at::NoGradGuard no_grad;
+      if (auto w = body(*group)) {
+        w->wait();
+        if (work->is_receive_from_any()) work->set_source_rank(w->source_rank());
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+  };
+  if (async)
+    work->set_ticket(queue_->submit(std::move(task)));
+  else
+    work->set_ticket(queue_->run(std::move(task)));
+  return work;
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendCollie::launch_deferred_p2p_locked(
+    Launch call, const P2POp& op, const at::Tensor& user, const at::Tensor& buffer) {
+  auto work = c10::make_intrusive<DeferredWork>(rank_, call.type, call.outputs);
+  const bool staged = !buffer.is_same(user);
+  deferred_.push_back(Deferred{std::move(call), nullptr, op, staged ? user : at::Tensor(),
+                               staged ? buffer : at::Tensor(), work});
+  return work;
+}
+
+void BackendCollie::startCoalescing() {
+  std::lock_guard lock(coalescing_mu_);
+  if (coalescing_)
+    throw InvalidArgument(str_cat(site("startCoalescing"),
+                                  ": a coalescing block is already open (endCoalescing first)"));
+  coalescing_ = true;
+  deferred_.clear();
+}
+
+// One operation that runs what the block issued, in issue order; the
+// point-to-point operations between two collectives (or at the end) go
+// together as one batch_isend_irecv, so that a ring of sends and receives
+// cannot deadlock.
+c10::intrusive_ptr<::c10d::Work> BackendCollie::endCoalescing() {
+  std::vector<Deferred> ops;
+  {
+    std::lock_guard lock(coalescing_mu_);
+    if (!coalescing_)
+      throw InvalidArgument(
+          str_cat(site("endCoalescing"), ": no coalescing block is open (startCoalescing first)"));
+    coalescing_ = false;
+    ops.swap(deferred_);
+  }
+  Launch batch{"coalesced", OpType::COALESCED, Device::cpu(), /*async=*/true, {}, {}};
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Launch& c = ops[i].call;
+    if (i > 0 && !(c.device == batch.device))
+      throw InvalidArgument(str_cat(site("endCoalescing"), ": the block mixes ",
+                                    to_string(batch.device), " and ", to_string(c.device),
+                                    " tensors; one block takes tensors of one device"));
+    batch.device = c.device;
+    batch.outputs.insert(batch.outputs.end(), c.outputs.begin(), c.outputs.end());
+    batch.in_use.insert(batch.in_use.end(), c.in_use.begin(), c.in_use.end());
+  }
+  const Timeout deadline = timeout(kUnsetTimeout);
+  auto steps = std::make_shared<std::vector<Deferred>>(std::move(ops));
+  Body body = [steps, deadline](collie::ProcessGroup& g) -> std::shared_ptr<collie::Work> {
+    std::vector<P2POp> p2p;
+    std::shared_ptr<collie::Work> last;
+    auto flush = [&] {
+      if (p2p.empty()) return;
+      last = g.batch_isend_irecv(p2p, deadline);
+      p2p.clear();
+    };
+    for (auto& step : *steps) {
+      if (step.p2p) {
+        p2p.push_back(*step.p2p);
+        continue;
+      }
+      flush();
+      last = step.body(g);
+    }
+    flush();
+    bool copies = false;
+    for (auto& step : *steps) copies |= step.p2p_buffer.defined();
+    if (copies && last) {
+      last->wait();
+      last = nullptr;
+      for (auto& step : *steps)
+        if (step.p2p_buffer.defined()) copy_back(step.p2p_user, step.p2p_buffer);
+    }
+    return last;
+  };
+  // Nothing was issued: a completed Work, as torch's gloo gives.
+  auto work = launch(std::move(batch), std::move(body));
+  for (auto& step : *steps) static_cast<DeferredWork*>(step.work.get())->attach(work);
+  return work;
+}
+
+c10::intrusive_ptr<::c10d::Backend> BackendCollie::split(
+    const c10::intrusive_ptr<::c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  const auto me = std::find(ranks.begin(), ranks.end(), rank_);
+  if (me == ranks.end()) return nullptr;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] < 0 || ranks[i] >= size_ || (i > 0 && ranks[i] <= ranks[i - 1]))
+      throw InvalidArgument(str_cat(site("split"), ": ranks must be distinct group ranks below ",
+                                    size_, " in increasing order; got ", join(ranks, ", ")));
+  const Timeout t = opts ? Timeout(opts->timeout) : Timeout(timeout_ms_.load());
+  const std::string name =
+      opts && !opts->group_name.empty() ? opts->group_name : str_cat(group_name_, ":split");
+  auto child =
+      create(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), t, name);
+  if (opts) child->setGroupDesc(opts->group_desc);
+  return child;
+}
+
+void BackendCollie::setSequenceNumberForGroup() {}
+
+uint64_t BackendCollie::getSequenceNumberForGroup() { return sequence_.load(); }
+
+void BackendCollie::abort() {
+  const std::string reason = str_cat("process group \"", group_name_, "\" (collie, rank ", rank_,
+                                     " of ", size_, ") was aborted (abort() called)");
+  cpu_->abort(reason);
+  if (cuda_) cuda_->abort(reason);
+}
+
+void BackendCollie::shutdown() {
+  g_blocking.load()([this] {
+    queue_->drain();
+    cpu_->shutdown();
+    if (cuda_) cuda_->shutdown();
+  });
+}
+
+void BackendCollie::waitForPendingWorks() {
+  g_blocking.load()([this] { queue_->drain(); });
+}
+
+::c10d::ErrorType BackendCollie::getError() {
+  return cpu_->broken() ? ::c10d::ErrorType::COMM_ERROR : ::c10d::ErrorType::SUCCESS;
+}
+
+}  // namespace collie::torch_adapter

@@ -1,0 +1,214 @@
+// BackendCollie: torch 2.x's c10d::Backend over collie. It is what
+// torch.distributed runs when a program says init_process_group("collie")
+// (module.cc registers it for the devices "cpu" and "cuda").
+//
+//  * CPU tensors go to collie's socket backend (shared memory between the
+//    ranks of a host, TCP between hosts), through a WorkQueue: a blocking
+//    call (torch's asyncOp false) runs on the caller's thread at once, an
+//    asynchronous one on the queue's worker, all in issue order.
+//  * CUDA tensors go to collie's NCCL backend on torch's current stream
+//    (cuda_path.h), where this build has one.
+//
+// An adapter only: every method checks its arguments on the caller's thread
+// (collie::InvalidArgument, a Python RuntimeError naming the call and the
+// rank), stages tensors collie cannot use as they are into contiguous
+// buffers, and hands one Body (launch.h) to the path of its device. Between
+// startCoalescing() and endCoalescing() the Bodies are kept and run as one
+// operation at the end, the point-to-point ones as one collie
+// batch_isend_irecv (what torch's batch_isend_irecv and _coalescing_manager
+// use). docs/torch.md maps every method onto collie.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/base/deadline.h"
+#include "runtime/process_group/process_group.h"
+#include "runtime/torch/cuda_path.h"
+#include "runtime/torch/launch.h"
+#include "runtime/torch/torch_tensors.h"
+#include "runtime/torch/work_queue.h"
+
+namespace collie {
+class SocketProcessGroup;
+}
+
+namespace collie::torch_adapter {
+
+class BackendCollie final : public ::c10d::Backend {
+ public:
+  static constexpr const char* kBackendName = "collie";
+
+  // Collective (every member calls it): rendezvous through torch's `store`
+  // (already prefixed for this group) and connect collie's socket backend
+  // within `timeout`, which is also every operation's default deadline.
+  static c10::intrusive_ptr<BackendCollie> create(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                  int rank, int size, Timeout timeout,
+                                                  const std::string& group_name);
+
+  BackendCollie(std::shared_ptr<SocketProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
+                std::string no_cuda_reason, c10::intrusive_ptr<::c10d::Store> store,
+                Timeout timeout, std::string group_name);
+  // Runs what was issued (each operation is bounded by its deadline), then
+  // shuts the collie groups down.
+  ~BackendCollie() override;
+
+  const std::string getBackendName() const override { return kBackendName; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+  // The default deadline of the operations issued after the call.
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void startCoalescing() override;
+  c10::intrusive_ptr<::c10d::Work> endCoalescing() override;
+
+  c10::intrusive_ptr<::c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                             const ::c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const ::c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                          const ::c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                   const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& output_lists, std::vector<at::Tensor>& inputs,
+      const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const ::c10d::GatherOptions& opts) override;
+#ifdef COLLIE_TORCH_HAS_GATHER_INTO_TENSOR
+  c10::intrusive_ptr<::c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                      const ::c10d::GatherOptions& opts) override;
+#endif
+  c10::intrusive_ptr<::c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                           std::vector<std::vector<at::Tensor>>& inputs,
+                                           const ::c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const ::c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                 std::vector<int64_t>& output_split_sizes,
+                                                 std::vector<int64_t>& input_split_sizes,
+                                                 const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                            std::vector<at::Tensor>& inputs,
+                                            const ::c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                        int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                        int tag) override;
+  c10::intrusive_ptr<::c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                                 int tag) override;
+  c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
+  // Rank 0 names the ranks that did not arrive within the timeout (every
+  // one of them with wait_all_ranks). torch's dist.monitored_barrier()
+  // accepts only gloo groups; call it on the group: pg.monitored_barrier().
+  void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+
+  // Sequence numbers count the collectives issued on this group; every rank
+  // starts at 0.
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
+
+  // A group of the ranks `ranks` (sorted group ranks of this one) through
+  // `store`, or nullptr on a rank not among them: collie's new_group under
+  // torch's ProcessGroup.split_group and DeviceMesh.
+  c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                            const std::vector<int>& ranks,
+                                            const c10::intrusive_ptr<Options>& opts) override;
+
+  // Breaks the group at once, from any thread: a call blocked in a
+  // collective returns with an error within milliseconds (the peers see the
+  // connection close), and every later call fails.
+  void abort() override;
+  // Runs what was issued (bounded by its deadlines), then closes the group.
+  void shutdown() override;
+  void waitForPendingWorks() override;
+  ::c10d::ErrorType getError() override;
+
+  // How shutdown() waits for the operations issued (`wait`): module.cc
+  // runs it with Python's GIL released, since completing an operation may
+  // run a Python callback chained on its future, and a group is often
+  // destroyed by Python's garbage collector, which holds the GIL.
+  using Blocking = void (*)(const std::function<void()>& wait);
+  static void set_blocking(Blocking blocking);
+
+  // At the interpreter's exit (module.cc registers it with atexit): lets
+  // every live group finish what it is running, for at most `grace`, then
+  // aborts the groups that have not. Python's finalization kills a thread
+  // that takes the GIL, so an operation that ends after it has begun (and
+  // drops the last reference to a tensor Python knows) would end the
+  // process in std::terminate instead.
+  static void quiesce_all(std::chrono::milliseconds grace);
+
+  // For the benchmark that measures what the adapter adds to collie's own
+  // call, and for the tests.
+  collie::ProcessGroup& cpu_group();
+  const WorkQueue& queue() const { return *queue_; }
+  const std::string& group_name() const { return group_name_; }
+
+ private:
+  Site site(const char* op) const { return Site{op, rank_, group_name_}; }
+  Timeout timeout(std::chrono::milliseconds requested) const;
+  // Runs (or, while coalescing, keeps) one operation on its device's path.
+  c10::intrusive_ptr<::c10d::Work> launch(Launch call, Body body);
+  c10::intrusive_ptr<::c10d::Work> run_cpu(Launch call, Body body);
+  CudaPath& cuda_path(const Site& where);
+  // send/recv/recvAnysource: one collie P2POp, alone or in a coalesced batch.
+  c10::intrusive_ptr<::c10d::Work> point_to_point(const Site& where, ::c10d::OpType type,
+                                                  std::vector<at::Tensor>& tensors, int peer,
+                                                  int tag);
+  // Keeps a point-to-point operation of an open coalescing block; requires
+  // coalescing_mu_.
+  c10::intrusive_ptr<::c10d::Work> launch_deferred_p2p_locked(Launch call, const P2POp& op,
+                                                              const at::Tensor& user,
+                                                              const at::Tensor& buffer);
+  // The tensors of a coalesced list call: one per pair, one device.
+  Device check_pairs(const Site& where, const std::vector<at::Tensor>& outputs,
+                     const std::vector<at::Tensor>& inputs);
+
+  // An operation kept between startCoalescing and endCoalescing.
+  struct Deferred {
+    Launch call;
+    Body body;                              // a collective, or
+    std::optional<P2POp> p2p;               // a point-to-point operation,
+    at::Tensor p2p_user, p2p_buffer;        // with a receive's staging buffer
+    c10::intrusive_ptr<::c10d::Work> work;  // handed out for it
+  };
+
+  const std::shared_ptr<SocketProcessGroup> cpu_;
+  std::unique_ptr<CudaPath> cuda_;
+  const std::string no_cuda_reason_;
+  const c10::intrusive_ptr<::c10d::Store> store_;
+  const std::string group_name_;
+  std::atomic<int64_t> timeout_ms_;
+  std::atomic<uint64_t> sequence_{0};
+  // Shared with the Works (weakly), which run queued tasks when waited for.
+  std::shared_ptr<WorkQueue> queue_;
+  std::mutex coalescing_mu_;
+  bool coalescing_ = false;
+  std::vector<Deferred> deferred_;
+};
+
+}  // namespace collie::torch_adapter

@@ -1,0 +1,83 @@
+#include "runtime/torch/collie_work.h"
+
+#include <c10/util/Exception.h>
+
+#include "runtime/base/deadline.h"
+#include "runtime/base/error.h"
+#include "runtime/base/str_cat.h"
+
+namespace collie::torch_adapter {
+
+std::exception_ptr as_torch_error(std::exception_ptr error) {
+  if (!error) return error;
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument&) {
+    return error;  // a wrong call, not a failed collective
+  } catch (const Error& e) {
+    return std::make_exception_ptr(
+        c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__}, e.what()));
+  } catch (...) {
+    return error;
+  }
+}
+
+CollieWork::CollieWork(int rank, ::c10d::OpType type, const char* op,
+                       std::vector<at::Tensor> outputs, std::weak_ptr<WorkQueue> queue)
+    : Work(rank, type), op_(op), outputs_(std::move(outputs)), queue_(std::move(queue)) {}
+
+void CollieWork::complete(std::exception_ptr error) noexcept {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard lock(mutex_);
+    completed_ = true;
+    exception_ = error;
+    future = future_;
+  }
+  cv_.notify_all();
+  if (future) settle(*future);
+}
+
+int CollieWork::sourceRank() const {
+  if (!is_receive_from_any()) return Work::sourceRank();  // torch's error for other ops
+  return source_rank_.load(std::memory_order_relaxed);
+}
+
+bool CollieWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) {
+    // Running queued operations here could outlast a wait with a timeout.
+    if (!isCompleted())
+      if (auto queue = queue_.lock()) queue->help_until(ticket_);
+  }
+  std::unique_lock lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    throw c10::DistBackendError(
+        c10::SourceLocation{__func__, __FILE__, __LINE__},
+        str_cat("collie: Work.wait(timeout=", format_duration(timeout), ") on ", op_, " #", ticket_,
+                " of rank ", rank_, " timed out; the operation is still running"));
+  }
+  if (exception_) std::rethrow_exception(as_torch_error(exception_));
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CollieWork::getFuture() {
+  std::unique_lock lock(mutex_);
+  if (future_) return future_;
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+  auto future = future_;
+  const bool completed = completed_;
+  lock.unlock();
+  if (completed) settle(*future);
+  return future;
+}
+
+void CollieWork::settle(c10::ivalue::Future& future) {
+  if (exception_)
+    future.setError(as_torch_error(exception_));
+  else
+    future.markCompleted(c10::IValue(outputs_));
+}
+
+}  // namespace collie::torch_adapter
