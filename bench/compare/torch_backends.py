@@ -1,9 +1,12 @@
-#!/usr/bin/python3
-"""torch.distributed.all_reduce over collie against gloo: same script, same processes.
+#!/usr/bin/env python3
+"""torch.distributed over collie against torch's gloo: same script, same processes.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/compare/torch_backends.py \\
-        [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ddp-runs 5] \\
+    <venv>/bin/python bench/compare/torch_backends.py \\
+        [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ddp-runs 5] [--fsdp-runs 5] \\
         [--save results.json] [--plot docs/torch_backends.svg]
+
+<venv> is an environment with torch 2.x and collie_torch (tools/collie.sh
+makes them under ~/.cache/collie/venv-torch-<version>).
 
 For each world size, --runs separate jobs (fresh processes each). In a job
 every rank has both groups, collie (the default group) and gloo
@@ -88,15 +91,16 @@ def worker(max_bytes, overhead_blocks):
             dist.all_reduce(us, group=gloo)
             if rank == 0:
                 print(f"allreduce {name} {nbytes} {us.item() / world:.2f}", flush=True)
-    pg = dist.distributed_c10d._get_default_group()
+    pg = collie_torch.backend()
     small = torch.ones(1)
-    collie_torch._time_allreduce(pg, small, OVERHEAD_CALLS, "adapter")  # warm-up
+    collie_torch._C._time_allreduce(pg, small, OVERHEAD_CALLS, "adapter")  # warm-up
     # Alternating blocks, in the order ABBA so that a drift in the load
     # weighs on both paths alike; each pair gives one difference.
     for block in range(overhead_blocks):
         order = ("collie", "adapter") if block % 2 == 0 else ("adapter", "collie")
         for path in order:
-            wall, process, thread = collie_torch._time_allreduce(pg, small, OVERHEAD_CALLS, path)
+            wall, process, thread = collie_torch._C._time_allreduce(pg, small, OVERHEAD_CALLS,
+                                                                    path)
             if rank == 0:
                 print(f"overhead {block} {path} {wall * 1e6:.3f} {process * 1e6:.3f} "
                       f"{thread * 1e6:.3f}", flush=True)

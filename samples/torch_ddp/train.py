@@ -6,35 +6,36 @@ set_epoch, DistributedDataParallel with model_without_ddp, evaluation and
 checkpoints on the main process only, a barrier after every epoch), with
 the one change that puts collie underneath torch's own DDP:
 
-    import collie_torch                                # registers "collie"
     torch.distributed.init_process_group("collie", ...)  # was "gloo"
 
-Run it like any torch program (build/python on PYTHONPATH in a build tree):
+(collie_torch, pip-installed, is found by torch itself.) Run it like any
+torch program, from an environment that has torch 2.x and collie_torch:
 
-    torchrun --nproc_per_node 4 --redirects 1 --tee 1 samples/torch_ddp/train.py
+    torchrun --nproc_per_node 4 samples/torch_ddp/train.py
     collie-run --standalone --store-compat --nproc-per-node 4 \\
-        /usr/bin/python3 samples/torch_ddp/train.py --backend collie
+        python samples/torch_ddp/train.py --backend collie
 
 --backend gloo runs the very same loop on torch's gloo backend, for
-comparison. The model and schedule are blip_train's (samples/blip_train):
-an MLP 784-256-128-10, AdamW, cosine learning rate.
+comparison; --comm-hook fp16 or bf16 compresses the gradients with DDP's
+compression hooks. The model and schedule are blip_train's
+(samples/blip_train): an MLP 784-256-128-10, AdamW, cosine learning rate.
 """
 import argparse
 import datetime
-import gzip
 import json
-import math
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-MEAN, STD = 0.2860, 0.3530  # the training set's pixels on [0, 1], as blip_train
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_common"))
+import utils  # noqa: E402  (BLIP's utils.py: the distributed helpers, the data)
+from utils import get_rank, get_world_size, is_main_process  # noqa: E402
 
 
 def get_args():
@@ -47,95 +48,15 @@ def get_args():
     p.add_argument("--min-lr", type=float, default=0.0)
     p.add_argument("--weight-decay", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=FASHION_MNIST)
+    p.add_argument("--data-dir", default=utils.FASHION_MNIST)
     p.add_argument("--output-dir", default="output/torch_ddp")
     p.add_argument("--print-freq", type=int, default=50)
     p.add_argument("--max-steps", type=int, default=-1, help="per epoch, for quick runs")
     p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
+    p.add_argument("--comm-hook", default="none", choices=["none", "fp16", "bf16"],
+                   help="DDP's gradient compression hook")
     return p.parse_args()
-
-
-# --- the tutorial's helpers -------------------------------------------------
-
-def is_dist_avail_and_initialized():
-    return dist.is_available() and dist.is_initialized()
-
-
-def get_rank():
-    return dist.get_rank() if is_dist_avail_and_initialized() else 0
-
-
-def get_world_size():
-    return dist.get_world_size() if is_dist_avail_and_initialized() else 1
-
-
-def is_main_process():
-    return get_rank() == 0
-
-
-def setup_for_distributed(is_master):
-    """Disables printing when not in the master process (print(..., force=True) still prints)."""
-    import builtins as __builtin__
-    builtin_print = __builtin__.print
-
-    def print(*args, **kwargs):
-        force = kwargs.pop("force", False)
-        if is_master or force:
-            builtin_print(*args, **kwargs)
-
-    __builtin__.print = print
-
-
-def init_distributed_mode(args):
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        args.rank = int(os.environ["RANK"])
-        args.world_size = int(os.environ["WORLD_SIZE"])
-        args.gpu = int(os.environ.get("LOCAL_RANK", "0"))
-    elif "SLURM_PROCID" in os.environ:
-        args.rank = int(os.environ["SLURM_PROCID"])
-        args.world_size = int(os.environ["SLURM_NTASKS"])
-        args.gpu = int(os.environ.get("SLURM_LOCALID", "0"))
-    else:
-        print("Not using distributed mode")
-        args.distributed = False
-        return
-    args.distributed = True
-    if args.backend == "collie":
-        import collie_torch  # noqa: F401  registers the backend "collie"
-    print(f"| distributed init (rank {args.rank}): {args.dist_url}, backend {args.backend}",
-          flush=True)
-    dist.init_process_group(backend=args.backend, init_method=args.dist_url,
-                            world_size=args.world_size, rank=args.rank,
-                            timeout=datetime.timedelta(seconds=args.timeout))
-    dist.barrier()
-    setup_for_distributed(args.rank == 0)
-
-
-def cosine_lr_schedule(optimizer, epoch, max_epoch, init_lr, min_lr):
-    lr = (init_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * epoch / max_epoch)) + min_lr
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
-# --- data and model ---------------------------------------------------------
-
-def read_idx(path):
-    """An idx file (big-endian magic: 0, 0, type 8 = uint8, ndim; then dims)."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    if data[:3] != b"\0\0\x08":
-        raise ValueError(f"{path}: not an idx file of uint8")
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-
-
-def fashion_mnist(data_dir, train):
-    prefix = os.path.join(data_dir, "train" if train else "t10k")
-    images = read_idx(prefix + "-images-idx3-ubyte.gz").reshape(-1, 784).float() / 255.0
-    labels = read_idx(prefix + "-labels-idx1-ubyte.gz").long()
-    return TensorDataset((images - MEAN) / STD, labels)
 
 
 class MLP(nn.Module):
@@ -193,13 +114,14 @@ def evaluate(model, loader):
 
 
 def main(args):
-    init_distributed_mode(args)
+    utils.init_distributed_mode(args, datetime.timedelta(seconds=args.timeout))
     torch.set_num_threads(args.threads)
     seed = args.seed + get_rank()
     torch.manual_seed(seed)
 
     print("Creating dataset")
-    train_set, test_set = fashion_mnist(args.data_dir, True), fashion_mnist(args.data_dir, False)
+    train_set = utils.fashion_mnist(args.data_dir, True)
+    test_set = utils.fashion_mnist(args.data_dir, False)
     if args.distributed:
         num_tasks, global_rank = get_world_size(), get_rank()
         train_sampler = DistributedSampler(train_set, num_replicas=num_tasks, rank=global_rank,
@@ -217,6 +139,11 @@ def main(args):
     if args.distributed:
         model = torch.nn.parallel.DistributedDataParallel(model)
         model_without_ddp = model.module
+        if args.comm_hook != "none":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            hook = {"fp16": default_hooks.fp16_compress_hook,
+                    "bf16": default_hooks.bf16_compress_hook}[args.comm_hook]
+            model.register_comm_hook(None, hook)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     torch.manual_seed(seed)
 
@@ -227,7 +154,7 @@ def main(args):
     for epoch in range(args.epochs):
         if args.distributed:
             train_loader.sampler.set_epoch(epoch)
-        cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
+        utils.cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
         train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
         if is_main_process():
             test_stats = evaluate(model_without_ddp, test_loader)

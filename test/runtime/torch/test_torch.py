@@ -180,24 +180,26 @@ def test_killed_rank_under_torchrun():
     assert "exitcode  : -9 (pid: %d)" % pid in summary, repr(r)
 
 
-# --- torch's DistributedDataParallel: collie and gloo train the same model --
+# --- the samples: collie and gloo train the same model ----------------------
 
-def test_ddp_trains_the_same_weights_as_gloo(tmp_path):
-    """samples/torch_ddp/train.py, 2 ranks, 2 epochs of 40 steps, over each
+@pytest.mark.parametrize("sample,steps", [("torch_ddp", 40), ("torch_fsdp", 15)])
+def test_sample_trains_the_same_weights_as_gloo(tmp_path, sample, steps):
+    """samples/<sample>/train.py, 2 ranks, 2 epochs of a few steps, over each
     backend. Two ranks sum two numbers in every algorithm (a + b == b + a in
-    IEEE arithmetic), DDP divides before it sums, and everything else is the
-    same single-threaded code: the weights must be the same bits."""
+    IEEE arithmetic), DDP divides before it sums and FSDP2 averages in the
+    reduce-scatter the same way, and everything else is the same
+    single-threaded code: the weights must be the same bits."""
     import torch
 
     data = os.path.join("/usr/share/datasets/fashion-mnist")
     if not os.path.exists(os.path.join(data, "train-images-idx3-ubyte.gz")):
         pytest.skip(f"no Fashion-MNIST in {data} (package dataset-fashion-mnist, installed by tools/collie.sh)")
-    script = os.path.join(harness.SOURCE_DIR, "samples", "torch_ddp", "train.py")
+    script = os.path.join(harness.SOURCE_DIR, "samples", sample, "train.py")
     final = {}
     for backend in ("collie", "gloo"):
         out = tmp_path / backend
         results = harness.collect(harness.spawn_ranks(
-            2, ["--backend", backend, "--epochs", "2", "--max-steps", "40", "--print-freq",
+            2, ["--backend", backend, "--epochs", "2", "--max-steps", str(steps), "--print-freq",
                 "1000", "--output-dir", str(out), "--timeout", "120"],
             init="env", script=script))
         assert_ok(results)

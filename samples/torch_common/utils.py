@@ -1,0 +1,94 @@
+"""The helpers BLIP's utils.py gives its train_*.py, for collie's PyTorch
+samples (samples/torch_ddp, samples/torch_fsdp): the distributed setup the
+tutorial explains, the learning-rate schedule, and Fashion-MNIST (Debian's
+dataset-fashion-mnist) read from its idx files."""
+import builtins
+import gzip
+import math
+import os
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import TensorDataset
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # the training set's pixels on [0, 1], as blip_train
+
+
+def is_dist_avail_and_initialized():
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank():
+    return dist.get_rank() if is_dist_avail_and_initialized() else 0
+
+
+def get_world_size():
+    return dist.get_world_size() if is_dist_avail_and_initialized() else 1
+
+
+def is_main_process():
+    return get_rank() == 0
+
+
+def setup_for_distributed(is_master):
+    """Disables printing when not in the master process (print(..., force=True) still prints)."""
+    builtin_print = builtins.print
+
+    def print(*args, **kwargs):
+        force = kwargs.pop("force", False)
+        if is_master or force:
+            builtin_print(*args, **kwargs)
+
+    builtins.print = print
+
+
+def init_distributed_mode(args, timeout):
+    """torchrun's (or collie-run's) RANK/WORLD_SIZE/LOCAL_RANK, else SLURM's;
+    sets args.rank, args.world_size, args.gpu and args.distributed, and
+    joins the process group of args.backend through args.dist_url. With
+    collie_torch pip-installed, torch finds the backend "collie" by itself."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        args.rank = int(os.environ["RANK"])
+        args.world_size = int(os.environ["WORLD_SIZE"])
+        args.gpu = int(os.environ.get("LOCAL_RANK", "0"))
+    elif "SLURM_PROCID" in os.environ:
+        args.rank = int(os.environ["SLURM_PROCID"])
+        args.world_size = int(os.environ["SLURM_NTASKS"])
+        args.gpu = int(os.environ.get("SLURM_LOCALID", "0"))
+    else:
+        print("Not using distributed mode")
+        args.distributed = False
+        return
+    args.distributed = True
+    print(f"| distributed init (rank {args.rank}): {args.dist_url}, backend {args.backend}",
+          flush=True)
+    dist.init_process_group(backend=args.backend, init_method=args.dist_url,
+                            world_size=args.world_size, rank=args.rank, timeout=timeout)
+    dist.barrier()
+    setup_for_distributed(args.rank == 0)
+
+
+def cosine_lr_schedule(optimizer, epoch, max_epoch, init_lr, min_lr):
+    lr = (init_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * epoch / max_epoch)) + min_lr
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def read_idx(path):
+    """An idx file (big-endian magic: 0, 0, type 8 = uint8, ndim; then dims)."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    if data[:3] != b"\0\0\x08":
+        raise ValueError(f"{path}: not an idx file of uint8")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
+
+
+def fashion_mnist(data_dir, train):
+    """Images as normalised float32 rows of 784 pixels, and int64 labels."""
+    prefix = os.path.join(data_dir, "train" if train else "t10k")
+    images = read_idx(prefix + "-images-idx3-ubyte.gz").reshape(-1, 784).float() / 255.0
+    labels = read_idx(prefix + "-labels-idx1-ubyte.gz").long()
+    return TensorDataset((images - MEAN) / STD, labels)

@@ -1,0 +1,205 @@
+"""FSDP2 over collie on CPU: a small vision transformer on Fashion-MNIST.
+
+The BLIP loop of samples/torch_ddp with torch 2.x's fully sharded data
+parallelism instead of DDP: every transformer block and the model itself are
+wrapped with torch.distributed.fsdp.fully_shard on a 1-D CPU DeviceMesh, so
+each rank keeps 1/N of every parameter, gradient and optimizer state;
+forward and backward all-gather a block's parameters just before it runs
+and reduce-scatter its gradients right after. Over collie:
+
+    torch.distributed.init_process_group("collie", ...)  # was "gloo"
+
+Run it from an environment that has torch 2.x and collie_torch:
+
+    torchrun --nproc_per_node 4 samples/torch_fsdp/train.py
+    collie-run --standalone --store-compat --nproc-per-node 4 \\
+        python samples/torch_fsdp/train.py --backend collie
+
+--backend gloo runs the same loop on torch's gloo backend. Evaluation and
+the checkpoint (a full state dict, gathered from the shards) are on the main
+process only; every rank takes part in gathering it.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, DistributedSampler
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_common"))
+import utils  # noqa: E402  (BLIP's utils.py: the distributed helpers, the data)
+from utils import get_rank, get_world_size, is_main_process  # noqa: E402
+
+
+def get_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--backend", default="collie", choices=["collie", "gloo"])
+    p.add_argument("--dist-url", default="env://")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--min-lr", type=float, default=0.0)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--dim", type=int, default=64, help="the transformer's width")
+    p.add_argument("--depth", type=int, default=4, help="transformer blocks")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=utils.FASHION_MNIST)
+    p.add_argument("--output-dir", default="output/torch_fsdp")
+    p.add_argument("--print-freq", type=int, default=50)
+    p.add_argument("--max-steps", type=int, default=-1, help="per epoch, for quick runs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
+    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
+    return p.parse_args()
+
+
+class Block(nn.Module):
+    """Pre-norm self-attention and MLP."""
+
+    def __init__(self, dim, heads=4):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """28x28 images as 49 patches of 4x4 pixels, a class token, `depth` blocks."""
+
+    def __init__(self, dim, depth, classes=10, patch=4):
+        super().__init__()
+        self.patch = patch
+        tokens = (28 // patch) ** 2
+        self.embed = nn.Linear(patch * patch, dim)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, tokens + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList(Block(dim) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, images):
+        b, p = images.shape[0], self.patch
+        x = images.reshape(b, 28 // p, p, 28 // p, p).permute(0, 1, 3, 2, 4).reshape(b, -1, p * p)
+        x = torch.cat([self.cls.expand(b, -1, -1), self.embed(x)], dim=1) + self.pos
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x[:, 0]))
+
+
+def train_one_epoch(model, loader, optimizer, epoch, args):
+    model.train()
+    header = f"Train Epoch: [{epoch}]"
+    loss_sum, steps, samples = 0.0, 0, 0
+    start = time.perf_counter()
+    for i, (images, labels) in enumerate(loader):
+        if 0 <= args.max_steps <= i:
+            break
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()  # FSDP reduce-scatters each block's gradients here
+        optimizer.step()
+        loss_sum, steps, samples = loss_sum + loss.item(), steps + 1, samples + len(labels)
+        if i % args.print_freq == 0:
+            print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
+                  f"loss: {loss.item():.4f}")
+    seconds = time.perf_counter() - start
+    # Every rank's steps and samples per second: the job's rate is the
+    # slowest rank's steps (they step together) and the sum of the samples.
+    stats = torch.tensor([steps / seconds, samples / seconds], dtype=torch.float64)
+    if args.distributed:
+        dist.all_reduce(stats)
+    world = get_world_size()
+    return {"loss": loss_sum / max(steps, 1), "steps_per_s": stats[0].item() / world,
+            "samples_per_s": stats[1].item(), "seconds": seconds}
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    model.eval()
+    correct, loss_sum, n = 0, 0.0, 0
+    for images, labels in loader:
+        logits = model(images)
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        correct += (logits.argmax(1) == labels).sum().item()
+        n += len(labels)
+    return {"acc": 100.0 * correct / n, "loss": loss_sum / n}
+
+
+def main(args):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    utils.init_distributed_mode(args, datetime.timedelta(seconds=args.timeout))
+    torch.set_num_threads(args.threads)
+    seed = args.seed + get_rank()
+
+    print("Creating dataset")
+    train_set = utils.fashion_mnist(args.data_dir, True)
+    test_set = utils.fashion_mnist(args.data_dir, False)
+    sampler = (DistributedSampler(train_set, num_replicas=get_world_size(), rank=get_rank(),
+                                  shuffle=True, seed=args.seed) if args.distributed else None)
+    train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler,
+                              shuffle=sampler is None, drop_last=True)
+    test_loader = DataLoader(test_set, batch_size=256, shuffle=False)
+
+    print("Creating model")
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and backend
+    model = ViT(args.dim, args.depth)
+    if args.distributed:
+        mesh = init_device_mesh("cpu", (get_world_size(),))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    # The evaluation copy on the main process: a plain module loaded from the
+    # gathered full state dict.
+    plain = ViT(args.dim, args.depth)
+    torch.manual_seed(seed)
+
+    if is_main_process():
+        os.makedirs(args.output_dir, exist_ok=True)
+    print("Start training")
+    start_time = time.time()
+    for epoch in range(args.epochs):
+        if args.distributed:
+            train_loader.sampler.set_epoch(epoch)
+        utils.cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
+        train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
+        # Every rank takes part in gathering the full state dict; only the
+        # main process keeps it (cpu_offload), evaluates and saves.
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                      cpu_offload=True))
+        if is_main_process():
+            plain.load_state_dict(state)
+            test_stats = evaluate(plain, test_loader)
+            print(f"Accuracy of the network on the {len(test_set)} test images: "
+                  f"{test_stats['acc']:.2f}%")
+            log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},
+                         **{f"test_{k}": v for k, v in test_stats.items()},
+                         "epoch": epoch, "backend": args.backend, "world_size": get_world_size()}
+            torch.save({"model": state, "config": vars(args), "epoch": epoch},
+                       os.path.join(args.output_dir, "checkpoint_%02d.pth" % epoch))
+            with open(os.path.join(args.output_dir, "log.txt"), "a") as f:
+                f.write(json.dumps(log_stats) + "\n")
+        if args.distributed:
+            dist.barrier()
+
+    total = str(datetime.timedelta(seconds=int(time.time() - start_time)))
+    print(f"Training time {total}")
+    if args.distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(get_args())
