@@ -10,10 +10,11 @@ namespace {
 
 // Maps a wire byte of a known dialect to an Op; false for an unknown byte.
 bool op_of(uint8_t type, Dialect dialect, Op* op) {
-  static constexpr Op kV2Ops[] = {Op::kValidate,   Op::kSet,    Op::kCompareSet, Op::kGet,
-                                  Op::kAdd,        Op::kCheck,  Op::kWait,       Op::kNumKeys,
-                                  Op::kDeleteKey,  Op::kAppend, Op::kMultiGet,   Op::kMultiSet,
-                                  Op::kCancelWait, Op::kPing};
+  static constexpr Op kV2Ops[] = {Op::kValidate,   Op::kSet,      Op::kCompareSet, Op::kGet,
+                                  Op::kAdd,        Op::kCheck,    Op::kWait,       Op::kNumKeys,
+                                  Op::kDeleteKey,  Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
+                                  Op::kCancelWait, Op::kPing,     Op::kQueuePush,  Op::kQueuePop,
+                                  Op::kQueueLen,   Op::kListKeys, Op::kBarrier};
   static constexpr Op kV1Ops[] = {Op::kSet,     Op::kCompareSet, Op::kGet,
                                   Op::kAdd,     Op::kCheck,      Op::kWait,
                                   Op::kNumKeys, Op::kWatchKey,   Op::kDeleteKey};
@@ -130,12 +131,16 @@ bool read_body(Op op, FieldReader& r, Request* request) {
   uint64_t n = 0;
   switch (op) {
     case Op::kSet:
-    case Op::kAppend: return r.key() && r.value();
+    case Op::kAppend:
+    case Op::kQueuePush: return r.key() && r.value();
     case Op::kCompareSet: return r.key() && r.value() && r.value();
     case Op::kGet:
     case Op::kDeleteKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
     case Op::kWatchKey: return r.key();
-    case Op::kAdd: {
+    case Op::kAdd:
+    case Op::kBarrier: {
       uint64_t delta = 0;
       if (!(r.key() && r.u64(&delta))) return false;
       request->delta = static_cast<int64_t>(delta);
@@ -156,6 +161,7 @@ bool read_body(Op op, FieldReader& r, Request* request) {
       return true;
     case Op::kPing: return r.u32(&request->nonce);
     case Op::kNumKeys:
+    case Op::kListKeys:
     case Op::kCancelWait:
     case Op::kValidate: return true;
   }
@@ -183,10 +189,11 @@ const char* dialect_name(Dialect d) {
 }
 
 const char* op_name(Op op) {
-  static constexpr const char* kNames[] = {"VALIDATE",    "SET",    "COMPARE_SET", "GET",
-                                           "ADD",         "CHECK",  "WAIT",        "GETNUMKEYS",
-                                           "DELETE_KEY",  "APPEND", "MULTI_GET",   "MULTI_SET",
-                                           "CANCEL_WAIT", "PING",   "WATCH_KEY",   "PROBE"};
+  static constexpr const char* kNames[] = {
+      "VALIDATE",   "SET",        "COMPARE_SET", "GET",       "ADD",       "CHECK",       "WAIT",
+      "GETNUMKEYS", "DELETE_KEY", "APPEND",      "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING",
+      "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER",   "WATCH_KEY",   "PROBE"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Op::kProbe) + 1, "one name per Op");
   return kNames[static_cast<size_t>(op)];
 }
 
@@ -230,6 +237,12 @@ ParseResult parse_request(std::span<const uint8_t> in, Dialect dialect, const Li
         op = Op::kSet;
         request_dialect = Dialect::kV1_13;
       }
+    } else if (type == static_cast<uint8_t>(V2Query::kPing)) {
+      // A 2.x PING before VALIDATE: what collie's client sends, on a second
+      // connection, when it looks for torch's libuv server (the detection,
+      // docs/store-protocol.md). Answered; the dialect stays undecided.
+      op = Op::kPing;
+      request_dialect = Dialect::kUnknown;
     } else if (op_of(type, Dialect::kV1_13, &op)) {
       request_dialect = Dialect::kV1_13;
       if (op == Op::kCheck && is_probe(in, limits)) {
@@ -292,17 +305,17 @@ Writer& Writer::keys(const std::vector<std::string>& ks) {
 }
 
 bool dialect_has(Op op, Dialect dialect) {
-  for (uint8_t b = 0; b < 16; ++b) {
+  for (int b = 0; b < 256; ++b) {
     Op o;
-    if (op_of(b, dialect, &o) && o == op) return true;
+    if (op_of(static_cast<uint8_t>(b), dialect, &o) && o == op) return true;
   }
   return false;
 }
 
 uint8_t query_byte(Op op, Dialect dialect) {
-  for (uint8_t b = 0; b < 16; ++b) {
+  for (int b = 0; b < 256; ++b) {
     Op o;
-    if (op_of(b, dialect, &o) && o == op) return b;
+    if (op_of(static_cast<uint8_t>(b), dialect, &o) && o == op) return static_cast<uint8_t>(b);
   }
   throw InvalidArgument(
       str_cat("TCPStore ", dialect_name(dialect), " has no ", op_name(op), " query"));

@@ -2,7 +2,8 @@
 // (docs/store-protocol.md has the full layout):
 //
 //   2.x   every connection opens with VALIDATE (0x00, uint32 magic), then
-//         query types VALIDATE=0 ... PING=13.
+//         query types VALIDATE=0 ... PING=13, and the later additions
+//         QUEUE_PUSH=14 ... LIST_KEYS=17 (torch 2.11) and BARRIER=18 (2.15).
 //   1.13  no VALIDATE; query types SET=0 ... DELETE_KEY=8.
 //
 // Integers are little-endian (torch sends host order; every machine it runs on
@@ -27,7 +28,8 @@ namespace collie::store_protocol {
 
 inline constexpr uint32_t kValidationMagic = 0x3C85F7CE;
 
-// Wire values of the 2.x dialect (torch's QueryType since 2.0).
+// Wire values of the 2.x dialect (torch's QueryType since 2.0; the queue
+// operations and LIST_KEYS are in torch 2.11, BARRIER in 2.15).
 enum class V2Query : uint8_t {
   kValidate = 0,
   kSet = 1,
@@ -43,6 +45,11 @@ enum class V2Query : uint8_t {
   kMultiSet = 11,
   kCancelWait = 12,
   kPing = 13,
+  kQueuePush = 14,
+  kQueuePop = 15,
+  kQueueLen = 16,
+  kListKeys = 17,
+  kBarrier = 18,
 };
 
 // Wire values of the 1.13 dialect.
@@ -91,6 +98,11 @@ enum class Op : uint8_t {
   kMultiSet,
   kCancelWait,
   kPing,
+  kQueuePush,
+  kQueuePop,
+  kQueueLen,
+  kListKeys,
+  kBarrier,
   kWatchKey,
   kProbe,
 };
@@ -100,9 +112,11 @@ struct Request {
   Op op = Op::kPing;
   Dialect dialect = Dialect::kUnknown;  // the dialect this request was read in
   std::vector<std::string> keys;        // one key for single-key ops
-  std::vector<Bytes> values;            // SET/APPEND: 1; COMPARE_SET: expected, desired
-  int64_t delta = 0;                    // ADD
-  uint32_t nonce = 0;                   // PING
+  std::vector<Bytes> values;            // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: 2
+  // ADD: the increment; BARRIER: the world size (a BARRIER is laid out as
+  // an ADD: a key, then an i64).
+  int64_t delta = 0;
+  uint32_t nonce = 0;  // PING
 };
 
 // The largest max_value_bytes a server or client accepts: 512 MiB. It
@@ -134,7 +148,8 @@ struct ParseResult {
 // dialect so far is `dialect` (kUnknown for its first message). A first
 // message decides the dialect: 0x00 + magic is a 2.x VALIDATE; 1..8, or 0x00
 // not followed by the magic, is 1.13; anything else is an error. In kUnknown
-// only a VALIDATE, a 1.13 query or the probe are accepted.
+// only a VALIDATE, a 1.13 query, the probe, or a 2.x PING (which leaves the
+// dialect undecided, as the probe does) are accepted.
 ParseResult parse_request(std::span<const uint8_t> in, Dialect dialect, const Limits& limits);
 
 // Appends wire encodings to a buffer (requests for the client, replies for

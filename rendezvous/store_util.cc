@@ -7,7 +7,7 @@
 
 namespace collie {
 
-int64_t parse_counter(const std::string& key, std::span<const uint8_t> value) {
+int64_t parse_counter(const std::string& key, std::span<const uint8_t> value, const char* op) {
   const char* begin = reinterpret_cast<const char*>(value.data());
   const char* end = begin + value.size();
   if (begin != end && *begin == '+') ++begin;
@@ -16,7 +16,7 @@ int64_t parse_counter(const std::string& key, std::span<const uint8_t> value) {
   if (ec != std::errc() || ptr != end || begin == end) {
     std::string shown(reinterpret_cast<const char*>(value.data()),
                       std::min<size_t>(value.size(), 32));
-    throw StoreError(str_cat("add on key '", key, "': the stored value '", shown,
+    throw StoreError(str_cat(op, " on key '", key, "': the stored value '", shown,
                              value.size() > 32 ? "..." : "", "' is not an integer"));
   }
   return out;

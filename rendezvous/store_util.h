@@ -8,8 +8,10 @@
 namespace collie {
 
 // Parses a counter stored by add() (ASCII decimal, optional sign). Throws
-// StoreError naming the key and the bad value.
-int64_t parse_counter(const std::string& key, std::span<const uint8_t> value);
+// StoreError naming the operation (`op`: "add", "barrier"), the key and the
+// bad value.
+int64_t parse_counter(const std::string& key, std::span<const uint8_t> value,
+                      const char* op = "add");
 
 // Throws InvalidArgument "<what> is <value>: allowed <min> to <max>" when
 // value is out of [min, max]; `what` names the option ("TcpStoreServerOptions::max_connections").

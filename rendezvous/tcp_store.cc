@@ -158,8 +158,13 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
   Bytes req = begin(Op::kWait);
   Writer(req).keys(keys);
   send(req, "WAIT", deadline);
+  return await_stop_waiting("WAIT", keys, deadline);
+}
+
+bool TcpStoreClient::await_stop_waiting(const char* what, const std::vector<std::string>& keys,
+                                        const Deadline& deadline, const std::string& awaited) {
   uint8_t answer = 0;
-  IoResult r = await_answer(keys, deadline);
+  IoResult r = await_answer(keys, deadline, awaited);
   if (r.ok()) r = socket_.recv_exact(&answer, 1, deadline.when());
   if (r.ok() && std::exchange(awaiting_first_answer_, false) && is_store_refusal(answer))
     refused_by_server(answer);
@@ -167,11 +172,11 @@ bool TcpStoreClient::wait_locked(const std::vector<std::string>& keys, const Dea
     if (answer != store_protocol::kStopWaiting) {
       socket_.close();
       throw StoreError(
-          describe(str_cat("WAIT answered ", int{answer}, " (expected STOP_WAITING)")));
+          describe(str_cat(what, " answered ", int{answer}, " (expected STOP_WAITING)")));
     }
     return true;
   }
-  if (r.kind != IoResult::Kind::kTimeout) fail(r, "WAIT", deadline);
+  if (r.kind != IoResult::Kind::kTimeout) fail(r, what, deadline);
   if (dialect_ == Dialect::kV1_13) {
     // 1.13 cannot cancel a wait, and its late STOP_WAITING would be read as
     // the answer to a later request: start over on a new connection.

@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "rendezvous/job_secret.h"
 #include "rendezvous/store.h"
@@ -24,7 +27,7 @@ namespace collie {
 // Which TCPStore dialect a client speaks.
 enum class StoreProtocol {
   kDetect,  // probe the server safely, then speak what it speaks (default)
-  kV2,      // PyTorch 2.x: VALIDATE first, query types VALIDATE=0..PING=13
+  kV2,      // PyTorch 2.x: VALIDATE first, query types VALIDATE=0..BARRIER=18
   kV1_13,   // PyTorch 1.13: no VALIDATE, SET=0..DELETE_KEY=8
 };
 
@@ -93,6 +96,40 @@ class TcpStore : public Store {
   virtual std::string host() const = 0;
   virtual uint16_t port() const = 0;
   virtual StoreProtocol protocol() const = 0;
+
+  // torch 2.x's later TCPStore operations: the queues and list_keys (torch
+  // 2.11), barrier (torch 2.15). They need the 2.x dialect (InvalidArgument
+  // in 1.13) and a server that has them: collie's, or torch's libuv server
+  // (the 2.x default; its classic one has no queues). A server without
+  // them closes the connection, and the call throws NetworkError saying so
+  // (for queue_push, which has no answer, the next call does).
+  // Keys and queue names go on the wire verbatim, as in every TcpStore call.
+
+  // Appends `value` to the queue `key`. Queues are apart from keys: a queue
+  // and a key may share a name (only WAIT and CHECK see both).
+  virtual void queue_push(const std::string& key, std::span<const uint8_t> value) = 0;
+  void queue_push(const std::string& key, std::string_view value) {
+    queue_push(key, as_span(value));
+  }
+  // Takes the oldest element of the queue `key`, waiting up to `timeout`
+  // (kUnsetTimeout: timeout()) for one to be pushed; throws TimeoutError
+  // naming the queue. torch's queue_pop(key, block=True).
+  virtual Bytes queue_pop(const std::string& key, Timeout timeout = kUnsetTimeout) = 0;
+  // The oldest element of the queue `key`, or nullopt at once when it is
+  // empty. torch's queue_pop(key, block=False).
+  virtual std::optional<Bytes> try_queue_pop(const std::string& key) = 0;
+  virtual int64_t queue_len(const std::string& key) = 0;
+  // Every key the server holds (not the queues), as stored: keys a torch
+  // client set carry its "/" prefix. collie's server sorts them, torch's
+  // lists them in no particular order.
+  virtual std::vector<std::string> list_keys() = 0;
+  // Waits until `world_size` callers (counting this one) have reached the
+  // barrier `key`, up to `timeout` (kUnsetTimeout: timeout()); throws
+  // TimeoutError naming the key, the world size and how many arrived. The
+  // key holds the count of arrivals and is never reset: use a fresh key
+  // for each round. torch 2.15's Store.barrier.
+  virtual void barrier(const std::string& key, int64_t world_size,
+                       Timeout timeout = kUnsetTimeout) = 0;
 
  protected:
   explicit TcpStore(Timeout timeout) : Store(timeout) {}

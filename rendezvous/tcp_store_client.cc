@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "rendezvous/store_auth.h"
+#include "rendezvous/tcp_store_detect.h"
 #include "runtime/base/backoff.h"
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
@@ -106,11 +108,15 @@ void TcpStoreClient::open(const Deadline& deadline) {
 }
 
 IoResult TcpStoreClient::await_answer(const std::vector<std::string>& keys,
-                                      const Deadline& deadline) {
+                                      const Deadline& deadline, const std::string& awaited) {
   SlowWaitLog slow(deadline, options_.report_after);
   for (;;) {
     IoResult r = socket_.wait_readable(std::min(deadline.when(), slow.next()));
     if (r.kind != IoResult::Kind::kTimeout || deadline.expired()) return r;
+    if (!awaited.empty()) {
+      slow.report(describe(str_cat("still waiting for ", awaited, " ", deadline.describe())));
+      continue;
+    }
     constexpr size_t kShown = 8;
     std::vector<std::string> shown(keys.begin(), keys.begin() + std::min(keys.size(), kShown));
     slow.report(describe(str_cat(
@@ -154,8 +160,14 @@ TcpStoreClient::Handshake TcpStoreClient::handshake(StoreSocket& socket, const D
         .u8(static_cast<uint8_t>(store_protocol::V1Query::kCheck))
         .keys({store_protocol::kProbeKey});
     check_io(socket.send_all(probe.data(), probe.size(), deadline.when()), "dialect probe");
-    uint8_t answer = 0;
-    IoResult r = socket.recv_exact(&answer, 1, deadline.when());
+    const ProbeOutcome outcome = await_probe_answer(socket, host_, port_, deadline);
+    if (outcome.echoed) {
+      COLLIE_LOG(kDebug) << describe("a PyTorch 2.x server (libuv); speaking 2.x");
+      dialect_ = Dialect::kV2;
+      return Handshake::kRetryIn2x;
+    }
+    const IoResult& r = outcome.io;
+    const uint8_t answer = outcome.answer;
     if (r.kind == IoResult::Kind::kClosed) {
       COLLIE_LOG(kDebug) << describe("a PyTorch 2.x server; speaking 2.x");
       dialect_ = Dialect::kV2;
@@ -212,12 +224,29 @@ Bytes TcpStoreClient::begin(Op op) {
   return request;
 }
 
+namespace {
+
+// Why a server may close the connection on one of torch's later queries:
+// it predates them (or is torch's classic backend, which has no queues).
+std::string closed_hint(const char* what) {
+  const std::string_view op = what;
+  if (op.starts_with("QUEUE_"))
+    return "; if the server is torch's, it needs torch >= 2.11 and its libuv backend (the "
+           "default) for queues";
+  if (op == "LIST_KEYS") return "; if the server is torch's, it needs torch >= 2.11 for LIST_KEYS";
+  if (op == "BARRIER") return "; if the server is torch's, it needs torch >= 2.15 for BARRIER";
+  return {};
+}
+
+}  // namespace
+
 void TcpStoreClient::fail(const IoResult& r, const char* what, const Deadline& deadline) {
   socket_.close();  // whatever was in flight, the stream is out of step now
   if (r.kind == IoResult::Kind::kTimeout)
     throw TimeoutError(describe(str_cat(what, " got no answer ", deadline.describe())));
-  throw NetworkError(describe(str_cat(what, " failed: ", r.describe(), " (after ",
-                                      format_duration(deadline.elapsed()), ")")));
+  throw NetworkError(describe(
+      str_cat(what, " failed: ", r.describe(), " (after ", format_duration(deadline.elapsed()), ")",
+              r.kind == IoResult::Kind::kClosed ? closed_hint(what) : std::string())));
 }
 
 void TcpStoreClient::send(const Bytes& request, const char* what, const Deadline& deadline) {

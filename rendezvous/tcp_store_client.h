@@ -33,6 +33,14 @@ class TcpStoreClient final : public TcpStore {
   void append(const std::string& key, std::span<const uint8_t> value) override;
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void queue_push(const std::string& key, std::span<const uint8_t> value) override;
+  using TcpStore::queue_push;
+  Bytes queue_pop(const std::string& key, Timeout timeout = kUnsetTimeout) override;
+  std::optional<Bytes> try_queue_pop(const std::string& key) override;
+  int64_t queue_len(const std::string& key) override;
+  std::vector<std::string> list_keys() override;
+  void barrier(const std::string& key, int64_t world_size,
+               Timeout timeout = kUnsetTimeout) override;
 
   std::string host() const override { return host_; }
   uint16_t port() const override { return port_; }
@@ -49,7 +57,7 @@ class TcpStoreClient final : public TcpStore {
   void open(const Deadline& deadline);
   enum class Handshake {
     kDone,
-    kRetryIn2x,  // a kDetect probe found a 2.x torch server (it drops the probe's connection)
+    kRetryIn2x,  // a kDetect probe found a 2.x torch server (tcp_store_detect.h)
     kBusy,       // the server sent the busy notice (store_auth.h): try again
   };
   // One handshake on a fresh socket. Throws StoreError naming the cause when
@@ -89,11 +97,20 @@ class TcpStoreClient final : public TcpStore {
   };
 
   // Waits until the answer to a request that waits on `keys` starts to
-  // arrive (without reading it), reporting while it does not.
-  IoResult await_answer(const std::vector<std::string>& keys, const Deadline& deadline);
+  // arrive (without reading it), reporting while it does not. `awaited`
+  // names what is awaited in those reports; empty: the keys.
+  IoResult await_answer(const std::vector<std::string>& keys, const Deadline& deadline,
+                        const std::string& awaited = {});
   // Sends WAIT and waits for STOP_WAITING; false on timeout (the wait is
   // then cancelled, or the connection dropped in 1.13).
   bool wait_locked(const std::vector<std::string>& keys, const Deadline& deadline);
+  // Reads the STOP_WAITING that answers a parked WAIT or BARRIER (`what`)
+  // once it comes; false on timeout, after cancelling the request (2.x) or
+  // dropping the connection (1.13).
+  bool await_stop_waiting(const char* what, const std::vector<std::string>& keys,
+                          const Deadline& deadline, const std::string& awaited = {});
+  // QUEUE_POP: the oldest element, or nullopt when the queue is empty.
+  std::optional<Bytes> pop_locked(const std::string& key, const Deadline& deadline);
   std::vector<std::string> missing_locked(const std::vector<std::string>& keys);
   // Reads the values of `keys` with one GET (op kGet, one key) or MULTI_GET,
   // waiting for them: one round trip to collie's server, which parks the

@@ -147,7 +147,8 @@ void StoreConnection::apply(store_protocol::Request&& request) {
     out_.fields().push_back(store_protocol::kProbeBothDialects);
     return;
   }
-  if (dialect_ == store_protocol::Dialect::kUnknown) {
+  if (dialect_ == store_protocol::Dialect::kUnknown &&
+      request.dialect != store_protocol::Dialect::kUnknown) {
     dialect_ = request.dialect;
     COLLIE_LOG(kDebug) << "TcpStoreServer " << owner_.address() << ": client " << peer_
                        << " speaks the " << store_protocol::dialect_name(dialect_) << " dialect";

@@ -32,6 +32,14 @@ void ReplyQueue::value(SharedValue v) {
   push().shared = std::move(v);
 }
 
+void ReplyQueue::encoded(SharedValue bytes) {
+  if (bytes->size() <= kInlineValueBytes) {
+    append(*bytes);
+    return;
+  }
+  push().shared = std::move(bytes);
+}
+
 void ReplyQueue::splice(ReplyQueue&& other) {
   for (Chunk& c : other.chunks_) {
     if (c.size() == c.sent) continue;

@@ -33,6 +33,9 @@ class ReplyQueue {
   // A value as TCPStore encodes it: a u64 length, then the bytes (shared
   // unless small).
   void value(SharedValue v);
+  // Bytes encoded once and shared by several replies (LIST_KEYS's list),
+  // sent as they are (shared unless small).
+  void encoded(SharedValue bytes);
   // Moves every chunk of `other` to the end of this queue.
   void splice(ReplyQueue&& other);
 

@@ -1,6 +1,7 @@
 #include "rendezvous/tcp_store_state.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "rendezvous/store_util.h"
 #include "runtime/base/error.h"
@@ -10,6 +11,16 @@ namespace collie {
 
 using store_protocol::Op;
 using store_protocol::Writer;
+
+namespace {
+
+ReplyQueue stop_waiting() {
+  ReplyQueue reply;
+  Writer(reply.fields()).u8(store_protocol::kStopWaiting);
+  return reply;
+}
+
+}  // namespace
 
 TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
                                              store_protocol::Request&& request, ReplyQueue& reply) {
@@ -68,7 +79,7 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
 
     case Op::kGet:
     case Op::kMultiGet: {
-      if (has_all(keys)) {
+      if (has_values(keys)) {
         append_values(keys, reply);
         return Outcome::kDone;
       }
@@ -76,17 +87,17 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       Parked& p = parked_[connection];
       p.op = request.op;
       p.keys = std::move(keys);
-      p.remaining = park_on_missing(connection, p.keys);
+      p.remaining = park_on_missing(connection, p.keys, /*values=*/true);
       return Outcome::kBlocked;
     }
 
     case Op::kCheck:
       Writer(reply.fields())
-          .u8(has_all(keys) ? store_protocol::kCheckReady : store_protocol::kCheckNotReady);
+          .u8(all_exist(keys) ? store_protocol::kCheckReady : store_protocol::kCheckNotReady);
       return Outcome::kDone;
 
     case Op::kWait: {
-      if (has_all(keys)) {
+      if (all_exist(keys)) {
         Writer(reply.fields()).u8(store_protocol::kStopWaiting);
         return Outcome::kDone;
       }
@@ -95,7 +106,7 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       Parked& p = parked_[connection];
       p.op = Op::kWait;
       p.keys = std::move(keys);
-      p.remaining = park_on_missing(connection, p.keys);
+      p.remaining = park_on_missing(connection, p.keys, /*values=*/false);
       return Outcome::kParked;
     }
 
@@ -107,20 +118,102 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       return Outcome::kDone;
 
     case Op::kNumKeys:
+      // Keys only: queues are not counted, as in torch.
       Writer(reply.fields()).i64(static_cast<int64_t>(map_.size()));
       return Outcome::kDone;
 
-    case Op::kDeleteKey:
-      Writer(reply.fields()).i64(static_cast<int64_t>(map_.erase(keys[0])));
+    case Op::kDeleteKey: {
+      const size_t erased = map_.erase(keys[0]);
+      if (erased) key_list_.reset();
+      Writer(reply.fields()).i64(static_cast<int64_t>(erased));
       return Outcome::kDone;
+    }
 
     case Op::kPing: Writer(reply.fields()).u32(request.nonce); return Outcome::kDone;
+
+    case Op::kQueuePush:
+      queues_[keys[0]].push_back(std::make_shared<const Bytes>(std::move(values[0])));
+      wake_one(keys[0]);
+      return Outcome::kDone;
+
+    case Op::kQueuePop: {
+      // torch's reply: the queue's length before the pop, then, when it was
+      // not empty, the value popped. An empty queue is answered at once
+      // (length 0); a client that wants to block WAITs on the name first.
+      auto it = queues_.find(keys[0]);
+      Writer(reply.fields()).i64(it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      if (it == queues_.end()) return Outcome::kDone;
+      reply.value(std::move(it->second.front()));
+      it->second.pop_front();
+      if (it->second.empty()) queues_.erase(it);
+      return Outcome::kDone;
+    }
+
+    case Op::kQueueLen: {
+      auto it = queues_.find(keys[0]);
+      Writer(reply.fields()).i64(it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      return Outcome::kDone;
+    }
+
+    case Op::kListKeys: append_key_list(reply); return Outcome::kDone;
+
+    case Op::kBarrier: return barrier(connection, keys[0], request.delta, reply);
 
     case Op::kValidate:
     case Op::kProbe:
     case Op::kWatchKey: break;
   }
   throw StoreError(str_cat("TcpStoreState cannot serve ", store_protocol::op_name(request.op)));
+}
+
+TcpStoreState::Outcome TcpStoreState::barrier(ConnectionId connection, const std::string& key,
+                                              int64_t world_size, ReplyQueue& reply) {
+  // torch's BARRIER: the key holds the number of arrivals as ASCII decimal
+  // (an ordinary key: GET, ADD and LIST_KEYS see it). Each arrival counts
+  // itself; the one that brings the count to world_size (or past it: the
+  // key is never reset, so later arrivals pass at once) is answered, and
+  // everything parked on the key is woken. Until then the count is stored
+  // without waking anyone, so the earlier arrivals stay parked, and so does
+  // a WAIT on the key, just as with torch's server.
+  auto it = map_.find(key);
+  const int64_t before = it == map_.end() ? 0 : parse_counter(key, *it->second, "barrier");
+  const int64_t count = std::min(before, std::numeric_limits<int64_t>::max() - 1) + 1;
+  store(key, std::make_shared<Bytes>(to_bytes(std::to_string(count))));
+  if (count >= world_size) {
+    Writer(reply.fields()).u8(store_protocol::kStopWaiting);
+    wake(key);
+    return Outcome::kDone;
+  }
+  // Parked like a WAIT on the key (so CANCEL_WAIT cancels it, and any write
+  // to the key releases it, as in torch), whether or not the key exists.
+  drop(connection);
+  Parked& p = parked_[connection];
+  p.op = Op::kWait;
+  p.keys = {key};
+  p.remaining = 1;
+  waiting_on_[key].push_back(connection);
+  return Outcome::kParked;
+}
+
+void TcpStoreState::append_key_list(ReplyQueue& reply) {
+  if (!key_list_) {
+    std::vector<const std::string*> keys;
+    keys.reserve(map_.size());
+    size_t bytes = 8;
+    for (const auto& [key, value] : map_) {
+      keys.push_back(&key);
+      bytes += 8 + key.size();
+    }
+    // torch lists in hash order; sorted costs little more and reads better.
+    std::sort(keys.begin(), keys.end(), [](const auto* a, const auto* b) { return *a < *b; });
+    auto list = std::make_shared<Bytes>();
+    list->reserve(bytes);
+    Writer w(*list);
+    w.i64(static_cast<int64_t>(keys.size()));
+    for (const std::string* key : keys) w.str(*key);
+    key_list_ = std::move(list);
+  }
+  reply.encoded(key_list_);
 }
 
 void TcpStoreState::drop(ConnectionId connection) {
@@ -140,8 +233,12 @@ void TcpStoreState::write(const std::string& key, Bytes value) {
 }
 
 void TcpStoreState::write(const std::string& key, std::shared_ptr<Bytes> value) {
-  map_[key] = std::move(value);
+  store(key, std::move(value));
   wake(key);
+}
+
+void TcpStoreState::store(const std::string& key, std::shared_ptr<Bytes> value) {
+  if (map_.insert_or_assign(key, std::move(value)).second) key_list_.reset();
 }
 
 void TcpStoreState::wake(const std::string& key) {
@@ -153,36 +250,53 @@ void TcpStoreState::wake(const std::string& key) {
     auto it = parked_.find(connection);
     if (it == parked_.end() || --it->second.remaining > 0) continue;
     Parked& p = it->second;
-    ReplyQueue reply;
     if (p.op == Op::kWait) {
-      Writer(reply.fields()).u8(store_protocol::kStopWaiting);
       parked_.erase(it);
-      deliver_(connection, std::move(reply), false);
+      deliver_(connection, stop_waiting(), false);
       continue;
     }
     // A GET whose key was written, then deleted before another key came,
     // parks again on what is missing now.
-    if (!has_all(p.keys)) {
+    if (!has_values(p.keys)) {
       const Op op = p.op;
       std::vector<std::string> keys = std::move(p.keys);
       parked_.erase(it);
       Parked& again = parked_[connection];
       again.op = op;
       again.keys = std::move(keys);
-      again.remaining = park_on_missing(connection, again.keys);
+      again.remaining = park_on_missing(connection, again.keys, /*values=*/true);
       continue;
     }
+    ReplyQueue reply;
     append_values(p.keys, reply);
     parked_.erase(it);
     deliver_(connection, std::move(reply), true);
   }
 }
 
-size_t TcpStoreState::park_on_missing(ConnectionId connection,
-                                      const std::vector<std::string>& keys) {
+void TcpStoreState::wake_one(const std::string& key) {
+  auto w = waiting_on_.find(key);
+  if (w == waiting_on_.end()) return;
+  std::vector<ConnectionId>& line = w->second;
+  for (auto at = line.begin(); at != line.end(); ++at) {
+    auto it = parked_.find(*at);
+    // A parked GET reads stored values, which a push does not make.
+    if (it == parked_.end() || it->second.op != Op::kWait) continue;
+    const ConnectionId connection = *at;
+    line.erase(at);
+    if (line.empty()) waiting_on_.erase(w);
+    if (--it->second.remaining > 0) return;
+    parked_.erase(it);
+    deliver_(connection, stop_waiting(), false);
+    return;
+  }
+}
+
+size_t TcpStoreState::park_on_missing(ConnectionId connection, const std::vector<std::string>& keys,
+                                      bool values) {
   size_t missing = 0;
   for (const auto& key : keys) {
-    if (map_.contains(key)) continue;
+    if (values ? map_.contains(key) : exists(key)) continue;
     auto& list = waiting_on_[key];
     // A key listed twice is awaited once. Nothing else runs while one
     // request parks, so this connection, if already listed, is last: no
@@ -194,7 +308,15 @@ size_t TcpStoreState::park_on_missing(ConnectionId connection,
   return missing;
 }
 
-bool TcpStoreState::has_all(const std::vector<std::string>& keys) const {
+bool TcpStoreState::exists(const std::string& key) const {
+  return map_.contains(key) || queues_.contains(key);
+}
+
+bool TcpStoreState::all_exist(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return exists(k); });
+}
+
+bool TcpStoreState::has_values(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return map_.contains(k); });
 }
 

@@ -78,6 +78,11 @@ TEST_CASE("parser: every 2.x query type parses its torch layout", "[tcp_store][p
        2, 2},
       {make([](Writer& w) { w.u8(12); }), Op::kCancelWait, 0, 0},
       {make([](Writer& w) { w.u8(13).u32(5); }), Op::kPing, 0, 0},
+      {make([](Writer& w) { w.u8(14).str("q").str("v"); }), Op::kQueuePush, 1, 1},
+      {make([](Writer& w) { w.u8(15).str("q"); }), Op::kQueuePop, 1, 0},
+      {make([](Writer& w) { w.u8(16).str("q"); }), Op::kQueueLen, 1, 0},
+      {make([](Writer& w) { w.u8(17); }), Op::kListKeys, 0, 0},
+      {make([](Writer& w) { w.u8(18).str("b").i64(4); }), Op::kBarrier, 1, 0},
   };
   for (const auto& c : cases) {
     INFO(op_name(c.op));
@@ -98,6 +103,53 @@ TEST_CASE("parser: every 2.x query type parses its torch layout", "[tcp_store][p
   }
   auto add = parse(cases[3].bytes, Dialect::kV2);
   CHECK(add.request.delta == -3);
+  auto barrier = parse(cases.back().bytes, Dialect::kV2);
+  CHECK(barrier.request.delta == 4);  // the world size
+}
+
+TEST_CASE("parser: torch 2.11/2.15 clients' bytes for the queues, LIST_KEYS and BARRIER",
+          "[tcp_store][parser]") {
+  // Captured between a torch 2.15 client and its own libuv server:
+  // queue_push("q", "xy"), queue_pop("q", False), queue_len("q"),
+  // list_keys(), barrier("b", 1). torch puts "/" before every key.
+  const Bytes push{0x0e, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'q', 2, 0, 0, 0, 0, 0, 0, 0, 'x', 'y'};
+  const Bytes pop{0x0f, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'q'};
+  const Bytes len{0x10, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'q'};
+  const Bytes list{0x11};
+  const Bytes barrier{0x12, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'b', 1, 0, 0, 0, 0, 0, 0, 0};
+  Bytes stream;
+  for (const Bytes* b : {&push, &pop, &len, &list, &barrier})
+    stream.insert(stream.end(), b->begin(), b->end());
+  std::vector<Request> parsed;
+  for (size_t at = 0; at < stream.size();) {
+    auto r = parse(Bytes(stream.begin() + static_cast<ptrdiff_t>(at), stream.end()), Dialect::kV2);
+    REQUIRE(r.status == Status::kRequest);
+    at += r.consumed;
+    parsed.push_back(std::move(r.request));
+  }
+  REQUIRE(parsed.size() == 5);
+  CHECK(parsed[0].op == Op::kQueuePush);
+  CHECK(parsed[0].keys == std::vector<std::string>{"/q"});
+  CHECK(parsed[0].values == std::vector<Bytes>{to_bytes("xy")});
+  CHECK(parsed[1].op == Op::kQueuePop);
+  CHECK(parsed[2].op == Op::kQueueLen);
+  CHECK(parsed[3].op == Op::kListKeys);
+  CHECK(parsed[4].op == Op::kBarrier);
+  CHECK(parsed[4].keys == std::vector<std::string>{"/b"});
+  CHECK(parsed[4].delta == 1);
+  // 1.13 has none of them: there 14 is an unknown query type, and a client
+  // cannot encode them.
+  for (Op op : {Op::kQueuePush, Op::kQueuePop, Op::kQueueLen, Op::kListKeys, Op::kBarrier}) {
+    CHECK(!dialect_has(op, Dialect::kV1_13));
+    CHECK_THROWS_WITH(query_byte(op, Dialect::kV1_13), Catch::Contains(op_name(op)));
+  }
+  auto r = parse(push, Dialect::kV1_13);
+  REQUIRE(r.status == Status::kError);
+  CHECK_THAT(r.error, Catch::Contains("unknown 1.13 query type 0x0e"));
+  // Past BARRIER, 2.x knows nothing either.
+  r = parse(Bytes{19}, Dialect::kV2);
+  REQUIRE(r.status == Status::kError);
+  CHECK_THAT(r.error, Catch::Contains("unknown 2.x query type 0x13"));
 }
 
 TEST_CASE("parser: 1.13 numbering, and a first message decides the dialect",

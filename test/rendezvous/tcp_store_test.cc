@@ -158,7 +158,7 @@ TEST_CASE("TcpStore: connect errors name host:port, elapsed and limit", "[tcp_st
   }
 }
 
-// args: what ("connect" or "wait"), port. Connects (and waits for a key
+// args: what ("connect", "wait", "get" or "barrier"), port. Connects (and waits for a key
 // nobody sets) with a 1.5 s limit, reporting slow waits after 300 ms; the
 // parent reads the lines it logged.
 COLLIE_TEST_CHILD(slow_store_call) {
@@ -169,6 +169,7 @@ COLLIE_TEST_CHILD(slow_store_call) {
     auto store = TcpStore::connect("127.0.0.1", port, o);
     if (args[0] == "wait") store->wait({"never_set_key", "other_missing_key"});
     if (args[0] == "get") store->get("never_set_key");
+    if (args[0] == "barrier") store->barrier("never_barrier", 2);
   } catch (const TimeoutError& e) {
     std::fprintf(stderr, "TimeoutError: %s\n", e.what());
     return 0;
@@ -177,7 +178,7 @@ COLLIE_TEST_CHILD(slow_store_call) {
 }
 
 TEST_CASE("TcpStore: a slow connect or wait says what it awaits while it waits", "[tcp_store]") {
-  const std::string what = GENERATE("connect", "wait", "get");
+  const std::string what = GENERATE("connect", "wait", "get", "barrier");
   INFO(what);
   std::unique_ptr<TcpStoreServer> server;
   uint16_t port;
@@ -205,8 +206,12 @@ TEST_CASE("TcpStore: a slow connect or wait says what it awaits while it waits",
                         Catch::Contains(where + ": still waiting for key(s) [never_set_key, "
                                                 "other_missing_key] after") &&
                         Catch::Contains("(limit 1.5"));
-  } else {
+  } else if (what == "get") {
     CHECK_THAT(err, Catch::Contains(where + ": still waiting for key(s) [never_set_key] after"));
+  } else {
+    CHECK_THAT(err, Catch::Contains(where + ": still waiting for barrier 'never_barrier' (world "
+                                            "size 2) after"));
+    CHECK_THAT(err, Catch::Contains("1 of 2 arrived"));
   }
 }
 

@@ -4,7 +4,8 @@
 // key on the wire, so torch's store.set("a") is collie's "/a".
 //
 // When /usr/bin/python3 cannot import torch the tests say why and exit 77
-// (ctest: Skipped); under CI=true they fail instead.
+// (ctest: Skipped); under CI=true they fail instead. The same cases with
+// torch 2.x, every 2.x query type included, are in torch2_interop_test.cc.
 #include <catch2/catch.hpp>
 
 #include <fstream>
