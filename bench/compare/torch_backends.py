@@ -31,6 +31,11 @@ per rank, over collie and over gloo alternately, N times each per world size
 training samples/s (all ranks together, evaluation excluded) and CPU time
 per step of each backend.
 
+--fsdp-runs N (default 0: skipped) adds FSDP2 (samples/torch_fsdp/train.py,
+fully_shard on a CPU mesh) the same way: one epoch of --fsdp-steps steps per
+rank, collie and gloo alternately, N times each; it reports the median
+training steps/s.
+
 --save writes the measurements as JSON, --load prints the tables of such a
 file without measuring, and --plot draws them as SVG (svg_plot.py, standard
 library only).
@@ -47,7 +52,9 @@ import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))  # svg_plot
-TRAIN = os.path.join(os.path.dirname(HERE), "..", "..", "samples", "torch_ddp", "train.py")
+SAMPLES = os.path.join(os.path.dirname(HERE), "..", "..", "samples")
+TRAIN = os.path.join(SAMPLES, "torch_ddp", "train.py")
+TRAIN_FSDP = os.path.join(SAMPLES, "torch_fsdp", "train.py")
 
 
 def sizes(max_bytes):
@@ -131,14 +138,19 @@ def run_job(world, max_bytes, overhead_blocks):
                              "--overhead-blocks", str(overhead_blocks)])
 
 
-def ddp_samples_per_s(world, backend, steps, extra=()):
-    with tempfile.TemporaryDirectory(prefix="torch_backends_ddp_") as out:
-        run_ranks(world, [sys.executable, TRAIN, "--backend", backend, "--epochs", "1",
+def train_stats(script, world, backend, steps, extra=()):
+    """One epoch of `steps` steps of a sample; its log line."""
+    with tempfile.TemporaryDirectory(prefix="torch_backends_train_") as out:
+        run_ranks(world, [sys.executable, script, "--backend", backend, "--epochs", "1",
                           "--max-steps", str(steps), "--print-freq", "100000", "--output-dir",
                           out, *extra])
         with open(os.path.join(out, "log.txt")) as f:
-            stats = json.loads(f.readline())
-        return stats["train_samples_per_s"], stats["train_cpu_ms_per_step"]
+            return json.loads(f.readline())
+
+
+def ddp_samples_per_s(world, backend, steps, extra=()):
+    stats = train_stats(TRAIN, world, backend, steps, extra)
+    return stats["train_samples_per_s"], stats["train_cpu_ms_per_step"]
 
 
 def span(values, digits=1):
@@ -164,6 +176,11 @@ def main():
     p.add_argument("--ddp-args", default="",
                    help="more arguments for train.py, the same for both backends "
                    "(e.g. '--threads 2 --batch-size 256')")
+    p.add_argument("--fsdp-runs", type=int, default=0)
+    p.add_argument("--fsdp-steps", type=int, default=60, help="FSDP2 training steps per rank")
+    p.add_argument("--fsdp-args", default="",
+                   help="more arguments for samples/torch_fsdp/train.py, the same for both "
+                   "backends (e.g. '--model vit')")
     p.add_argument("--skip-all-reduce", action="store_true")
     p.add_argument("--overhead-blocks", type=int, default=10,
                    help="alternating blocks of 2000 calls per path and job for the adapter's "
@@ -188,6 +205,7 @@ def main():
             f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}"
                                          for k, v in results.items()) + "\n}\n")
     print_tables(results)
+    fsdp_table(results)
     if args.plot:
         plot(results, args.plot)
 
@@ -197,7 +215,8 @@ def measure(args):
     [per job {block: {path: [wall, process, thread]}}]}, "ddp": {world: {backend:
     [samples/s per run]}}, and how it was run}."""
     results = {"runs": args.runs, "ddp_steps": args.ddp_steps, "ddp_args": args.ddp_args,
-               "all_reduce": {}, "overhead": {}, "ddp": {}, "ddp_cpu_ms": {}}
+               "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args, "all_reduce": {}, "overhead": {}, "ddp": {},
+               "ddp_cpu_ms": {}, "fsdp": {}}
     if args.overhead_only:
         args.max_bytes = 0
     if not args.skip_all_reduce:
@@ -224,6 +243,14 @@ def measure(args):
                 cpu[backend].append(cpu_ms)
         results["ddp"][str(world)] = rates
         results["ddp_cpu_ms"][str(world)] = cpu
+    for world in args.worlds if args.fsdp_runs > 0 else []:
+        rates = {"collie": [], "gloo": []}
+        for _ in range(args.fsdp_runs):
+            for backend in rates:  # alternately, so that both see the same load
+                stats = train_stats(TRAIN_FSDP, world, backend, args.fsdp_steps,
+                                    args.fsdp_args.split())
+                rates[backend].append(stats["train_steps_per_s"])
+        results["fsdp"][str(world)] = rates
     return results
 
 
@@ -256,6 +283,21 @@ def print_tables(results):
         print(f"| {world} | {span(c)} | {span(g)} | "
               f"{statistics.median(c) / statistics.median(g):.2f} | {paired} | {cpu_cells} |",
               flush=True)
+
+
+def fsdp_table(results):
+    if not results.get("fsdp"):
+        return
+    extra = f" {results['fsdp_args']}" if results.get("fsdp_args") else ""
+    print(f"\nFSDP2 on Fashion-MNIST (samples/torch_fsdp/train.py{extra}, {results['fsdp_steps']} "
+          "steps per rank): training steps/s, median (min-max) of the runs\n")
+    print("| ranks | collie | gloo | collie/gloo | paired collie/gloo |\n"
+          "| --- | --- | --- | --- | --- |")
+    for world, rates in results["fsdp"].items():
+        c, g = rates["collie"], rates["gloo"]
+        paired = span([a / b for a, b in zip(c, g)], 2)
+        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | "
+              f"{statistics.median(c) / statistics.median(g):.2f} | {paired} |", flush=True)
 
 
 def measured_sizes(times):

@@ -1,11 +1,15 @@
-"""FSDP2 over collie on CPU: a small vision transformer on Fashion-MNIST.
+"""FSDP2 over collie on CPU: Fashion-MNIST with a sharded model.
 
 The BLIP loop of samples/torch_ddp with torch 2.x's fully sharded data
-parallelism instead of DDP: every transformer block and the model itself are
-wrapped with torch.distributed.fsdp.fully_shard on a 1-D CPU DeviceMesh, so
-each rank keeps 1/N of every parameter, gradient and optimizer state;
-forward and backward all-gather a block's parameters just before it runs
-and reduce-scatter its gradients right after. Over collie:
+parallelism instead of DDP: every block of the model and the model itself
+are wrapped with torch.distributed.fsdp.fully_shard on a 1-D CPU
+DeviceMesh, so each rank keeps 1/N of every parameter, gradient and
+optimizer state; forward and backward all-gather a block's parameters just
+before it runs and reduce-scatter its gradients right after. The model is
+--model mlp (the default: blip_train's MLP made wide enough to be worth
+sharding, 784-1024-1024-1024-10, 2.9 M parameters in 4 blocks) or --model
+vit (a small vision transformer: 4x4 patches, --depth blocks of --dim).
+Over collie:
 
     torch.distributed.init_process_group("collie", ...)  # was "gloo"
 
@@ -46,8 +50,11 @@ def get_args():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--min-lr", type=float, default=0.0)
     p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--dim", type=int, default=64, help="the transformer's width")
-    p.add_argument("--depth", type=int, default=4, help="transformer blocks")
+    p.add_argument("--model", default="mlp", choices=["mlp", "vit"])
+    p.add_argument("--dim", type=int, default=64, help="the transformer's width (--model vit)")
+    p.add_argument("--depth", type=int, default=4, help="transformer blocks (--model vit)")
+    p.add_argument("--patch", type=int, default=4, choices=[2, 4, 7, 14],
+                   help="patch side in pixels (28/patch squared tokens per image)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--data-dir", default=utils.FASHION_MNIST)
     p.add_argument("--output-dir", default="output/torch_fsdp")
@@ -56,6 +63,21 @@ def get_args():
     p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
     return p.parse_args()
+
+
+class MLP(nn.Module):
+    """Linear + ReLU blocks, then the classifier: each block is sharded."""
+
+    def __init__(self, sizes=(784, 1024, 1024, 1024), classes=10):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(a, b), nn.ReLU())
+                                    for a, b in zip(sizes, sizes[1:]))
+        self.head = nn.Linear(sizes[-1], classes)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
 
 
 class Block(nn.Module):
@@ -155,16 +177,24 @@ def main(args):
 
     print("Creating model")
     torch.manual_seed(args.seed)  # the same initial weights on every rank and backend
-    model = ViT(args.dim, args.depth)
+    def make_model():
+        if args.model == "mlp":
+            return MLP()
+        return ViT(args.dim, args.depth, patch=args.patch)
+
+    model = make_model()
     if args.distributed:
         mesh = init_device_mesh("cpu", (get_world_size(),))
         for block in model.blocks:
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    # foreach: one multi-tensor kernel per step instead of one call per
+    # parameter, each of which DTensor dispatches in Python.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
+                                  foreach=True)
     # The evaluation copy on the main process: a plain module loaded from the
     # gathered full state dict.
-    plain = ViT(args.dim, args.depth)
+    plain = make_model()
     torch.manual_seed(seed)
 
     if is_main_process():

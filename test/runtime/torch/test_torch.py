@@ -45,15 +45,6 @@ def test_one_backend_per_device(spec):
     assert_ok(run_job(2, ["devices", spec], init="env"))
 
 
-def test_cpu_collie_cuda_nccl():
-    """torch creates its NCCL backend only where there is a GPU (world size
-    1: one GPU per rank)."""
-    import torch
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU: torch creates ProcessGroupNCCL only where CUDA is available")
-    assert_ok(run_job(1, ["devices", "cpu:collie,cuda:nccl"], init="env"))
-
-
 @pytest.mark.parametrize("world", [2, 4])
 def test_split_group(world):
     assert_ok(run_job(world, ["split"], init="env"))
@@ -73,6 +64,10 @@ def test_killed_rank_raises_naming_it(world, victim, strict):
     survivors = [r for r in results if r.rank != victim]
     assert results[victim].returncode == -9, report(results)
     assert_ok(survivors)
+
+
+def test_monitored_barrier_and_set_timeout():
+    assert_ok(run_job(2, ["monitored_and_timeout"], init="file"))
 
 
 def test_exit_with_an_operation_pending():

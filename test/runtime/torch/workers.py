@@ -818,6 +818,36 @@ def scenario_abort():
     os._exit(0 if not c.failures else 1)  # the aborted group is not torn down
 
 
+def scenario_monitored_and_timeout():
+    """monitored_barrier through the group (torch's dist.monitored_barrier()
+    takes gloo groups only): all ranks pass; then rank 1 stays away and rank
+    0's barrier names it within the timeout. set_timeout on a second group:
+    a collective a peer never joins raises after the new, shorter timeout.
+    (Either failure breaks its group, as any timeout in collie does.)"""
+    init("collie", timeout_s=300)
+    c = Checks()
+    pg = dist.distributed_c10d._get_default_group()
+    store = dist.distributed_c10d._get_default_store()
+    pg.monitored_barrier(timedelta(seconds=60), True)
+    c.true("a monitored barrier every rank joins", True)
+    sub = dist.new_group(backend="collie")
+    dist.all_reduce(torch.ones(2), group=sub)  # connected
+    sub.set_timeout(timedelta(seconds=2))
+    if RANK == 0:
+        e, elapsed = expect_error("an all_reduce after set_timeout(2 s) that rank 1 never joins",
+                                  lambda: dist.all_reduce(torch.ones(4), group=sub))
+        c.true("set_timeout bounds it", "timed out" in e and elapsed < 30, f"{elapsed:.1f} s: {e}")
+        e, elapsed = expect_error("a monitored barrier rank 1 misses",
+                                  lambda: pg.monitored_barrier(timedelta(seconds=2), True))
+        c.true("rank 0 names the missing rank", "rank 1 did not arrive" in e and elapsed < 30,
+               f"{elapsed:.1f} s: {e}")
+        store.set("monitored/rank0_done", "1")
+    else:
+        store.wait(["monitored/rank0_done"], timedelta(seconds=120))
+    c.finish("monitored_barrier and set_timeout")
+    os._exit(0 if not c.failures else 1)  # rank 0's groups are broken by the timeouts
+
+
 def scenario_exit_with_pending():
     """A program that ends without destroy_process_group() while one of its
     asynchronous operations is still running: rank 0 issues an all_reduce
