@@ -20,6 +20,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-torch-results}}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 py=${PYTHON:-python3}
 start=$(date +%s)
 
@@ -58,11 +59,11 @@ for id in test_torch_cuda.py::test_cuda_ops_match_nccl test_torch_cuda.py::test_
           test_torch_cuda.py::test_cuda_ddp_step_matches_nccl \
           test_torch_cuda.py::test_cpu_collie_cuda_nccl_on_gpu \
           "test_torch.py::test_operations_match_gloo[2-collie]"; do
-  COLLIE_BIN_DIR=/nonexistent timeout 300 "$py" run_pytest.py "$id" >"../../../$out/test.log.tmp" 2>&1
+  COLLIE_BIN_DIR=/nonexistent timeout 300 "$py" run_pytest.py "$id" >"$out/test.log.tmp" 2>&1
   rc=$?
-  cat "../../../$out/test.log.tmp" >>"../../../$out/tests.log"
+  cat "$out/test.log.tmp" >>"$out/tests.log"
   if (( rc == 0 )); then verdict=passed
-  elif (( rc == 77 )); then verdict="skipped: $(grep -m1 SKIP "../../../$out/test.log.tmp")"
+  elif (( rc == 77 )); then verdict="skipped: $(grep -m1 SKIP "$out/test.log.tmp")"
   else verdict="FAILED (exit $rc)"; tests_rc=1
   fi
   echo "$id: $verdict"
@@ -73,6 +74,8 @@ echo "== dist.all_reduce of CUDA tensors: collie vs torch's nccl, us per call (w
 timeout 300 "$py" - <<'PY' 2>&1 | tee "$out/allreduce_cuda.txt"
 import os, time, torch, torch.distributed as dist
 import collie_torch  # noqa: F401
+if not torch.cuda.is_available():
+    raise SystemExit("no GPU: torch.cuda.is_available() is False; nothing to time")
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29581")
 torch.cuda.set_device(0)
 dist.init_process_group("collie", rank=0, world_size=1)
