@@ -36,6 +36,39 @@ TensorView with_data(TensorView like, void* data, size_t count) {
   return like;
 }
 
+// The end of a Body whose last collie call `w` wrote `buffer`: nothing more
+// when that is the caller's tensor itself (the Body returns `w`), else wait
+// for it and copy the buffer into the caller's tensor (the Body has waited).
+std::shared_ptr<Work> finish(std::shared_ptr<Work> w, const at::Tensor& user,
+                             const at::Tensor& buffer) {
+  if (buffer.is_same(user)) return w;
+  w->wait();
+  copy_back(user, buffer);
+  return nullptr;
+}
+
+// The same for several outputs written by the calls that ended with `last`.
+std::shared_ptr<Work> finish(std::shared_ptr<Work> last, const Tensors& users,
+                             const Tensors& buffers) {
+  bool staged = false;
+  for (size_t i = 0; i < users.size(); ++i) staged |= !buffers[i].is_same(users[i]);
+  if (!staged || !last) return last;
+  last->wait();
+  for (size_t i = 0; i < users.size(); ++i) copy_back(users[i], buffers[i]);
+  return nullptr;
+}
+
+// reduce_scatter's and _reduce_scatter_base's Body: `in` (the flat input,
+// of `in_view`'s dtype and count) into `out`, then into `output`.
+Body reduce_scatter_body(const at::Tensor& output, const at::Tensor& out, const at::Tensor& in,
+                         TensorView in_view, ReduceScatterOptions options) {
+  return [output, out, in, in_view, options](collie::ProcessGroup& g) {
+    return finish(g.reduce_scatter(with_data(in_view, out.data_ptr(), in_view.count / g.size()),
+                                   with_data(in_view, in.data_ptr(), in_view.count), options),
+                  output, out);
+  };
+}
+
 }  // namespace
 
 c10::intrusive_ptr<::c10d::Work> BackendCollie::broadcast(std::vector<at::Tensor>& tensors,
@@ -49,12 +82,8 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::broadcast(std::vector<at::Tensor
       .root = static_cast<int>(opts.rootRank), .timeout = timeout(opts.timeout), .async_op = false};
   return launch({where.op, OpType::BROADCAST, device, opts.asyncOp, tensors,
                  in_use(device, {tensor, buffer})},
-                [tensor, buffer, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-                  auto w = g.broadcast(data_view(buffer), options);
-                  if (buffer.is_same(tensor)) return w;
-                  w->wait();
-                  copy_back(tensor, buffer);
-                  return nullptr;
+                [tensor, buffer, options](collie::ProcessGroup& g) {
+                  return finish(g.broadcast(data_view(buffer), options), tensor, buffer);
                 });
 }
 
@@ -70,12 +99,8 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::allreduce(std::vector<at::Tensor
   AllReduceOptions options{.op = r.op, .timeout = timeout(opts.timeout), .async_op = false};
   return launch({where.op, OpType::ALLREDUCE, device, opts.asyncOp, tensors,
                  in_use(device, {tensor, buffer})},
-                [tensor, buffer, view, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-                  auto w = g.all_reduce(view, options);
-                  if (buffer.is_same(tensor)) return w;
-                  w->wait();
-                  copy_back(tensor, buffer);
-                  return nullptr;
+                [tensor, buffer, view, options](collie::ProcessGroup& g) {
+                  return finish(g.all_reduce(view, options), tensor, buffer);
                 });
 }
 
@@ -176,12 +201,8 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::_allgather_base(
                  opts.asyncOp,
                  {output},
                  in_use(device, {input, in, output, out})},
-                [output, in, out, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-                  auto w = g.all_gather(data_view(out), data_view(in), options);
-                  if (out.is_same(output)) return w;
-                  w->wait();
-                  copy_back(output, out);
-                  return nullptr;
+                [output, in, out, options](collie::ProcessGroup& g) {
+                  return finish(g.all_gather(data_view(out), data_view(in), options), output, out);
                 });
 }
 
@@ -260,12 +281,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::allgather_into_tensor_coalesced(
         std::shared_ptr<Work> last;
         for (size_t i = 0; i < ins.size(); ++i)
           last = g.all_gather(data_view(outs[i]), data_view(ins[i]), options);
-        bool copies = false;
-        for (size_t i = 0; i < outs.size(); ++i) copies |= !outs[i].is_same(outputs[i]);
-        if (!copies) return last;
-        last->wait();
-        for (size_t i = 0; i < outs.size(); ++i) copy_back(outputs[i], outs[i]);
-        return std::shared_ptr<Work>();
+        return finish(last, outputs, outs);
       });
 }
 
@@ -383,17 +399,9 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::reduce_scatter(
   if (r.premul()) in = premultiplied(in, r, /*in_place=*/true);
   at::Tensor out = output_buffer(output);
   ReduceScatterOptions options{.op = r.op, .timeout = timeout(opts.timeout), .async_op = false};
-  return launch(
-      {where.op, OpType::REDUCE_SCATTER, device, opts.asyncOp, outputs,
-       in_use(device, {output, out, in})},
-      [output, out, in, in_view, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-        auto w = g.reduce_scatter(with_data(in_view, out.data_ptr(), in_view.count / g.size()),
-                                  with_data(in_view, in.data_ptr(), in_view.count), options);
-        if (out.is_same(output)) return w;
-        w->wait();
-        copy_back(output, out);
-        return nullptr;
-      });
+  return launch({where.op, OpType::REDUCE_SCATTER, device, opts.asyncOp, outputs,
+                 in_use(device, {output, out, in})},
+                reduce_scatter_body(output, out, in, in_view, options));
 }
 
 c10::intrusive_ptr<::c10d::Work> BackendCollie::_reduce_scatter_base(
@@ -406,21 +414,13 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::_reduce_scatter_base(
   at::Tensor in = premultiplied(input, r, /*in_place=*/false);
   at::Tensor out = output_buffer(output);
   ReduceScatterOptions options{.op = r.op, .timeout = timeout(opts.timeout), .async_op = false};
-  return launch(
-      {where.op,
-       OpType::_REDUCE_SCATTER_BASE,
-       device,
-       opts.asyncOp,
-       {output},
-       in_use(device, {input, in, output, out})},
-      [output, out, in, in_view, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-        auto w = g.reduce_scatter(with_data(in_view, out.data_ptr(), in_view.count / g.size()),
-                                  with_data(in_view, in.data_ptr(), in_view.count), options);
-        if (out.is_same(output)) return w;
-        w->wait();
-        copy_back(output, out);
-        return nullptr;
-      });
+  return launch({where.op,
+                 OpType::_REDUCE_SCATTER_BASE,
+                 device,
+                 opts.asyncOp,
+                 {output},
+                 in_use(device, {input, in, output, out})},
+                reduce_scatter_body(output, out, in, in_view, options));
 }
 
 // FSDP's gradient reduce_scatter of several tensors: one reduce_scatter
@@ -448,12 +448,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::reduce_scatter_tensor_coalesced(
           last =
               g.reduce_scatter(with_data(views[i], outs[i].data_ptr(), views[i].count / g.size()),
                                with_data(views[i], ins[i].data_ptr(), views[i].count), options);
-        bool copies = false;
-        for (size_t i = 0; i < outs.size(); ++i) copies |= !outs[i].is_same(outputs[i]);
-        if (!copies) return last;
-        last->wait();
-        for (size_t i = 0; i < outs.size(); ++i) copy_back(outputs[i], outs[i]);
-        return std::shared_ptr<Work>();
+        return finish(last, outputs, outs);
       });
 }
 
@@ -482,12 +477,10 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::alltoall_base(
                  {output},
                  in_use(device, {input, in, output, out})},
                 [output, out, in, in_view, out_view, out_splits, in_splits,
-                 options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-                  auto w = g.all_to_all_single(out_view, in_view, out_splits, in_splits, options);
-                  if (out.is_same(output)) return w;
-                  w->wait();
-                  copy_back(output, out);
-                  return nullptr;
+                 options](collie::ProcessGroup& g) {
+                  return finish(
+                      g.all_to_all_single(out_view, in_view, out_splits, in_splits, options),
+                      output, out);
                 });
 }
 

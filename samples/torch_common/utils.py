@@ -1,7 +1,7 @@
 """The helpers BLIP's utils.py gives its train_*.py, for collie's PyTorch
 samples (samples/torch_ddp, samples/torch_fsdp): the distributed setup the
-tutorial explains, the learning-rate schedule, and Fashion-MNIST (Debian's
-dataset-fashion-mnist) read from its idx files."""
+tutorial explains, the learning-rate schedule, the evaluation, and
+Fashion-MNIST (Debian's dataset-fashion-mnist) read from its idx files."""
 import builtins
 import gzip
 import math
@@ -9,6 +9,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
@@ -73,6 +74,19 @@ def cosine_lr_schedule(optimizer, epoch, max_epoch, init_lr, min_lr):
     lr = (init_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * epoch / max_epoch)) + min_lr
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+@torch.no_grad()
+def evaluate(model, loader):
+    """Accuracy (percent) and mean cross-entropy of `model` over `loader`."""
+    model.eval()
+    correct, loss_sum, n = 0, 0.0, 0
+    for images, labels in loader:
+        logits = model(images)
+        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+        correct += (logits.argmax(1) == labels).sum().item()
+        n += len(labels)
+    return {"acc": 100.0 * correct / n, "loss": loss_sum / n}
 
 
 def read_idx(path):

@@ -101,18 +101,6 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
             "cpu_ms_per_step": stats[1].item() / get_world_size(), "seconds": seconds}
 
 
-@torch.no_grad()
-def evaluate(model, loader):
-    model.eval()
-    correct, loss_sum, n = 0, 0.0, 0
-    for images, labels in loader:
-        logits = model(images)
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
-        correct += (logits.argmax(1) == labels).sum().item()
-        n += len(labels)
-    return {"acc": 100.0 * correct / n, "loss": loss_sum / n}
-
-
 def main(args):
     utils.init_distributed_mode(args, datetime.timedelta(seconds=args.timeout))
     torch.set_num_threads(args.threads)
@@ -157,7 +145,7 @@ def main(args):
         utils.cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
         train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
         if is_main_process():
-            test_stats = evaluate(model_without_ddp, test_loader)
+            test_stats = utils.evaluate(model_without_ddp, test_loader)
             print(f"Accuracy of the network on the {len(test_set)} test images: "
                   f"{test_stats['acc']:.2f}%")
             log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},

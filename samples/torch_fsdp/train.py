@@ -145,18 +145,6 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
             "samples_per_s": stats[1].item(), "seconds": seconds}
 
 
-@torch.no_grad()
-def evaluate(model, loader):
-    model.eval()
-    correct, loss_sum, n = 0, 0.0, 0
-    for images, labels in loader:
-        logits = model(images)
-        loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
-        correct += (logits.argmax(1) == labels).sum().item()
-        n += len(labels)
-    return {"acc": 100.0 * correct / n, "loss": loss_sum / n}
-
-
 def main(args):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
@@ -212,7 +200,7 @@ def main(args):
                                                                       cpu_offload=True))
         if is_main_process():
             plain.load_state_dict(state)
-            test_stats = evaluate(plain, test_loader)
+            test_stats = utils.evaluate(plain, test_loader)
             print(f"Accuracy of the network on the {len(test_set)} test images: "
                   f"{test_stats['acc']:.2f}%")
             log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},

@@ -21,6 +21,7 @@
 
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
+#include "test/rendezvous/python_ranks.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
@@ -42,13 +43,6 @@ std::string torch2_python() {
   if (::access(python, X_OK) != 0)
     test::skip_test(std::string("COLLIE_TORCH2_PYTHON=") + python + " is not an executable");
   return python;
-}
-
-std::string write_script(const test::TempDir& dir, const std::string& name,
-                         const std::string& body) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << body;
-  return path;
 }
 
 // Whether the torch the script runs has Store.barrier (2.15 and later), as
@@ -163,7 +157,7 @@ TEST_CASE("torch2 interop: a torch 2.x client against collie's server, every que
   auto store = TcpStore::connect("127.0.0.1", server->port());
   store->set("/from_collie", "hello torch");
   store->set("raw_no_prefix", "torch's list_keys leaves this out");
-  auto script = write_script(dir, "client.py", kTorchClient);
+  auto script = test::write_script(dir, "client.py", kTorchClient);
   auto p = Subprocess::spawn({python, script, "127.0.0.1", std::to_string(server->port())});
   const bool has_barrier = torch_has_barrier(p);
   wait_for_python(*store, p, "/ready_for_job");
@@ -207,18 +201,9 @@ TEST_CASE("torch2 interop: torch 2.x ranks share a queue and a barrier on collie
   const std::string python = torch2_python();
   test::TempDir dir;
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-  auto script = write_script(dir, "rank.py", kTorchRank);
+  auto script = test::write_script(dir, "rank.py", kTorchRank);
   constexpr int kWorld = 3;
-  std::vector<Subprocess> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(Subprocess::spawn({python, script, "127.0.0.1", std::to_string(server->port()),
-                                       std::to_string(r), std::to_string(kWorld)}));
-  }
-  for (auto& p : ranks) {
-    auto status = p.wait(180s);
-    INFO("stdout: " << p.out() << "\nstderr: " << p.err());
-    CHECK(status.ok());
-  }
+  test::run_ranks(python, script, server->port(), kWorld);
   auto store = TcpStore::connect("127.0.0.1", server->port());
   std::set<std::string> took;
   for (int r = 0; r < kWorld; ++r) took.insert(to_string(store->get("/took/" + std::to_string(r))));
@@ -262,7 +247,7 @@ TEST_CASE("torch2 interop: collie's client against torch 2.x's server, every que
   INFO("torch's " << backend << " server");
   const bool libuv = backend == "libuv";
   test::TempDir dir;
-  auto script = write_script(dir, "server.py", kTorchServer);
+  auto script = test::write_script(dir, "server.py", kTorchServer);
   auto p = Subprocess::spawn({python, script, backend});
   const std::string out = p.wait_for_output("\n", 120s);
   std::smatch m;

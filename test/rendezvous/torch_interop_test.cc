@@ -13,6 +13,7 @@
 
 #include "rendezvous/tcp_store.h"
 #include "runtime/base/error.h"
+#include "test/rendezvous/python_ranks.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
@@ -27,13 +28,6 @@ constexpr const char* kPython = "/usr/bin/python3";
 
 #define SKIP_WITHOUT_TORCH() \
   if (!test::torch_missing().empty()) test::skip_test(test::torch_missing())
-
-std::string write_script(const test::TempDir& dir, const std::string& name,
-                         const std::string& body) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << body;
-  return path;
-}
 
 // A torch client: every operation, checked in Python, against our server.
 constexpr const char* kTorchClient = R"PY(
@@ -77,7 +71,7 @@ TEST_CASE("torch interop: a torch 1.13 client against collie's server", "[tcp_st
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
   auto store = TcpStore::connect("127.0.0.1", server->port());
   store->set("/from_collie", "hello torch");
-  auto script = write_script(dir, "client.py", kTorchClient);
+  auto script = test::write_script(dir, "client.py", kTorchClient);
   auto p = Subprocess::spawn({kPython, script, "127.0.0.1", std::to_string(server->port())});
   auto status = p.wait(120s);
   INFO("stdout: " << p.out() << "\nstderr: " << p.err());
@@ -107,18 +101,9 @@ TEST_CASE("torch interop: several torch clients rendezvous through collie's serv
   SKIP_WITHOUT_TORCH();
   test::TempDir dir;
   auto server = TcpStoreServer::start({.host = "127.0.0.1", .port = 0});
-  auto script = write_script(dir, "rank.py", kTorchRank);
+  auto script = test::write_script(dir, "rank.py", kTorchRank);
   constexpr int kWorld = 3;
-  std::vector<Subprocess> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.push_back(Subprocess::spawn({kPython, script, "127.0.0.1", std::to_string(server->port()),
-                                       std::to_string(r), std::to_string(kWorld)}));
-  }
-  for (auto& p : ranks) {
-    auto status = p.wait(180s);
-    INFO("stdout: " << p.out() << "\nstderr: " << p.err());
-    CHECK(status.ok());
-  }
+  test::run_ranks(kPython, script, server->port(), kWorld);
   auto store = TcpStore::connect("127.0.0.1", server->port());
   CHECK(to_string(store->get("/joined")) == std::to_string(kWorld));
   // torch clients created with a world size also count themselves in "init/".
@@ -144,7 +129,7 @@ TEST_CASE("torch interop: collie's client against torch 1.13's server", "[tcp_st
   SKIP_WITHOUT_TORCH();
   auto protocol = GENERATE(StoreProtocol::kDetect, StoreProtocol::kV1_13);
   test::TempDir dir;
-  auto script = write_script(dir, "server.py", kTorchServer);
+  auto script = test::write_script(dir, "server.py", kTorchServer);
   auto p = Subprocess::spawn({kPython, script});
   const std::string out = p.wait_for_output("\n", 120s);
   std::smatch m;

@@ -1018,13 +1018,20 @@ def scenario_agent_store(backend="collie", cycles="2"):
     c.finish(f"agent store, {cycles} init/destroy cycles")
 
 
-if __name__ == "__main__":
+def run_scenario(scenarios):
+    """A worker file's main: `python FILE SCENARIO [ARGS...]` calls
+    scenarios["scenario_" + SCENARIO](*ARGS); a scenario that raises prints
+    its traceback and fails the rank."""
     name, args = sys.argv[1], sys.argv[2:]
     try:
-        globals()["scenario_" + name](*args)
+        scenarios["scenario_" + name](*args)
     except SystemExit:
         raise
     except BaseException:
         print(f"rank {RANK}: scenario {name} raised:")
         traceback.print_exc(file=sys.stdout)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_scenario(globals())

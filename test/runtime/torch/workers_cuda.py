@@ -6,16 +6,15 @@ stream) and on torch's own "nccl" group over the same ranks, and the results
 are compared bit for bit.
 """
 import os
-import sys
-import traceback
 import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import collie_torch  # noqa: F401  (explicit: the GPU check runs from a build tree)
-from workers import AVG, MAX, MIN, OP_NAMES, PRODUCT, RANK, SUM, WORLD, Checks, init, values
+import collie_torch  # noqa: F401
+from workers import (AVG, MAX, MIN, OP_NAMES, PRODUCT, RANK, SUM, WORLD, Checks, init,
+                     run_scenario, values)
 
 warnings.filterwarnings("ignore")
 
@@ -159,12 +158,4 @@ def scenario_ddp():
 
 
 if __name__ == "__main__":
-    name = sys.argv[1]
-    try:
-        globals()["scenario_" + name](*sys.argv[2:])
-    except SystemExit:
-        raise
-    except BaseException:
-        print(f"rank {RANK}: scenario {name} raised:")
-        traceback.print_exc(file=sys.stdout)
-        sys.exit(1)
+    run_scenario(globals())

@@ -8,7 +8,6 @@ same two numbers whatever the algorithm), to a few roundings otherwise.
 """
 import os
 import sys
-import traceback
 import warnings
 from datetime import timedelta
 
@@ -17,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import collie_torch  # noqa: F401  (torch autoloads it too)
-from workers import Checks, RANK, WORLD, init
+from workers import Checks, RANK, WORLD, init, run_scenario
 
 warnings.filterwarnings("ignore")
 
@@ -334,12 +333,4 @@ def scenario_p2p_ring(mib):
 
 
 if __name__ == "__main__":
-    name, args = sys.argv[1], sys.argv[2:]
-    try:
-        globals()["scenario_" + name](*args)
-    except SystemExit:
-        raise
-    except BaseException:
-        print(f"rank {RANK}: scenario {name} raised:")
-        traceback.print_exc(file=sys.stdout)
-        sys.exit(1)
+    run_scenario(globals())
