@@ -2,6 +2,7 @@
 samples (samples/torch_ddp, samples/torch_fsdp): the distributed setup the
 tutorial explains, the learning-rate schedule, the evaluation, and
 Fashion-MNIST (Debian's dataset-fashion-mnist) read from its idx files."""
+import argparse
 import builtins
 import gzip
 import math
@@ -14,6 +15,26 @@ from torch.utils.data import TensorDataset
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # the training set's pixels on [0, 1], as blip_train
+
+
+def common_args(description, epochs, lr, output_dir):
+    """The options both samples take (BLIP's train.py names); each adds its own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--backend", default="collie", choices=["collie", "gloo"])
+    p.add_argument("--dist-url", default="env://")
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--min-lr", type=float, default=0.0)
+    p.add_argument("--weight-decay", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--data-dir", default=FASHION_MNIST)
+    p.add_argument("--output-dir", default=output_dir)
+    p.add_argument("--print-freq", type=int, default=50)
+    p.add_argument("--max-steps", type=int, default=-1, help="per epoch, for quick runs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
+    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
+    return p
 
 
 def is_dist_avail_and_initialized():

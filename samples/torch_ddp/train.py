@@ -20,7 +20,6 @@ comparison; --comm-hook fp16 or bf16 compresses the gradients with DDP's
 compression hooks. The model and schedule are blip_train's
 (samples/blip_train): an MLP 784-256-128-10, AdamW, cosine learning rate.
 """
-import argparse
 import datetime
 import json
 import os
@@ -39,21 +38,7 @@ from utils import get_rank, get_world_size, is_main_process  # noqa: E402
 
 
 def get_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--backend", default="collie", choices=["collie", "gloo"])
-    p.add_argument("--dist-url", default="env://")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--min-lr", type=float, default=0.0)
-    p.add_argument("--weight-decay", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=utils.FASHION_MNIST)
-    p.add_argument("--output-dir", default="output/torch_ddp")
-    p.add_argument("--print-freq", type=int, default=50)
-    p.add_argument("--max-steps", type=int, default=-1, help="per epoch, for quick runs")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
-    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
+    p = utils.common_args(__doc__.split("\n")[0], epochs=10, lr=1e-3, output_dir="output/torch_ddp")
     p.add_argument("--comm-hook", default="none", choices=["none", "fp16", "bf16"],
                    help="DDP's gradient compression hook")
     return p.parse_args()

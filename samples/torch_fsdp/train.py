@@ -23,7 +23,6 @@ Run it from an environment that has torch 2.x and collie_torch:
 the checkpoint (a full state dict, gathered from the shards) are on the main
 process only; every rank takes part in gathering it.
 """
-import argparse
 import datetime
 import json
 import os
@@ -42,26 +41,12 @@ from utils import get_rank, get_world_size, is_main_process  # noqa: E402
 
 
 def get_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--backend", default="collie", choices=["collie", "gloo"])
-    p.add_argument("--dist-url", default="env://")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=64, help="per rank")
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--min-lr", type=float, default=0.0)
-    p.add_argument("--weight-decay", type=float, default=0.05)
+    p = utils.common_args(__doc__.split("\n")[0], epochs=3, lr=2e-3, output_dir="output/torch_fsdp")
     p.add_argument("--model", default="mlp", choices=["mlp", "vit"])
     p.add_argument("--dim", type=int, default=64, help="the transformer's width (--model vit)")
     p.add_argument("--depth", type=int, default=4, help="transformer blocks (--model vit)")
     p.add_argument("--patch", type=int, default=4, choices=[2, 4, 7, 14],
                    help="patch side in pixels (28/patch squared tokens per image)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--data-dir", default=utils.FASHION_MNIST)
-    p.add_argument("--output-dir", default="output/torch_fsdp")
-    p.add_argument("--print-freq", type=int, default=50)
-    p.add_argument("--max-steps", type=int, default=-1, help="per epoch, for quick runs")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds, for every collective")
-    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads per rank")
     return p.parse_args()
 
 

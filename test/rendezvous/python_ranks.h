@@ -1,6 +1,7 @@
-// The torch interop tests' Python side (torch_interop_test.cc for torch
-// 1.13, torch2_interop_test.cc for 2.x): a script written into a temp
-// folder, and `world` ranks of it run against a store on 127.0.0.1.
+// What the torch interop tests share (torch_interop_test.cc for torch 1.13,
+// torch2_interop_test.cc for 2.x): a script written into a temp folder,
+// `world` ranks of it run against a store on 127.0.0.1, and the queries
+// every torch server answers.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/tcp_store.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
 
@@ -35,6 +37,23 @@ inline void run_ranks(const std::string& python, const std::string& script, uint
     INFO("stdout: " << p.out() << "\nstderr: " << p.err());
     CHECK(status.ok());
   }
+}
+
+// The queries both torch dialects serve, against a server whose Python side
+// set "/hello" to "world" and never touches "/n", "/cs" or "/from_collie".
+inline void check_basic_queries(TcpStore& store) {
+  CHECK(to_string(store.get("/hello")) == "world");
+  store.set("/from_collie", "x");
+  CHECK(store.add("/n", 4) == 4);
+  CHECK(store.add("/n", 1) == 5);
+  CHECK(to_string(store.compare_set("/cs", as_span(""), as_span("v1"))) == "v1");
+  CHECK(to_string(store.compare_set("/cs", as_span("v1"), as_span("v2"))) == "v2");
+  CHECK(to_string(store.compare_set("/cs", as_span("zz"), as_span("v3"))) == "v2");
+  CHECK(store.check({"/hello", "/n"}));
+  CHECK(!store.check({"/absent"}));
+  const int64_t keys = store.num_keys();
+  CHECK(store.delete_key("/cs"));
+  CHECK(store.num_keys() == keys - 1);
 }
 
 }  // namespace collie::test

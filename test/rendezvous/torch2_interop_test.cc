@@ -260,18 +260,7 @@ TEST_CASE("torch2 interop: collie's client against torch 2.x's server, every que
   auto store = TcpStore::connect("127.0.0.1", port, options);  // kDetect
   CHECK(store->protocol() == StoreProtocol::kV2);
 
-  CHECK(to_string(store->get("/hello")) == "world");
-  store->set("/from_collie", "x");
-  CHECK(store->add("/n", 4) == 4);
-  CHECK(store->add("/n", 1) == 5);
-  CHECK(to_string(store->compare_set("/cs", as_span(""), as_span("v1"))) == "v1");
-  CHECK(to_string(store->compare_set("/cs", as_span("v1"), as_span("v2"))) == "v2");
-  CHECK(to_string(store->compare_set("/cs", as_span("zz"), as_span("v3"))) == "v2");
-  CHECK(store->check({"/hello", "/n"}));
-  CHECK(!store->check({"/absent"}));
-  const int64_t keys = store->num_keys();
-  CHECK(store->delete_key("/cs"));
-  CHECK(store->num_keys() == keys - 1);
+  test::check_basic_queries(*store);
   store->append("/appended", as_span("ab"));  // 2.x APPEND
   store->append("/appended", as_span("c"));
   store->multi_set({"/m1", "/m2"}, {to_bytes("one"), to_bytes("two")});

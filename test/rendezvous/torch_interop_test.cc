@@ -142,18 +142,7 @@ TEST_CASE("torch interop: collie's client against torch 1.13's server", "[tcp_st
   auto store = TcpStore::connect("127.0.0.1", port, options);
   CHECK(store->protocol() == StoreProtocol::kV1_13);  // detected, or as asked
 
-  CHECK(to_string(store->get("/hello")) == "world");
-  store->set("/from_collie", "x");
-  CHECK(store->add("/n", 4) == 4);
-  CHECK(store->add("/n", 1) == 5);
-  CHECK(to_string(store->compare_set("/cs", as_span(""), as_span("v1"))) == "v1");
-  CHECK(to_string(store->compare_set("/cs", as_span("v1"), as_span("v2"))) == "v2");
-  CHECK(to_string(store->compare_set("/cs", as_span("zz"), as_span("v3"))) == "v2");
-  CHECK(store->check({"/hello", "/n"}));
-  CHECK(!store->check({"/absent"}));
-  const int64_t keys = store->num_keys();
-  CHECK(store->delete_key("/cs"));
-  CHECK(store->num_keys() == keys - 1);
+  test::check_basic_queries(*store);
   // 1.13 has no APPEND/MULTI_*: the client falls back to compare_set and get.
   store->append("/appended", as_span("ab"));
   store->append("/appended", as_span("c"));
