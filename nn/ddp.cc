@@ -79,7 +79,7 @@ Module& DistributedDataParallel::module() {
 // Runs a collective on buffers of the model's device, ordered after (and
 // waited for on) its compute stream.
 void DistributedDataParallel::run_collective(const std::function<std::shared_ptr<Work>()>& launch) {
-  model_.ops().with_compute_stream([&] { launch()->wait(); });
+  model_.ops().with_compute_stream([&] { launch()->synchronize(); });
 }
 
 void DistributedDataParallel::verify_parameter_shapes() {

@@ -160,14 +160,15 @@ void Reducer::finalize_backward() {
     return;
   }
   armed_ = false;
-  // On a GPU, wait() returns at once and makes the compute stream wait for
-  // the collective: the optimizer step queued next reads the averages.
+  // On a GPU, synchronize() returns at once and makes the compute stream
+  // wait for the collective: the optimizer step queued next reads the
+  // averages. On a CPU it is wait().
   std::exception_ptr error;
   model_.ops().with_compute_stream([&] {
     for (auto& bucket : buckets_) {
       if (!bucket.work) continue;
       try {
-        bucket.work->wait();
+        bucket.work->synchronize();
       } catch (...) {
         if (!error) error = std::current_exception();
       }

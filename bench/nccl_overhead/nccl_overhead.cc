@@ -3,11 +3,18 @@
 // For each size, one process drives one rank per visible GPU (threads). Two
 // loops run back to back on the same stream and buffer:
 //   direct: ncclAllReduce(buf, buf, ..., comm, stream)       (NCCL alone)
-//   collie: pg.all_reduce(view)->wait()  with current stream = that stream
+//   collie: pg.all_reduce(view, {.async_op = false})         (stream-ordered,
+//           what torch's dist.all_reduce(t) does), current stream = that stream
 // Device time per call comes from CUDA events around `iters` calls; host time
 // per call from the wall clock of issuing them (what a small-message caller
 // feels). The table's last columns are collie/direct - 1 (device time) and
 // the extra host microseconds per call.
+//
+// Then CUDA graphs: `iters` calls of each kind captured in one graph, the
+// graph replayed `replays` times; the device time per call of the replays.
+// Last, the host cost of each CUDA call on collie's call path (event
+// record, stream wait, event query, pointer check, ...), 2,000 of each:
+// where a call's host microseconds go.
 //
 //   nccl_overhead [-b 4] [-e 268435456] [-f 4] [-n 50] [-w 10]
 #include <cuda_runtime.h>
@@ -39,13 +46,58 @@ namespace {
   } while (0)
 
 struct Result {
-  double direct_us = 0, collie_us = 0;            // device time per call
-  double direct_host_us = 0, collie_host_us = 0;  // host issue time per call
+  double direct_us = 0, collie_us = 0;              // device time per call
+  double direct_host_us = 0, collie_host_us = 0;    // host issue time per call
+  double direct_graph_us = 0, collie_graph_us = 0;  // device time per call, replayed
 };
+
+// Host microseconds per call of fn, over n calls.
+template <typename Fn>
+double host_cost(int n, Fn&& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) fn();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+         n;
+}
+
+// The CUDA calls a collie launch makes, timed one by one on this thread.
+void print_call_costs(cudaStream_t stream, void* buf, int device) {
+  const int n = 2000;
+  cudaStream_t other;
+  CK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CK(cudaEventRecord(ev, stream));
+  CK(cudaStreamSynchronize(stream));
+  std::printf("\n# host cost of the CUDA calls on a launch's path (us per call, %d calls)\n", n);
+  std::printf("%-40s %8.3f\n", "cudaSetDevice", host_cost(n, [&] { cudaSetDevice(device); }));
+  std::printf("%-40s %8.3f\n", "cudaStreamIsCapturing", host_cost(n, [&] {
+                cudaStreamCaptureStatus st;
+                cudaStreamIsCapturing(stream, &st);
+              }));
+  std::printf("%-40s %8.3f\n", "cudaPointerGetAttributes", host_cost(n, [&] {
+                cudaPointerAttributes a;
+                cudaPointerGetAttributes(&a, buf);
+              }));
+  std::printf("%-40s %8.3f\n", "cudaEventRecord",
+              host_cost(n, [&] { cudaEventRecord(ev, stream); }));
+  std::printf("%-40s %8.3f\n", "cudaStreamWaitEvent",
+              host_cost(n, [&] { cudaStreamWaitEvent(other, ev, 0); }));
+  CK(cudaStreamSynchronize(stream));
+  CK(cudaStreamSynchronize(other));
+  std::printf("%-40s %8.3f\n", "cudaEventQuery (fired)", host_cost(n, [&] { cudaEventQuery(ev); }));
+  std::printf("%-40s %8.3f\n", "cudaEventCreate + cudaEventDestroy", host_cost(n, [&] {
+                cudaEvent_t e;
+                cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+                cudaEventDestroy(e);
+              }));
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(other);
+}
 
 struct Args {
   size_t min_bytes = 4, max_bytes = size_t{256} << 20, factor = 4;
-  int iters = 50, warmup = 10;
+  int iters = 50, warmup = 10, replays = 20;
 };
 
 Args parse(int argc, char** argv) {
@@ -63,9 +115,12 @@ Args parse(int argc, char** argv) {
       a.iters = static_cast<int>(v);
     else if (f == "-w")
       a.warmup = static_cast<int>(v);
+    else if (f == "-r")
+      a.replays = static_cast<int>(v);
     else {
       std::fprintf(stderr,
-                   "usage: nccl_overhead [-b min] [-e max] [-f factor] [-n iters] [-w warmup]\n");
+                   "usage: nccl_overhead [-b min] [-e max] [-f factor] [-n iters] [-w warmup] "
+                   "[-r graph replays]\n");
       std::exit(2);
     }
   }
@@ -114,12 +169,36 @@ void rank_main(int rank, int world, const Args& args, std::shared_ptr<Store> sto
       *device_us = ms * 1000.0 / args.iters;
       *host_us = std::chrono::duration<double, std::micro>(h1 - h0).count() / args.iters;
     };
+    // `iters` calls captured in one graph, replayed; device time per call.
+    auto time_graph = [&](auto&& call, double* device_us) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < args.iters; ++i) call();
+      CK(cudaStreamEndCapture(stream, &graph));
+      CK(cudaGraphInstantiate(&exec, graph, 0));
+      CK(cudaGraphLaunch(exec, stream));  // warm-up
+      CK(cudaStreamSynchronize(stream));
+      CK(cudaEventRecord(start, stream));
+      for (int i = 0; i < args.replays; ++i) CK(cudaGraphLaunch(exec, stream));
+      CK(cudaEventRecord(stop, stream));
+      CK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, start, stop));
+      *device_us = ms * 1000.0 / (static_cast<double>(args.iters) * args.replays);
+      CK(cudaGraphExecDestroy(exec));
+      CK(cudaGraphDestroy(graph));
+    };
     Result r;
-    time_loop([&] { CK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream)); },
-              &r.direct_us, &r.direct_host_us);
-    time_loop([&] { pg->all_reduce(view)->wait(); }, &r.collie_us, &r.collie_host_us);
+    auto direct = [&] { CK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream)); };
+    auto through_collie = [&] { pg->all_reduce(view, {.async_op = false}); };
+    time_loop(direct, &r.direct_us, &r.direct_host_us);
+    time_loop(through_collie, &r.collie_us, &r.collie_host_us);
+    time_graph(direct, &r.direct_graph_us);
+    time_graph(through_collie, &r.collie_graph_us);
     if (rank == 0) results->push_back(r);
   }
+  if (rank == 0) print_call_costs(stream, buf, rank);
   CK(cudaStreamSynchronize(stream));
   cuda::set_current_stream(nullptr);
   ncclCommDestroy(comm);
@@ -144,13 +223,16 @@ int main(int argc, char** argv) {
 
   std::printf("# nccl_overhead: NCCL %s, %d GPU(s), float32 sum, %d iters (+%d warm-up)\n",
               NcclProcessGroup::nccl_version().c_str(), world, args.iters, args.warmup);
-  std::printf("%12s %12s %12s %10s %14s %14s %12s\n", "bytes", "nccl_us", "collie_us", "overhead",
-              "nccl_host_us", "collie_host_us", "extra_host");
+  std::printf("%12s %12s %12s %10s %14s %14s %12s %12s %12s %10s\n", "bytes", "nccl_us",
+              "collie_us", "overhead", "nccl_host_us", "collie_host_us", "extra_host", "nccl_graph",
+              "collie_graph", "graph_ovh");
   size_t bytes = args.min_bytes;
   for (const auto& r : results) {
-    std::printf("%12zu %12.2f %12.2f %9.2f%% %14.2f %14.2f %12.2f\n", bytes, r.direct_us,
-                r.collie_us, 100.0 * (r.collie_us / r.direct_us - 1.0), r.direct_host_us,
-                r.collie_host_us, r.collie_host_us - r.direct_host_us);
+    std::printf("%12zu %12.2f %12.2f %9.2f%% %14.2f %14.2f %12.2f %12.2f %12.2f %9.2f%%\n", bytes,
+                r.direct_us, r.collie_us, 100.0 * (r.collie_us / r.direct_us - 1.0),
+                r.direct_host_us, r.collie_host_us, r.collie_host_us - r.direct_host_us,
+                r.direct_graph_us, r.collie_graph_us,
+                100.0 * (r.collie_graph_us / r.direct_graph_us - 1.0));
     bytes *= args.factor;
   }
   return 0;

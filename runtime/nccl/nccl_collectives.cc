@@ -10,13 +10,13 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce(TensorView t, const AllReduce
   impl_->check_tensor(where, "tensor", t);
   impl_->check_reduce(where, options.op, t.dtype);
   check_timeout(where, options.timeout);
-  return impl_->run({str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")")},
-                    options.timeout, [&](ncclComm_t comm, const Deadline& d) {
-                      impl_->settle(
-                          ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
-                                        to_nccl(options.op, t.dtype), comm, impl_->stream),
-                          "ncclAllReduce", d);
-                    });
+  return impl_->run_with({str_cat("all_reduce(", t.dtype, ", ", t.count, ", ", options.op, ")")},
+                         options, [&](ncclComm_t comm, const Deadline& d) {
+                           impl_->settle(
+                               ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
+                                             to_nccl(options.op, t.dtype), comm, impl_->stream),
+                               "ncclAllReduce", d);
+                         });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const TensorView> tensors,
@@ -27,9 +27,9 @@ std::shared_ptr<Work> NcclProcessGroup::all_reduce_coalesced(std::span<const Ten
     impl_->check_tensor(where, "tensor", t);
     impl_->check_reduce(where, options.op, t.dtype);
   }
-  return impl_->run(
-      {str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+  return impl_->run_with(
+      {str_cat("all_reduce_coalesced(", tensors.size(), " tensors, ", options.op, ")")}, options,
+      [&](ncclComm_t comm, const Deadline& d) {
         impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
         for (const auto& t : tensors) {
           ncclResult_t r = ncclAllReduce(t.data, t.data, t.count, to_nccl(t.dtype),
@@ -48,12 +48,13 @@ std::shared_ptr<Work> NcclProcessGroup::broadcast(TensorView t, const BroadcastO
   impl_->check_tensor(where, "tensor", t);
   check_root(where, options.root, size());
   check_timeout(where, options.timeout);
-  return impl_->run({str_cat("broadcast(", t.dtype, ", ", t.count, ", root ", options.root, ")")},
-                    options.timeout, [&](ncclComm_t comm, const Deadline& d) {
-                      impl_->settle(ncclBroadcast(t.data, t.data, t.count, to_nccl(t.dtype),
-                                                  options.root, comm, impl_->stream),
-                                    "ncclBroadcast", d);
-                    });
+  return impl_->run_with(
+      {str_cat("broadcast(", t.dtype, ", ", t.count, ", root ", options.root, ")")}, options,
+      [&](ncclComm_t comm, const Deadline& d) {
+        impl_->settle(ncclBroadcast(t.data, t.data, t.count, to_nccl(t.dtype), options.root, comm,
+                                    impl_->stream),
+                      "ncclBroadcast", d);
+      });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::barrier(const BarrierOptions& options) {
@@ -74,12 +75,12 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather(TensorView output, TensorView
   impl_->check_tensor(where, "output", output);
   check_gather_shapes(where, output, "output", input, "input", size());
   check_timeout(where, options.timeout);
-  return impl_->run({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options.timeout,
-                    [&](ncclComm_t comm, const Deadline& d) {
-                      impl_->settle(ncclAllGather(input.data, output.data, input.count,
-                                                  to_nccl(input.dtype), comm, impl_->stream),
-                                    "ncclAllGather", d);
-                    });
+  return impl_->run_with({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options,
+                         [&](ncclComm_t comm, const Deadline& d) {
+                           impl_->settle(ncclAllGather(input.data, output.data, input.count,
+                                                       to_nccl(input.dtype), comm, impl_->stream),
+                                         "ncclAllGather", d);
+                         });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, TensorView input,
@@ -90,9 +91,9 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output, Tensor
   check_gather_shapes(where, input, "input", output, "output", size());
   impl_->check_reduce(where, options.op, input.dtype);
   check_timeout(where, options.timeout);
-  return impl_->run(
-      {str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+  return impl_->run_with(
+      {str_cat("reduce_scatter(", input.dtype, ", ", output.count, ", ", options.op, ")")}, options,
+      [&](ncclComm_t comm, const Deadline& d) {
         impl_->settle(ncclReduceScatter(input.data, output.data, output.count, to_nccl(input.dtype),
                                         to_nccl(options.op, input.dtype), comm, impl_->stream),
                       "ncclReduceScatter", d);
@@ -105,9 +106,9 @@ std::shared_ptr<Work> NcclProcessGroup::reduce(TensorView t, const ReduceOptions
   impl_->check_reduce(where, options.op, t.dtype);
   check_root(where, options.root, size());
   check_timeout(where, options.timeout);
-  return impl_->run(
+  return impl_->run_with(
       {str_cat("reduce(", t.dtype, ", ", t.count, ", ", options.op, ", root ", options.root, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+      options, [&](ncclComm_t comm, const Deadline& d) {
         impl_->settle(ncclReduce(t.data, t.data, t.count, to_nccl(t.dtype),
                                  to_nccl(options.op, t.dtype), options.root, comm, impl_->stream),
                       "ncclReduce", d);
@@ -127,26 +128,26 @@ std::shared_ptr<Work> NcclProcessGroup::all_gather(std::span<const TensorView> o
   bool consecutive = true;
   for (size_t p = 1; p < outputs.size(); ++p)
     consecutive &= outputs[p].data == static_cast<uint8_t*>(outputs[0].data) + p * input.nbytes();
-  return impl_->run({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options.timeout,
-                    [&](ncclComm_t comm, const Deadline& d) {
-                      if (consecutive) {
-                        impl_->settle(ncclAllGather(input.data, outputs[0].data, input.count,
-                                                    to_nccl(input.dtype), comm, impl_->stream),
-                                      "ncclAllGather", d);
-                        return;
-                      }
-                      impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
-                      for (int p = 0; p < size(); ++p) {
-                        const ncclResult_t r =
-                            ncclBroadcast(input.data, outputs[p].data, input.count,
-                                          to_nccl(input.dtype), p, comm, impl_->stream);
-                        if (r != ncclSuccess && r != ncclInProgress) {
-                          ncclGroupEnd();
-                          impl_->settle(r, "ncclBroadcast (all_gather)", d);
-                        }
-                      }
-                      impl_->settle(ncclGroupEnd(), "ncclGroupEnd", d);
-                    });
+  return impl_->run_with({str_cat("all_gather(", input.dtype, ", ", input.count, ")")}, options,
+                         [&](ncclComm_t comm, const Deadline& d) {
+                           if (consecutive) {
+                             impl_->settle(ncclAllGather(input.data, outputs[0].data, input.count,
+                                                         to_nccl(input.dtype), comm, impl_->stream),
+                                           "ncclAllGather", d);
+                             return;
+                           }
+                           impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
+                           for (int p = 0; p < size(); ++p) {
+                             const ncclResult_t r =
+                                 ncclBroadcast(input.data, outputs[p].data, input.count,
+                                               to_nccl(input.dtype), p, comm, impl_->stream);
+                             if (r != ncclSuccess && r != ncclInProgress) {
+                               ncclGroupEnd();
+                               impl_->settle(r, "ncclBroadcast (all_gather)", d);
+                             }
+                           }
+                           impl_->settle(ncclGroupEnd(), "ncclGroupEnd", d);
+                         });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output,
@@ -159,9 +160,9 @@ std::shared_ptr<Work> NcclProcessGroup::reduce_scatter(TensorView output,
   impl_->check_reduce(where, options.op, output.dtype);
   check_timeout(where, options.timeout);
   // Rank p's part is the reduction of every rank's inputs[p] at root p.
-  return impl_->run(
+  return impl_->run_with(
       {str_cat("reduce_scatter(", output.dtype, ", ", output.count, ", ", options.op, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+      options, [&](ncclComm_t comm, const Deadline& d) {
         impl_->settle(ncclGroupStart(), "ncclGroupStart", d);
         for (int p = 0; p < size(); ++p) {
           void* dst = p == rank() ? output.data : inputs[p].data;  // only the root's is written

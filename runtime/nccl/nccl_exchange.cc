@@ -52,9 +52,9 @@ std::shared_ptr<Work> NcclProcessGroup::gather(std::span<const TensorView> outpu
   } else {
     ops.push_back({P2POpType::kIsend, input, options.root});
   }
-  return impl_->run(
-      {str_cat("gather(", input.dtype, ", ", input.count, ", root ", options.root, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+  return impl_->run_with(
+      {str_cat("gather(", input.dtype, ", ", input.count, ", root ", options.root, ")")}, options,
+      [&](ncclComm_t comm, const Deadline& d) {
         impl_->grouped(comm, ops, d);
         if (root) impl_->copy_local(outputs[rank()].data, input.data, input.nbytes());
       });
@@ -77,9 +77,9 @@ std::shared_ptr<Work> NcclProcessGroup::scatter(TensorView output,
   } else {
     ops.push_back({P2POpType::kIrecv, output, options.root});
   }
-  return impl_->run(
+  return impl_->run_with(
       {str_cat("scatter(", output.dtype, ", ", output.count, ", root ", options.root, ")")},
-      options.timeout, [&](ncclComm_t comm, const Deadline& d) {
+      options, [&](ncclComm_t comm, const Deadline& d) {
         impl_->grouped(comm, ops, d);
         if (root) impl_->copy_local(output.data, inputs[rank()].data, output.nbytes());
       });
@@ -106,12 +106,12 @@ std::shared_ptr<Work> NcclProcessGroup::all_to_all(std::span<const TensorView> o
     ops.push_back({P2POpType::kIsend, inputs[p], p});
     ops.push_back({P2POpType::kIrecv, outputs[p], p});
   }
-  return impl_->run({str_cat("all_to_all(", inputs[0].dtype, ")")}, options.timeout,
-                    [&](ncclComm_t comm, const Deadline& d) {
-                      impl_->grouped(comm, ops, d);
-                      impl_->copy_local(outputs[rank()].data, inputs[rank()].data,
-                                        inputs[rank()].nbytes());
-                    });
+  return impl_->run_with({str_cat("all_to_all(", inputs[0].dtype, ")")}, options,
+                         [&](ncclComm_t comm, const Deadline& d) {
+                           impl_->grouped(comm, ops, d);
+                           impl_->copy_local(outputs[rank()].data, inputs[rank()].data,
+                                             inputs[rank()].nbytes());
+                         });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::all_to_all_single(
@@ -128,7 +128,9 @@ std::shared_ptr<Work> NcclProcessGroup::all_to_all_single(
 std::shared_ptr<Work> NcclProcessGroup::send(TensorView tensor, int dst,
                                              const P2POptions& options) {
   const P2POp op{P2POpType::kIsend, tensor, dst, options.tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1), options.timeout);
+  auto work = batch_isend_irecv(std::span<const P2POp>(&op, 1), options.timeout);
+  if (!options.async_op) work->synchronize();
+  return work;
 }
 
 std::shared_ptr<Work> NcclProcessGroup::recv(TensorView tensor, int src,
@@ -139,7 +141,9 @@ std::shared_ptr<Work> NcclProcessGroup::recv(TensorView tensor, int src,
                                   "matches a receive with one named peer); pass the source rank, "
                                   "or use a cpu tensor on the socket backend"));
   const P2POp op{P2POpType::kIrecv, tensor, src, options.tag};
-  return batch_isend_irecv(std::span<const P2POp>(&op, 1), options.timeout);
+  auto work = batch_isend_irecv(std::span<const P2POp>(&op, 1), options.timeout);
+  if (!options.async_op) work->synchronize();
+  return work;
 }
 
 std::shared_ptr<Work> NcclProcessGroup::batch_isend_irecv(std::span<const P2POp> ops,

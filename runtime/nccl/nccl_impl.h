@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "rendezvous/store.h"
 #include "runtime/base/error.h"
@@ -37,7 +38,9 @@ struct NcclProcessGroup::Impl {
   Timeout timeout{};
   bool blocking_wait = false;
   cudaStream_t stream = nullptr;
-  cudaEvent_t ready = nullptr;  // recorded on the caller's stream at each launch
+  cudaEvent_t ready = nullptr;     // recorded on the caller's stream at each launch
+  cudaEvent_t captured = nullptr;  // the join of a launch captured in a CUDA graph
+  std::shared_ptr<EventPool> events = std::make_shared<EventPool>();
   float* barrier_buffer = nullptr;
   uint64_t p2p_seq = 0;
   std::mutex launch_mu;  // one launch at a time: stream order = issue order
@@ -50,12 +53,21 @@ struct NcclProcessGroup::Impl {
     bool collective = true;
     int source_rank = -1;      // a receive's peer
     bool synchronize = false;  // wait on the host before returning (barrier)
+    bool async_op = true;      // false: the caller's stream waits before the return
   };
+
+  // An operation's options (timeout, async_op) onto run() below.
+  template <typename Options, typename Enqueue>
+  std::shared_ptr<Work> run_with(Launch launch, const Options& options, Enqueue&& enqueue) {
+    launch.async_op = options.async_op;
+    return run(launch, options.timeout, std::forward<Enqueue>(enqueue));
+  }
 
   // The path of every operation: refuse when broken, order the group's
   // stream after the caller's, enqueue `enqueue(comm, deadline)` holding the
   // communicator's lock (it calls NCCL through settle()), record the
-  // completion event and hand the Work to the watchdog.
+  // completion event and hand the Work to the watchdog. While the caller's
+  // stream captures a CUDA graph, the launch is captured instead (run_captured).
   template <typename Enqueue>
   std::shared_ptr<Work> run(const Launch& launch, Timeout timeout, Enqueue&& enqueue) {
     if (comm->broken()) std::rethrow_exception(comm->broken_error());
@@ -63,23 +75,54 @@ struct NcclProcessGroup::Impl {
     std::lock_guard lock(launch_mu);
     cuda::check(cudaSetDevice(comm->device()), "cudaSetDevice");
     auto caller = static_cast<cudaStream_t>(cuda::current_stream());
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cuda::check(cudaStreamIsCapturing(caller, &capture), "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone)
+      return run_captured(launch, caller, capture, deadline, enqueue);
     cuda::check(cudaEventRecord(ready, caller), "cudaEventRecord(caller stream)");
     cuda::check(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent(nccl stream)");
+    // The signature is formatted once and kept by the Work; the CallLog
+    // keeps a copy only for collectives.
     const uint64_t seq = launch.collective ? calls->issue(launch.signature) : 0;
-    const std::string description =
-        launch.collective
-            ? str_cat(launch.signature, " #", seq, " on rank ", comm->rank())
-            : str_cat(launch.signature, " (p2p #", ++p2p_seq, ") on rank ", comm->rank());
+    const uint64_t p2p = launch.collective ? 0 : ++p2p_seq;
     comm->with_comm([&](ncclComm_t c) { enqueue(c, deadline); });
-    cudaEvent_t done = nullptr;
-    cuda::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    cudaEvent_t done = events->take();
     cuda::check(cudaEventRecord(done, stream), "cudaEventRecord(nccl stream)");
-    auto work =
-        std::make_shared<NcclWork>(comm, done, deadline, description,
-                                   blocking_wait || launch.synchronize, seq, launch.source_rank);
+    auto work = std::make_shared<NcclWork>(comm, events, done, deadline, launch.signature,
+                                           blocking_wait || launch.synchronize, seq, p2p,
+                                           launch.source_rank);
     watchdog->watch(work);
-    if (launch.synchronize) work->wait(kUnsetTimeout);
+    if (launch.synchronize)
+      work->wait(kUnsetTimeout);
+    else if (!launch.async_op)
+      work->synchronize();
     return work;
+  }
+
+  // A launch into the CUDA graph the caller's stream is capturing: the
+  // group's stream joins the capture (fork), NCCL's kernels are captured on
+  // it, and the caller's stream waits for them (join, which the capture
+  // needs to end). Nothing runs now, so nothing is numbered or watched: the
+  // Work is complete, and each replay is a collective on every rank that
+  // replays it. An operation that waits on the host (barrier) cannot be
+  // captured.
+  template <typename Enqueue>
+  std::shared_ptr<Work> run_captured(const Launch& launch, cudaStream_t caller,
+                                     cudaStreamCaptureStatus capture, const Deadline& deadline,
+                                     Enqueue& enqueue) {
+    if (capture != cudaStreamCaptureStatusActive)
+      throw BackendError(str_cat(launch.signature, " on rank ", comm->rank(),
+                                 ": the caller's stream is in an invalidated CUDA graph capture"));
+    if (launch.synchronize)
+      throw InvalidArgument(str_cat(launch.signature, " on rank ", comm->rank(),
+                                    " cannot be captured in a CUDA graph: it waits on the host; "
+                                    "end the capture first"));
+    cuda::check(cudaEventRecord(ready, caller), "cudaEventRecord(capture fork)");
+    cuda::check(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent(capture fork)");
+    comm->with_comm([&](ncclComm_t c) { enqueue(c, deadline); });
+    cuda::check(cudaEventRecord(captured, stream), "cudaEventRecord(capture join)");
+    cuda::check(cudaStreamWaitEvent(caller, captured, 0), "cudaStreamWaitEvent(capture join)");
+    return completed_work();
   }
 
   // Inside an enqueue: NCCL's result, settled (see NcclComm::settle_locked).

@@ -163,6 +163,7 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create(std::shared_ptr<Store
 
   cuda::check(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&impl->ready, cudaEventDisableTiming), "cudaEventCreate");
+  cuda::check(cudaEventCreateWithFlags(&impl->captured, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaMalloc(&impl->barrier_buffer, sizeof(float)), "cudaMalloc(barrier)");
   cuda::check(cudaMemset(impl->barrier_buffer, 0, sizeof(float)), "cudaMemset(barrier)");
   impl->watchdog = std::make_unique<NcclWatchdog>(impl->comm, store, impl->calls,
@@ -197,6 +198,7 @@ NcclProcessGroup::~NcclProcessGroup() {
   shutdown(std::min<Timeout>(impl.timeout, std::chrono::seconds(30)));
   if (impl.barrier_buffer) cudaFree(impl.barrier_buffer);
   if (impl.ready) cudaEventDestroy(impl.ready);
+  if (impl.captured) cudaEventDestroy(impl.captured);
   if (impl.stream) cudaStreamDestroy(impl.stream);
 }
 

@@ -5,10 +5,17 @@
 //
 // Streams: each collective runs on the group's own CUDA stream, ordered after
 // the caller's current stream (collie::cuda::current_stream()) with an event,
-// so no copy is needed. Work::wait() makes the caller's current stream wait
-// for the collective and returns at once (the host is not blocked); with
-// NcclOptions::blocking_wait (or COLLIE_NCCL_BLOCKING_WAIT=1) it also blocks
-// the host until completion or the deadline.
+// so no copy is needed. Work (runtime/process_group/work.h, NcclWork):
+// synchronize() makes the caller's current stream wait for the collective and
+// returns at once (the host is not blocked); a blocking call (async_op =
+// false) does that before it returns; wait() blocks the host until the
+// device finished. With NcclOptions::blocking_wait (or
+// COLLIE_NCCL_BLOCKING_WAIT=1) synchronize() blocks the host too.
+//
+// CUDA graphs: an operation issued while the caller's stream captures a
+// graph is captured (NCCL supports capture) and runs at each replay; its
+// Work is complete at once. barrier() waits on the host and is refused
+// during a capture.
 //
 // Errors: a watchdog thread polls ncclCommGetAsyncError and every pending
 // collective's deadline. On an error or timeout it calls ncclCommAbort (never
@@ -33,7 +40,8 @@ struct NcclOptions {
   // Per-collective deadline and init deadline; kUnsetTimeout: COLLIE_NCCL_TIMEOUT
   // (seconds) when set, else kDefaultTimeout.
   Timeout timeout = kUnsetTimeout;
-  // Block the host in Work::wait() until the collective finished.
+  // Block the host in Work::synchronize() (and so in blocking calls) until
+  // the collective finished.
   bool blocking_wait = false;
   // Key namespace in the store (one communicator per group).
   std::string group_name = "default_pg";

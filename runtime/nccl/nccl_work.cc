@@ -1,7 +1,9 @@
 #include "runtime/nccl/nccl_work.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
@@ -10,18 +12,51 @@
 
 namespace collie {
 
-NcclWork::NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, Deadline deadline,
-                   std::string description, bool blocking, uint64_t seq, int source_rank)
+EventPool::~EventPool() {
+  for (cudaEvent_t e : free_) cudaEventDestroy(e);
+}
+
+cudaEvent_t EventPool::take() {
+  {
+    std::lock_guard lock(mu_);
+    if (!free_.empty()) {
+      cudaEvent_t e = free_.back();
+      free_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
+}
+
+void EventPool::give(cudaEvent_t event) {
+  std::lock_guard lock(mu_);
+  free_.push_back(event);
+}
+
+NcclWork::NcclWork(std::shared_ptr<NcclComm> comm, std::shared_ptr<EventPool> events,
+                   cudaEvent_t done, Deadline deadline, std::string signature, bool blocking,
+                   uint64_t seq, uint64_t p2p_seq, int source_rank)
     : comm_(std::move(comm)),
+      events_(std::move(events)),
       done_(done),
       deadline_(deadline),
-      description_(std::move(description)),
+      signature_(std::move(signature)),
       blocking_(blocking),
       seq_(seq),
+      p2p_seq_(p2p_seq),
       source_rank_(source_rank) {}
 
 NcclWork::~NcclWork() {
-  if (done_ != nullptr) cudaEventDestroy(done_);
+  // An event whose launch may still be pending is only ever recorded again
+  // after a later launch on the same stream, so reusing it is safe.
+  if (done_ != nullptr) events_->give(done_);
+}
+
+std::string NcclWork::description() const {
+  if (seq_ > 0) return str_cat(signature_, " #", seq_, " on rank ", comm_->rank());
+  return str_cat(signature_, " (p2p #", p2p_seq_, ") on rank ", comm_->rank());
 }
 
 std::exception_ptr NcclWork::exception() const {
@@ -44,7 +79,7 @@ bool NcclWork::event_done() const {
   if (e == cudaErrorNotReady) return false;
   if (e != cudaSuccess) {
     const_cast<NcclWork*>(this)->fail(std::make_exception_ptr(
-        BackendError(str_cat(description_, ": cudaEventQuery: ", cudaGetErrorString(e)))));
+        BackendError(str_cat(description(), ": cudaEventQuery: ", cudaGetErrorString(e)))));
     return false;
   }
   return true;
@@ -55,25 +90,39 @@ void NcclWork::throw_if_failed() const {
   if (failure_) std::rethrow_exception(failure_);
 }
 
-void NcclWork::wait(Timeout timeout) {
+void NcclWork::synchronize() {
+  if (blocking_) return wait(kUnsetTimeout);
   throw_if_failed();
   // Order the caller's current stream after the launch: the host goes on.
   auto caller = static_cast<cudaStream_t>(cuda::current_stream());
   cuda::check(cudaStreamWaitEvent(caller, done_, 0), "cudaStreamWaitEvent");
-  if (!blocking_) return;
+}
+
+void NcclWork::wait(Timeout timeout) {
+  throw_if_failed();
   Deadline own(timeout == kUnsetTimeout ? deadline_.remaining() : timeout);
+  // Spin briefly (a small collective finishes in microseconds), then sleep
+  // in growing steps up to a millisecond: a long one costs no core.
+  std::chrono::microseconds nap{0};
   while (!event_done()) {
     throw_if_failed();
     if (comm_->broken()) std::rethrow_exception(comm_->broken_error());
     if (deadline_.expired()) {
-      const std::string why = str_cat(description_, " timed out ", deadline_.describe());
+      const std::string why = str_cat(description(), " timed out ", deadline_.describe());
       comm_->abort(why, NcclFailure::kTimeout);
       throw TimeoutError(str_cat("nccl backend rank ", comm_->rank(), ": ", why));
     }
     if (own.expired())
-      throw TimeoutError(str_cat("Work::wait on ", description_, " timed out ", own.describe()));
-    std::this_thread::yield();
+      throw TimeoutError(str_cat("Work::wait on ", description(), " timed out ", own.describe()));
+    if (nap.count() == 0) {
+      std::this_thread::yield();
+      if (own.elapsed() > std::chrono::microseconds(200)) nap = std::chrono::microseconds(20);
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(1));
+    }
   }
+  throw_if_failed();
 }
 
 NcclWatchdog::Options NcclWatchdog::options_from_env() {
@@ -121,6 +170,10 @@ void NcclWatchdog::watch(std::shared_ptr<NcclWork> work) {
 
 void NcclWatchdog::watch_loop() {
   cudaSetDevice(comm_->device());
+  // Querying events while another thread captures a CUDA graph is refused in
+  // the default (global) capture mode; this thread never captures.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, options_.period);

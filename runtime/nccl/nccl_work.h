@@ -43,15 +43,46 @@
 
 namespace collie {
 
+// Completion events, reused: creating and destroying a CUDA event for every
+// call was a measurable part of a small collective's host time. Thread-safe;
+// shared by a group and its Works (a Work may outlive the group).
+class EventPool {
+ public:
+  EventPool() = default;
+  ~EventPool();
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  cudaEvent_t take();  // a pooled event, or a new one (timing disabled)
+  void give(cudaEvent_t event);
+
+ private:
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
+// The Work of one NCCL launch. Its contract (runtime/process_group/work.h,
+// docs/architecture.md "Work"):
+//  * is_completed(): the launch finished on the device (its event has
+//    fired), or it failed; never blocks.
+//  * is_success(): finished on the device, without error.
+//  * wait(timeout): blocks the host until is_completed(); then rethrows the
+//    failure with its cause (NCCL's error string, the CUDA error, or the
+//    timeout naming the deadline). Returns only when is_success().
+//  * synchronize(): the caller's current stream waits for the launch; the
+//    host goes on (torch's Work.wait() on CUDA). With blocking_wait it is
+//    wait().
 class NcclWork : public Work {
  public:
-  // `seq` is the collective's CallLog number (0 for point-to-point);
-  // `source_rank` the peer a receive reads from (-1 otherwise).
-  NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, Deadline deadline,
-           std::string description, bool blocking, uint64_t seq, int source_rank);
+  // `seq` is the collective's CallLog number (0 for point-to-point, then
+  // `p2p_seq` counts them); `source_rank` the peer a receive reads from (-1
+  // otherwise). `done` comes from `events` and goes back there.
+  NcclWork(std::shared_ptr<NcclComm> comm, std::shared_ptr<EventPool> events, cudaEvent_t done,
+           Deadline deadline, std::string signature, bool blocking, uint64_t seq, uint64_t p2p_seq,
+           int source_rank);
   ~NcclWork() override;
 
-  const std::string& description() const { return description_; }
+  // "all_reduce(float32, 1024, sum) #17 on rank 0", formatted on demand.
+  std::string description() const;
   const Deadline& deadline() const { return deadline_; }
   uint64_t seq() const { return seq_; }
 
@@ -59,9 +90,8 @@ class NcclWork : public Work {
   bool is_success() const override { return !failed() && event_done(); }
   std::exception_ptr exception() const override;
   int source_rank() const override { return source_rank_; }
-  // Makes the caller's current stream wait for the launch; with blocking
-  // wait also blocks the host until it finished or its deadline passed.
   void wait(Timeout timeout) override;
+  void synchronize() override;
 
   void fail(std::exception_ptr error);
 
@@ -71,11 +101,12 @@ class NcclWork : public Work {
   void throw_if_failed() const;
 
   std::shared_ptr<NcclComm> comm_;
+  std::shared_ptr<EventPool> events_;
   cudaEvent_t done_;
   const Deadline deadline_;
-  const std::string description_;
+  const std::string signature_;
   const bool blocking_;
-  const uint64_t seq_;
+  const uint64_t seq_, p2p_seq_;
   const int source_rank_;
   mutable std::mutex mu_;
   std::exception_ptr failure_;

@@ -20,7 +20,8 @@ struct AllReduceOptions {
   Timeout timeout = kUnsetTimeout;  // kUnsetTimeout: the group's timeout
   // false: the caller will wait at once (torch's async_op=False), so a
   // backend may run the collective on the caller's thread when the group is
-  // idle, saving two thread hand-offs; the Work it returns is complete.
+  // idle, saving two thread hand-offs; the Work it returns is complete (for
+  // device work: ordered on the caller's stream, see work.h).
   bool async_op = true;
 };
 

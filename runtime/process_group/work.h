@@ -1,5 +1,22 @@
 // Work: the handle a collective returns (c10d's shape). Every collective is
 // asynchronous; wait() blocks until it finishes and rethrows its error.
+//
+// The contract, for host work (the socket backend) and device work (nccl)
+// alike; the contract suite (test/runtime/contract) checks it on both:
+//  * is_completed() never blocks. True once the operation finished (for
+//    device work: on the device) or failed.
+//  * is_success(): completed without error.
+//  * wait(timeout) blocks the host until is_completed(), then rethrows the
+//    operation's error, which carries its cause (the peer's or NCCL's error
+//    string, the CUDA error, or the deadline that passed). On return,
+//    is_success() is true. A timeout of its own that passes first throws
+//    TimeoutError and leaves the operation running.
+//  * synchronize(): device work: the caller's current stream waits for the
+//    operation and the host goes on (what torch's Work.wait() does on CUDA);
+//    an error already known is rethrown. Host work: wait().
+//  * A blocking call (async_op = false) returns what synchronize() gives:
+//    host work is complete; device work is ordered before everything the
+//    caller's stream runs next, and may still be running on the device.
 #pragma once
 
 #include <atomic>
@@ -26,6 +43,8 @@ class Work {
   // deadline. Rethrows the collective's error; throws TimeoutError if this
   // wait's own timeout passes first (the collective keeps running).
   virtual void wait(Timeout timeout = kUnsetTimeout) = 0;
+  // See above: the caller's stream waits (device work), or wait().
+  virtual void synchronize() { wait(); }
   // The stored error, or nullptr.
   virtual std::exception_ptr exception() const = 0;
   // For a receive: the group rank whose message it took (a receive from any

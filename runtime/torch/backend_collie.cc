@@ -278,7 +278,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::endCoalescing() {
     bool copies = false;
     for (auto& step : *steps) copies |= step.p2p_buffer.defined();
     if (copies && last) {
-      last->wait();
+      last->synchronize();
       last = nullptr;
       for (auto& step : *steps)
         if (step.p2p_buffer.defined()) copy_back(step.p2p_user, step.p2p_buffer);

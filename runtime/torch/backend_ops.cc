@@ -38,11 +38,12 @@ TensorView with_data(TensorView like, void* data, size_t count) {
 
 // The end of a Body whose last collie call `w` wrote `buffer`: nothing more
 // when that is the caller's tensor itself (the Body returns `w`), else wait
-// for it and copy the buffer into the caller's tensor (the Body has waited).
+// for it (on a GPU: order the current stream after it) and copy the buffer
+// into the caller's tensor (the Body has waited).
 std::shared_ptr<Work> finish(std::shared_ptr<Work> w, const at::Tensor& user,
                              const at::Tensor& buffer) {
   if (buffer.is_same(user)) return w;
-  w->wait();
+  w->synchronize();
   copy_back(user, buffer);
   return nullptr;
 }
@@ -53,7 +54,7 @@ std::shared_ptr<Work> finish(std::shared_ptr<Work> last, const Tensors& users,
   bool staged = false;
   for (size_t i = 0; i < users.size(); ++i) staged |= !buffers[i].is_same(users[i]);
   if (!staged || !last) return last;
-  last->wait();
+  last->synchronize();
   for (size_t i = 0; i < users.size(); ++i) copy_back(users[i], buffers[i]);
   return nullptr;
 }
@@ -125,7 +126,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::allreduce_coalesced(
   return launch({where.op, OpType::ALLREDUCE_COALESCED, device, opts.asyncOp, tensors,
                  in_use(device, tensors, {flat})},
                 [tensors, flat, view, options](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
-                  g.all_reduce(view, options)->wait();
+                  g.all_reduce(view, options)->synchronize();
                   int64_t offset = 0;
                   for (const auto& t : tensors) {
                     write_into(t, flat.narrow(0, offset, t.numel()).view(t.sizes()));
@@ -158,7 +159,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::reduce(std::vector<at::Tensor>& 
       [tensor, buffer, view, options, root](collie::ProcessGroup& g) {
         auto w = g.reduce(with_data(view, buffer.data_ptr(), view.count), options);
         if (buffer.is_same(tensor)) return w;
-        w->wait();
+        w->synchronize();
         if (root) copy_back(tensor, buffer);
         return std::shared_ptr<Work>();
       });
@@ -180,7 +181,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::allgather(
   return launch({where.op, OpType::ALLGATHER, device, opts.asyncOp, outputs[0],
                  in_use(device, outputs[0], {in, flat})},
                 [list = outputs[0], in, flat, options](collie::ProcessGroup& g) {
-                  g.all_gather(data_view(flat), data_view(in), options)->wait();
+                  g.all_gather(data_view(flat), data_view(in), options)->synchronize();
                   for (size_t i = 0; i < list.size(); ++i)
                     write_into(list[i], slot(flat, i, list[i]));
                   return std::shared_ptr<Work>();
@@ -238,7 +239,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::allgather_coalesced(
       {where.op, OpType::ALLGATHER_COALESCED, device, opts.asyncOp, flat_outputs,
        in_use(device, flat_outputs, {block, gathered})},
       [output_lists, inputs, packing, block, gathered, options](collie::ProcessGroup& g) {
-        g.all_gather(data_view(gathered), data_view(block), options)->wait();
+        g.all_gather(data_view(gathered), data_view(block), options)->synchronize();
         for (size_t r = 0; r < output_lists.size(); ++r) {
           at::Tensor rank_block = gathered.narrow(0, r * packing.bytes(), packing.bytes());
           for (size_t i = 0; i < inputs.size(); ++i)
@@ -323,7 +324,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::gather(
   return launch(
       {where.op, OpType::GATHER, device, opts.asyncOp, list, in_use(device, buffers, {input, in})},
       [list, buffers, views, in, options](collie::ProcessGroup& g) {
-        g.gather(views, data_view(in), options)->wait();
+        g.gather(views, data_view(in), options)->synchronize();
         for (size_t i = 0; i < list.size(); ++i) copy_back(list[i], buffers[i]);
         return std::shared_ptr<Work>();
       });
@@ -354,7 +355,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::gather_into_tensor(
   return launch({where.op, OpType::GATHER, device, opts.asyncOp, outputs,
                  in_use(device, {input, in}, root ? Tensors{output, out} : Tensors{})},
                 [output, out, views, in, options, root](collie::ProcessGroup& g) {
-                  g.gather(views, data_view(in), options)->wait();
+                  g.gather(views, data_view(in), options)->synchronize();
                   if (root) copy_back(output, out);
                   return std::shared_ptr<Work>();
                 });
@@ -378,7 +379,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::scatter(
   return launch({where.op, OpType::SCATTER, device, opts.asyncOp, outputs,
                  in_use(device, buffers, {output, out})},
                 [output, out, buffers, views, options](collie::ProcessGroup& g) {
-                  g.scatter(data_view(out), views, options)->wait();
+                  g.scatter(data_view(out), views, options)->synchronize();
                   copy_back(output, out);
                   return std::shared_ptr<Work>();
                 });
@@ -512,7 +513,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::alltoall(std::vector<at::Tensor>
       {where.op, OpType::ALLTOALL, device, opts.asyncOp, outputs,
        in_use(device, in_buffers, out_buffers)},
       [outputs, in_buffers, out_buffers, in_views, out_views, options](collie::ProcessGroup& g) {
-        g.all_to_all(out_views, in_views, options)->wait();
+        g.all_to_all(out_views, in_views, options)->synchronize();
         for (size_t r = 0; r < outputs.size(); ++r) copy_back(outputs[r], out_buffers[r]);
         return std::shared_ptr<Work>();
       });
@@ -546,7 +547,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::point_to_point(const Site& where
         auto w =
             sending ? g.send(op.tensor, op.peer, options) : g.recv(op.tensor, op.peer, options);
         if (buffer.is_same(tensor)) return w;
-        w->wait();
+        w->synchronize();
         copy_back(tensor, buffer);
         return w;  // complete: it carries a receive's source rank
       });

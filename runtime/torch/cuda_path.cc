@@ -67,7 +67,7 @@ class CudaWork final : public ::c10d::Work {
     const auto current = c10::cuda::getCurrentCUDAStream(device_);
     if (work_) {
       CurrentStreamScope scope(current);
-      work_->wait(kUnsetTimeout);  // throws the operation's error, if it failed
+      work_->synchronize();  // throws the operation's error, if it failed
     }
     end_.block(current);
   }

@@ -72,8 +72,12 @@ std::vector<uint8_t> Buffer::read() const {
   if (device_data_ == nullptr) return host_;
   std::vector<uint8_t> out(count_ * element_size(dtype_));
 #if COLLIE_HAVE_NCCL
-  // The collectives run on the current stream; wait for it, then copy.
-  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  // On the caller's stream (the legacy default stream here), with no
+  // device-wide synchronisation: a result reads right only when the backend
+  // ordered that stream after the collective (Work::synchronize, a blocking
+  // call) or the host waited for it (Work::wait).
+  cuda::check(cudaStreamSynchronize(static_cast<cudaStream_t>(cuda::current_stream())),
+              "cudaStreamSynchronize(current stream)");
   if (!out.empty())
     cuda::check(cudaMemcpy(out.data(), device_data_, out.size(), cudaMemcpyDeviceToHost),
                 "cudaMemcpy to the host");

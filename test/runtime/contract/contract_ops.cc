@@ -147,18 +147,38 @@ class Matrix {
   }
 
   // Issues one op, alternately as async_op (the Work waited on here) and
-  // blocking (the Work returned complete), so both paths are in the matrix.
-  // An op with no blocking form (batch_isend_irecv) is always async.
+  // blocking, so both paths are in the matrix (runtime/process_group/work.h
+  // states what each promises). An op with no blocking form
+  // (batch_isend_irecv) is always async.
+  //  * blocking, host work: the Work returned is complete and a success;
+  //  * blocking, device work: the caller's stream is ordered after the op,
+  //    which the result's read-back (on that stream, no device-wide sync)
+  //    checks; the Work holds no error;
+  //  * async: after wait() the Work is complete and a success.
   void call(const std::string& what, const std::function<std::shared_ptr<Work>(bool)>& issue,
             bool has_blocking_form = true) {
     const bool async = !has_blocking_form || (calls_++ % 2) == 1;
     try {
       auto work = issue(async);
       if (!work) throw std::runtime_error("the backend returned no Work");
+      if (!async && b_.on_gpu) {
+        if (auto e = work->exception()) std::rethrow_exception(e);
+        return;
+      }
       if (!async && !work->is_completed())
         throw std::runtime_error("a blocking call returned a Work that is not complete");
       work->wait();
-      if (!work->is_success()) throw std::runtime_error("the Work waited on is not a success");
+      if (!work->is_completed() || !work->is_success()) {
+        std::string cause = "no error stored";
+        if (auto e = work->exception()) try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& x) {
+            cause = x.what();
+          }
+        throw std::runtime_error(str_cat("after wait() returned the Work is ",
+                                         work->is_completed() ? "complete" : "not complete",
+                                         " but not a success (", cause, ")"));
+      }
     } catch (const std::exception& e) {
       throw std::runtime_error(where(str_cat(what, ": ", e.what())));
     }

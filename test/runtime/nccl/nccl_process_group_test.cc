@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -307,6 +308,116 @@ TEST_CASE("an aborted group fails pending and later work at once") {
     CHECK_THROWS_WITH(pg.all_reduce(TensorView{dev, 1024, DataType::kFloat32, Device::cuda(0)}),
                       Contains("aborted by the test"));
     cudaFree(dev);
+  });
+}
+
+TEST_CASE("Work on the device: blocking calls are stream-ordered, wait() ends in success") {
+  run_ranks(g_devices, [&](int rank, NcclProcessGroup& pg) {
+    const size_t n = 1 << 20;  // 4 MiB: long enough to be still running at the return
+    cudaStream_t stream;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda::set_current_stream(stream);
+    std::vector<float> host(n, static_cast<float>(rank + 1));
+    float* dev = nullptr;
+    cuda_ok(cudaMalloc(&dev, n * sizeof(float)), "cudaMalloc");
+    cuda_ok(cudaMemcpyAsync(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream),
+            "h2d");
+    const TensorView view{dev, n, DataType::kFloat32, Device::cuda(rank)};
+    const float sum = static_cast<float>(g_devices * (g_devices + 1) / 2);
+    // Blocking: the read-back queued next on the same stream sees the sum,
+    // with no host wait in between.
+    auto blocking = pg.all_reduce(view, {.async_op = false});
+    CHECK(blocking->exception() == nullptr);
+    cuda_ok(cudaMemcpyAsync(host.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+            "d2h");
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    CHECK(host.front() == sum);
+    CHECK(host.back() == sum);
+    // Async: wait() blocks the host until the device finished.
+    auto async = pg.all_reduce(view);
+    async->wait();
+    CHECK(async->is_completed());
+    CHECK(async->is_success());
+    CHECK(async->exception() == nullptr);
+    // synchronize(): the stream waits, the host goes on; then the Work
+    // completes on its own.
+    auto ordered = pg.broadcast(view, {.root = 0});
+    ordered->synchronize();
+    cuda_ok(cudaStreamSynchronize(stream), "sync");
+    CHECK(ordered->is_completed());
+    CHECK(ordered->is_success());
+    cudaFree(dev);
+    cuda::set_current_stream(nullptr);
+    cudaStreamDestroy(stream);
+  });
+}
+
+TEST_CASE("CUDA graphs: a captured all_reduce replays 1,000 times with the right sums") {
+  run_ranks(g_devices, [&](int rank, NcclProcessGroup& pg) {
+    const size_t n = 1024;
+    const int replays = 1000;
+    cudaStream_t stream;
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda::set_current_stream(stream);
+    float *in = nullptr, *buf = nullptr, *host_in = nullptr, *host_out = nullptr;
+    cuda_ok(cudaMalloc(&in, n * sizeof(float)), "cudaMalloc");
+    cuda_ok(cudaMalloc(&buf, n * sizeof(float)), "cudaMalloc");
+    cuda_ok(cudaMallocHost(&host_in, n * sizeof(float)), "cudaMallocHost");
+    cuda_ok(cudaMallocHost(&host_out, n * sizeof(float)), "cudaMallocHost");
+    const TensorView view{buf, n, DataType::kFloat32, Device::cuda(rank)};
+    // The graph: copy the input into the buffer, all_reduce it in place.
+    cudaGraph_t graph = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "BeginCapture");
+    cuda_ok(cudaMemcpyAsync(buf, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream), "d2d");
+    auto captured = pg.all_reduce(view);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "EndCapture");
+    CHECK(captured->is_completed());
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    const float ranks_sum = static_cast<float>(g_devices * (g_devices + 1) / 2);
+    int wrong = 0;
+    for (int i = 0; i < replays; ++i) {
+      // Replay i: rank r contributes (r + 1) * (i + 1) + j at element j.
+      for (size_t j = 0; j < n; ++j)
+        host_in[j] = static_cast<float>((rank + 1) * (i + 1)) + static_cast<float>(j % 5);
+      cuda_ok(cudaMemcpyAsync(in, host_in, n * sizeof(float), cudaMemcpyHostToDevice, stream),
+              "h2d");
+      cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      cuda_ok(cudaMemcpyAsync(host_out, buf, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+              "d2h");
+      cuda_ok(cudaStreamSynchronize(stream), "sync");
+      for (size_t j = 0; j < n; ++j) {
+        const float want = ranks_sum * static_cast<float>(i + 1) +
+                           static_cast<float>(g_devices) * static_cast<float>(j % 5);
+        if (host_out[j] != want && wrong++ < 5)
+          FAIL_CHECK("rank " << rank << " replay " << i << " element " << j << ": got "
+                             << host_out[j] << " want " << want);
+      }
+    }
+    CHECK(wrong == 0);
+    // Eager calls still work after the replays, and a barrier (it waits on
+    // the host) is refused inside a capture with a clear error.
+    pg.all_reduce(view)->wait();
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "BeginCapture");
+    std::string refusal;
+    try {
+      pg.barrier();
+    } catch (const InvalidArgument& e) {
+      refusal = e.what();
+    }
+    cudaGraph_t empty = nullptr;
+    cudaStreamEndCapture(stream, &empty);
+    if (empty) cudaGraphDestroy(empty);
+    cudaGetLastError();
+    CHECK_THAT(refusal, Contains("cannot be captured in a CUDA graph"));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFreeHost(host_in);
+    cudaFreeHost(host_out);
+    cudaFree(in);
+    cudaFree(buf);
+    cuda::set_current_stream(nullptr);
+    cudaStreamDestroy(stream);
   });
 }
 
