@@ -1,8 +1,10 @@
 #include "collectives/shm/shm_channel.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -362,6 +364,31 @@ class ShmChannel final : public Channel {
   bool gone_ = false;  // the peer closed its socket: it exited or died
 };
 
+// Whether the memfd a peer sent can back a segment of `bytes`: it is at
+// least that long now (fstat, not what the offer claims) and sealed against
+// shrinking, so that it stays that long under our mapping. A segment cut
+// short under a mapping is a SIGBUS on the next access.
+bool segment_fits(int fd, size_t bytes, const std::string& who, std::string* why) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    *why = str_cat("fstat of the segment from ", who, " failed: ", std::strerror(errno));
+    return false;
+  }
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < bytes) {
+    *why = str_cat("the segment from ", who, " is ", st.st_size, " bytes, but its offer needs ",
+                   bytes);
+    return false;
+  }
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    *why = str_cat("the segment from ", who,
+                   " is not sealed against shrinking (F_SEAL_SHRINK): it could be cut short "
+                   "under the mapping");
+    return false;
+  }
+  return true;
+}
+
 Mapping map_segment(int fd, size_t bytes, std::string* why) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -396,13 +423,15 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
               probe_word()};
   // memfd: the segment has no name anywhere, so nothing can be left behind
   // in /dev/shm, whoever dies when.
-  UniqueFd memfd(::memfd_create("collie-shm", MFD_CLOEXEC));
+  UniqueFd memfd(::memfd_create("collie-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   Mapping mapping;
   uint64_t nonce = 0;
   if (!memfd) {
     *why = str_cat("memfd_create failed: ", std::strerror(errno));
   } else if (::ftruncate(memfd.get(), static_cast<off_t>(bytes)) != 0) {
     *why = str_cat("sizing the ", bytes, "-byte segment failed: ", std::strerror(errno));
+  } else if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    *why = str_cat("sealing the segment failed: ", std::strerror(errno));
   } else {
     mapping = map_segment(memfd.get(), bytes, why);
   }
@@ -453,7 +482,8 @@ std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
     *why = str_cat(who, " offered rings of ", offer.ring_bytes, " bytes");
   } else {
     ring_bytes = offer.ring_bytes;
-    mapping = map_segment(memfd.get(), shm_segment_bytes(ring_bytes), why);
+    if (segment_fits(memfd.get(), shm_segment_bytes(ring_bytes), who, why))
+      mapping = map_segment(memfd.get(), shm_segment_bytes(ring_bytes), why);
   }
   memfd.reset();
   if (mapping.get()) {
