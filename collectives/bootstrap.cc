@@ -43,10 +43,6 @@ struct Hello {
   uint32_t address_bytes;
 };
 
-// How long an accepted connection may take to say hello: a peer sends it
-// right after connecting, so only a stranger or a dead peer is slower.
-constexpr auto kHelloLimit = std::chrono::seconds(10);
-
 // What each rank publishes: "tcp=<host:port>\nhost=<id>\nunix=<name>\npid=<pid>".
 struct Record {
   std::string tcp;
@@ -117,16 +113,6 @@ void write_all(int fd, const void* data, size_t n, const Deadline& deadline,
     throw TimeoutError(str_cat("sending the hello to ", who, " timed out ", deadline.describe()));
   if (!r.ok())
     throw NetworkError(str_cat("sending the hello to ", who, " failed: ", std::strerror(r.error)));
-}
-
-void read_all(int fd, void* data, size_t n, Clock::time_point until, const std::string& who) {
-  const IoResult r = recv_exact(fd, data, n, until);
-  if (r.kind == IoResult::Kind::kTimeout)
-    throw TimeoutError(str_cat("reading the hello from ", who, " timed out"));
-  if (!r.ok()) {
-    throw NetworkError(str_cat("reading the hello from ", who, " failed: ",
-                               r.error == 0 ? "connection closed" : std::strerror(r.error)));
-  }
 }
 
 // "host:port" or "[v6]:port" -> host, port.
@@ -339,8 +325,9 @@ class Linker final : public PeerLinker {
         identity_{group_, size, rank, address},
         unix_identity_{group_, size, rank, str_cat(address, " (unix ", unix_name, ")")},
         secret_(JobSecret::from_env()),
-        tcp_gate_(tcp_listener_fd_, secret_, identity_) {
-    if (unix_listener_) unix_gate_.emplace(unix_listener_.get(), secret_, unix_identity_);
+        tcp_gate_(tcp_listener_fd_, secret_, identity_, hello_format()) {
+    if (unix_listener_)
+      unix_gate_.emplace(unix_listener_.get(), secret_, unix_identity_, hello_format());
   }
 
   void remember(int peer, Record r) { records_[peer] = std::move(r); }
@@ -397,8 +384,10 @@ class Linker final : public PeerLinker {
                         << std::strerror(err) << "); using TCP";
     }
     tcp::socket socket = connect_tcp_to(r.tcp, rank_, size_, peer, buffer_bytes_, deadline);
-    introduce(socket.native_handle(), peer, deadline, who);
+    // Before the handshake: AUTH3 and the hello go out back to back, and
+    // Nagle would hold the hello for the acceptor's delayed ACK.
     set_no_delay(socket);
+    introduce(socket.native_handle(), peer, deadline, who);
     return make_tcp_channel(std::move(socket), who);
   }
 
@@ -435,9 +424,11 @@ class Linker final : public PeerLinker {
     std::vector<Arrival> out;
     // One pass: an expired deadline makes each gate look once and return.
     const Deadline now(std::chrono::milliseconds(0));
-    while (auto a = tcp_gate_.accept(now)) out.push_back(admit(*a, false, deadline));
+    while (auto a = tcp_gate_.accept(now))
+      if (auto arrival = admit(*a, false, deadline)) out.push_back(std::move(*arrival));
     if (unix_gate_) {
-      while (auto a = unix_gate_->accept(now)) out.push_back(admit(*a, true, deadline));
+      while (auto a = unix_gate_->accept(now))
+        if (auto arrival = admit(*a, true, deadline)) out.push_back(std::move(*arrival));
     }
     return out;
   }
@@ -479,27 +470,50 @@ class Linker final : public PeerLinker {
     write_all(fd, identity_.address.data(), identity_.address.size(), deadline, who);
   }
 
-  Arrival admit(const PeerGate::Admitted& admitted, bool local, const Deadline& deadline) {
+  // What the gates check before they hand a connection over: a hello of
+  // this group and size from a higher rank (the one it authenticated as,
+  // with a secret), and a sane address length.
+  PeerGate::Hello hello_format() {
+    return {sizeof(Hello),
+            [this](std::span<const uint8_t> bytes, int authenticated,
+                   std::string* why) -> std::optional<size_t> {
+              Hello hello{};
+              std::memcpy(&hello, bytes.data(), sizeof hello);
+              if (hello.magic != kWireMagic || hello.group != group_ || hello.size != size_ ||
+                  hello.rank <= rank_ || hello.rank >= size_ || hello.address_bytes > 256 ||
+                  (authenticated >= 0 && hello.rank != authenticated)) {
+                *why =
+                    str_cat("its hello does not fit rank ", rank_, " (group '", prefix_, "', size ",
+                            size_, "): ", hello.magic == kWireMagic ? "" : "not collie's magic; ",
+                            "rank ", hello.rank, ", size ", hello.size, ", group hash ",
+                            hello.group, " (expected ", group_, ")");
+                return std::nullopt;
+              }
+              return hello.address_bytes;
+            }};
+  }
+
+  // A connection the gate admitted: its hello is read and fits. Over the
+  // Unix socket the shared-memory set-up follows; a peer that fails it
+  // (it died, or it was not a peer) is dropped with a WARN: a real peer
+  // that died is found by the collective that waits for it.
+  std::optional<Arrival> admit(PeerGate::Admitted& admitted, bool local, const Deadline& deadline) {
     UniqueFd fd(admitted.fd);
-    const auto until = std::min(deadline.when(), Clock::now() + kHelloLimit);
     Hello hello{};
-    read_all(fd.get(), &hello, sizeof hello, until,
-             str_cat("a peer connecting from ", admitted.remote));
-    if (hello.magic != kWireMagic || hello.group != group_ || hello.size != size_ ||
-        hello.rank <= rank_ || hello.rank >= size_ || hello.address_bytes > 256 ||
-        (admitted.rank >= 0 && hello.rank != admitted.rank)) {
-      throw NetworkError(str_cat("rank ", rank_, " (", identity_.address, ", group '", prefix_,
-                                 "', size ", size_, ") got an unexpected hello from ",
-                                 admitted.remote, ": rank ", hello.rank, ", size ", hello.size,
-                                 ", group hash ", hello.group, " (expected ", group_, ")"));
-    }
-    std::string address(hello.address_bytes, '\0');
-    read_all(fd.get(), address.data(), address.size(), until, str_cat("rank ", hello.rank));
+    std::memcpy(&hello, admitted.hello.data(), sizeof hello);
+    const std::string address(admitted.hello.begin() + sizeof hello, admitted.hello.end());
     const std::string who = str_cat("rank ", hello.rank, " (", address, ")");
     if (!local)
       return Arrival{hello.rank, make_tcp_channel(adopt(std::move(fd), who), who), address};
     std::string why;
-    auto channel = shm_accept(fd, deadline, who, &why);
+    std::unique_ptr<Channel> channel;
+    try {
+      channel = shm_accept(fd, deadline, who, &why);
+    } catch (const Error& e) {
+      COLLIE_LOG(kWarn) << "rank " << rank_ << ": dropped the local connection of " << who
+                        << " during the shared-memory set-up: " << e.what();
+      return std::nullopt;
+    }
     if (!channel) {
       COLLIE_LOG(kWarn) << "rank " << rank_ << ": shared memory with " << who << " does not work ("
                         << why << "); using the socket instead";

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "collectives/bootstrap.h"
@@ -24,9 +25,10 @@ constexpr size_t kAuth2Bytes = kNonceBytes + 32;  // 64
 constexpr size_t kAuth3Bytes = 32;
 constexpr const char* kAcceptorLabel = "collie data acceptor v1";
 constexpr const char* kConnectorLabel = "collie data connector v1";
-// Unauthenticated connections held at once; more are refused on arrival so
-// that a flood cannot exhaust file descriptors.
-constexpr size_t kMaxPending = 64;
+// Refused connections: the first few each get a WARN line, then at most one
+// a second per gate (with the count of those not logged).
+constexpr int kWarnFirst = 8;
+constexpr auto kWarnPeriod = std::chrono::seconds(1);
 
 void put_u32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -182,15 +184,26 @@ PeerAuthAcceptor::Step PeerAuthAcceptor::feed(std::span<const uint8_t> in) {
 }
 
 struct PeerGate::Pending {
-  Pending(int fd_, std::string remote_, const JobSecret& secret, const PeerIdentity& self)
-      : fd(fd_), remote(std::move(remote_)), acceptor(secret, self) {}
+  Pending(int fd_, std::string remote_, const JobSecret& secret, const PeerIdentity& self,
+          Clock::time_point until_)
+      : fd(fd_), remote(std::move(remote_)), acceptor(secret, self), until(until_) {}
   int fd = -1;
   std::string remote;
   PeerAuthAcceptor acceptor;
+  const Clock::time_point until;  // arrival + the handshake limit
+  bool authenticated = false;     // (or no secret): reading the hello
+  int rank = -1;
+  std::vector<uint8_t> hello;  // received so far
+  size_t hello_bytes = 0;      // expected in all, once the header is in
 };
 
-PeerGate::PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self)
-    : listener_(listener_fd), secret_(secret), self_(std::move(self)) {}
+PeerGate::PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self, Hello hello,
+                   Limits limits)
+    : listener_(listener_fd),
+      secret_(secret),
+      self_(std::move(self)),
+      hello_(std::move(hello)),
+      limits_(limits) {}
 
 PeerGate::~PeerGate() {
   for (auto& p : pending_) {
@@ -201,8 +214,18 @@ PeerGate::~PeerGate() {
 void PeerGate::refuse(Pending& p, const std::string& why) {
   ++refused_;
   last_refusal_ = str_cat(p.remote, ": ", why);
-  COLLIE_LOG(kWarn) << "rank " << self_.rank << " (" << self_.address
-                    << "): refused a data connection from " << p.remote << ": " << why;
+  const auto now = Clock::now();
+  if (refused_ <= kWarnFirst || now - last_warn_ >= kWarnPeriod) {
+    COLLIE_LOG(kWarn) << "rank " << self_.rank << " (" << self_.address
+                      << "): refused a data connection from " << p.remote << ": " << why
+                      << (unlogged_ > 0
+                              ? str_cat(" (and ", unlogged_, " more since the last such warning)")
+                              : std::string());
+    last_warn_ = now;
+    unlogged_ = 0;
+  } else {
+    ++unlogged_;
+  }
   ::close(p.fd);
   p.fd = -1;
 }
@@ -215,17 +238,61 @@ void PeerGate::accept_new() {
       throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
                                  describe_fd_failure("accept()", errno, self_.size)));
     }
-    auto p = std::make_unique<Pending>(fd, remote_of(fd), secret_, self_);
-    if (pending_.size() >= kMaxPending) {
-      refuse(*p, str_cat("already ", kMaxPending, " connections waiting to authenticate"));
-      continue;
+    auto p = std::make_unique<Pending>(fd, remote_of(fd), secret_, self_,
+                                       Clock::now() + limits_.handshake);
+    p->authenticated = !secret_;
+    // Full: the oldest goes. A real peer finishes within a round trip of
+    // its arrival, so it is never the oldest of a full pool for long.
+    while (pending_.size() >= limits_.max_pending) {
+      refuse(*pending_.front(),
+             str_cat("closed to make room: ", limits_.max_pending,
+                     " connections were already waiting, and it was the oldest (",
+                     pending_.front()->authenticated ? "no hello yet" : "not authenticated", ")"));
+      pending_.erase(pending_.begin());
     }
     pending_.push_back(std::move(p));
   }
 }
 
+void PeerGate::expire() {
+  const auto now = Clock::now();
+  for (auto& p : pending_) {
+    if (p->fd >= 0 && now >= p->until)
+      refuse(*p, str_cat("it did not finish its handshake and hello within ",
+                         format_duration(limits_.handshake)));
+  }
+  std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
+}
+
+bool PeerGate::read_hello(Pending& p) {
+  const size_t want = (p.hello_bytes ? p.hello_bytes : hello_.header_bytes) - p.hello.size();
+  const size_t have = p.hello.size();
+  p.hello.resize(have + want);
+  const ssize_t r = ::recv(p.fd, p.hello.data() + have, want, MSG_DONTWAIT);
+  p.hello.resize(have + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+  if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+  if (r <= 0) {
+    refuse(p, str_cat(r == 0 ? "it closed the connection" : std::strerror(errno), " after ",
+                      p.hello.size(), " bytes of its hello (", hello_.header_bytes,
+                      " bytes or more expected)"));
+    return false;
+  }
+  if (p.hello_bytes == 0) {
+    if (p.hello.size() < hello_.header_bytes) return false;
+    std::string why;
+    const auto tail = hello_.check(p.hello, p.rank, &why);
+    if (!tail) {
+      refuse(p, why);
+      return false;
+    }
+    p.hello_bytes = hello_.header_bytes + *tail;
+  }
+  return p.hello.size() == p.hello_bytes;
+}
+
 bool PeerGate::advance(Pending& p) {
-  // Exactly the handshake's bytes: the hello behind AUTH3 is the caller's.
+  if (p.authenticated) return read_hello(p);
+  // Exactly the handshake's bytes: the hello behind AUTH3 is read next.
   uint8_t buf[kAuth1Bytes];
   const ssize_t r = ::recv(p.fd, buf, p.acceptor.wanted(), MSG_DONTWAIT);
   if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
@@ -246,7 +313,11 @@ bool PeerGate::advance(Pending& p) {
       }
       return false;
     case PeerAuthAcceptor::Step::Status::kNeedMore: return false;
-    case PeerAuthAcceptor::Step::Status::kDone: return true;
+    case PeerAuthAcceptor::Step::Status::kDone:
+      p.authenticated = true;
+      p.rank = p.acceptor.rank();
+      // The hello may already be here, behind AUTH3.
+      return read_hello(p);
   }
   return false;
 }
@@ -257,19 +328,17 @@ void PeerGate::pending_fds(std::vector<int>* fds) const {
 
 std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
   for (;;) {
-    if (!secret_) {
-      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) return Admitted{fd, -1, remote_of(fd)};
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-        throw NetworkError(str_cat("rank ", self_.rank, " accept on ", self_.address, ": ",
-                                   describe_fd_failure("accept()", errno, self_.size)));
-      }
-    }
+    expire();
     std::vector<pollfd> fds;
     fds.push_back({listener_, POLLIN, 0});
     for (auto& p : pending_) fds.push_back({p->fd, POLLIN, 0});
-    const int wait_ms =
-        static_cast<int>(std::min<int64_t>(deadline.remaining().count() + 1, 60'000));
+    // Wake for the deadline or the oldest handshake's limit, whichever is
+    // first (pending_ is in arrival order).
+    auto until = deadline.when();
+    if (!pending_.empty()) until = std::min(until, pending_.front()->until);
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 60'000));
     const int r = ::poll(fds.data(), fds.size(), wait_ms);
     if (r < 0 && errno != EINTR) {
       throw NetworkError(
@@ -280,14 +349,14 @@ std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
       for (size_t i = 1; i < fds.size() && !done; ++i) {
         if (!fds[i].revents) continue;
         Pending& p = *pending_[i - 1];
-        if (advance(p)) {
-          done = Admitted{p.fd, p.acceptor.rank(), p.remote};
+        if (p.fd >= 0 && advance(p)) {
+          done = Admitted{p.fd, p.rank, p.remote, std::move(p.hello)};
           p.fd = -1;
         }
       }
       std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
       if (done) return done;
-      if (secret_ && fds[0].revents) accept_new();
+      if (fds[0].revents) accept_new();
     }
     if (deadline.expired()) return std::nullopt;
   }

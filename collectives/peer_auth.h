@@ -16,7 +16,9 @@
 // keep being accepted.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -88,26 +90,54 @@ class PeerAuthAcceptor {
   Nonce na_{};
 };
 
-// The acceptor's half: hands out authenticated connections from a listener.
+// The acceptor's half: hands out connections from a listener that completed
+// the handshake (with a secret) and then said a hello that fits this rank.
+// Every connection still on its way is held in a poll() set, never read
+// with a blocking call, so a stranger (a port scan, an HTTP request, an
+// idle connection, garbage, a flood of them) delays nobody and fails
+// nothing: it is refused and logged (the first 8 each, then at most one
+// WARN a second per gate with the count of the others), and the job goes on. At most 64 are held
+// at once: a new arrival closes the oldest; each has 10 s from its arrival
+// to finish. A real peer says its hello right after connecting, so neither
+// limit ever closes one. One gate per listener: strangers at the TCP port
+// and at the Unix socket do not share a pool.
 class PeerGate {
  public:
+  // What follows the handshake: a header of `header_bytes`, which `check`
+  // validates (given the rank the connection authenticated as, -1 without
+  // a secret), returning how many more bytes follow it, or nullopt with
+  // *why set to refuse the connection.
+  struct Hello {
+    size_t header_bytes = 0;
+    std::function<std::optional<size_t>(std::span<const uint8_t> header, int authenticated_rank,
+                                        std::string* why)>
+        check;
+  };
   struct Admitted {
-    int fd = -1;         // non-blocking, owned by the caller
-    int rank = -1;       // the rank it authenticated as; -1 without a secret
-    std::string remote;  // its source host:port
+    int fd = -1;                 // non-blocking, owned by the caller
+    int rank = -1;               // the rank it authenticated as; -1 without a secret
+    std::string remote;          // its source host:port
+    std::vector<uint8_t> hello;  // the header and what followed it
+  };
+  // Limits (see above); tests shorten them.
+  struct Limits {
+    size_t max_pending = 64;
+    std::chrono::milliseconds handshake{10'000};
   };
 
-  PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self);
+  PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self, Hello hello, Limits limits);
+  PeerGate(int listener_fd, const JobSecret& secret, PeerIdentity self, Hello hello)
+      : PeerGate(listener_fd, secret, std::move(self), std::move(hello), Limits{}) {}
   ~PeerGate();  // closes connections still pending (strangers)
   PeerGate(const PeerGate&) = delete;
   PeerGate& operator=(const PeerGate&) = delete;
 
-  // The next connection that completed the handshake (any accepted one when
-  // there is no secret); nullopt when the deadline passes first. Throws
-  // NetworkError when accept() itself fails.
+  // The next connection that completed the handshake and its hello; nullopt
+  // when the deadline passes first. Throws NetworkError only when accept()
+  // itself fails.
   std::optional<Admitted> accept(const Deadline& deadline);
 
-  // The connections still in their handshake, for a caller that polls the
+  // The connections still on their way, for a caller that polls the
   // listener itself: their input is what advances them.
   void pending_fds(std::vector<int>* fds) const;
 
@@ -120,15 +150,21 @@ class PeerGate {
  private:
   struct Pending;
   void accept_new();
-  // Reads what `p` has sent; true when it completed the handshake.
+  // Reads what `p` has sent; true when it completed the handshake and hello.
   bool advance(Pending& p);
+  bool read_hello(Pending& p);
   void refuse(Pending& p, const std::string& why);
+  void expire();
 
   int listener_;
   const JobSecret& secret_;
   PeerIdentity self_;
-  std::vector<std::unique_ptr<Pending>> pending_;
+  Hello hello_;
+  Limits limits_;
+  std::vector<std::unique_ptr<Pending>> pending_;  // oldest first
   int refused_ = 0;
+  int unlogged_ = 0;  // refusals since the last WARN
+  Clock::time_point last_warn_{};
   std::string last_refusal_;
 };
 

@@ -6,11 +6,14 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -112,6 +115,26 @@ bool closed_by_peer(const Socket& s) {
   }
 }
 
+Socket connect_unix(const std::string& abstract_name) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, abstract_name.data(), abstract_name.size());
+  const auto len =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_name.size());
+  Socket s{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  if (::connect(s.fd, reinterpret_cast<sockaddr*>(&sa), len) != 0)
+    throw std::runtime_error(str_cat("connect to @", abstract_name, ": ", std::strerror(errno)));
+  return s;
+}
+
+// A rank's record in the store: "tcp=...\nhost=...\nunix=...\npid=...".
+std::string record_field(const std::string& record, const std::string& key) {
+  const auto at = record.find(key + "=");
+  if (at == std::string::npos) return "";
+  const auto start = at + key.size() + 1;
+  return record.substr(start, record.find('\n', start) - start);
+}
+
 std::map<std::string, std::optional<std::string>> env_with(const std::string& secret) {
   return {{"COLLIE_JOB_SECRET", secret}};
 }
@@ -207,6 +230,62 @@ TEST_CASE("a job completes while strangers connect to a rank's listener", "[secu
                                        << " ms");
 }
 
+// A job without a secret (workers under torchrun or mpirun): strangers at
+// rank 0's TCP port and at its abstract Unix socket (which any local user
+// can reach) while the other ranks are still to connect: a port scan's
+// connect-and-close, an HTTP request, bytes that are not a hello, and a
+// flood of idle connections past the pool's 64 at each listener. The job
+// completes; each stranger is refused and logged, not the job failed.
+TEST_CASE("without a secret, strangers and a flood at both listeners never fail the job",
+          "[security][data]") {
+  test::TempDir dir;
+  const std::string path = dir.file("store");
+  const int size = 3;
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < size; ++r) {
+    ranks.push_back(Subprocess::spawn(
+        test::child_argv("secure_rank", {path, std::to_string(r), "3", "120000", "strangers_done"}),
+        {.env = {{"COLLIE_JOB_SECRET", std::nullopt},
+                 {"COLLIE_JOB_SECRET_FILE", std::nullopt},
+                 {"COLLIE_TRANSPORT", std::nullopt}}}));
+  }
+  FileStore store(path, size);
+  store.wait({"collie/collectives/0/addr/0"}, 60s);
+  const std::string record = to_string(store.get("collie/collectives/0/addr/0"));
+  const std::string address = record_field(record, "tcp");
+  const std::string unix_name = record_field(record, "unix");
+  REQUIRE(!address.empty());
+  REQUIRE(!unix_name.empty());
+
+  { Socket scan = connect_to(address); }  // nc -z
+  { Socket scan = connect_unix(unix_name); }
+  Socket http = connect_to(address);
+  const std::string get = "GET / HTTP/1.1\r\nHost: collie\r\n\r\n";
+  send_bytes(http, std::vector<uint8_t>(get.begin(), get.end()));
+  Socket local_garbage = connect_unix(unix_name);
+  send_bytes(local_garbage, std::vector<uint8_t>(64, 0xab));
+  CHECK(closed_by_peer(http));
+  CHECK(closed_by_peer(local_garbage));
+  std::vector<Socket> idle;
+  for (int i = 0; i < 70; ++i) {
+    idle.push_back(connect_to(address));
+    idle.push_back(connect_unix(unix_name));
+  }
+  // The other ranks connect now, behind 70 idle strangers at each door.
+  store.set("strangers_done", "1");
+  for (int r = 0; r < size; ++r) {
+    auto st = ranks[r].wait(120s);
+    INFO("rank " << r << "\n" << ranks[r].out() << ranks[r].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(ranks[r].out(), Contains(str_cat("rank ", r, " sum 6")));
+  }
+  const std::string log0 = ranks[0].err();
+  INFO(log0);
+  CHECK_THAT(log0, Contains(str_cat("refused a data connection from ", http.local(),
+                                    ": its hello does not fit rank 0")));
+  CHECK_THAT(log0, Contains("closed to make room"));
+}
+
 TEST_CASE("ranks with different secrets fail fast, naming the peer", "[security][data]") {
   test::TempDir dir;
   const std::string path = dir.file("store");
@@ -270,8 +349,12 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs",
       try {
         for (int i = 0; i < n; ++i) {
           Socket s = connect_to(address);
+          const int one = 1;  // as the connector's data sockets: no Nagle wait for the hello
+          ::setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           authenticate_to_peer(s.fd, secret, {acceptor.group, 2, 1, "c"}, 0, Deadline(30s),
                                "rank 0");
+          const char hello[4] = {'h', 'e', 'l', 'o'};  // what the gate reads next
+          ::send(s.fd, hello, sizeof hello, MSG_NOSIGNAL);
           uint8_t done;
           ::recv(s.fd, &done, 1, 0);  // wait until the acceptor is through
         }
@@ -279,7 +362,10 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs",
         connector_error = std::current_exception();
       }
     });
-    PeerGate gate(listener.fd, secret, acceptor);
+    PeerGate gate(listener.fd, secret, acceptor,
+                  {4, [](std::span<const uint8_t>, int, std::string*) -> std::optional<size_t> {
+                     return 0;
+                   }});
     for (int i = 0; i < n; ++i) {
       auto admitted = gate.accept(Deadline(30s));
       REQUIRE(admitted);
