@@ -236,12 +236,14 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     it->second->refuse(kStoreRefusedBusy, why, LogLevel::kInfo);
     ++unproven_closed_;
     const auto now = Clock::now();
-    if (unproven_closed_ == 1 || now - last_unproven_warning_ >= std::chrono::seconds(30)) {
+    // The first one at once, then at most one line per 30 s counting them.
+    if (!warned_unproven_ || now - last_unproven_warning_ >= std::chrono::seconds(30)) {
       COLLIE_LOG(kWarn) << "TcpStoreServer " << address() << ": closed " << unproven_closed_
                         << " connection(s) without the job secret (last from " << peer << ": "
                         << why << "); someone may be holding connections open to this store";
       unproven_closed_ = 0;
       last_unproven_warning_ = now;
+      warned_unproven_ = true;
     }
   }
 
@@ -267,6 +269,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   TcpStoreState state_;
   ConnectionSlots slots_;
   size_t unproven_closed_ = 0;  // since the last WARN about them
+  bool warned_unproven_ = false;
   Clock::time_point last_unproven_warning_;
   std::unordered_map<ConnectionId, std::shared_ptr<StoreConnection>> connections_;
   ConnectionId next_id_ = 1;
