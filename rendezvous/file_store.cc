@@ -63,7 +63,7 @@ FileStore::~FileStore() {
 int64_t FileStore::add_locked(const std::string& raw, const std::string& shown, int64_t delta) {
   const auto& entries = log_.entries();
   auto it = entries.find(raw);
-  int64_t value = (it == entries.end() ? 0 : parse_counter(shown, it->second)) + delta;
+  const int64_t value = add_counter(shown, it == entries.end() ? nullptr : &it->second, delta);
   log_.append({{raw, to_bytes(std::to_string(value))}});
   return value;
 }

@@ -27,7 +27,7 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard lock(mu_);
     auto it = map_.find(key);
-    value = (it == map_.end() ? 0 : parse_counter(key, it->second)) + delta;
+    value = add_counter(key, it == map_.end() ? nullptr : &it->second, delta);
     map_[key] = to_bytes(std::to_string(value));
   }
   cv_.notify_all();

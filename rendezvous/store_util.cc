@@ -22,6 +22,15 @@ int64_t parse_counter(const std::string& key, std::span<const uint8_t> value, co
   return out;
 }
 
+int64_t add_counter(const std::string& key, const Bytes* current, int64_t delta, const char* op) {
+  const int64_t before = current == nullptr ? 0 : parse_counter(key, *current, op);
+  int64_t after = 0;
+  if (__builtin_add_overflow(before, delta, &after))
+    throw StoreError(str_cat(op, " on key '", key, "': ", before, " + ", delta,
+                             " does not fit a signed 64-bit counter; the value stays ", before));
+  return after;
+}
+
 void check_option_range(const char* what, uint64_t value, uint64_t min, uint64_t max) {
   if (value < min || value > max)
     throw InvalidArgument(str_cat(what, " is ", value, ": allowed ", min, " to ", max));

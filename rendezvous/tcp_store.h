@@ -64,7 +64,11 @@ class TcpStoreServer {
   virtual ~TcpStoreServer() = default;
 
   virtual uint16_t port() const = 0;
+  // The address bound, numeric ("0.0.0.0", "::", "127.0.0.1"); options.host
+  // may spell an IPv6 literal in brackets ("[::1]").
   virtual std::string host() const = 0;
+  // "host:port", IPv6 in brackets ("[::]:29500").
+  virtual std::string address() const = 0;
   // Closes every connection and joins the event loop (idempotent).
   virtual void stop() = 0;
 };

@@ -38,9 +38,9 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
         acceptor_(io_),
         retry_timer_(io_),
         sweep_timer_(io_),
-        state_([this](ConnectionId id, ReplyQueue reply, bool resumed) {
-          deliver(id, std::move(reply), resumed);
-        }),
+        state_([this](ConnectionId id, ReplyQueue reply,
+                      bool resumed) { deliver(id, std::move(reply), resumed); },
+               options.max_value_bytes),
         slots_({.max_connections = options.max_connections,
                 .max_unauthenticated = options.max_unauthenticated,
                 .handshake_timeout = options.handshake_timeout,
@@ -53,7 +53,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   ~TcpStoreServerImpl() override { stop(); }
 
   uint16_t port() const override { return port_; }
-  std::string host() const override { return options_.host; }
+  std::string host() const override { return bound_host_; }
 
   void stop() override {
     std::lock_guard lock(stop_mu_);
@@ -73,7 +73,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   // StoreConnectionOwner: called on the loop thread.
   TcpStoreState& state() override { return state_; }
   const store_protocol::Limits& limits() const override { return limits_; }
-  std::string address() const override { return str_cat(options_.host, ":", port_); }
+  std::string address() const override {
+    return bound_host_.find(':') != std::string::npos ? str_cat("[", bound_host_, "]:", port_)
+                                                      : str_cat(bound_host_, ":", port_);
+  }
   const StoreAuthPolicy* auth_policy() const override { return &auth_; }
   void closed(ConnectionId id) override {
     slots_.leave(id);
@@ -87,10 +90,18 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
 
  private:
   void bind() {
-    const std::string where = str_cat(options_.host, ":", options_.port);
+    // "[::1]" as collie-run spells IPv6 literals; "" is no address.
+    std::string host = options_.host;
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+      host = host.substr(1, host.size() - 2);
+    if (host.empty())
+      throw InvalidArgument(
+          "TcpStoreServer: the host to bind is empty; give an address (0.0.0.0 for every IPv4 "
+          "interface, :: for every IPv6 one, 127.0.0.1 for this machine only) or a name");
+    const std::string where = str_cat(host, ":", options_.port);
     std::error_code ec;
     tcp::resolver resolver(io_);
-    auto endpoints = resolver.resolve(options_.host, std::to_string(options_.port),
+    auto endpoints = resolver.resolve(host, std::to_string(options_.port),
                                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
     if (ec || endpoints.empty()) {
       throw NetworkError(str_cat("TcpStoreServer: cannot resolve ", where, ": ", ec.message()));
@@ -110,13 +121,14 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
                                      : ""));
     }
     port_ = acceptor_.local_endpoint().port();
+    bound_host_ = acceptor_.local_endpoint().address().to_string();
     // One descriptor per client, and some for everything else.
     const size_t unproven = slots_.limits().strict ? options_.max_unauthenticated : 0;
     raise_open_files_limit(
         options_.max_connections + unproven + 64, address(),
         str_cat("max_connections=", options_.max_connections,
                 unproven ? str_cat(" + max_unauthenticated=", unproven) : std::string()));
-    COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << options_.host << ":" << port_
+    COLLIE_LOG(kInfo) << "TcpStoreServer listening on " << address()
                       << (!auth_.secret ? " (unauthenticated)"
                           : auth_.accept_unauthenticated
                               ? " (job secret, torch-compatible: unauthenticated clients admitted)"
@@ -259,6 +271,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
 
   TcpStoreServerOptions options_;
   StoreAuthPolicy auth_;
+  std::string bound_host_;  // numeric, as bound (no brackets)
   store_protocol::Limits limits_;
   // One thread runs the loop: the hint lets Asio skip locking it would need
   // for several.

@@ -48,8 +48,8 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
 
     case Op::kAdd: {
       auto it = map_.find(keys[0]);
-      int64_t value = request.delta;
-      if (it != map_.end()) value += parse_counter(keys[0], *it->second);
+      const int64_t value =
+          add_counter(keys[0], it == map_.end() ? nullptr : it->second.get(), request.delta);
       Writer(reply.fields()).i64(value);
       write(keys[0], to_bytes(std::to_string(value)));
       return Outcome::kDone;
@@ -57,6 +57,12 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
 
     case Op::kAppend: {
       auto it = map_.find(keys[0]);
+      const size_t before = it == map_.end() ? 0 : it->second->size();
+      if (values[0].size() > max_value_bytes_ - std::min(before, max_value_bytes_))
+        throw StoreError(str_cat("append on key '", keys[0], "': the value would grow from ",
+                                 before, " to ", before + values[0].size(),
+                                 " bytes, past the server's cap of ", max_value_bytes_,
+                                 " (max_value_bytes); it stays as it was"));
       if (it == map_.end()) {
         write(keys[0], std::move(values[0]));
       } else if (it->second.use_count() == 1) {

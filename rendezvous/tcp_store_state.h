@@ -44,7 +44,10 @@ class TcpStoreState {
   // parked GET/MULTI_GET) and may now go on.
   using Deliver = std::function<void(ConnectionId connection, ReplyQueue reply, bool resumed)>;
 
-  explicit TcpStoreState(Deliver deliver) : deliver_(std::move(deliver)) {}
+  // `max_value_bytes`: no APPEND grows a value past it (the server's
+  // --max-value-bytes, which also caps what one request carries).
+  explicit TcpStoreState(Deliver deliver, size_t max_value_bytes = size_t{64} << 20)
+      : deliver_(std::move(deliver)), max_value_bytes_(max_value_bytes) {}
 
   enum class Outcome {
     kDone,     // answered (reply appended) or needs no answer
@@ -99,6 +102,7 @@ class TcpStoreState {
   void append_key_list(ReplyQueue& reply);
 
   Deliver deliver_;
+  const size_t max_value_bytes_;
   // shared_ptr<Bytes>, not <const Bytes>: APPEND grows a value in place
   // when no reply holds it.
   std::unordered_map<std::string, std::shared_ptr<Bytes>> map_;

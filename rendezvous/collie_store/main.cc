@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     std::cerr << "collie-store: " << e.what() << "\n";
     return 1;
   }
-  std::cout << "collie-store listening on " << server->host() << ":" << server->port() << std::endl;
+  std::cout << "collie-store listening on " << server->address() << std::endl;
 
   int sig = 0;
   if (timeout_s > 0) {

@@ -247,6 +247,24 @@ STORE_CONTRACT_CASE("add on a value that is not an integer throws StoreError") {
   CHECK(other->add("number", 1) == 1);
 }
 
+STORE_CONTRACT_CASE("add past the int64 range throws StoreError and leaves the value") {
+  store.set("max", "9223372036854775807");
+  store.set("min", "-9223372036854775808");
+  if (impl.add_error_is_store_error) {
+    CHECK_THROWS_WITH(store.add("max", 1), Contains("max") && Contains("9223372036854775807") &&
+                                               Contains("does not fit"));
+    CHECK_THROWS_AS(store.add("min", -1), StoreError);
+  } else {
+    CHECK_THROWS_AS(store.add("max", 1), Error);
+    CHECK_THROWS_AS(sut.open()->add("min", -1), Error);
+  }
+  auto other = sut.open();
+  CHECK(to_string(other->get("max")) == "9223372036854775807");
+  CHECK(to_string(other->get("min")) == "-9223372036854775808");
+  CHECK(other->add("max", -7) == 9223372036854775800);
+  CHECK(other->add("fresh", INT64_MIN) == INT64_MIN);
+}
+
 STORE_CONTRACT_CASE("compare_set follows torch's four cases") {
   const Bytes empty;
   // 1. Missing key, empty expected: sets desired and returns it.

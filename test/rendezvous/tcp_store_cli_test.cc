@@ -47,6 +47,30 @@ TEST_CASE("collie-store: a port in use fails naming it", "[tcp_store][cli]") {
   CHECK(first.wait(30s).ok());
 }
 
+TEST_CASE("collie-store: --host prints the address it bound, IPv6 in brackets; '' is refused",
+          "[tcp_store][cli]") {
+  // "::" and "[::1]" need IPv6 on loopback; "0.0.0.0" always works.
+  const auto [given, printed] =
+      GENERATE(table<const char*, const char*>({{"0.0.0.0", "collie-store listening on 0.0.0.0:"},
+                                                {"::", "collie-store listening on [::]:"},
+                                                {"[::1]", "collie-store listening on [::1]:"}}));
+  INFO("--host " << given);
+  auto p = Subprocess::spawn({kCollieStore, "--host", given, "--port", "0", "--timeout", "0.5"});
+  const auto status = p.wait(30s);
+  if (std::string(given) != "0.0.0.0" && status.exit_code == 1 &&
+      p.err().find("cannot") != std::string::npos) {
+    WARN("no IPv6 here: " << p.err());
+    return;
+  }
+  INFO(p.out() << p.err());
+  CHECK(status.ok());
+  CHECK_THAT(p.out(), Catch::Contains(printed));
+
+  auto empty = Subprocess::spawn({kCollieStore, "--host", "", "--port", "0"});
+  CHECK(empty.wait(30s).exit_code == 1);
+  CHECK_THAT(empty.err(), Catch::Contains("the host to bind is empty"));
+}
+
 TEST_CASE("collie-store: --timeout stops it", "[tcp_store][cli]") {
   auto p =
       Subprocess::spawn({kCollieStore, "--host", "127.0.0.1", "--port", "0", "--timeout", "0.5"});

@@ -227,5 +227,29 @@ TEST_CASE("TcpStoreState: a parked BARRIER is cancelled, dropped, or released by
                         Catch::Contains("'not a number' is not an integer"));
 }
 
+TEST_CASE("TcpStoreState: APPEND never grows a value past max_value_bytes") {
+  std::map<ConnectionId, Bytes> delivered;
+  TcpStoreState state([&](ConnectionId, ReplyQueue, bool) {}, 100);
+  auto append = [&](const std::string& value) {
+    Request r;
+    r.op = Op::kAppend;
+    r.keys = {"log"};
+    r.values = {to_bytes(value)};
+    ReplyQueue reply;
+    return state.handle(1, std::move(r), reply);
+  };
+  append(std::string(60, 'a'));
+  append(std::string(40, 'b'));  // exactly the cap
+  CHECK_THROWS_WITH(append("c"), Catch::Contains("append on key 'log'") &&
+                                     Catch::Contains("from 100 to 101 bytes") &&
+                                     Catch::Contains("cap of 100"));
+  Request get;
+  get.op = Op::kGet;
+  get.keys = {"log"};
+  ReplyQueue reply;
+  state.handle(2, std::move(get), reply);
+  CHECK(drain(reply).size() == 8 + 100);  // the length field and the value, unchanged
+}
+
 }  // namespace
 }  // namespace collie
