@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -402,23 +401,9 @@ Mapping map_segment(int fd, size_t bytes, std::string* why) {
 
 size_t shm_segment_bytes(size_t ring_bytes) { return kDataOffset + 2 * ring_bytes; }
 
-void check_shm_space(size_t bytes, const std::string& who) {
-  struct statvfs st {};
-  if (::statvfs("/dev/shm", &st) != 0) return;  // no /dev/shm: memfd needs none
-  const uint64_t left = uint64_t{st.f_bavail} * st.f_frsize;
-  if (left >= bytes) return;
-  throw BackendError(
-      str_cat(who, ": a shared-memory segment of ", bytes,
-              " bytes does not fit in /dev/shm, which has ", left,
-              " bytes free; give the container more (docker run --shm-size=1g), make the rings "
-              "smaller (COLLIE_SHM_BYTES, bytes per ring, two rings per pair of ranks), or use "
-              "COLLIE_TRANSPORT=tcp"));
-}
-
 std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const Deadline& deadline,
                                      const std::string& who, std::string* why) {
   const size_t bytes = shm_segment_bytes(ring_bytes);
-  check_shm_space(bytes, who);
   Offer offer{kOfferMagic, 1, ring_bytes, reinterpret_cast<uint64_t>(probe_address()),
               probe_word()};
   // memfd: the segment has no name anywhere, so nothing can be left behind
@@ -430,6 +415,13 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
     *why = str_cat("memfd_create failed: ", std::strerror(errno));
   } else if (::ftruncate(memfd.get(), static_cast<off_t>(bytes)) != 0) {
     *why = str_cat("sizing the ", bytes, "-byte segment failed: ", std::strerror(errno));
+  } else if (const int e = ::posix_fallocate(memfd.get(), 0, static_cast<off_t>(bytes)); e != 0) {
+    // The pages now, not at first touch: memory a memfd cannot get (RAM, the
+    // memory cgroup's limit) is a fallback to the socket here, not a SIGBUS
+    // or an OOM kill mid-collective. /dev/shm's size does not apply.
+    *why = str_cat("reserving the ", bytes, "-byte segment's memory failed: ", std::strerror(e),
+                   " (the memory cgroup's limit, or RAM; COLLIE_SHM_BYTES makes the rings "
+                   "smaller)");
   } else if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     *why = str_cat("sealing the segment failed: ", std::strerror(errno));
   } else {

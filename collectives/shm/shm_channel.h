@@ -22,11 +22,6 @@ inline constexpr size_t kDefaultShmRingBytes = size_t{1} << 20;
 // The segment bytes a pair with rings of `ring_bytes` maps.
 size_t shm_segment_bytes(size_t ring_bytes);
 
-// Throws BackendError when /dev/shm has less free space than `bytes`, naming
-// the size, the space left and the fixes (a larger --shm-size for the
-// container, a smaller COLLIE_SHM_BYTES, or COLLIE_TRANSPORT=tcp).
-void check_shm_space(size_t bytes, const std::string& who);
-
 // The two halves of a pair's set-up on its connected Unix socket (after the
 // hello). The connector creates the segment and sends it; the acceptor maps
 // it and proves it by writing the connector's nonce back into it; both

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/base/str_cat.h"
+#include "test/support/skip.h"
 #include "test/support/subprocess.h"
 
 using namespace collie;
@@ -93,6 +94,28 @@ TEST_CASE("hello_allreduce on 3 ranks under collie-run prints the sum on rank 0 
        at = out.find("all_reduce ->", at + 1))
     ++lines;
   CHECK(lines == 1);
+}
+
+// The shared-memory segments are memfds: /dev/shm's size does not limit
+// them, so a 1 MiB /dev/shm (Docker's default is 64 MiB) must not refuse a
+// job whose segments are 2 MiB each, nor make it fall back to sockets.
+TEST_CASE("a 1 MiB /dev/shm neither refuses a job nor keeps it off shared memory") {
+  const std::string job = str_cat("mount -t tmpfs -o size=1m tmpfs /dev/shm && exec ", kBin,
+                                  "/collie-run --standalone --nproc-per-node 2 ", kBin,
+                                  "/hello_allreduce");
+  auto probe = Subprocess::spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                  "mount -t tmpfs -o size=1m tmpfs /dev/shm"});
+  const auto can = probe.wait(std::chrono::seconds(30));
+  require_or_skip(can.ok(), str_cat("a private mount namespace with a 1 MiB /dev/shm cannot be "
+                                    "made here (unshare --mount as root): ",
+                                    probe.err()));
+  auto p = Subprocess::spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c", job},
+                             {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
+  auto st = p.wait(std::chrono::minutes(2));
+  INFO(p.out() << p.err());
+  REQUIRE(st.ok());
+  CHECK_THAT(p.out(), Contains("all_reduce -> 3 expected 3"));
+  CHECK_THAT(p.err(), !Contains("/dev/shm") && !Contains("does not work"));
 }
 
 TEST_CASE("the README's quick start is samples/hello_allreduce/hello_allreduce.cc") {
