@@ -3,6 +3,8 @@
 // requests with store_protocol::parse_request and hands them to the one
 // TcpStoreState. Nothing in the loop ever blocks: a request that must wait
 // parks in the state and its reply is delivered when a write completes it.
+#include <fcntl.h>
+
 #include <asio.hpp>
 
 #include <algorithm>
@@ -26,6 +28,11 @@
 
 namespace collie {
 namespace {
+
+void close_on_exec(int fd) {
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
 
 using asio::ip::tcp;
 
@@ -108,6 +115,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     }
     tcp::endpoint endpoint = endpoints.begin()->endpoint();
     acceptor_.open(endpoint.protocol(), ec);
+    // Asio opens and accepts without close-on-exec: every process a launcher
+    // hosting this store starts would hold the listening port (and each
+    // accepted connection) open.
+    if (!ec) close_on_exec(acceptor_.native_handle());
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     // As deep a backlog as the kernel allows: a whole job's ranks connect
@@ -198,6 +209,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   }
 
   void admit_socket(tcp::socket socket) {
+    close_on_exec(socket.native_handle());
     const ConnectionId id = next_id_++;
     const ConnectionSlots::Arrival arrival = slots_.arrive(id, Clock::now());
     if (arrival.evict) {

@@ -42,7 +42,7 @@ GroupSpec Launcher::group_spec(const Prepared& p, const Placement& where, int at
   spec.nproc = o.nproc_per_node;
   spec.rank_base = where.rank_base;
   spec.world_size = where.world_size;
-  spec.env = {.master_addr = o.master_addr,
+  spec.env = {.master_addr = where.master_addr.empty() ? o.master_addr : where.master_addr,
               .master_port = where.master_port,
               .restart_count = attempt,
               .max_restarts = o.max_restarts,
@@ -174,8 +174,8 @@ int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
   SignalRelay relay;
   rdzv->set_interrupt_check([&relay] { return relay.first_signal(); });
   if (o.node_rank == 0)
-    say(str_cat("collie-run: agent store listening on ", o.master_addr, ":", rdzv->port(),
-                " (node 0 of ", o.nnodes, ", run id '", o.run_id, "')\n"));
+    say(str_cat("collie-run: agent store listening on ", rdzv->listen_address(), " (node 0 of ",
+                o.nnodes, ", run id '", o.run_id, "'; workers reach it at ", o.master_addr, ")\n"));
   try {
     rdzv->join();
   } catch (const RendezvousInterrupted& e) {
@@ -199,7 +199,8 @@ int Launcher::run_static(const Prepared& p, OrphanGuard& guard) {
                                  .nnodes = o.nnodes,
                                  .rank_base = rdzv->rank_base(),
                                  .world_size = rdzv->world_size(),
-                                 .master_port = rdzv->port()},
+                                 .master_port = rdzv->port(),
+                                 .master_addr = rdzv->worker_master_addr()},
                                 attempt);
     spec.guard = &guard;
     AttemptResult result;

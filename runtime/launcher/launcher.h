@@ -44,6 +44,7 @@ class Launcher {
     int rank_base = 0;
     int world_size = 1;
     uint16_t master_port = 0;
+    std::string master_addr;  // the workers' MASTER_ADDR; "": options' --master-addr
   };
 
   int run_static(const Prepared& p, OrphanGuard& guard);

@@ -19,8 +19,12 @@ namespace {
 // How long node 0 waits for the others to leave before it stops the store.
 constexpr std::chrono::seconds kExitWait{30};
 
-std::string bind_host_for(const std::string& master_addr) {
-  return master_addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
+// Every interface for a job across nodes; loopback for one node, whose
+// workers all connect over it: nothing on the network can reach the store.
+std::string bind_host_for(const std::string& master_addr, int nnodes) {
+  const bool v6 = master_addr.find(':') != std::string::npos;
+  if (nnodes == 1) return v6 ? "::1" : "127.0.0.1";
+  return v6 ? "::" : "0.0.0.0";
 }
 
 }  // namespace
@@ -34,8 +38,9 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
   r->options_ = o;
   std::string connect_host = o.master_addr;
   r->port_ = o.master_port;
+  r->worker_master_addr_ = o.master_addr;
   if (o.node_rank == 0) {
-    std::string host = bind_host_for(o.master_addr);
+    std::string host = bind_host_for(o.master_addr, o.nnodes);
     try {
       r->server_ = TcpStoreServer::start({.host = host, .port = o.master_port});
     } catch (const Error& e) {
@@ -47,7 +52,8 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
     r->port_ = r->server_->port();
     // Our own server is always reachable over loopback, whatever name
     // master-addr has on the network.
-    connect_host = host == "::" ? "::1" : "127.0.0.1";
+    connect_host = host.find(':') != std::string::npos ? "::1" : "127.0.0.1";
+    if (o.nnodes == 1) r->worker_master_addr_ = connect_host;
   }
   const Deadline deadline(o.timeout);
   if (o.node_rank != 0)
@@ -68,6 +74,10 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
                                hint));
   }
   return r;
+}
+
+std::string NodeRendezvous::listen_address() const {
+  return server_ ? server_->address() : std::string();
 }
 
 NodeRendezvous::~NodeRendezvous() {

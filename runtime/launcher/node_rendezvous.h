@@ -79,6 +79,12 @@ class NodeRendezvous {
   void join();
 
   uint16_t port() const { return port_; }  // the store's real port
+  // Node 0: "host:port" the store really listens on (numeric, IPv6 in
+  // brackets); "" on the other nodes.
+  std::string listen_address() const;
+  // The MASTER_ADDR the workers get: master_addr, or for a one-node job
+  // (whose store listens on loopback only) the loopback address.
+  const std::string& worker_master_addr() const { return worker_master_addr_; }
   int rank_base() const { return rank_base_; }
   int world_size() const { return world_size_; }
 
@@ -104,6 +110,7 @@ class NodeRendezvous {
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
   uint16_t port_ = 0;
+  std::string worker_master_addr_;
   int rank_base_ = 0;
   int world_size_ = 0;
   bool closed_ = false;

@@ -53,7 +53,8 @@ TEST_CASE("srun collie-run: node rank, node count, store address and run id come
   REQUIRE(s0.ok());
   REQUIRE(s1.ok());
   CHECK_THAT(node0.err(),
-             Contains(str_cat("agent store listening on localhost:", port, " (node 0 of 2")));
+             Contains(str_cat("agent store listening on 0.0.0.0:", port, " (node 0 of 2")) &&
+                 Contains("workers reach it at localhost)"));
   CHECK(lines_with_prefix(node1.out(), "[rank3]: GROUP_RANK=1").size() == 1);
   CHECK(lines_with_prefix(node1.out(), "[rank3]: WORLD_SIZE=4").size() == 1);
   CHECK(lines_with_prefix(node1.out(), "[rank2]: MASTER_ADDR=localhost").size() == 1);

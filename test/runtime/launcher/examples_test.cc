@@ -79,8 +79,8 @@ TEST_CASE("examples/slurm/train.sbatch trains on two nodes under srun's variable
                     node1 = read_text_file(dir.file("node1.out"));
   INFO(p.err() << "\n--- node 0 ---\n" << node0 << "\n--- node 1 ---\n" << node1);
   CHECK(st.ok());
-  CHECK_THAT(node0, Contains("agent store listening on localhost:" + *env["MASTER_PORT"] +
-                             " (node 0 of 2, run id '8642')"));
+  CHECK_THAT(node0, Contains("agent store listening on 0.0.0.0:" + *env["MASTER_PORT"] +
+                             " (node 0 of 2, run id '8642'; workers reach it at localhost)"));
   const std::string log = read_text_file(runs + "/log.txt");
   CHECK_THAT(log, Contains("\"epoch\": 1,"));
   CHECK_THAT(log, Contains("\"world_size\": 2"));

@@ -306,3 +306,30 @@ TEST_CASE("the summary repeats the agent store's one line about --store-compat",
   CHECK_THAT(summary, Contains("requires the job secret"));
   CHECK_THAT(summary, Contains("--store-compat"));
 }
+
+// The launcher's store sockets are close-on-exec, so no worker holds the
+// listening port or the server end of the launcher's own store connection;
+// and a one-node job's agent store listens on loopback only, printed as it
+// is bound, with the workers pointed at it.
+TEST_CASE("workers inherit no store socket; a one-node agent store listens on loopback",
+          "[launcher][hardening]") {
+  TempDir dir;
+  const std::string script = dir.file("worker.sh");
+  {
+    std::ofstream s(script);
+    // Every descriptor this process holds, as "fd -> target" lines.
+    s << "#!/bin/sh\nfor f in /proc/$$/fd/*; do echo \"fd $(basename $f) -> $(readlink $f)\"; "
+         "done\necho \"MASTER_ADDR=$MASTER_ADDR\"\n";
+  }
+  ::chmod(script.c_str(), 0755);
+  auto p =
+      Subprocess::spawn({collie_run_path(), "--nproc-per-node", "2", "--master-port", "0", script},
+                        {.env = clean_launch_env()});
+  REQUIRE(p.wait(kLaunchTimeout).ok());
+  INFO(p.out() << p.err());
+  CHECK(lines_with_prefix(p.out(), "[rank0]: fd ").size() >= 3);
+  CHECK_THAT(p.out(), !Contains("socket:"));
+  CHECK(lines_with_prefix(p.out(), "[rank1]: MASTER_ADDR=127.0.0.1").size() == 1);
+  CHECK_THAT(p.err(), Contains("agent store listening on 127.0.0.1:") &&
+                          Contains("workers reach it at 127.0.0.1)"));
+}
