@@ -1,5 +1,7 @@
 #include "runtime/launcher/launch_options.h"
 
+#include <arpa/inet.h>
+
 #include <dirent.h>
 #include <unistd.h>
 
@@ -41,6 +43,42 @@ See docs/launcher.md.)";
 template <typename... Args>
 void require(bool ok, const Args&... args) {
   if (!ok) throw InvalidArgument(str_cat(args...));
+}
+
+// The host part of --master-addr or --rdzv-endpoint: an IPv4 or IPv6
+// literal (brackets allowed around IPv6) or a DNS name. Returns it without
+// brackets; throws InvalidArgument naming the flag, the value and the rule.
+std::string checked_host(const std::string& flag, const std::string& given) {
+  const std::string shown = given.size() > 80 ? given.substr(0, 80) + "..." : given;
+  std::string host = given;
+  if (!host.empty() && host.front() == '[') {
+    require(host.back() == ']', flag, " '", shown, "': an IPv6 address in brackets needs its ']'");
+    host = host.substr(1, host.size() - 2);
+    in6_addr a6{};
+    require(::inet_pton(AF_INET6, host.c_str(), &a6) == 1, flag, " '", shown,
+            "': what is inside the brackets is not an IPv6 address");
+    return host;
+  }
+  require(!host.empty(), flag, " is empty: give node 0's address or host name");
+  if (host.find(':') != std::string::npos) {
+    in6_addr a6{};
+    require(
+        ::inet_pton(AF_INET6, host.c_str(), &a6) == 1, flag, " '", shown,
+        "' is neither a host nor an IPv6 address",
+        flag == "--master-addr" ? " (give the port with --master-port, not in the address)" : "");
+    return host;
+  }
+  require(host.size() <= 253, flag, " '", shown, "' is ", host.size(),
+          " characters: a host name has at most 253");
+  size_t label = 0;
+  for (char c : host) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+    require(ok, flag, " '", shown, "' has '", std::string(1, c),
+            "', which no host name or address has");
+    label = c == '.' ? 0 : label + 1;
+    require(label <= 63, flag, " '", shown, "' has a label of more than 63 characters");
+  }
+  return host;
 }
 
 std::string trim(const std::string& s) {
@@ -367,10 +405,13 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in, const 
       const int p = port_text.empty() ? (o.elastic ? 29400 : o.master_port)
                                       : parse_int(port_text, "--rdzv-endpoint port");
       require(!host.empty(), "--rdzv-endpoint '", rdzv_endpoint, "' has no host");
+      host = checked_host("--rdzv-endpoint", host);
       require(p >= 0 && p <= 65535, "--rdzv-endpoint port ", p, " is not a TCP port");
       o.master_addr = host;
       o.master_port = static_cast<uint16_t>(p);
     }
+    if (rdzv_endpoint.empty() && !o.standalone)
+      o.master_addr = checked_host("--master-addr", o.master_addr);
     if (o.elastic) {
       require(!rdzv_endpoint.empty(),
               "--rdzv-backend c10d needs --rdzv-endpoint HOST:PORT, the address every launcher "

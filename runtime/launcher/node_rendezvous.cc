@@ -56,7 +56,10 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
     if (o.nnodes == 1) r->worker_master_addr_ = connect_host;
   }
   const Deadline deadline(o.timeout);
-  if (o.node_rank != 0)
+  // Node 0 too: its own connection goes over loopback, but its workers reach
+  // the store at master_addr, and a name that never resolves would leave
+  // them waiting for their whole timeout. One-node jobs use loopback only.
+  if (o.nnodes > 1)
     wait_until_resolvable(o.master_addr, deadline, str_cat("collie-run: node ", o.node_rank),
                           [](const std::string& line) { write_all(STDERR_FILENO, line + "\n"); });
   TcpStoreOptions store_options;

@@ -333,3 +333,22 @@ TEST_CASE("workers inherit no store socket; a one-node agent store listens on lo
   CHECK_THAT(p.err(), Contains("agent store listening on 127.0.0.1:") &&
                           Contains("workers reach it at 127.0.0.1)"));
 }
+
+// Node 0 of a multi-node job whose --master-addr never resolves: its
+// workers would reach the store at that name and wait their whole timeout
+// in silence. The launcher waits for the name up to --rdzv-timeout, says
+// so, and fails naming it before any worker starts.
+TEST_CASE("node 0 with a --master-addr that never resolves fails within --rdzv-timeout",
+          "[launcher][hardening]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = Subprocess::spawn(
+      {collie_run_path(), "--nnodes", "2", "--node-rank", "0", "--master-addr",
+       "nonexistent.invalid", "--master-port", "0", "--rdzv-timeout", "3", "/bin/true"},
+      {.env = clean_launch_env()});
+  const auto st = p.wait(kLaunchTimeout);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(p.out() << p.err());
+  CHECK(st.exit_code != 0);
+  CHECK_THAT(p.err(), Contains("nonexistent.invalid"));
+  CHECK(took < std::chrono::seconds(60));
+}

@@ -115,6 +115,28 @@ TEST_CASE("bad flags are usage errors that name the flag", "[launcher][options]"
   CHECK_THAT(parse_bad({"--master-port", "70000", "./t"}).message, Contains("70000"));
 }
 
+TEST_CASE("a --master-addr or --rdzv-endpoint no host can have is refused before any worker starts",
+          "[launcher][options]") {
+  const auto bad = [](const std::string& flag, const std::string& value) {
+    return parse_bad({"--nnodes", "2", flag, value, "./t"}).message;
+  };
+  CHECK_THAT(bad("--master-addr", "127.0.0.1:29500"),
+             Contains("--master-addr '127.0.0.1:29500'") && Contains("--master-port"));
+  CHECK_THAT(bad("--master-addr", "[::1"), Contains("--master-addr '[::1'") && Contains("']'"));
+  CHECK_THAT(bad("--master-addr", "[node0]"), Contains("not an IPv6 address"));
+  CHECK_THAT(bad("--master-addr", std::string(5000, 'a')),
+             Contains("5000 characters") && Contains("at most 253"));
+  CHECK_THAT(bad("--master-addr", "node 0"), Contains("' '"));
+  CHECK_THAT(bad("--master-addr", ""), Contains("--master-addr is empty"));
+  CHECK_THAT(bad("--rdzv-endpoint", "[::1:29400"), Contains("--rdzv-endpoint"));
+  CHECK_THAT(bad("--rdzv-endpoint", "no$such:29400"), Contains("--rdzv-endpoint 'no$such'"));
+  // Names and literals pass as they are; brackets go.
+  CHECK(parse_ok({"--nnodes", "2", "--master-addr", "[::1]", "./t"}).master_addr == "::1");
+  CHECK(parse_ok({"--nnodes", "2", "--master-addr", "::1", "./t"}).master_addr == "::1");
+  CHECK(parse_ok({"--nnodes", "2", "--master-addr", "node-0.cluster_a", "./t"}).master_addr ==
+        "node-0.cluster_a");
+}
+
 TEST_CASE("durations are range-checked and refused naming the flag, never wrapped",
           "[launcher][options]") {
   // Before: 3000000h overflowed a nanosecond deadline ("within
