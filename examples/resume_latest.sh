@@ -20,12 +20,17 @@ for arg in "$@"; do
   prev=$arg
 done
 latest=""
-for f in "$out"/checkpoint_[0-9]*.pth; do  # a glob expands sorted: the last is the newest
-  if [ -e "$f" ]; then latest=$f; fi
+epoch=-1
+# The highest epoch number, compared as a number: a glob sorts as text, and
+# checkpoint_100.pth comes before checkpoint_99.pth.
+for f in "$out"/checkpoint_[0-9]*.pth; do
+  [ -e "$f" ] || continue
+  n=$(basename "$f" .pth | sed 's/^checkpoint_//; s/^0*//')
+  n=${n:-0}
+  case $n in *[!0-9]*) continue ;; esac
+  if [ "$n" -gt "$epoch" ]; then epoch=$n; latest=$f; fi
 done
 if [ -n "$latest" ]; then
-  epoch=$(basename "$latest" .pth | sed 's/^checkpoint_0*//')
-  epoch=${epoch:-0}
   if [ -n "$epochs" ] && [ "$epoch" -ge $((epochs - 1)) ]; then
     echo "resume_latest: $latest is the last of $epochs epochs: nothing left to train"
     exit 0

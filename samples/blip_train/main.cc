@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -64,6 +65,7 @@ struct Args {
   std::string output_dir;  // see output_dir_for (run_files.h)
   std::string resume;
   bool evaluate = false;
+  bool overwrite = false;
   std::string dist_url = "env://";
   std::string backend;  // default: socket for --device cpu, nccl for cuda
   std::string device = "cpu";
@@ -168,8 +170,14 @@ EvalStats evaluate_test_set(nn::Sequential& model, const nn::Dataset& test_data,
 // A resumed run at another world size or batch trains with another global
 // batch (and other sampler shards) than the checkpoint's run: allowed, but
 // said out loud.
-void warn_if_resumed_differently(const std::string& checkpoint, const std::string& config,
-                                 int world, int batch) {
+// A resumed run whose global batch differs from the checkpoint's is a new
+// run: in the checkpoint's own folder it would overwrite that run's later
+// checkpoints and append to its log, so it is refused there (unless
+// --overwrite); elsewhere it goes on with a warning. A launcher's restarted
+// attempt (TORCHELASTIC_RESTART_COUNT > 0: an elastic job that changed size,
+// or a restart) is the same job going on, and only warned about.
+void check_resumed_run(const std::string& checkpoint, const std::string& config, int world,
+                       int batch, const std::string& output_dir, bool overwrite) {
   const auto old_world = json_int(config, "world_size");
   const auto old_batch = json_int(config, "batch_size");
   if (!old_world || !old_batch) {
@@ -178,6 +186,19 @@ void warn_if_resumed_differently(const std::string& checkpoint, const std::strin
     return;
   }
   if (*old_world == world && *old_batch == batch) return;
+  std::error_code ec;
+  const fs::path folder = fs::path(checkpoint).parent_path().empty()
+                              ? fs::path(".")
+                              : fs::path(checkpoint).parent_path();
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const bool restarted = restart != nullptr && std::atoi(restart) > 0;
+  if (!overwrite && !restarted && !output_dir.empty() &&
+      fs::weakly_canonical(output_dir, ec) == fs::weakly_canonical(folder, ec))
+    throw InvalidArgument(
+        str_cat("--resume ", checkpoint, ": it was trained at world size ", *old_world, " x batch ",
+                *old_batch, ", this run has world size ", world, " x batch ", batch,
+                ": a different run, which would overwrite that run's later checkpoints and log in ",
+                folder.string(), "; give it another --output-dir (or --overwrite)"));
   print(str_cat("warning: resuming ", checkpoint, " with a different global batch: it was trained ",
                 "at world size ", *old_world, " x batch ", *old_batch, " = ",
                 *old_world * *old_batch, ", this run has world size ", world, " x batch ", batch,
@@ -212,6 +233,7 @@ std::optional<RunLog> prepare_output(const Args& args, bool main_process, Proces
   std::string error;
   if (main_process && !args.output_dir.empty()) {
     try {
+      if (!args.evaluate) claim_output_dir(args.output_dir, args.resume, args.overwrite);
       create_output_dir(args.output_dir);
       if (!args.evaluate) write_config_json(args.output_dir, config_json(args));
       log.emplace((fs::path(args.output_dir) / "log.txt").string());
@@ -344,7 +366,8 @@ int run(Args& args) {
                                     " ends there: nothing to train (raise --epochs, or add ",
                                     "--evaluate to evaluate it)"));
     if (!args.evaluate)
-      warn_if_resumed_differently(args.resume, resumed.config_json, world, args.batch_size);
+      check_resumed_run(args.resume, resumed.config_json, world, args.batch_size, args.output_dir,
+                        args.overwrite);
   }
 
   // The model that trains: the Sequential itself, or its copy on this
@@ -443,6 +466,9 @@ int main(int argc, char** argv) {
                  "else output/blip_train; --evaluate writes files only here)");
   app.add_option("--resume", args.resume, "checkpoint to resume from");
   app.add_flag("--evaluate", args.evaluate, "only evaluate");
+  app.add_flag("--overwrite", args.overwrite,
+               "replace another run's log and checkpoints in --output-dir (without it such a "
+               "folder is refused)");
   app.add_option("--dist-url,--dist_url", args.dist_url,
                  "init_method: env://, tcp://host:port, file:///path")
       ->capture_default_str();

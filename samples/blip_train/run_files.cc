@@ -1,10 +1,12 @@
 #include "samples/blip_train/run_files.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 #include <system_error>
+#include <vector>
 
 #include "nn/atomic_file.h"
 #include "runtime/base/error.h"
@@ -32,6 +34,48 @@ std::string output_dir_for(const std::string& output_dir_flag, const std::string
     return folder.empty() ? "." : folder.string();
   }
   return kDefaultOutputDir;
+}
+
+void claim_output_dir(const std::string& dir, const std::string& resume, bool overwrite) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<std::string> work;  // what another run left
+  std::vector<fs::path> run_files;
+  static const std::regex checkpoint(R"(checkpoint_([0-9]+|best)\.pth)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, checkpoint)) {
+      work.push_back(name);
+      run_files.push_back(entry.path());
+    } else if (name == "log.txt" || name == "config.json") {
+      run_files.push_back(entry.path());
+      if (name == "log.txt" && fs::file_size(entry.path(), ec) > 0 && !ec) work.push_back(name);
+    }
+  }
+  if (work.empty()) return;
+  if (!resume.empty()) {
+    const fs::path mine = fs::weakly_canonical(dir, ec);
+    const fs::path theirs = fs::weakly_canonical(
+        fs::path(resume).parent_path().empty() ? fs::path(".") : fs::path(resume).parent_path(),
+        ec);
+    if (mine == theirs) return;  // the run it resumes goes on
+  }
+  if (overwrite) {
+    for (const auto& f : run_files) {
+      fs::remove(f, ec);
+      if (ec) fail("--overwrite: cannot remove", f.string(), ec.value());
+    }
+    return;
+  }
+  std::sort(work.begin(), work.end());
+  const size_t shown = std::min<size_t>(work.size(), 6);
+  std::string list;
+  for (size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + work[i];
+  if (work.size() > shown) list += str_cat(", and ", work.size() - shown, " more");
+  throw InvalidArgument(
+      str_cat("the output folder ", dir, " holds another run's files (", list, "): pass --resume ",
+              (fs::path(dir) / "checkpoint_NN.pth").string(),
+              " to continue that run, --overwrite to replace it, or another --output-dir"));
 }
 
 void create_output_dir(const std::string& dir) {

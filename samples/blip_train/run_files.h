@@ -28,6 +28,14 @@ inline constexpr const char* kDefaultOutputDir = "output/blip_train";
 std::string output_dir_for(const std::string& output_dir_flag, const std::string& resume,
                            bool evaluate);
 
+// Before a run writes into `dir`: a folder that holds another run's work (a
+// checkpoint, or a log with an epoch in it) is refused with InvalidArgument
+// naming the folder and its files, unless `resume` is a checkpoint in that
+// same folder (the run goes on) or `overwrite` (the old run's log.txt,
+// config.json and checkpoints are removed first). A folder left by an
+// attempt that finished no epoch (an empty log) is free.
+void claim_output_dir(const std::string& dir, const std::string& resume, bool overwrite);
+
 // Creates `dir` with its parents; throws Error naming it.
 void create_output_dir(const std::string& dir);
 

@@ -99,25 +99,46 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "blip_train --resume continues in the checkpoint's folder and warns about a different "
-    "global batch") {
-  TempDir run, cwd;
+    "blip_train --resume continues in the checkpoint's folder; at another global batch it is a "
+    "new run, refused there and warned about elsewhere") {
+  TempDir run, cwd, other;
   train_into(run.path(), 1);
 
-  // 3 ranks now: the global batch grows from 2 x 50 to 3 x 50.
-  auto b = Subprocess::spawn(blip_job(3, quick({"--epochs", "2", "--max-steps", "2", "--resume",
-                                                run.file("checkpoint_00.pth")})),
-                             {.cwd = cwd.path()});
+  // 3 ranks now: the global batch grows from 2 x 50 to 3 x 50, a different
+  // run, which must not overwrite the first one's files.
+  auto refused = Subprocess::spawn(blip_job(3, quick({"--epochs", "2", "--max-steps", "2",
+                                                      "--resume", run.file("checkpoint_00.pth")})),
+                                   {.cwd = cwd.path()});
+  INFO(refused.out() << refused.err());
+  CHECK_FALSE(refused.wait(kJobLimit).ok());
+  CHECK_THAT(refused.out() + refused.err(), Contains("world size 2 x batch 50") &&
+                                                Contains("world size 3 x batch 50") &&
+                                                Contains("another --output-dir"));
+  CHECK(lines_of(run.file("log.txt")).size() == 1);
+
+  // Elsewhere it goes on, with the warning.
+  auto b = Subprocess::spawn(
+      blip_job(3, quick({"--epochs", "2", "--max-steps", "2", "--resume",
+                         run.file("checkpoint_00.pth"), "--output-dir", other.path()})),
+      {.cwd = cwd.path()});
   auto st = b.wait(kJobLimit);
   INFO(b.out() << b.err());
   REQUIRE(st.ok());
   CHECK_THAT(b.out(), Contains("warning: resuming " + run.file("checkpoint_00.pth")) &&
                           Contains("world size 2 x batch 50 = 100") &&
                           Contains("world size 3 x batch 50 = 150"));
+  CHECK(lines_of(other.file("log.txt")).size() == 1);
+
+  // At the same global batch it continues in the checkpoint's folder.
+  auto same = Subprocess::spawn(blip_job(2, quick({"--epochs", "2", "--max-steps", "2", "--resume",
+                                                   run.file("checkpoint_00.pth")})),
+                                {.cwd = cwd.path()});
+  INFO(same.out() << same.err());
+  REQUIRE(same.wait(kJobLimit).ok());
   const auto log = lines_of(run.file("log.txt"));
   REQUIRE(log.size() == 2);  // epoch 0, then the resumed epoch 1, in one log
   CHECK(json_number(log[1], "epoch") == 1);
-  CHECK(json_number(log[1], "world_size") == 3);
+  CHECK(json_number(log[1], "world_size") == 2);
   CHECK(fs::exists(run.file("checkpoint_01.pth")));
   CHECK_FALSE(fs::exists(cwd.file("output")));
 
@@ -187,4 +208,49 @@ TEST_CASE("blip_train fails loudly on a full disk: config.json first, then log.t
     CHECK_THAT(all, !Contains("Train Epoch: [1]"));  // stopped at epoch 0's line
     CHECK(fs::file_size(out + "/config.json") > 0);
   }
+}
+
+// The README's main job writes output/blip_train; a second run pointed at
+// the same folder (the README's 3-epoch example) must not append to its log
+// or replace its checkpoints unless asked to.
+TEST_CASE(
+    "blip_train refuses a folder holding another run's files, unless it resumes it or "
+    "--overwrite") {
+  TempDir dir;
+  train_into(dir.path(), 2);
+  const auto before = lines_of(dir.path() + "/log.txt");
+  // A new run into the same folder: refused on every rank, naming the
+  // folder and the files, and nothing written.
+  auto again = Subprocess::spawn(
+      blip_job(2, quick({"--epochs", "1", "--max-steps", "2", "--output-dir", dir.path()})));
+  const auto st = again.wait(kJobLimit);
+  INFO(again.out() << again.err());
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(again.out() + again.err(), Contains("holds another run's files") &&
+                                            Contains(dir.path()) && Contains("checkpoint_01.pth") &&
+                                            Contains("--overwrite"));
+  CHECK(lines_of(dir.path() + "/log.txt") == before);
+  // A resume of that run's checkpoint goes on in it.
+  auto resumed = Subprocess::spawn(blip_job(
+      2,
+      quick({"--epochs", "3", "--max-steps", "2", "--resume", dir.path() + "/checkpoint_01.pth"})));
+  INFO(resumed.out() << resumed.err());
+  REQUIRE(resumed.wait(kJobLimit).ok());
+  CHECK(lines_of(dir.path() + "/log.txt").size() == 3);
+  // The same checkpoint at another world size is another run: refused in
+  // the checkpoint's folder.
+  auto other_world = Subprocess::spawn(blip_job(
+      1,
+      quick({"--epochs", "4", "--max-steps", "2", "--resume", dir.path() + "/checkpoint_02.pth"})));
+  INFO(other_world.out() << other_world.err());
+  CHECK_FALSE(other_world.wait(kJobLimit).ok());
+  CHECK_THAT(other_world.out() + other_world.err(),
+             Contains("a different run") && Contains("another --output-dir"));
+  // --overwrite replaces it: a fresh log of one epoch, the old checkpoints gone.
+  auto fresh = Subprocess::spawn(blip_job(
+      2, quick({"--epochs", "1", "--max-steps", "2", "--output-dir", dir.path(), "--overwrite"})));
+  INFO(fresh.out() << fresh.err());
+  REQUIRE(fresh.wait(kJobLimit).ok());
+  CHECK(lines_of(dir.path() + "/log.txt").size() == 1);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/checkpoint_02.pth"));
 }

@@ -127,3 +127,20 @@ TEST_CASE("examples/kubernetes/jobset.yaml sets the variables collie-run reads",
   CHECK(lines_with_prefix(pod1.out(), "[rank2]: GROUP_RANK=1").size() == 1);
   CHECK_THAT(pod0.err() + pod1.err(), !Contains("job secret derived"));
 }
+
+TEST_CASE("examples/resume_latest.sh resumes the highest epoch, counted as a number",
+          "[launcher][examples]") {
+  TempDir dir;
+  for (const char* name :
+       {"checkpoint_09.pth", "checkpoint_99.pth", "checkpoint_100.pth", "checkpoint_best.pth"})
+    std::ofstream(dir.file(name)) << "x";
+  auto p = Subprocess::spawn({"/bin/sh", kSource + "/examples/resume_latest.sh", dir.path(),
+                              "/bin/echo", "--epochs", "200"});
+  REQUIRE(p.wait(std::chrono::seconds(30)).ok());
+  CHECK_THAT(p.out(), Contains("--resume " + dir.file("checkpoint_100.pth")));
+  // The last epoch's checkpoint: nothing left to train.
+  auto done = Subprocess::spawn({"/bin/sh", kSource + "/examples/resume_latest.sh", dir.path(),
+                                 "/bin/echo", "--epochs", "101"});
+  REQUIRE(done.wait(std::chrono::seconds(30)).ok());
+  CHECK_THAT(done.out(), Contains("nothing left to train"));
+}
