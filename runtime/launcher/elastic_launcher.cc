@@ -36,7 +36,8 @@ int Launcher::run_elastic(const Prepared& p, OrphanGuard& guard) {
                                      .last_call_timeout = o.last_call_timeout,
                                      .keep_alive_interval = o.keep_alive_interval,
                                      .keep_alive_max_attempt = o.keep_alive_max_attempt,
-                                     .is_host = o.is_host});
+                                     .is_host = o.is_host,
+                                     .secret_source = o.secret_source});
   } catch (const Error& e) {
     say(str_cat(e.what(), "\n"));
     return 1;

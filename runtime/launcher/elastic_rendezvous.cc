@@ -74,9 +74,20 @@ std::unique_ptr<ElasticRendezvous> ElasticRendezvous::start(const ElasticOptions
     r->store_ =
         std::shared_ptr<Store>(TcpStore::connect(o.endpoint_host, o.endpoint_port, store_options));
   } catch (const Error& e) {
+    // Refused at once (a different secret) or after the whole wait: say which.
+    const std::string when =
+        deadline.expired() ? str_cat("within ", format_duration(o.join_timeout))
+                           : str_cat("(refused after ", format_duration(deadline.elapsed()), ")");
+    std::string hint;
+    if (o.secret_source.starts_with("derived") &&
+        std::string(e.what()).find("job secret") != std::string::npos)
+      hint = str_cat(". This launcher's job secret was ", o.secret_source,
+                     ": every launcher must spell --rdzv-endpoint and --rdzv-id exactly alike "
+                     "(127.0.0.1:P and localhost:P derive different secrets), or share "
+                     "COLLIE_JOB_SECRET / COLLIE_JOB_SECRET_FILE");
     throw NetworkError(str_cat("collie-run on ", o.hostname,
-                               " could not reach the rendezvous store at ", endpoint, " within ",
-                               format_duration(o.join_timeout), ": ", e.what()));
+                               " could not reach the rendezvous store at ", endpoint, " ", when,
+                               ": ", e.what(), hint));
   }
   r->store_->set_timeout(o.join_timeout);
   return r;

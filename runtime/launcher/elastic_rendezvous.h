@@ -77,6 +77,9 @@ struct ElasticOptions {
   int keep_alive_max_attempt = 3;
   // Unset: host the store if the endpoint can be bound here.
   std::optional<bool> is_host;
+  // Where this launcher's job secret came from ("derived from --rdzv-endpoint
+  // ..."), for an error that says why another launcher was refused.
+  std::string secret_source;
 };
 
 // This launcher's place in one closed round.

@@ -245,3 +245,25 @@ TEST_CASE("elastic: too few launchers, mismatched flags and bad flags are refuse
   first.kill(SIGINT);
   CHECK(first.wait(kLaunchTimeout).exit_code == 130);
 }
+
+TEST_CASE("elastic launchers that spell the endpoint differently are told why they are refused",
+          "[launcher][elastic]") {
+  // The job secret is derived from the endpoint as spelled: 127.0.0.1:P
+  // and localhost:P derive different ones. The second launcher is refused
+  // at once, and its error says so instead of quoting a wait it never did.
+  const uint16_t port = probe_free_port();
+  auto a = start_launcher(elastic_flags(port, "2", {}, "20s"), "elastic_child", {"2"});
+  wait_for_stderr(a, "rendezvous store listening");
+  auto other = elastic_flags(port, "2", {}, "20s");
+  for (auto& f : other)
+    if (f == str_cat("127.0.0.1:", port)) f = str_cat("localhost:", port);
+  auto b = start_launcher(other, "elastic_child", {"2"});
+  const auto sb = b.wait(kLaunchTimeout);
+  INFO("--- b ---\n" << b.err());
+  CHECK(sb.exit_code != 0);
+  CHECK_THAT(b.err(), Contains(str_cat("derived from --rdzv-endpoint localhost:", port)) &&
+                          Contains("spell --rdzv-endpoint and --rdzv-id exactly alike") &&
+                          Contains("refused after") && !Contains("within 20"));
+  a.kill(SIGTERM);
+  a.wait(kLaunchTimeout);
+}
