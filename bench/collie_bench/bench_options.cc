@@ -106,13 +106,14 @@ void add_options(CLI::App& app, Options& o) {
                  "float, double, half, bfloat16, int32, int64, uint8, int8, bool")
       ->capture_default_str();
   app.add_option("-c,--check", o.check, "check results (0/1)")->capture_default_str();
-  app.add_option("-r,--root", o.root, "broadcast and reduce root")->capture_default_str();
+  app.add_option("-r,--root", o.root, "broadcast, reduce, gather and scatter root")
+      ->capture_default_str();
   app.add_option("-C,--collective", o.collective,
                  "collective to time (sendrecv: a ping-pong between ranks 0 and 1, one-way time, "
                  "like osu_latency/osu_bw)")
       ->capture_default_str()
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier",
-                             "reduce", "all_to_all", "sendrecv"}));
+                             "reduce", "gather", "scatter", "all_to_all", "sendrecv"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "shm", "hierarchical", "auto"}));

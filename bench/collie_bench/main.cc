@@ -56,7 +56,10 @@ class Runner {
   std::optional<Row> run(uint64_t bytes) {
     const size_t es = element_size(dtype_);
     size_t per_rank = bytes / es;  // elements each rank contributes or receives
-    const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter";
+    // gather/scatter: big is the root's whole buffer (P parts), small each
+    // rank's part, as for all_gather.
+    const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter" ||
+                         o_.collective == "gather" || o_.collective == "scatter";
     const bool exchanges = o_.collective == "all_to_all";
     if (gathers || exchanges) per_rank /= static_cast<size_t>(world_);
     const size_t total = gathers || exchanges ? per_rank * world_ : per_rank;
@@ -73,7 +76,10 @@ class Runner {
               o_.collective == "reduce")
                  ? std::string(to_string(op_))
                  : "-";
-    row.root = o_.collective == "broadcast" || o_.collective == "reduce" ? o_.root : -1;
+    row.root = o_.collective == "broadcast" || o_.collective == "reduce" ||
+                       o_.collective == "gather" || o_.collective == "scatter"
+                   ? o_.root
+                   : -1;
     if (o_.check) row.wrong = check(big, small, per_rank);
     big.zero();
     small.zero();
@@ -128,6 +134,18 @@ class Runner {
     if (c == "all_to_all")
       return pg_->all_to_all_single(small.view(), big.view(), {}, {},
                                     {.timeout = timeout_, .async_op = async_op});
+    if (c == "gather" || c == "scatter") {
+      // The root's P parts of big; the other ranks pass none.
+      parts_.clear();
+      if (rank_ == o_.root)
+        for (int p = 0; p < world_; ++p)
+          parts_.push_back(big.view(static_cast<size_t>(p) * small.count(), small.count()));
+      if (c == "gather")
+        return pg_->gather(parts_, small.view(),
+                           {.root = o_.root, .timeout = timeout_, .async_op = async_op});
+      return pg_->scatter(small.view(), parts_,
+                          {.root = o_.root, .timeout = timeout_, .async_op = async_op});
+    }
     if (c == "sendrecv") return ping_pong(big);
     return pg_->barrier({.timeout = timeout_, .async_op = async_op});
   }
@@ -182,6 +200,21 @@ class Runner {
       if (rank_ == o_.root)
         wrong = count_wrong(big, 0, big.count(), dtype_,
                             [&](size_t i) { return reduced_value(op_, world_, i, dtype_); });
+    } else if (c == "gather") {
+      // Rank p's part lands at [p n, (p+1) n) of the root's buffer.
+      small.fill_input(ReduceOp::kSum, rank_, 0, per_rank);
+      issue(big, small)->wait();
+      if (rank_ == o_.root)
+        wrong = count_wrong(big, 0, big.count(), dtype_, [&](size_t i) {
+          return input_value(ReduceOp::kSum, static_cast<int>(i / per_rank), i % per_rank);
+        });
+    } else if (c == "scatter") {
+      // The root's element j goes to rank j / n: here its [r n, (r+1) n).
+      if (rank_ == o_.root) big.fill_input(ReduceOp::kSum, o_.root, 0, big.count());
+      issue(big, small)->wait();
+      wrong = count_wrong(small, 0, per_rank, dtype_, [&](size_t i) {
+        return input_value(ReduceOp::kSum, o_.root, rank_ * per_rank + i);
+      });
     } else if (c == "all_to_all") {
       // Rank p's input element j is input_value(p, j); part r of it goes to
       // rank r, so output part p here is rank p's elements [r n, (r+1) n).
@@ -213,6 +246,7 @@ class Runner {
   int rank_, world_;
   const bool all_reduce_ = o_.collective == "all_reduce";
   Timeout timeout_;
+  std::vector<TensorView> parts_;  // gather/scatter: the root's parts of big
 };
 
 // "# channels at init (shm/tcp peers per rank): 0:3/0 ...; init max 12.3 ms":

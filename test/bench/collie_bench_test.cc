@@ -38,8 +38,9 @@ std::string read_file(const std::string& path) {
 
 TEST_CASE("collie-bench --nproc runs every collective and checks the results", "[bench]") {
   require_built();
-  for (std::string collective : {"all_reduce", "broadcast", "all_gather", "reduce_scatter",
-                                 "barrier", "reduce", "all_to_all", "sendrecv"}) {
+  for (std::string collective :
+       {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "reduce", "gather",
+        "scatter", "all_to_all", "sendrecv"}) {
     TempDir dir;
     auto p = Subprocess::spawn({kBench,
                                 "--nproc",
