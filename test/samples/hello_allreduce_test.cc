@@ -100,17 +100,18 @@ TEST_CASE("hello_allreduce on 3 ranks under collie-run prints the sum on rank 0 
 // them, so a 1 MiB /dev/shm (Docker's default is 64 MiB) must not refuse a
 // job whose segments are 2 MiB each, nor make it fall back to sockets.
 TEST_CASE("a 1 MiB /dev/shm neither refuses a job nor keeps it off shared memory") {
-  const std::string job = str_cat("mount -t tmpfs -o size=1m tmpfs /dev/shm && exec ", kBin,
-                                  "/collie-run --standalone --nproc-per-node 2 ", kBin,
-                                  "/hello_allreduce");
-  auto probe = Subprocess::spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
-                                  "mount -t tmpfs -o size=1m tmpfs /dev/shm"});
+  const std::string job =
+      str_cat("mount -t tmpfs -o size=1m tmpfs /dev/shm && exec ", kBin,
+              "/collie-run --standalone --nproc-per-node 2 ", kBin, "/hello_allreduce");
+  auto probe = Subprocess::spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh",
+                                  "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"});
   const auto can = probe.wait(std::chrono::seconds(30));
   require_or_skip(can.ok(), str_cat("a private mount namespace with a 1 MiB /dev/shm cannot be "
                                     "made here (unshare --mount as root): ",
                                     probe.err()));
-  auto p = Subprocess::spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c", job},
-                             {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
+  auto p = Subprocess::spawn(
+      {"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c", job},
+      {.env = {{"COLLIE_LOG_LEVEL", "INFO"}}});
   auto st = p.wait(std::chrono::minutes(2));
   INFO(p.out() << p.err());
   REQUIRE(st.ok());
