@@ -1,5 +1,7 @@
 #include "runtime/socket/op_queue.h"
 
+#include <unistd.h>
+
 #include "runtime/base/error.h"
 #include "runtime/base/logging.h"
 #include "runtime/base/str_cat.h"
@@ -57,8 +59,11 @@ class OpQueue::Helper final : public WorkHelper {
   OpQueue* queue_;
 };
 
-OpQueue::OpQueue(std::string what)
-    : what_(std::move(what)), helper_(std::make_shared<Helper>(this)) {
+OpQueue::OpQueue(std::string what, CallerPolicy policy, std::function<void()> abort)
+    : what_(std::move(what)),
+      policy_(policy),
+      abort_(std::move(abort)),
+      helper_(std::make_shared<Helper>(this)) {
   worker_ = std::thread([this] { run_worker(); });
 }
 
@@ -139,7 +144,45 @@ std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t se
   return work;
 }
 
+int OpQueue::this_thread_id() {
+  static thread_local const int id = static_cast<int>(::gettid());
+  return id;
+}
+
+void OpQueue::check_one_caller(const char* kind, const Details& details) {
+  if (policy_ != CallerPolicy::kOneAtATime) return;
+  const int self = this_thread_id();
+  const int other = inline_thread_.load(std::memory_order_acquire);
+  if (other == 0 || other == self) return;
+  const char* other_kind = inline_kind_.load(std::memory_order_relaxed);
+  const uint64_t other_seq = inline_seq_.load(std::memory_order_relaxed);
+  std::string mine;
+  try {
+    mine = details ? details() : std::string();
+  } catch (...) {
+  }
+  const std::string message = str_cat(
+      what_, ": ", kind, " (", mine, ") was called on thread ", self, " while ",
+      other_kind ? other_kind : "a collective", " #", other_seq, " ran on thread ", other,
+      ". Two threads calling one group's collectives at once issue them in a different order "
+      "on each rank, which mixes the ranks' data, so the group is broken. Call a group from one "
+      "thread at a time, or give each thread a group of its own (new_group).");
+  {
+    std::lock_guard lock(mu_);
+    if (broken_error_) return;  // submit refuses the call, naming what broke the queue
+    broken_error_ = std::make_exception_ptr(BackendError(message));
+    broken_by_.clear();
+    calls_met_ = true;
+    state_.fetch_or(kClosed, std::memory_order_relaxed);
+    cv_.notify_all();
+  }
+  COLLIE_LOG(kError) << message;
+  if (abort_) abort_();
+  throw BackendError(message);
+}
+
 std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout timeout, OpFn op) {
+  check_one_caller(kind, details);
   std::exception_ptr refusal;
   std::shared_ptr<CompletionWork> work;
   {
@@ -199,11 +242,11 @@ std::exception_ptr OpQueue::run_op(Op& op) {
     } catch (...) {  // still release the queue below
     }
   }
-  end_inline(error, description);
-  return error;
+  return end_inline(error, description);
 }
 
-void OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
+std::exception_ptr OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
+  inline_thread_.store(0, std::memory_order_relaxed);
   const bool breaks = error && !is_invalid_argument(error);
   // Once a shutdown is under way the queue is released under mu_, so that
   // shutdown(), which waits under mu_ for kBusy to clear, cannot return
@@ -211,12 +254,15 @@ void OpQueue::end_inline(std::exception_ptr error, const std::string& descriptio
   const bool closing = (state_.load(std::memory_order_relaxed) & kClosed) != 0;
   if (!breaks && !closing) {
     const uint64_t before = state_.fetch_and(~kBusy, std::memory_order_release);
-    if ((before & (kQueued | kClosed)) == 0) return;  // nobody to wake
+    if ((before & (kQueued | kClosed)) == 0) return error;  // nobody to wake
     std::lock_guard lock(mu_);
     wake_locked();
-    return;
+    return error;
   }
   std::lock_guard lock(mu_);
+  // Another thread's call met this one: what it returned may be a peer's
+  // other call's data, and an error of its own comes from the abort.
+  if (calls_met_) error = broken_error_;
   if (breaks && !broken_error_) {
     broken_error_ = error;
     broken_by_ = description;
@@ -226,6 +272,7 @@ void OpQueue::end_inline(std::exception_ptr error, const std::string& descriptio
   }
   state_.fetch_and(~kBusy, std::memory_order_release);
   wake_locked();
+  return error;
 }
 
 void OpQueue::wake_locked() {

@@ -6,6 +6,13 @@
 // work.h): the worker then takes no new one, so operations issued back to
 // back and then waited for run without a hand-off between threads.
 //
+// Callers: any thread may submit, but with CallerPolicy::kOneAtATime (what a
+// process group uses) a call made while another thread runs a blocking op
+// inline breaks the queue with an error naming both calls: two threads
+// issuing collectives on one group put them in a different order on each
+// rank, which mixes the ranks' data silently. The check costs the inline path
+// two relaxed stores and a thread-local read.
+//
 // The first operation that fails with anything but InvalidArgument breaks the
 // queue for good, as the error policy asks (docs/architecture.md): operations still queued
 // and every later submission fail at once with a BackendError that names the
@@ -39,8 +46,15 @@ class OpQueue {
   // sum"), formatted only when something asks (an error, a log line).
   using Details = std::function<std::string()>;
 
-  // `what` names the owner in messages: "process group \"0\" (socket, rank 1 of 4)".
-  explicit OpQueue(std::string what);
+  enum class CallerPolicy {
+    kAnyThread,   // callers order their calls themselves
+    kOneAtATime,  // a call racing another thread's inline op breaks the queue
+  };
+  // `what` names the owner in messages: "process group \"0\" (socket, rank 1
+  // of 4)". `abort` (kOneAtATime) must make a running op fail promptly; it is
+  // called when two threads' calls overlap.
+  explicit OpQueue(std::string what, CallerPolicy policy = CallerPolicy::kAnyThread,
+                   std::function<void()> abort = {});
   // Calls shutdown with a zero grace period if nobody did.
   ~OpQueue();
   OpQueue(const OpQueue&) = delete;
@@ -73,6 +87,7 @@ class OpQueue {
       return submit(kind, Details(std::forward<DetailsFn>(details)), timeout,
                     to_op_fn(std::forward<Fn>(op)));
     }
+    mark_inline_caller(kind, seq);
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
       std::exception_ptr error;
       try {
@@ -80,9 +95,11 @@ class OpQueue {
       } catch (...) {
         error = std::current_exception();
       }
+      bool released = false;
       if (!error) {
-        end_inline(nullptr, {});
-        return completed_work();
+        error = end_inline(nullptr, {});
+        if (!error) return completed_work();
+        released = true;  // it met another thread's call: failed after all
       }
       // The queue is released before anything here may throw (an
       // allocation): a queue left marked busy would never run another op.
@@ -91,7 +108,7 @@ class OpQueue {
         description = describe(kind, seq, details());
       } catch (...) {
       }
-      end_inline(error, description);
+      if (!released) error = end_inline(error, description);
       auto work = std::make_shared<CompletionWork>(std::move(description));
       work->mark_completed(error);
       return work;
@@ -162,9 +179,22 @@ class OpQueue {
   // run_or_submit's inline path: true (and the op's number in *seq, the
   // queue marked busy) when nothing is queued or running and the queue
   // takes ops; then end_inline(error, the op's description if it failed)
-  // when the op is done.
+  // when the op is done. end_inline returns the op's error: `error`, or,
+  // for an op that succeeded while two threads' calls met, the error that
+  // broke the queue (its data may be another call's).
   bool begin_inline(uint64_t* seq);
-  void end_inline(std::exception_ptr error, const std::string& description);
+  std::exception_ptr end_inline(std::exception_ptr error, const std::string& description);
+  // kOneAtATime: records that this thread runs op `kind #seq` inline.
+  void mark_inline_caller(const char* kind, uint64_t seq) {
+    if (policy_ != CallerPolicy::kOneAtATime) return;
+    inline_kind_.store(kind, std::memory_order_relaxed);
+    inline_seq_.store(seq, std::memory_order_relaxed);
+    inline_thread_.store(this_thread_id(), std::memory_order_relaxed);
+  }
+  // kOneAtATime, on a call that could not run inline: when another thread
+  // runs an op inline, breaks the queue and throws BackendError naming both.
+  void check_one_caller(const char* kind, const Details& details);
+  static int this_thread_id();
   // "kind #seq (details)": a Work's description.
   static std::string describe(const char* kind, uint64_t seq, const std::string& details);
   // The error a refused or skipped op fails with; requires mu_.
@@ -187,7 +217,15 @@ class OpQueue {
   void wake_locked();
 
   const std::string what_;
+  const CallerPolicy policy_;
+  const std::function<void()> abort_;
   std::atomic<uint64_t> state_{0};
+  // The op running inline (kOneAtATime): its caller's thread id (0: none),
+  // kind and number. Read only to name it when another thread's call meets it.
+  std::atomic<int> inline_thread_{0};
+  std::atomic<const char*> inline_kind_{nullptr};
+  std::atomic<uint64_t> inline_seq_{0};
+  bool calls_met_ = false;  // two threads' calls met (requires mu_)
   std::mutex shutdown_mu_;  // serialises shutdown() callers
   mutable std::mutex mu_;
   std::condition_variable cv_;       // wakes the worker

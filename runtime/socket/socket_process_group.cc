@@ -39,13 +39,14 @@ std::shared_ptr<SocketProcessGroup> SocketProcessGroup::create(const BackendCont
 
 SocketProcessGroup::SocketProcessGroup(std::unique_ptr<Communicator> communicator,
                                        std::shared_ptr<Store> store, Timeout timeout,
-                                       std::string group_name)
+                                       std::string group_name, OpQueue::CallerPolicy callers)
     : ProcessGroup(communicator->rank(), communicator->size()),
       group_name_(std::move(group_name)),
       timeout_(resolve_timeout(timeout)),
       store_(std::move(store)),
       communicator_(std::move(communicator)),
-      queue_(describe_what(group_name_, rank_, size_)) {}
+      queue_(describe_what(group_name_, rank_, size_), callers,
+             [comm = communicator_.get()] { comm->abort(); }) {}
 
 SocketProcessGroup::~SocketProcessGroup() { shutdown(); }
 

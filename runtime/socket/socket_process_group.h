@@ -6,6 +6,13 @@
 //   ... overlap other work ...
 //   work->wait();   // rethrows the collective's error
 //
+// Calls come from one thread at a time (MPI's THREAD_SERIALIZED): a call
+// made while another thread's blocking call runs breaks the group with an
+// error naming both, on both threads, rather than let the two threads' calls
+// reach the ranks in different orders and mix their data. Asynchronous calls
+// hold the group only while they are queued, so two threads issuing only
+// those are caught only when their calls meet.
+//
 // Calls are checked on the caller's thread (InvalidArgument: bad counts,
 // device buffers, AVG on integers, root out of range) and then queued; the
 // worker runs them one at a time in issue order, each under its own deadline
@@ -40,8 +47,12 @@ class SocketProcessGroup : public ProcessGroup {
   static std::shared_ptr<SocketProcessGroup> create(const BackendContext& context,
                                                     const CommunicatorOptions& options = {});
 
+  // `callers`: kOneAtATime (the default) breaks the group when a call
+  // meets another thread's blocking call (see OpQueue); kAnyThread is for
+  // callers that order their calls themselves.
   SocketProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
-                     Timeout timeout, std::string group_name);
+                     Timeout timeout, std::string group_name,
+                     OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime);
   // Shuts down with the group's timeout as the grace period.
   ~SocketProcessGroup() override;
 

@@ -231,6 +231,38 @@ void scenario_peer_dies() {
   }
 }
 
+// Two threads of each rank call blocking all_reduces of one shape on the
+// default group, each with its own values. Unchecked, the ranks pair one
+// thread's call with the other's and the sums mix silently; the group must
+// instead break with an error naming both calls, and every thread of every
+// rank must stop with an error. Each thread prints how it ended.
+void scenario_one_group_two_threads() {
+  const int rank = get_rank(), world = get_world_size();
+  auto drive = [&](int salt) -> std::string {
+    for (int k = 0; k < 20000; ++k) {
+      auto v = rank_input<float>(rank + salt, 256);
+      try {
+        all_reduce(view(v.data(), v.size()), ReduceOp::kSum);
+      } catch (const BackendError& e) {
+        return str_cat("BackendError after ", k, " calls: ", e.what());
+      } catch (const NetworkError& e) {
+        return str_cat("NetworkError after ", k, " calls: ", e.what());
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        double want = 0;
+        for (int r = 0; r < world; ++r) want += input_value(r + salt, i);
+        if (v[i] != want) return str_cat("a mixed sum at call ", k, " without an error");
+      }
+    }
+    return "no error in 20000 calls";
+  };
+  std::string other;
+  std::thread t([&] { other = drive(5); });
+  const std::string mine = drive(0);
+  t.join();
+  std::printf("thread a: %s\nthread b: %s\n", mine.c_str(), other.c_str());
+}
+
 // Rank 1 never calls the collective (it waits on a side store until rank 0
 // is done): rank 0's all_reduce must time out at its own short deadline with
 // a message naming the collective, and break the group.
@@ -269,9 +301,13 @@ void scenario_print() {
 
 const std::map<std::string, std::function<void()>>& scenarios() {
   static const std::map<std::string, std::function<void()>> m{
-      {"collectives", scenario_collectives}, {"inflight", scenario_inflight},
-      {"two_groups", scenario_two_groups},   {"subgroups", scenario_subgroups},
-      {"peer_dies", scenario_peer_dies},     {"print", scenario_print}};
+      {"collectives", scenario_collectives},
+      {"inflight", scenario_inflight},
+      {"two_groups", scenario_two_groups},
+      {"subgroups", scenario_subgroups},
+      {"peer_dies", scenario_peer_dies},
+      {"print", scenario_print},
+      {"one_group_two_threads", scenario_one_group_two_threads}};
   return m;
 }
 
@@ -301,7 +337,8 @@ COLLIE_TEST_CHILD(dist_rank) {
   } else {
     scenarios().at(scenario)();
   }
-  if (scenario != "peer_dies" && scenario != "peer_hangs") barrier();
+  if (scenario != "peer_dies" && scenario != "peer_hangs" && scenario != "one_group_two_threads")
+    barrier();
   destroy_process_group();
   COLLIE_CHECK(!is_initialized());
   std::printf("ok rank %d\n", rank);

@@ -63,6 +63,26 @@ TEST_CASE("a peer that dies breaks the group quickly, later calls are refused", 
   }
 }
 
+TEST_CASE("two threads calling one group at once break it with an error naming both calls",
+          "[dist]") {
+  TempDir dir;
+  auto outputs = run_ranks(2, [&](int rank) {
+    return RankLaunch{child_argv("dist_rank", {"file", "one_group_two_threads",
+                                               std::to_string(rank), "2", dir.file("rdzv")})};
+  });
+  bool named = false;
+  for (const auto& out : outputs) {
+    INFO(out);
+    // Every thread of every rank stopped with an error, none with a wrong sum.
+    CHECK_THAT(out, Contains("thread a: BackendError") || Contains("thread a: NetworkError"));
+    CHECK_THAT(out, Contains("thread b: BackendError") || Contains("thread b: NetworkError"));
+    named = named || (out.find("all_reduce (float32 x 256, sum, auto) was called on thread") !=
+                          std::string::npos &&
+                      out.find("while all_reduce #") != std::string::npos);
+  }
+  CHECK(named);
+}
+
 TEST_CASE("a hung peer trips the collective's own timeout, naming the collective", "[dist]") {
   TempDir dir;
   auto outputs = run_ranks(2, [&](int rank) {

@@ -20,10 +20,11 @@ using collie::test::FakeControl;
 
 namespace {
 
-std::shared_ptr<SocketProcessGroup> fake_group(const std::shared_ptr<FakeControl>& control,
-                                               Timeout timeout = std::chrono::seconds(60)) {
+std::shared_ptr<SocketProcessGroup> fake_group(
+    const std::shared_ptr<FakeControl>& control, Timeout timeout = std::chrono::seconds(60),
+    OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime) {
   return std::make_shared<SocketProcessGroup>(std::make_unique<FakeCommunicator>(control), nullptr,
-                                              timeout, "7");
+                                              timeout, "7", callers);
 }
 
 }  // namespace
@@ -100,9 +101,12 @@ TEST_CASE("socket group: collectives run in issue order and Work completes async
                                                    "all_gather", "reduce_scatter min"});
 }
 
+// The queue under a group is safe for any thread; the group's default
+// refuses overlapping calls from two threads (next cases), so these run with
+// kAnyThread, as a caller that orders its calls itself would.
 TEST_CASE("socket group: collectives issued from many threads all complete", "[socket_pg]") {
   auto control = std::make_shared<FakeControl>();
-  auto pg = fake_group(control);
+  auto pg = fake_group(control, std::chrono::seconds(60), OpQueue::CallerPolicy::kAnyThread);
   constexpr int kThreads = 4, kPerThread = 50;
   std::vector<std::thread> threads;
   std::vector<float> data(kThreads);
@@ -123,7 +127,7 @@ TEST_CASE("socket group: blocking and queued calls from many threads run one at 
   // with queued calls, the worker and waiters that help (waits without a
   // timeout of their own).
   auto control = std::make_shared<FakeControl>();
-  auto pg = fake_group(control);
+  auto pg = fake_group(control, std::chrono::seconds(60), OpQueue::CallerPolicy::kAnyThread);
   constexpr int kThreads = 4, kPerThread = 400;
   std::vector<std::thread> threads;
   std::vector<float> data(kThreads);
@@ -159,6 +163,55 @@ TEST_CASE("socket group: blocking and queued calls from many threads run one at 
   CHECK(control->calls.size() == kThreads * kPerThread);
   CHECK(control->max_running == 1);
   CHECK(control->running == 0);
+}
+
+TEST_CASE(
+    "socket group: a call meeting another thread's blocking call breaks the group, naming both",
+    "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  control->hold = true;
+  auto pg = fake_group(control);
+  float a = 1, b = 2;
+  std::shared_ptr<Work> first;
+  std::thread holder([&] { first = pg->broadcast(view(&a, 1), {.root = 0, .async_op = false}); });
+  REQUIRE(control->wait_blocked(30s));
+  std::string refused;
+  try {
+    pg->all_reduce(view(&b, 1), {.async_op = false});
+  } catch (const BackendError& e) {
+    refused = e.what();
+  }
+  holder.join();
+  CHECK_THAT(refused, Contains("all_reduce (float32 x 1, sum, auto) was called on thread") &&
+                          Contains("while broadcast #1 ran on thread") &&
+                          Contains("process group \"7\""));
+  // The blocking call it met fails too, with the same error, and so does
+  // every later call: the ranks may have paired the two threads' calls.
+  REQUIRE(first->is_completed());
+  CHECK_FALSE(first->is_success());
+  CHECK_THROWS_WITH(first->wait(), Contains("was called on thread"));
+  CHECK(pg->broken());
+  CHECK_THROWS_WITH(pg->barrier({.async_op = false})->wait(),
+                    Contains("refused") && Contains("was called on thread"));
+  std::lock_guard lock(control->mu);
+  CHECK(control->calls == std::vector<std::string>{"broadcast 0"});
+}
+
+TEST_CASE("socket group: one thread after another, and async calls between them, are fine",
+          "[socket_pg]") {
+  auto control = std::make_shared<FakeControl>();
+  auto pg = fake_group(control);
+  float x = 1;
+  for (int round = 0; round < 20; ++round) {
+    std::thread t([&] {
+      pg->all_reduce(view(&x, 1), {.async_op = false})->wait();
+      pg->all_reduce(view(&x, 1))->wait();
+    });
+    t.join();
+    pg->broadcast(view(&x, 1), {.root = 0, .async_op = false})->wait();
+  }
+  CHECK_FALSE(pg->broken());
+  CHECK(control->calls.size() == 60);
 }
 
 TEST_CASE("socket group: a failed collective breaks the group; queued and later calls fail at once",
