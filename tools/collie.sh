@@ -39,7 +39,6 @@ PACKAGES=(
   # gets the reference BLAS, ~10x slower matmuls (docs/performance.md, DDP).
   libopenblas0-openmp
   libgloo-dev openmpi-bin libopenmpi-dev
-  gnuplot-nox
   clang libclang-rt-14-dev clang-format-14
   iproute2 nftables procps psmisc
 )

@@ -19,6 +19,8 @@ A and B (adjacent in time, so that a burst of load falls on one pair).
 """
 import argparse
 import json
+import os
+import sys
 import statistics
 import subprocess
 import tempfile
@@ -38,10 +40,10 @@ def run(binary, nproc, transport, blocking, sizes, iters, warmup):
         return {r["bytes"]: r["time_us"] for r in json.load(open(out.name))["results"]}
 
 
-def span(values):
-    # Two decimals below 10 us, where a change moves the figure by hundredths.
-    f = "{:.2f}" if statistics.median(values) < 10 else "{:.1f}"
-    return f"{f.format(statistics.median(values))} ({f.format(min(values))}-{f.format(max(values))})"
+# The one "median (min-max)" formatter of the bench scripts (two decimals
+# below 10 us, where a change moves the figure by hundredths).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+from bench_stats import fmt_span as span  # noqa: E402
 
 
 def main():

@@ -1,89 +1,83 @@
 #!/usr/bin/env python3
-"""Medians over several run_compare.sh runs.
+"""Medians over several sittings of run_compare.sh, from their results.json.
 
-One run of run_compare.sh on a small shared VM is one noisy sample: the same
-size can differ 2-3x between two runs a minute apart, and T (one loopback
-stream, the yardstick of the busbw goal) moved between 3.2 and 5.3 GB/s in
-six back-to-back runs. This reads the results.md of each run directory and
-prints, per world size and message size, the median (min-max) time of each
-library, collie's busbw / (T/N) with T from the same run, and in how many
-runs collie was the fastest of all.
+One sitting on a small shared VM is a noisy sample: the same size can differ
+2-3x between two runs a minute apart, and T (one loopback TCP stream, the
+yardstick of the busbw goal) moved between 3.2 and 5.3 GB/s in six
+back-to-back runs. This reads the results.json of each run directory (or
+results file) given and prints merge_results.py's tables over all their
+reps, with two more columns per all_reduce table:
+
+  collie busbw / (T/N)  from 1 MiB: collie's (default transport) busbw over
+                        T/N, with each rep's own T, median (min-max)
+  collie fastest        in how many reps collie was faster than every peer
+                        (collie TCP is not a peer: it is collie)
 
     for i in 1 2 3 4 5 6; do bench/compare/run_compare.sh build out/run$i; done
     bench/compare/aggregate_runs.py out/run*
 """
-import re
-import statistics
+from __future__ import annotations
+
+import argparse
+import os
 import sys
 
-def parse(path):
-    """T, {(N, size): {library: (us, busbw)}}, sizes in order, libraries in order."""
-    text = open(f"{path}/results.md").read()
-    t = float(re.search(r"= ([\d.]+) GB/s, memcpy", text).group(1))
-    rows = {}
-    sizes, libraries = [], []
-    for block in re.split(r"^#+ N = ", text, flags=re.M)[1:]:
-        n = int(block.split()[0])
-        names = []
-        for line in block.splitlines():
-            if not line.startswith("| "):
-                continue
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if cells[0] == "size":
-                # "<library> us / busbw" columns, then the ratio columns.
-                names = [c[: -len(" us / busbw")] for c in cells[1:] if c.endswith(" us / busbw")]
-                libraries += [x for x in names if x not in libraries]
-                continue
-            size = cells[0]
-            if size not in sizes:
-                sizes.append(size)
-            rows[(n, size)] = {
-                name: tuple(float(x) for x in cell.split("/"))
-                for name, cell in zip(names, cells[1 : 1 + len(names)])
-                if cell != "-"
-            }
-    return t, rows, sizes, libraries
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_results  # noqa: E402
+import merge_results  # noqa: E402
+from bench_stats import fixed, fmt_span  # noqa: E402
 
 
-def span(values, fmt):
-    if not values:
-        return "-"
-    if fmt == "us":  # two decimals below 10 us, where the runs differ by hundredths
-        fmt = "{:.2f}" if statistics.median(values) < 10 else "{:.1f}"
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+def reps(sittings: list, collective: str, n: int, nbytes: int):
+    """Per sitting and rep: (collie's default record, the peers' records, rep
+    index, the rep's T or None)."""
+    for records in sittings:
+        here = [r for r in records
+                if (r.collective, r.nranks, r.bytes) == (collective, n, nbytes)]
+        collie = next((r for r in here if r.impl == "collie" and r.transport == "auto"), None)
+        if collie is None:
+            continue
+        peers = [r for r in here if not r.is_collie]
+        ts = collie.machine.get("tcp_stream_gbps", [])
+        for i in range(collie.reps):
+            yield collie, peers, i, ts[i] if i < len(ts) else None
 
 
-def main(dirs):
-    if not dirs:
-        sys.exit(__doc__)
-    runs = [parse(d) for d in dirs]
-    worlds = sorted({n for _, rows, _, _ in runs for (n, _) in rows})
-    sizes = runs[0][2]
-    libraries = []
-    for run in runs:
-        libraries += [x for x in run[3] if x not in libraries]
-    # "collie fastest" counts against the peers, not collie's other transport.
-    peers = [x for x in libraries if not x.startswith("collie")]
-    print("T per run (GB/s): " + ", ".join(f"{t:.2f}" for t, _, _, _ in runs))
-    for n in worlds:
-        print(f"\n#### N = {n}: median (min-max) over {len(runs)} runs\n")
-        print("| size | " + " | ".join(f"{p} us" for p in libraries) +
-              " | collie busbw / (T/N) | collie fastest |")
-        print("|---" * (len(libraries) + 3) + "|")
-        for size in sizes:
-            present = [(t, rows[(n, size)]) for t, rows, _, _ in runs if (n, size) in rows]
-            if not present:
-                continue
-            cells = [size]
-            for lib in libraries:
-                cells.append(span([row[lib][0] for _, row in present if lib in row], "us"))
-            ratios = [row["collie"][1] / (t / n) for t, row in present if "collie" in row]
-            cells.append(span(ratios, "{:.2f}") if size.endswith("MiB") else "")
-            wins = sum(1 for _, row in present if "collie" in row and
-                       all(row["collie"][0] <= row[p][0] for p in peers if p in row))
-            cells.append(f"{wins}/{len(present)}")
-            print("| " + " | ".join(cells) + " |")
+def busbw_over_t(sittings: list):
+    def cell(collective: str, n: int, nbytes: int) -> str:
+        if collective != "all_reduce" or nbytes < 1 << 20:
+            return ""
+        ratios = [c.busbw_gbps[i] / (t / n) for c, _, i, t in reps(sittings, collective, n, nbytes)
+                  if t and i < len(c.busbw_gbps)]
+        return fmt_span(ratios, fixed(2))
+    return cell
+
+
+def fastest(sittings: list):
+    def cell(collective: str, n: int, nbytes: int) -> str:
+        if collective != "all_reduce":
+            return ""
+        runs = list(reps(sittings, collective, n, nbytes))
+        wins = sum(1 for c, peers, i, _ in runs
+                   if all(c.time_us[i] <= p.time_us[i] for p in peers if i < p.reps))
+        return f"{wins}/{len(runs)}" if runs else "-"
+    return cell
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("inputs", nargs="+", help="run directories, or their results.json")
+    sittings = [bench_results.load(p)[0] for p in ap.parse_args().inputs]
+    t = [fmt_span(m.get("tcp_stream_gbps", []), fixed(2))
+         for records in sittings for m in bench_results.machines(records)]
+    plural = "" if len(sittings) == 1 else "s"
+    print(f"{len(sittings)} sitting{plural}; T per sitting (GB/s): {', '.join(t)}\n")
+    extra = [("collie busbw / (T/N)", busbw_over_t(sittings)),
+             ("collie fastest", fastest(sittings))]
+    print(merge_results.render(bench_results.merge(sittings), extra))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

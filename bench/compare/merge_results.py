@@ -1,74 +1,134 @@
-"""Joins run_compare.sh's per-peer result files into one markdown table per
-world size: time and bus bandwidth of collie and each peer, and the ratio
-peer time / collie time (above 1: collie is faster)."""
+#!/usr/bin/env python3
+"""Merges bench/compare results files (JSON, bench_results.py's schema) and
+renders them as Markdown tables, optionally with their SVG plots.
+
+    bench/compare/merge_results.py out/compare                  # its results.json
+    bench/compare/merge_results.py out/n2/results.json out/n4/results.json \\
+        --json out/all.json --md out/all.md --plot out/plots
+
+One table per collective and world size: per library the time per call in us,
+median (min-max) over the reps, with all_reduce's bus bandwidth (median,
+GB/s), then the speed-up of collie over each peer (the peer's time / collie's
+time, medians: above 1, collie is faster). Which collie a peer is set against:
+for all_reduce collie's default run (shared memory on one host, what a user on
+one host gets), for all_to_all and the ping-pong collie on the peer's
+transport (shm against Open MPI's shm, TCP against TCP) where that was
+measured. Files measured apart (another size range, another world size) join;
+the same configuration in several files has its samples joined.
+"""
+from __future__ import annotations
+
+import argparse
 import os
 import sys
+from typing import Callable, Optional
 
-PEERS = ["collie", "collie_tcp", "gloo", "mpi", "mpi_sm", "torch"]
-NAMES = {
-    "collie": "collie",  # its default on one host: shared memory
-    "collie_tcp": "collie TCP",
-    "gloo": "Gloo ring",
-    "mpi": "Open MPI TCP",
-    "mpi_sm": "Open MPI shm",
-    "torch": "torch gloo",
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_results  # noqa: E402
+from bench_stats import (SPEEDUP_RULE, fixed, fmt_span, fmt_speedup, human_bytes,  # noqa: E402
+                         median, reps_text, speedup, speedup_header)
 
-
-def us(t):
-    """A time in us: two decimals below 10 us, where the runs differ by hundredths."""
-    return f"{t:.2f}" if t < 10 else f"{t:.1f}"
+# An extra column of render(): (header, cell(collective, nranks, bytes) -> text).
+Column = tuple[str, Callable[[str, int, int], str]]
 
 
-def load(path):
-    rows = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) == 4:
-                    rows[int(parts[0])] = (float(parts[1]), float(parts[3]))
-    return rows
+def pairs(table: dict, collective: str) -> list:
+    """[(collie label, peer label)] for the speed-up columns of one table
+    ({label: {bytes: Record}})."""
+    first = {lab: next(iter(rows.values())) for lab, rows in table.items()}
+    order = bench_results.label_order(first)
+    collies = [lab for lab in order if first[lab].is_collie]
+    if not collies:
+        return []
+    default = [lab for lab in collies if first[lab].transport == "auto"] or collies
+    if collective == "all_reduce":  # every other run against collie's default
+        return [(default[0], peer) for peer in order if peer != default[0]]
+    out = []
+    for peer in order:  # each peer against collie on its transport
+        if peer not in collies:
+            same = [c for c in collies if first[c].transport == first[peer].transport]
+            out.append(((same or default)[0], peer))
+    return out
 
 
-def human(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
+def caption(records: list) -> list:
+    """The lines above the tables: the machines, T and memcpy, the rules."""
+    sittings = bench_results.machines(records)
+    lines = [f"Machine: {bench_results.describe_machine(m)}." for m in sittings]
+    t = [x for m in sittings for x in m.get("tcp_stream_gbps", [])]
+    mem = [x for m in sittings for x in m.get("memcpy_gbps", [])]
+    if t:
+        two = fixed(2)
+        lines.append(f"T (one loopback TCP stream) = {fmt_span(t, two)} GB/s, "
+                     f"memcpy = {fmt_span(mem, two)} GB/s.")
+    reps = reps_text(r.reps for r in records)
+    bw = "; busbw in GB/s (median)" if any(r.collective == "all_reduce" for r in records) else ""
+    lines.append(f"Time per call in us, median (min-max) over {reps}{bw}; {SPEEDUP_RULE}.")
+    return lines + [""]
 
 
-def main():
-    out, worlds = sys.argv[1], sys.argv[2:]
-    tcp = {}
-    with open(os.path.join(out, "tcp_stream.txt")) as f:
-        for line in f:
-            k, v = line.split()
-            tcp[k] = float(v)
-    t = tcp.get("tcp_stream_gbps", 0.0)
-    print(f"T (one loopback TCP stream) = {t:.2f} GB/s, memcpy = {tcp.get('memcpy_gbps', 0):.2f} GB/s\n")
-    for n in worlds:
-        data = {p: load(os.path.join(out, f"{p}_N{n}.txt")) for p in PEERS}
-        present = [p for p in PEERS if data[p]]
-        sizes = sorted(set().union(*[set(data[p]) for p in present]))
-        print(f"### N = {n} (T/N = {t / int(n):.2f} GB/s)\n")
-        head = ["size"] + [f"{NAMES[p]} us / busbw" for p in present]
-        head += [f"{NAMES[p]}/collie time" for p in present if p != "collie"]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for s in sizes:
-            cells = [human(s)]
-            for p in present:
-                v = data[p].get(s)
-                cells.append(f"{us(v[0])} / {v[1]:.3f}" if v else "-")
-            c = data["collie"].get(s)
-            for p in present:
-                if p == "collie":
-                    continue
-                v = data[p].get(s)
-                cells.append(f"{v[0] / c[0]:.2f}x" if v and c and c[0] > 0 else "-")
-            print("| " + " | ".join(cells) + " |")
-        print()
+def render(records: list, extra: Optional[list[Column]] = None) -> str:
+    """Markdown: the caption, then one table per (collective, world size).
+    extra: more columns for every table; one left empty in a whole table is
+    left out of it."""
+    out = caption(records)
+    t = bench_results.t_stream(records)
+    for (collective, n), table in bench_results.by_table(records).items():
+        title = bench_results.TITLES.get(collective, collective)
+        tn = f" (T/N = {t / n:.2f} GB/s)" if t and collective == "all_reduce" else ""
+        out += [f"### {title}, N = {n}{tn}", ""] + render_table(collective, n, table, extra or [])
+    return "\n".join(out)
+
+
+def render_table(collective: str, n: int, table: dict, extra: list) -> list:
+    """The lines of one table ({label: {bytes: Record}})."""
+    labels = bench_results.label_order(table)
+    with_bw = collective == "all_reduce"
+    ratios = pairs(table, collective)
+    head = ["size"] + [f"{lab} us / busbw" if with_bw else f"{lab} us" for lab in labels]
+    head += [speedup_header(peer, ref) for ref, peer in ratios]
+    rows = []
+    for b in sorted({b for rows in table.values() for b in rows}):
+        cells = [human_bytes(b)]
+        for lab in labels:
+            r = table[lab].get(b)
+            cell = fmt_span(r.time_us) if r else "-"
+            if r and with_bw and r.busbw_gbps:
+                cell += f" / {median(r.busbw_gbps):.3f}"
+            cells.append(cell)
+        for ref, peer in ratios:
+            c, p = table[ref].get(b), table[peer].get(b)
+            cells.append(fmt_speedup(speedup(p.time_us, c.time_us) if c and p else None))
+        rows.append((cells, [cell(collective, n, b) for _, cell in extra]))
+    keep = [i for i in range(len(extra)) if any(more[i] for _, more in rows)]
+    head += [extra[i][0] for i in keep]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(cells + [more[i] for i in keep]) + " |" for cells, more in rows]
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("inputs", nargs="+", help="results.json files, or run directories holding one")
+    ap.add_argument("--json", metavar="FILE", help="write the merged records here")
+    ap.add_argument("--md", metavar="FILE", help="write the Markdown here (it is printed anyway)")
+    ap.add_argument("--plot", metavar="DIR", help="draw the SVG plots here (plot_results.py)")
+    ap.add_argument("--prefix", default="", help="file-name prefix of the plots")
+    args = ap.parse_args()
+    records = bench_results.merge(bench_results.load(p)[0] for p in args.inputs)
+    if args.json:
+        bench_results.save(args.json, records)
+    text = render(records)
+    print(text)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text + "\n")
+    if args.plot:
+        import plot_results
+        for path in plot_results.plot(records, args.plot, args.prefix):
+            print(f"plot: {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,33 +1,37 @@
-"""A small SVG chart writer (Python's standard library only: matplotlib is not
-installed here).
+"""A small SVG chart writer, the one plotting path of bench/compare (Python's
+standard library only: matplotlib is not installed here, and SVG shows in
+Markdown as it is). plot_results.py draws every results file with it.
 
     from svg_plot import Series, LogLogPanel, BarPanel, write_svg
     write_svg("out.svg", "title", [
         LogLogPanel("N = 2", "message size", "us per call", [
             Series("collie", [(4, 12.0), (16, 12.5)], low=[...], high=[...]),
             Series("gloo", [(4, 80.0), (16, 85.0)]),
+            Series("T/N", [(4, 1.5), (16, 1.5)], dash="6,4"),  # a reference line
         ], x_format=human_bytes),
         BarPanel("DDP", "samples/s", ["2 ranks", "4 ranks"], {"collie": [1757, 1783], ...}),
     ])
 
 A LogLogPanel draws each series as a line through its medians with an
 optional shaded band between `low` and `high` (e.g. the min and max over
-runs); axes are logarithmic, with a tick at each power of ten (y) and at
-each x value of the first series. A BarPanel draws grouped bars. Panels are
-laid out side by side with one shared legend.
+runs), or as a dashed line without markers (`dash`); axes are logarithmic,
+with a tick at each power of ten (y) and at each x value of the first series.
+A BarPanel draws grouped bars. Panels are laid out side by side with one
+shared legend, wrapped into rows where it is wider than they are.
 """
 import math
 from xml.sax.saxutils import escape
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#7f7f7f",
+          "#e377c2", "#17becf", "#bcbd22"]
 PANEL_W, PANEL_H = 420, 320
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 70, 20, 40, 60
 
 
 class Series:
-    def __init__(self, name, points, low=None, high=None):
+    def __init__(self, name, points, low=None, high=None, dash=None):
         self.name, self.points = name, list(points)
-        self.low, self.high = low, high
+        self.low, self.high, self.dash = low, high, dash
 
 
 def _compact(v):
@@ -100,9 +104,10 @@ class LogLogPanel:
                 parts.append(f'<polygon points="{" ".join(upper + lower[::-1])}" fill="{color}" '
                              'fill-opacity="0.15" stroke="none"/>')
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.points)
+            dash = f' stroke-dasharray="{s.dash}"' if s.dash else ""
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                         'stroke-width="2"/>')
-            for x, y in s.points:
+                         f'stroke-width="2"{dash}/>')
+            for x, y in [] if s.dash else s.points:
                 parts.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
         return parts
 
@@ -148,6 +153,20 @@ class BarPanel:
         return list(self.values)
 
 
+def _wrap(note, width):
+    """The note in lines that fit the width (about 5.5 px a character),
+    broken after "; "."""
+    lines = [""]
+    for part in note.split("; "):
+        joined = f"{lines[-1]}; {part}" if lines[-1] else part
+        if len(joined) * 5.5 > width - 40 and lines[-1]:
+            lines[-1] += ";"
+            lines.append(part)
+        else:
+            lines[-1] = joined
+    return lines
+
+
 def write_svg(path, title, panels, note=""):
     names = []
     for p in panels:
@@ -155,7 +174,17 @@ def write_svg(path, title, panels, note=""):
             if n not in names:
                 names.append(n)
     colors = {n: COLORS[i % len(COLORS)] for i, n in enumerate(names)}
-    width, height = PANEL_W * len(panels), PANEL_H + 70
+    width = PANEL_W * len(panels)
+    legend, x, y = [], 20, PANEL_H + 40
+    for n in names:  # wrapped into rows that fit the width
+        w = 30 + 8 * len(n)
+        if x + w > width and x > 20:
+            x, y = 20, y + 22
+        legend.append(f'<rect x="{x}" y="{y}" width="14" height="14" fill="{colors[n]}"/>')
+        legend.append(_text(x + 20, y + 12, n, 12, anchor="start"))
+        x += w
+    notes = _wrap(note, width) if note else []
+    height = y + 26 + 18 * len(notes)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
            f'<rect width="{width}" height="{height}" fill="#fff"/>',
@@ -164,13 +193,9 @@ def write_svg(path, title, panels, note=""):
         out.append(f'<g transform="translate({i * PANEL_W},30)">')
         out += panel.draw(colors)
         out.append("</g>")
-    x = 20
-    for n in names:
-        out.append(f'<rect x="{x}" y="{height - 30}" width="14" height="14" fill="{colors[n]}"/>')
-        out.append(_text(x + 20, height - 18, n, 12, anchor="start"))
-        x += 30 + 8 * len(n)
-    if note:
-        out.append(_text(width - 10, height - 18, note, 10, anchor="end"))
+    out += legend
+    for i, line in enumerate(notes):
+        out.append(_text(20, height - 10 - 18 * (len(notes) - 1 - i), line, 10, anchor="start"))
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")

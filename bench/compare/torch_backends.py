@@ -13,8 +13,8 @@ every rank has both groups, collie (the default group) and gloo
 (new_group), and times each size on both, one after the other, so the two
 see the same machine load. A time is the mean of one size's timed calls
 (float32 sum, after warm-up), averaged over the ranks; the table shows, per
-size, the median over the runs (and the min-max), and gloo's time over
-collie's.
+size, the median over the runs (and the min-max), and the speed-up of
+collie over gloo (gloo's time / collie's: above 1, collie is faster).
 
 Each job also measures what the adapter adds to collie's own C++ call for a
 4-byte blocking all_reduce: --overhead-blocks alternating blocks (ABBA) of
@@ -29,29 +29,35 @@ Fashion-MNIST: samples/torch_ddp/train.py for one epoch of --ddp-steps steps
 per rank, over collie and over gloo alternately, N times each per world size
 (--ddp-args passes the same extra arguments to both); it reports the median
 training samples/s (all ranks together, evaluation excluded) and CPU time
-per step of each backend.
+per step of each backend, and the speed-up of collie over gloo (collie's
+rate / gloo's).
 
 --fsdp-runs N (default 0: skipped) adds FSDP2 (samples/torch_fsdp/train.py,
 fully_shard on a CPU mesh) the same way: one epoch of --fsdp-steps steps per
 rank, collie and gloo alternately, N times each; it reports the median
 training steps/s.
 
---save writes the measurements as JSON, --load prints the tables of such a
-file without measuring, and --plot draws them as SVG (svg_plot.py, standard
-library only).
+--save writes the measurements as JSON: the all_reduce times as records of
+bench_results.py's schema (impl "torch-collie" and "torch-gloo"), the
+overhead, DDP and FSDP figures as sections of their own. --load prints the
+tables of such a file (or of one written before that schema) without
+measuring, and --plot draws them as SVG (svg_plot.py, standard library only).
 """
 import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.abspath(__file__)
-sys.path.insert(0, os.path.dirname(HERE))  # svg_plot
+sys.path.insert(0, os.path.dirname(HERE))
+import bench_results  # noqa: E402
+import merge_results  # noqa: E402
+from bench_stats import (fixed, fmt_span, fmt_speedup, human_bytes, median,  # noqa: E402
+                         rate_speedup, speedup_header)
 SAMPLES = os.path.join(os.path.dirname(HERE), "..", "..", "samples")
 TRAIN = os.path.join(SAMPLES, "torch_ddp", "train.py")
 TRAIN_FSDP = os.path.join(SAMPLES, "torch_fsdp", "train.py")
@@ -154,16 +160,43 @@ def ddp_samples_per_s(world, backend, steps, extra=()):
 
 
 def span(values, digits=1):
-    values = list(values)
-    return (f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-"
-            f"{max(values):.{digits}f})")
+    return fmt_span(list(values), fixed(digits))
 
 
-def human(nbytes):
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes // scale} {unit}"
-    return f"{nbytes} B"
+BACKENDS = {"collie": ("torch-collie", "auto"), "gloo": ("torch-gloo", "tcp")}
+
+
+def to_records(all_reduce, machine, command=""):
+    """The all_reduce times ({world: {"backend bytes": [us per run]}}) as
+    bench_results records."""
+    records = []
+    for world, times in all_reduce.items():
+        for key, runs in times.items():
+            backend, nbytes = key.split()
+            impl, transport = BACKENDS[backend]
+            r = bench_results.Record(impl, transport, "all_reduce", int(world), int(nbytes),
+                                     iters=iterations(int(nbytes)), warmup=2, machine=machine,
+                                     command=command)
+            for us in runs:
+                r.add(us)
+            records.append(r)
+    return records
+
+
+def load(path):
+    """The results of a --save file, or of one written before bench_results
+    (an "all_reduce" section), with the records as Record objects."""
+    with open(path) as f:
+        results = json.load(f)
+    records = [bench_results.from_json(r) for r in results.pop("records", [])]
+    records += to_records(results.pop("all_reduce", {}), {})
+    results.pop("schema", None)
+    return dict(results, records=records)
+
+
+def save(path, results):
+    extra = {k: v for k, v in results.items() if k != "records"}
+    bench_results.save(path, results["records"], extra)
 
 
 def main():
@@ -195,15 +228,9 @@ def main():
     args = p.parse_args()
     if args.worker:
         return worker(args.max_bytes, args.overhead_blocks)
-    if args.load:
-        with open(args.load) as f:
-            results = json.load(f)
-    else:
-        results = measure(args)
+    results = load(args.load) if args.load else measure(args)
     if args.save:
-        with open(args.save, "w") as f:  # one line per kind of measurement
-            f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}"
-                                         for k, v in results.items()) + "\n}\n")
+        save(args.save, results)
     print_tables(results)
     fsdp_table(results)
     if args.plot:
@@ -211,12 +238,14 @@ def main():
 
 
 def measure(args):
-    """{"all_reduce": {world: {"backend size": [us per run]}}, "overhead": {world:
-    [per job {block: {path: [wall, process, thread]}}]}, "ddp": {world: {backend:
-    [samples/s per run]}}, and how it was run}."""
+    """{"records": [all_reduce records, one per backend, world and size],
+    "overhead": {world: [per job {block: {path: [wall, process, thread]}}]},
+    "ddp": {world: {backend: [samples/s per run]}}, and how it was run}."""
+    machine = bench_results.machine_info()
+    all_reduce = {}
     results = {"runs": args.runs, "ddp_steps": args.ddp_steps, "ddp_args": args.ddp_args,
-               "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args, "all_reduce": {}, "overhead": {}, "ddp": {},
-               "ddp_cpu_ms": {}, "fsdp": {}}
+               "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args, "overhead": {},
+               "ddp": {}, "ddp_cpu_ms": {}, "fsdp": {}}
     if args.overhead_only:
         args.max_bytes = 0
     if not args.skip_all_reduce:
@@ -231,7 +260,7 @@ def measure(args):
                     elif kind == "overhead":
                         job.setdefault(rest[0], {})[rest[1]] = [float(x) for x in rest[2:]]
                 jobs.append(job)
-            results["all_reduce"][str(world)] = times
+            all_reduce[str(world)] = times
             results["overhead"][str(world)] = jobs
     for world in args.worlds if args.ddp_runs > 0 else []:
         rates, cpu = {"collie": [], "gloo": []}, {"collie": [], "gloo": []}
@@ -251,38 +280,40 @@ def measure(args):
                                     args.fsdp_args.split())
                 rates[backend].append(stats["train_steps_per_s"])
         results["fsdp"][str(world)] = rates
+    bench_results.finish_machine(machine)
+    command = (f"RANK=r WORLD_SIZE=n {sys.executable} {HERE} --worker --max-bytes "
+               f"{args.max_bytes} --overhead-blocks {args.overhead_blocks}")
+    results["records"] = to_records(all_reduce, machine, command)
     return results
 
 
 def print_tables(results):
-    if any(results["all_reduce"].values()):
-        print(f"torch.distributed.all_reduce (float32 sum), collie vs gloo: median (min-max) us "
-              f"of {results['runs']} runs")
-    for world, times in results["all_reduce"].items():
-        if times:
-            print(f"\nN = {world}\n\n| size | collie us | gloo us | gloo/collie time |\n"
-                  "| --- | --- | --- | --- |")
-            for nbytes in measured_sizes(times):
-                c, g = times[f"collie {nbytes}"], times[f"gloo {nbytes}"]
-                print(f"| {human(nbytes)} | {span(c)} | {span(g)} | "
-                      f"{statistics.median(g) / statistics.median(c):.2f} |")
-        overhead_table(world, results["overhead"][world])
+    if results["records"]:
+        print("torch.distributed.all_reduce (float32 sum), collie against gloo in the same "
+              "processes\n")
+        print(merge_results.render(results["records"]))
+    for world, jobs in results.get("overhead", {}).items():
+        if jobs:
+            overhead_table(world, jobs)
     if results["ddp"]:
         extra = f", train.py {results['ddp_args']}" if results["ddp_args"] else ""
         print(f"\nDDP on Fashion-MNIST (samples/torch_ddp/train.py, {results['ddp_steps']} steps "
               f"per rank{extra}): training samples/s, median (min-max) of the runs\n")
-        print("collie/gloo: the ratio of the medians, and the median (min-max) of the ratios "
+        print("speed-up: collie's rate / gloo's, of the medians; paired: the median (min-max) "
               "of the runs made one after the other (each pair saw about the same load)\n")
-        print("| ranks | collie | gloo | collie/gloo | paired collie/gloo | CPU ms per step, "
+        print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired | CPU ms per step, "
               "collie | gloo |\n| --- | --- | --- | --- | --- | --- | --- |")
     for world, rates in results["ddp"].items():
         c, g = rates["collie"], rates["gloo"]
         cpu = results.get("ddp_cpu_ms", {}).get(world)
         cpu_cells = f"{span(cpu['collie'], 2)} | {span(cpu['gloo'], 2)}" if cpu else "- | -"
-        paired = span([a / b for a, b in zip(c, g)], 2)
-        print(f"| {world} | {span(c)} | {span(g)} | "
-              f"{statistics.median(c) / statistics.median(g):.2f} | {paired} | {cpu_cells} |",
-              flush=True)
+        print(f"| {world} | {span(c)} | {span(g)} | {fmt_speedup(rate_speedup(c, g))} | "
+              f"{paired(c, g)} | {cpu_cells} |", flush=True)
+
+
+def paired(collie_rates, gloo_rates):
+    """Median (min-max) of the speed-ups of the runs made one after the other."""
+    return span([a / b for a, b in zip(collie_rates, gloo_rates)], 2)
 
 
 def fsdp_table(results):
@@ -291,17 +322,12 @@ def fsdp_table(results):
     extra = f" {results['fsdp_args']}" if results.get("fsdp_args") else ""
     print(f"\nFSDP2 on Fashion-MNIST (samples/torch_fsdp/train.py{extra}, {results['fsdp_steps']} "
           "steps per rank): training steps/s, median (min-max) of the runs\n")
-    print("| ranks | collie | gloo | collie/gloo | paired collie/gloo |\n"
+    print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
           "| --- | --- | --- | --- | --- |")
     for world, rates in results["fsdp"].items():
         c, g = rates["collie"], rates["gloo"]
-        paired = span([a / b for a, b in zip(c, g)], 2)
-        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | "
-              f"{statistics.median(c) / statistics.median(g):.2f} | {paired} |", flush=True)
-
-
-def measured_sizes(times):
-    return sorted({int(key.split()[1]) for key in times})
+        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
+              f"{paired(c, g)} |", flush=True)
 
 
 def overhead_table(world, jobs):
@@ -318,9 +344,9 @@ def overhead_table(world, jobs):
         own, through, added = [], [], []
         for job in jobs:
             pairs = [(b["collie"][m], b["adapter"][m]) for b in job.values()]
-            own.append(statistics.median(c for c, _ in pairs))
-            through.append(statistics.median(a for _, a in pairs))
-            added.append(statistics.median(a - c for c, a in pairs))
+            own.append(median(c for c, _ in pairs))
+            through.append(median(a for _, a in pairs))
+            added.append(median(a - c for c, a in pairs))
         print(f"| {metric} | {span(own, 2)} | {span(through, 2)} | {span(added, 2)} |",
               flush=True)
 
@@ -328,28 +354,23 @@ def overhead_table(world, jobs):
 def plot(results, path):
     """One panel per world size (all_reduce us per call against the size,
     median line and min-max band per backend) and one of the DDP rates."""
-    from svg_plot import BarPanel, LogLogPanel, Series, write_svg
+    from plot_results import series
+    from svg_plot import BarPanel, LogLogPanel, write_svg
 
     panels = []
-    for world, times in results["all_reduce"].items():
-        if not times:
-            continue
-        series = []
-        for backend in ("collie", "gloo"):
-            runs = [times[f"{backend} {n}"] for n in measured_sizes(times)]
-            series.append(Series(backend, [
-                (n, statistics.median(r)) for n, r in zip(measured_sizes(times), runs)],
-                low=[min(r) for r in runs], high=[max(r) for r in runs]))
+    for (_, world), table in bench_results.by_table(results["records"]).items():
         panels.append(LogLogPanel(f"torch all_reduce, N = {world}", "message size (float32 sum)",
-                                  "us per call (median, min-max band)", series, x_format=human))
+                                  "us per call (median, min-max band)", series(table, "time_us"),
+                                  x_format=human_bytes))
     if results["ddp"]:
         worlds = list(results["ddp"])
         values, low, high = {}, {}, {}
         for backend in ("collie", "gloo"):
+            name = bench_results.label(*BACKENDS[backend])
             rates = [results["ddp"][w][backend] for w in worlds]
-            values[backend] = [statistics.median(r) for r in rates]
-            low[backend] = [min(r) for r in rates]
-            high[backend] = [max(r) for r in rates]
+            values[name] = [median(r) for r in rates]
+            low[name] = [min(r) for r in rates]
+            high[name] = [max(r) for r in rates]
         panels.append(BarPanel("torch DDP, Fashion-MNIST MLP", "training samples/s (all ranks)",
                                [f"{w} ranks" for w in worlds], values, low, high))
     write_svg(path, "collie vs gloo under torch.distributed (bench/compare/torch_backends.py)",
