@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "collectives/transport.h"
-#include "runtime/base/types.h"
+#include "base/types.h"
+#include "collectives/transport/transport.h"
 
 namespace collie {
 
@@ -115,7 +115,7 @@ void shm_broadcast(Transport& t, TensorView tensor, int root);
 // every rank: built from the host ids every rank published at join.
 struct HostMap {
   // host_of[r]: rank r's host, the hosts numbered in the order of their
-  // lowest rank (bootstrap.h, Bootstrap::host_of).
+  // lowest rank (transport/join.h, Bootstrap::host_of).
   explicit HostMap(std::vector<int> host_of);
   std::vector<int> host_of;
   std::vector<std::vector<int>> hosts;  // each host's ranks, ascending

@@ -22,34 +22,49 @@
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
+#include "base/types.h"
 #include "collectives/all_reduce_algorithm.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/types.h"
 
 namespace collie {
 
+// What a communicator is told. The library reads no environment variable:
+// from_env() is where the COLLIE_* variables (docs/environment.md) become
+// options, once, at the API boundary (the cpu backend calls it; so may a
+// program that connects a Communicator itself).
 struct CommunicatorOptions {
-  // Address to listen on and publish (IPv4 or IPv6). "": COLLIE_SOCKET_IFNAME's
-  // address, else the local address that routes to MASTER_ADDR, else
+  // Address to listen on and publish (IPv4 or IPv6). "": the address of
+  // `interface`, else the local address that routes to `route_host`, else
   // 127.0.0.1.
   std::string bind_host;
+  std::string interface;   // from_env: COLLIE_SOCKET_IFNAME
+  std::string route_host;  // from_env: MASTER_ADDR
   // The channels: "auto" (shared memory between ranks with the same host id,
   // TCP otherwise), "tcp" (TCP everywhere) or "shm" (shared memory, an error
-  // for a peer on another host). "": COLLIE_TRANSPORT, else auto.
+  // for a peer on another host). "": auto. from_env: COLLIE_TRANSPORT.
   std::string transport;
   // Which ranks count as one host: ranks with equal host ids share memory
-  // and form one host of the hierarchical algorithms. "": COLLIE_HOST_ID,
-  // else hostname + boot id + network namespace inode. (Tests give threads
+  // and form one host of the hierarchical algorithms. "": hostname + boot id
+  // + network namespace inode. from_env: COLLIE_HOST_ID. (Tests give threads
   // of one process different ids to fake several hosts.)
   std::string host_id;
-  // Connect every peer at init (the full mesh) instead of on first use.
-  // For measurements (docs/performance.md; COLLIE_CONNECT_ALL=1 too); lazy
-  // is the default.
-  bool connect_all = false;
+  // Bytes of each of a shared-memory pair's two rings, from 4096 to 2^34
+  // (rounded down to whole cache lines); 0: 1 MiB. from_env: COLLIE_SHM_BYTES.
+  size_t shm_buffer_bytes = 0;
+  // Across hosts, the hierarchical algorithms where a host runs two or more
+  // ranks; false: the flat ones. from_env: COLLIE_HIERARCHICAL=0 turns them off.
+  bool hierarchical = true;
   // A call still waiting after this long logs a WARN line (then each time
-  // its wait doubles, at most every 5 min); COLLIE_REPORT_AFTER overrides.
+  // its wait doubles, at most every 5 min). from_env: COLLIE_REPORT_AFTER.
   Timeout report_after = std::chrono::seconds(30);
+  // Measurement switches (bench/collectives_tune has them as flags; no
+  // environment variable sets them). Connect every peer at init (the full
+  // mesh) instead of on first use:
+  bool connect_all = false;
+  // A wait on shared-memory channels sleeps on their futex words; false:
+  // in poll() on their doorbells.
+  bool futex_wait = true;
   // Key namespace of this group in the store ("default_pg", "group_3"); also
   // hashed into every message header so that groups never cross-talk.
   std::string store_prefix = "collie";
@@ -80,6 +95,13 @@ struct CommunicatorOptions {
   std::chrono::microseconds busy_poll = std::chrono::microseconds(5);
   // SO_SNDBUF/SO_RCVBUF for the data connections; 0 keeps the kernel's.
   int socket_buffer_bytes = 4 << 20;
+
+  // `base` with the COLLIE_* variables read into the fields it leaves unset
+  // (transport, host_id, interface, route_host, shm_buffer_bytes) and into
+  // hierarchical and report_after. InvalidArgument naming the variable for
+  // a bad value.
+  static CommunicatorOptions from_env(CommunicatorOptions base);
+  static CommunicatorOptions from_env();
 };
 
 class Communicator {

@@ -45,8 +45,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/check.h"
 #include "collectives/reduce_kernels.h"
-#include "runtime/base/check.h"
 
 namespace collie {
 namespace {

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/base/check.h"
-#include "runtime/base/half.h"
+#include "base/check.h"
+#include "base/half.h"
 
 namespace collie {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 
 namespace collie {
 

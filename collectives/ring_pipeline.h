@@ -23,7 +23,7 @@
 #include <type_traits>
 
 #include "collectives/algorithms.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace collie {
 

@@ -5,13 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "collectives/bootstrap.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/parse_duration.h"
+#include "base/str_cat.h"
 #include "collectives/reduce_kernels.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/parse_duration.h"
-#include "runtime/base/str_cat.h"
+#include "collectives/transport/join.h"
 
 namespace collie {
 namespace {
@@ -67,11 +67,6 @@ void place_once(int local_index, int local_ranks) {
   sched_setaffinity(0, sizeof original, &original);
 }
 
-Timeout report_after(Timeout option) {
-  const char* env = std::getenv("COLLIE_REPORT_AFTER");
-  return env && *env ? parse_duration(env, "COLLIE_REPORT_AFTER") : option;
-}
-
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int size,
@@ -99,7 +94,8 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   TransportOptions topts;
   topts.spin = boot.local_ranks > cores ? options.oversubscribed_spin : options.spin;
   topts.busy_poll = boot.local_ranks > cores ? std::chrono::microseconds(0) : options.busy_poll;
-  topts.report_after = report_after(options.report_after);
+  topts.report_after = std::chrono::duration_cast<std::chrono::milliseconds>(options.report_after);
+  topts.futex_wait = options.futex_wait;
   COLLIE_LOG(kDebug) << boot.local_ranks << " ranks of " << size << " on this host with " << cores
                      << " cores: spinning " << topts.spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),
@@ -115,10 +111,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   // Otherwise the ring neighbours, which nearly every algorithm talks to,
   // are connected now (so that a dead neighbour is found at init, and a
   // failure reaches them as an abort frame); the rest on first use.
-  const char* connect_all_env = std::getenv("COLLIE_CONNECT_ALL");
-  const bool connect_all =
-      options.connect_all || (connect_all_env && std::string_view(connect_all_env) == "1");
-  if (connect_all || one_host) {
+  if (options.connect_all || one_host) {
     comm->channel_kinds(deadline, true);
   } else {
     comm->connect_peers({(rank + size - 1) % size, (rank + 1) % size}, deadline);
@@ -137,7 +130,8 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       address_(std::move(address)),
       transport_(std::move(transport)),
       config_{options.segment_bytes, options.small_message_bytes, options.shm_all_reduce_ranks,
-              options.shm_ring_bytes} {}
+              options.shm_ring_bytes},
+      hierarchical_wanted_(options.hierarchical) {}
 
 void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
   // Op #0: the communicator's own calls at init are not numbered among the
@@ -514,12 +508,11 @@ void SocketCommunicator::choose_hierarchical(std::vector<int> host_of, const Dea
   if (map.max_local < 2) return;
   const auto& mine = map.hosts[map.host_of[rank_]];
   connect_peers(mine, deadline);
-  const char* env = std::getenv("COLLIE_HIERARCHICAL");
-  const bool wanted = !(env && std::string_view(env) == "0");
+  const bool wanted = hierarchical_wanted_;
   bool readable = true;
   for (int p : mine) readable = readable && (p == rank_ || transport_->peer_pid(p) > 0);
   // Whether a host allows cross-memory attach is the host's business, and
-  // COLLIE_HIERARCHICAL is each rank's: agree on both (the ring, whose
+  // CommunicatorOptions::hierarchical each rank's: agree on both (the ring, whose
   // neighbours are connected already).
   int32_t ok = wanted && readable ? 1 : 0;
   CallInfo call{CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kMin, 0, 1};

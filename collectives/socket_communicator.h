@@ -10,7 +10,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/communicator.h"
-#include "collectives/transport.h"
+#include "collectives/transport/transport.h"
 
 namespace collie {
 
@@ -100,6 +100,7 @@ class SocketCommunicator final : public Communicator {
   const std::string address_;
   std::unique_ptr<Transport> transport_;
   const AlgorithmConfig config_;
+  const bool hierarchical_wanted_;  // CommunicatorOptions::hierarchical
   Workspace workspace_;
   uint64_t seq_ = 0;
   bool shm_algorithms_ = false;

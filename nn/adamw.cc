@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

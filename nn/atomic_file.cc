@@ -12,9 +12,9 @@
 #include <random>
 #include <utility>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
-#include "runtime/base/unique_fd.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "base/unique_fd.h"
 
 namespace collie::nn {
 

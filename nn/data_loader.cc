@@ -1,8 +1,8 @@
 #include "nn/data_loader.h"
 
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

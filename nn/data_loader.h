@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/deadline.h"
 #include "nn/tensor.h"
-#include "runtime/base/deadline.h"
 
 namespace collie::nn {
 

@@ -5,9 +5,9 @@
 #include <optional>
 #include <utility>
 
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

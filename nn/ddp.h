@@ -17,7 +17,7 @@
 // start equal whatever their seeds.
 //
 // Devices. The same class wraps a host Module (gradients in host buckets,
-// for the socket backend) or any DdpModel, such as nn::cuda::CudaMlp
+// for the cpu backend) or any DdpModel, such as nn::cuda::CudaMlp
 // (gradients in CUDA buckets, for the nccl backend): the device of the
 // parameters decides where the buckets and the construction's scratch
 // buffers live, and the process group must accept that device's buffers.

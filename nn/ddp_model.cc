@@ -1,6 +1,6 @@
 #include "nn/ddp_model.h"
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie::nn {
 

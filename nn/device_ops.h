@@ -17,7 +17,7 @@
 #include <functional>
 #include <utility>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 
 namespace collie::nn {
 

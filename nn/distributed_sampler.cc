@@ -1,6 +1,6 @@
 #include "nn/distributed_sampler.h"
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie::nn {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie::nn {
 

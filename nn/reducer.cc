@@ -1,9 +1,9 @@
 #include "nn/reducer.h"
 
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

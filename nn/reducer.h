@@ -37,9 +37,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/deadline.h"
 #include "nn/ddp_model.h"
 #include "nn/device_ops.h"
-#include "runtime/base/deadline.h"
 #include "runtime/process_group/process_group.h"
 
 namespace collie::nn {

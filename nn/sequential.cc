@@ -1,6 +1,6 @@
 #include "nn/sequential.h"
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

@@ -1,7 +1,7 @@
 #include "nn/sgd.h"
 
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/str_cat.h"
 
 namespace collie::nn {
 

@@ -3,10 +3,10 @@
 #include <bit>
 #include <cstring>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/atomic_file.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie::nn {
 

@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/types.h"
 #include "nn/module.h"
 #include "nn/tensor.h"
-#include "runtime/base/types.h"
 
 namespace collie::nn {
 

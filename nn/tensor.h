@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie::nn {
 

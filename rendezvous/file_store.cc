@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <thread>
 
+#include "base/backoff.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "rendezvous/store_util.h"
-#include "runtime/base/backoff.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <limits>
 
-#include "runtime/base/backoff.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/backoff.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 
 namespace collie {
 namespace {

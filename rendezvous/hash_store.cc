@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/store_util.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 

@@ -2,10 +2,11 @@
 
 #include <vector>
 
+#include "base/error.h"
+#include "base/host_port.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace collie {
 namespace {
@@ -58,31 +59,9 @@ class UrlParser {
   // host:port, [v6]:port; an optional trailing '/'.
   void parse_authority(std::string_view body, InitMethod& out) const {
     if (body.ends_with('/')) body.remove_suffix(1);
-    std::string_view port;
-    if (body.starts_with('[')) {
-      size_t close = body.find(']');
-      if (close == std::string_view::npos) fail("IPv6 host has '[' but no closing ']'");
-      out.host = std::string(body.substr(1, close - 1));
-      std::string_view rest = body.substr(close + 1);
-      if (rest.empty()) fail(str_cat("missing port after host '[", out.host, "]'"));
-      if (rest[0] != ':') fail(str_cat("unexpected '", rest, "' after host '[", out.host, "]'"));
-      port = rest.substr(1);
-    } else {
-      size_t colon = body.find(':');
-      if (colon == std::string_view::npos) {
-        if (body.empty()) fail("missing host and port");
-        fail(str_cat("missing port after host '", body, "'"));
-      }
-      if (body.find(':', colon + 1) != std::string_view::npos)
-        fail(str_cat("host '", body,
-                     "' looks like an IPv6 address: put it in brackets, e.g. "
-                     "tcp://[::1]:29500"));
-      out.host = std::string(body.substr(0, colon));
-      port = body.substr(colon + 1);
-    }
-    if (out.host.empty()) fail("missing host");
-    if (port.empty()) fail(str_cat("missing port after host '", out.host, "'"));
-    out.port = with_context([&] { return detail::parse_port("port", std::string(port)); });
+    const HostPort hp = with_context([&] { return split_host_port(body, PortRule::kRequired); });
+    out.host = hp.host;
+    out.port = with_context([&] { return detail::parse_port("port", hp.port); });
   }
 
   void parse_env(std::string_view body, const EnvLookup& env, InitMethod& out) const {
@@ -91,9 +70,7 @@ class UrlParser {
                    "'); the address comes from MASTER_ADDR and MASTER_PORT"));
     auto addr = env("MASTER_ADDR");
     if (!addr) fail("MASTER_ADDR is not set (env:// needs MASTER_ADDR and MASTER_PORT)");
-    std::string_view host = *addr;
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-      host = host.substr(1, host.size() - 2);
+    const std::string_view host = strip_brackets(*addr);
     if (host.empty()) fail(str_cat("MASTER_ADDR='", *addr, "' is empty"));
     out.host = std::string(host);
     auto port = env("MASTER_PORT");

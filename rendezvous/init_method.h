@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "rendezvous/launch_env.h"
+#include "rendezvous/env/launch_env.h"
 #include "rendezvous/store.h"
 
 namespace collie {

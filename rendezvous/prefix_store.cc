@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie {
 

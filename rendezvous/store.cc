@@ -1,6 +1,6 @@
 #include "rendezvous/store.h"
 
-#include "runtime/base/check.h"
+#include "base/check.h"
 
 namespace collie {
 

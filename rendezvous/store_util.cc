@@ -2,8 +2,8 @@
 
 #include <charconv>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie {
 

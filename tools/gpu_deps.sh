@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the header-only dependencies (Asio, Eigen, Catch2 with its CMake
 # helpers, CLI11) from this Debian machine into .deps/ (git-ignored), so that
-# bench/gpu_torch_check.sh can build on a GPU machine without a package manager.
+# tools/gpu/torch_check.sh can build on a GPU machine without a package manager.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .deps && mkdir -p .deps/include .deps/lib/cmake/Catch2

@@ -1,5 +1,5 @@
 // channel_cost: what the TCP channel's write and read cost on the calling
-// thread, Asio's socket (collectives/tcp/tcp_channel.h, read_some and
+// thread, Asio's socket (collectives/transport/tcp/tcp_channel.h, read_some and
 // write_some in non-blocking mode) against the raw calls the channel made
 // before (c41bdef: sendmsg and recv with MSG_DONTWAIT on the descriptor).
 //
@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/tcp/tcp_channel.h"
+#include "collectives/transport/tcp/tcp_channel.h"
 
 using namespace collie;
 using asio::ip::tcp;
@@ -69,7 +69,7 @@ class RawChannel final : public Channel {
 };
 
 // One frame from `from` to `to`, as the transport moves it
-// (collectives/connection.cc): one write of the 40-byte header and the
+// (collectives/transport/connection.cc): one write of the 40-byte header and the
 // payload together, then a read of the header on its own and one of the
 // payload into place, each repeated until all of it moved.
 void move_frame(Channel& from, Channel& to, const std::vector<char>& payload,

@@ -1,5 +1,5 @@
 // shm_ring_cost: what one exchange through a pair of shared-memory rings
-// (collectives/shm/shm_ring.h) costs between two processes, the ring alone:
+// (collectives/transport/shm/shm_ring.h) costs between two processes, the ring alone:
 // no connection, no transport, no sleeping. Both processes write a frame of
 // F bytes into their ring and then read the peer's F bytes from the other,
 // as the two ranks of a small all_reduce do; the figure is ns per exchange,
@@ -26,7 +26,7 @@
 #include <new>
 #include <vector>
 
-#include "collectives/shm/shm_ring.h"
+#include "collectives/transport/shm/shm_ring.h"
 
 using collie::ShmRing;
 using collie::ShmRingControl;

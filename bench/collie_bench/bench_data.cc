@@ -5,7 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "runtime/base/logging.h"
+#include "base/logging.h"
 
 namespace collie::bench {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 
 namespace collie::bench {
 

@@ -7,10 +7,10 @@
 #include <limits>
 #include <optional>
 
+#include "base/error.h"
+#include "base/parse_duration.h"
+#include "base/str_cat.h"
 #include "rendezvous/init_method.h"
-#include "runtime/base/error.h"
-#include "runtime/base/parse_duration.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie::bench {
 
@@ -114,11 +114,11 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier",
                              "reduce", "gather", "scatter", "all_to_all", "sendrecv"}));
-  app.add_option("--algo", o.algo, "all_reduce algorithm (socket backend)")
+  app.add_option("--algo", o.algo, "all_reduce algorithm (cpu backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "shm", "hierarchical", "auto"}));
   app.add_option("--transport", o.transport,
-                 "socket backend channels: auto (shared memory on one host), tcp or shm (default: "
+                 "cpu backend channels: auto (shared memory on one host), tcp or shm (default: "
                  "COLLIE_TRANSPORT, else auto)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tcp", "shm"}));
@@ -126,9 +126,9 @@ void add_options(CLI::App& app, Options& o) {
       "--blocking", o.blocking,
       "wait for each collective before issuing the next (latency as a blocking caller sees "
       "it); default: issue all -n, then wait");
-  app.add_option("--backend", o.backend, "socket, nccl or auto")
+  app.add_option("--backend", o.backend, "cpu (alias socket), nccl or auto")
       ->capture_default_str()
-      ->check(CLI::IsMember({"socket", "nccl", "auto"}));
+      ->check(CLI::IsMember({"cpu", "socket", "nccl", "auto"}));
   app.add_option("--init-method", o.init_method,
                  "init_method URL (default env://, or the launcher's store)");
   app.add_option("--json", o.json, "also write the results as JSON to this file");

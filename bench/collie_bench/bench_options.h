@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/deadline.h"
+#include "base/types.h"
 #include "collectives/all_reduce_algorithm.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/types.h"
 #include "runtime/process_group/process_group.h"
 
 namespace collie::bench {
@@ -24,7 +24,7 @@ struct Options {
   int iters = 20, warmup = 5;
   std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
   std::string transport;  // "": COLLIE_TRANSPORT, else auto
-  std::string backend = "socket", init_method, json;
+  std::string backend = "cpu", init_method, json;
   int check = 1, root = 0, nproc = 0;
   std::string timeout = "300";
   bool blocking = false;

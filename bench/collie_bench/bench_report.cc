@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/build_info.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie::bench {
 

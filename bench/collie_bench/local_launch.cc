@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/child_process.h"
+#include "base/child_process.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace collie::bench {
 

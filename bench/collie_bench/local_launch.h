@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 
 namespace collie::bench {
 

@@ -16,15 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "bench/collie_bench/bench_data.h"
 #include "bench/collie_bench/bench_options.h"
 #include "bench/collie_bench/bench_report.h"
 #include "bench/collie_bench/local_launch.h"
 #include "runtime/api/distributed.h"
 #include "runtime/api/per_device_process_group.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
-#include "runtime/socket/socket_process_group.h"
+#include "runtime/cpu/cpu_process_group.h"
 
 namespace collie::bench {
 namespace {
@@ -44,11 +44,11 @@ class Runner {
     std::shared_ptr<ProcessGroup> host = pg_;
     if (auto per_device = std::dynamic_pointer_cast<PerDeviceProcessGroup>(pg_))
       host = per_device->backend(DeviceType::kCPU);
-    if (auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(host))
+    if (auto socket = std::dynamic_pointer_cast<CpuProcessGroup>(host))
       socket->set_all_reduce_algorithm(s.algo);
     else if (s.algo != AllReduceAlgorithm::kAuto)
-      throw InvalidArgument(str_cat("collie-bench: --algo ", o.algo,
-                                    " needs the socket backend, not ", pg_->backend_name()));
+      throw InvalidArgument(str_cat("collie-bench: --algo ", o.algo, " needs the cpu backend, not ",
+                                    pg_->backend_name()));
   }
 
   // One size: check once, then time. Returns the row (rank 0's view), or
@@ -253,7 +253,7 @@ class Runner {
 // each rank's connected channels (lazy: they grow with the algorithms run).
 // Every rank calls it.
 void print_channels_line(double init_ms, const char* when) {
-  auto socket = std::dynamic_pointer_cast<SocketProcessGroup>(get_default_group());
+  auto socket = std::dynamic_pointer_cast<CpuProcessGroup>(get_default_group());
   if (!socket) return;
   const auto kinds = socket->channel_kinds();
   std::vector<int32_t> mine{0, 0, static_cast<int32_t>(init_ms * 1000)};

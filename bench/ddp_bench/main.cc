@@ -23,14 +23,14 @@
 #include <optional>
 #include <sstream>
 
+#include "base/child_process.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/child_process.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace {
 
@@ -107,7 +107,7 @@ std::vector<double> time_steps(const Options& o, ProcessGroup& group,
 }
 
 int run_rank(const Options& o) {
-  InitOptions init{.backend = "socket"};
+  InitOptions init{.backend = "cpu"};
   if (!o.rdzv.empty()) init.init_method = "file://" + o.rdzv;
   init_process_group(init);
   ProcessGroup& group = *get_default_group();

@@ -31,10 +31,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "bench/store_servers/server_process.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

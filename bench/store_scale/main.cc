@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "bench/store_scale/simulated_ranks.h"
 #include "bench/store_servers/server_process.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "rendezvous/store_protocol.h"
-#include "runtime/base/backoff.h"
-#include "runtime/base/str_cat.h"
+#include "base/backoff.h"
+#include "base/str_cat.h"
+#include "rendezvous/tcp_store/store_protocol.h"
 
 namespace collie::bench {
 namespace {

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 
 namespace collie::bench {
 

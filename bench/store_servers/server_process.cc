@@ -10,9 +10,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "runtime/base/error.h"
-#include "runtime/base/socket_io.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/socket_io.h"
+#include "base/str_cat.h"
 
 namespace collie::bench {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/child_process.h"
-#include "runtime/base/unique_fd.h"
+#include "base/child_process.h"
+#include "base/unique_fd.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace collie::bench {
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/str_cat.h"
 #include "nn/cuda/optimizer_kernels.h"
-#include "runtime/base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {

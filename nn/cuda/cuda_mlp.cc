@@ -6,10 +6,10 @@
 #include "nn/cuda/device_array.h"
 #include "nn/cuda/mlp_kernels.h"
 
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {

@@ -2,8 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "base/logging.h"
 #include "nn/cuda/mlp_kernels.h"
-#include "runtime/base/logging.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {

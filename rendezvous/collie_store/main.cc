@@ -20,10 +20,10 @@
 #include <ctime>
 #include <iostream>
 
-#include "rendezvous/store_protocol.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "rendezvous/tcp_store/store_protocol.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

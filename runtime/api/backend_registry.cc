@@ -6,11 +6,11 @@
 #include <mutex>
 #include <optional>
 
+#include "base/config.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/per_device_process_group.h"
-#include "runtime/base/config.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
-#include "runtime/socket/socket_process_group.h"
+#include "runtime/cpu/cpu_process_group.h"
 #if COLLIE_HAVE_CUDA
 #include "runtime/cuda/cuda_device.h"
 #endif
@@ -27,7 +27,7 @@ namespace {
 std::string nccl_unavailable_reason() {
 #if !COLLIE_HAVE_NCCL
   return "collie was built without NCCL (COLLIE_HAVE_NCCL=0); rebuild with the CUDA "
-         "toolkit and NCCL installed, or use backend \"socket\"";
+         "toolkit and NCCL installed, or use backend \"cpu\"";
 #else
   if (cuda::device_count() == 0)
     return str_cat("no CUDA device is visible (", cuda::no_device_reason(), ")");
@@ -42,11 +42,10 @@ std::string nccl_unavailable_reason() {
 // run instead of calling it unknown.
 std::map<std::string, BackendEntry> builtin_backends() {
   std::map<std::string, BackendEntry> entries;
-  entries["socket"] =
-      BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
-                     return SocketProcessGroup::create(context);
-                   },
-                   [] { return std::string(); }};
+  entries["cpu"] = BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
+                                  return CpuProcessGroup::create(context);
+                                },
+                                [] { return std::string(); }};
   entries["nccl"] = BackendEntry{
       [](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
         std::string reason = nccl_unavailable_reason();
@@ -76,9 +75,10 @@ Registry& registry() {
   return r;
 }
 
+// Lower case, and "socket" (the cpu backend's old name) read as "cpu".
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
+  return s == "socket" ? "cpu" : s;
 }
 
 // Copies the entry out so that its functions run without the lock held.
@@ -123,7 +123,7 @@ namespace {
 
 // The device type a backend serves when named alone.
 std::optional<DeviceType> device_of(const std::string& backend) {
-  if (backend == "socket") return DeviceType::kCPU;
+  if (backend == "cpu") return DeviceType::kCPU;
   if (backend == "nccl") return DeviceType::kCUDA;
   return std::nullopt;
 }
@@ -138,9 +138,9 @@ BackendSpec parse_backend_spec(const std::string& text) {
   const std::string t = lower(text);
   if (t.empty())
     throw InvalidArgument(
-        "backend is empty: expected \"socket\", \"nccl\", \"auto\" or \"cpu:socket,cuda:nccl\"");
+        "backend is empty: expected \"cpu\", \"nccl\", \"auto\" or \"cpu:cpu,cuda:nccl\"");
   if (t == "auto") {
-    spec.cpu = "socket";
+    spec.cpu = "cpu";
     if (std::string why = backend_unavailable_reason("nccl"); why.empty()) {
       spec.cuda = "nccl";
     } else {
@@ -156,9 +156,9 @@ BackendSpec parse_backend_spec(const std::string& text) {
     if (device == DeviceType::kCUDA) {
       spec.cuda = t;
       spec.cpu_why = str_cat("backend \"", t,
-                             "\" serves cuda buffers only; use \"auto\" or \"cpu:socket,cuda:", t,
+                             "\" serves cuda buffers only; use \"auto\" or \"cpu:cpu,cuda:", t,
                              "\" for host buffers too");
-    } else {  // socket, and any registered backend of unknown kind: host buffers
+    } else {  // cpu, and any registered backend of unknown kind: host buffers
       spec.cpu = t;
       spec.cuda_why =
           str_cat("backend \"", t, "\" serves cpu buffers only; use \"auto\" or \"cpu:", t,
@@ -166,7 +166,7 @@ BackendSpec parse_backend_spec(const std::string& text) {
     }
     return spec;
   }
-  // "cpu:socket,cuda:nccl": device:backend pairs, each device type once.
+  // "cpu:cpu,cuda:nccl": device:backend pairs, each device type once.
   size_t pos = 0;
   while (pos <= t.size()) {
     const size_t comma = std::min(t.find(',', pos), t.size());
@@ -174,8 +174,8 @@ BackendSpec parse_backend_spec(const std::string& text) {
     const size_t colon = pair.find(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == pair.size())
       throw InvalidArgument(str_cat("backend \"", text, "\": \"", pair,
-                                    "\" is not device:backend (e.g. \"cpu:socket,cuda:nccl\")"));
-    const std::string device = pair.substr(0, colon), name = pair.substr(colon + 1);
+                                    "\" is not device:backend (e.g. \"cpu:cpu,cuda:nccl\")"));
+    const std::string device = pair.substr(0, colon), name = lower(pair.substr(colon + 1));
     std::string* slot = device == "cpu" ? &spec.cpu : device == "cuda" ? &spec.cuda : nullptr;
     if (slot == nullptr)
       throw InvalidArgument(str_cat("backend \"", text, "\": unknown device type \"", device,

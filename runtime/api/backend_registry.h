@@ -1,4 +1,4 @@
-// The backend registry: process-group backends by name ("socket", "nccl"),
+// The backend registry: process-group backends by name ("cpu", "nccl"),
 // each with a factory and an availability probe. init_process_group and
 // new_group look the backend up here, so nothing above this file names a
 // concrete backend. The built-in backends are listed in backend_registry.cc;
@@ -29,7 +29,7 @@ struct BackendEntry {
 // timeout, name) build their groups with entry.create, in every process that
 // registered it (register before init_process_group, on every rank). Names
 // are case-insensitive. A backend may wrap another: its create may call
-// create_backend("socket", context), as the test of this function does
+// create_backend("cpu", context), as the test of this function does
 // (test/runtime/api/backend_registry_test.cc). Thread-safe.
 void register_backend(const std::string& name, BackendEntry entry);
 // The registered names, sorted.
@@ -46,11 +46,12 @@ std::shared_ptr<ProcessGroup> create_backend(const std::string& name,
 
 // A backend string as init_process_group and new_group take it, torch 2.x's
 // syntax: one backend per device type.
-//   "cpu:socket,cuda:nccl"  both, explicitly (each must be able to run here)
-//   "socket" / "nccl"       one device type (socket: cpu, nccl: cuda)
-//   "auto"                  socket for cpu, and nccl for cuda where NCCL is
+//   "cpu:cpu,cuda:nccl"     both, explicitly (each must be able to run here)
+//   "cpu" / "nccl"          one device type
+//   "auto"                  cpu for cpu, and nccl for cuda where NCCL is
 //                           built and a GPU is visible (else why not, which
 //                           a call with a cuda buffer reports)
+// "socket", the cpu backend's old name, is read as "cpu" everywhere.
 struct BackendSpec {
   std::string text;               // as given
   std::string cpu, cuda;          // backend names; "" when none

@@ -1,7 +1,7 @@
 #include "runtime/api/build_info.h"
 
-#include "runtime/base/config.h"
-#include "runtime/base/str_cat.h"
+#include "base/config.h"
+#include "base/str_cat.h"
 #if COLLIE_HAVE_NCCL
 #include "runtime/nccl/nccl_info.h"
 #endif

@@ -3,11 +3,11 @@
 // group's ProcessGroup and waits unless async_op.
 #include <algorithm>
 
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
 #include "runtime/api/group_call.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 

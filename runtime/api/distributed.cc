@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <mutex>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "rendezvous/prefix_store.h"
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/group_call.h"
 #include "runtime/api/init_rendezvous.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -25,20 +25,21 @@
 #include <string>
 #include <vector>
 
+#include "base/deadline.h"
+#include "base/types.h"
 #include "rendezvous/store.h"
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/group.h"
 #include "runtime/api/print.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/types.h"
 #include "runtime/process_group/process_group.h"
 #include "runtime/process_group/work.h"
 
 namespace collie {
 
 struct InitOptions {
-  // One backend per device type, torch 2.x's syntax: "cpu:socket,cuda:nccl";
-  // "socket" (cpu buffers) or "nccl" (cuda buffers) alone; "auto": socket
+  // One backend per device type, torch 2.x's syntax: "cpu:cpu,cuda:nccl";
+  // "cpu" (cpu buffers; "socket" is its old name) or "nccl" (cuda buffers)
+  // alone; "auto": cpu
   // for cpu, plus nccl for cuda when built with NCCL and a GPU is visible
   // (otherwise a cuda buffer is refused, saying why). See backend_registry.h.
   std::string backend = "auto";
@@ -55,7 +56,7 @@ struct InitOptions {
   std::shared_ptr<Store> store;
   // Accepted for torch compatibility; the default group is always "0".
   std::string group_name;
-  // The socket backend's channels: "auto" (shared memory between ranks on
+  // The cpu backend's channels: "auto" (shared memory between ranks on
   // one host, TCP between hosts), "tcp" or "shm". "" = COLLIE_TRANSPORT,
   // else auto.
   std::string transport;

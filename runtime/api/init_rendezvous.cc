@@ -1,12 +1,12 @@
 #include "runtime/api/init_rendezvous.h"
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/init_method.h"
 #include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/launch_env.h"
+#include "base/deadline.h"
+#include "rendezvous/env/launch_env.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
 
 namespace collie {
 

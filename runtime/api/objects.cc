@@ -5,11 +5,11 @@
 // uint8 host buffers on the group's host backend.
 #include <algorithm>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
 #include "runtime/api/group_call.h"
 #include "runtime/api/per_device_process_group.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 namespace {
@@ -24,7 +24,7 @@ std::shared_ptr<ProcessGroup> host_group(const Group& group, const char* call) {
       throw BackendError(str_cat(call, ": objects travel in host memory, but group (backend \"",
                                  pg->backend_name(),
                                  "\") has no backend for cpu buffers; use backend \"auto\" or "
-                                 "\"cpu:socket,cuda:nccl\""));
+                                 "\"cpu:cpu,cuda:nccl\""));
     return host;
   }
   return pg;

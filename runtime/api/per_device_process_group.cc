@@ -1,7 +1,7 @@
 #include "runtime/api/per_device_process_group.h"
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie {
 

@@ -1,6 +1,6 @@
 // PerDeviceProcessGroup: one process group, one backend per device type,
 // as torch 2.x runs them ("cpu:gloo,cuda:nccl"): every call goes to the
-// backend of its buffers' device (host buffers to "socket", CUDA buffers to
+// backend of its buffers' device (host buffers to "cpu", CUDA buffers to
 // "nccl"), so a program can mix host and device tensors on one group.
 //
 // A device type without a backend says why when a call uses it, not
@@ -25,12 +25,12 @@ class PerDeviceProcessGroup final : public ProcessGroup {
     std::shared_ptr<ProcessGroup> backend;
     std::string missing;
   };
-  // `spec` is the backend string as given ("auto", "cpu:socket,cuda:nccl").
+  // `spec` is the backend string as given ("auto", "cpu:cpu,cuda:nccl").
   PerDeviceProcessGroup(int rank, int size, std::string spec, Slot cpu, Slot cuda);
   ~PerDeviceProcessGroup() override;
 
-  // "socket" or "nccl" when one device type is served, else
-  // "cpu:socket,cuda:nccl" (torch's get_backend() of such a group).
+  // "cpu" or "nccl" when one device type is served, else
+  // "cpu:cpu,cuda:nccl" (torch's get_backend() of such a group).
   std::string backend_name() const override;
   // The backend serving `type`, or null.
   std::shared_ptr<ProcessGroup> backend(DeviceType type) const;

@@ -1,10 +1,10 @@
 // torch.distributed's point-to-point functions on a Group (declared in
 // distributed.h). Peers are default-group ranks, as in torch; a receive
 // reports its sender as one.
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
 #include "runtime/api/group_call.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 

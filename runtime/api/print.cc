@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "runtime/base/logging.h"
+#include "base/logging.h"
 
 namespace collie {
 namespace {

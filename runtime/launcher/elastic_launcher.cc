@@ -6,7 +6,7 @@
 // next round. Only failures use up --max-restarts.
 #include <unistd.h>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/elastic_rendezvous.h"
 #include "runtime/launcher/failure_summary.h"

@@ -51,8 +51,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "rendezvous/store.h"
-#include "runtime/base/error.h"
 
 namespace collie {
 class TcpStoreServer;

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

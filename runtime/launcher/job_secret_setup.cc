@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 
-#include "rendezvous/shared_secret.h"
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/shared_secret.h"
 #include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {

@@ -1,4 +1,4 @@
-// collie-run's part of the job secret (rendezvous/job_secret.h,
+// collie-run's part of the job secret (rendezvous/env/job_secret.h,
 // docs/security.md): make sure every process of the job has the same one.
 #pragma once
 
@@ -13,7 +13,7 @@ namespace collie::launcher {
 // with a fresh secret by the first launcher when missing), else generates
 // one for a single-node job, else (several nodes, no channel to hand one
 // over) derives one that every launcher of the job computes alike from the
-// values they share (rendezvous/shared_secret.h): the SLURM job, the c10d
+// values they share (rendezvous/env/shared_secret.h): the SLURM job, the c10d
 // endpoint and run id, or the master address, run id and node count. It is
 // exported, so this launcher's agent store and client and every worker
 // (which inherits the environment) use it. --store-compat is exported as

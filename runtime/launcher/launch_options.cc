@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "rendezvous/cluster_env.h"
-#include "runtime/base/error.h"
-#include "runtime/base/parse_duration.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/parse_duration.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/cluster_env.h"
 
 namespace collie::launcher {
 namespace {
@@ -372,7 +372,7 @@ ParseResult parse_launch_options(const std::vector<std::string>& argv_in, const 
     require(port >= 0 && port <= 65535, "--master-port ", port, " is not a TCP port");
     o.master_port = static_cast<uint16_t>(port);
     // srun --ntasks-per-node=1 collie-run: what no flag (or PET_*) gave
-    // comes from SLURM (rendezvous/cluster_env.h).
+    // comes from SLURM (rendezvous/env/cluster_env.h).
     if (!o.elastic && !o.standalone) {
       const SlurmPlacement slurm = slurm_placement(env);
       if (slurm.active) {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/launch_env.h"
+#include "rendezvous/env/launch_env.h"
 
 namespace collie::launcher {
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"

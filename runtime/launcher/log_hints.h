@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/base/logging.h"
+#include "base/logging.h"
 
 namespace collie::launcher {
 

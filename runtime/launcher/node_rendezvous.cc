@@ -6,11 +6,11 @@
 #include <sstream>
 #include <thread>
 
-#include "rendezvous/cluster_env.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/backoff.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/backoff.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/cluster_env.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {

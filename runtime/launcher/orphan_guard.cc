@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

@@ -20,7 +20,7 @@
 
 #include <sys/types.h>
 
-#include "runtime/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace collie::launcher {
 

@@ -1,5 +1,5 @@
 // Finding the program collie-run starts. The workers themselves are
-// ChildProcesses (runtime/base/child_process.h): their own process group,
+// ChildProcesses (base/child_process.h): their own process group,
 // PR_SET_PDEATHSIG(SIGKILL), pipes for stdout and stderr.
 #pragma once
 

@@ -7,8 +7,8 @@
 #include <atomic>
 #include <cerrno>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

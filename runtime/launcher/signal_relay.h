@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "runtime/base/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace collie::launcher {
 

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <memory>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/signal_relay.h"
 #include "runtime/launcher/worker_stream.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/child_process.h"
+#include "base/child_process.h"
 #include "runtime/launcher/worker_env.h"
 
 namespace collie::launcher {

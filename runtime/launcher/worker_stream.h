@@ -10,7 +10,7 @@
 #include <string_view>
 #include <utility>
 
-#include "runtime/base/unique_fd.h"
+#include "base/unique_fd.h"
 #include "runtime/launcher/line_splitter.h"
 
 namespace collie::launcher {

@@ -2,9 +2,9 @@
 
 #include <thread>
 
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/nccl/nccl_info.h"
 
 namespace collie {

@@ -17,14 +17,14 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 
 namespace collie {
 
 // Which collie error a broken group raises: a hung peer (the deadline
 // passed) is a TimeoutError, a dead or unreachable one a NetworkError,
 // anything else (a mismatch, a CUDA error, an abort) a BackendError, as on
-// the socket backend.
+// the cpu backend.
 enum class NcclFailure { kBackend, kTimeout, kNetwork };
 
 // The failure an NCCL result means: ncclRemoteError and ncclSystemError are

@@ -139,7 +139,7 @@ std::shared_ptr<Work> NcclProcessGroup::recv(TensorView tensor, int src,
     throw InvalidArgument(str_cat("recv on rank ", rank(),
                                   ": the nccl backend cannot receive from any source (NCCL "
                                   "matches a receive with one named peer); pass the source rank, "
-                                  "or use a cpu tensor on the socket backend"));
+                                  "or use a cpu tensor on the cpu backend"));
   const P2POp op{P2POpType::kIrecv, tensor, src, options.tag};
   auto work = batch_isend_irecv(std::span<const P2POp>(&op, 1), options.timeout);
   if (!options.async_op) work->synchronize();

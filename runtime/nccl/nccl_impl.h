@@ -11,9 +11,9 @@
 #include <string>
 #include <utility>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/nccl/nccl_comm.h"
 #include "runtime/nccl/nccl_process_group.h"

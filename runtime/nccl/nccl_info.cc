@@ -2,7 +2,7 @@
 
 #include <nccl.h>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 
 namespace collie::nccl {
 

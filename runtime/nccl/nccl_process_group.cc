@@ -7,8 +7,8 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/base/check.h"
-#include "runtime/base/logging.h"
+#include "base/check.h"
+#include "base/logging.h"
 #include "runtime/nccl/nccl_impl.h"
 #include "runtime/nccl/nccl_info.h"
 
@@ -109,7 +109,7 @@ void NcclProcessGroup::Impl::check_reduce(const CallSite& where, ReduceOp op, Da
         where.op, " on rank ", comm->rank(), ": the nccl backend cannot reduce ", dtype, " with ",
         op,
         ": NCCL has no bitwise reductions (only band/bor on bool, as min/max); reduce on the "
-        "socket backend (a cpu tensor) instead"));
+        "cpu backend (a cpu tensor) instead"));
 }
 
 std::string NcclProcessGroup::nccl_version() { return nccl::version_string(); }
@@ -143,7 +143,7 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create(std::shared_ptr<Store
   const int devices = cuda::device_count();
   if (devices == 0)
     throw BackendError(str_cat("nccl backend: no CUDA device on rank ", rank, " (",
-                               cuda::no_device_reason(), "); use backend \"socket\" or \"auto\""));
+                               cuda::no_device_reason(), "); use backend \"cpu\" or \"auto\""));
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->store = store;

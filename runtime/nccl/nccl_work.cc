@@ -5,9 +5,9 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 
 namespace collie {

@@ -9,7 +9,7 @@
 // otherwise; later calls throw the same at once.
 //
 // Naming the culprit. NCCL's data never passes through collie, so the
-// socket backend's per-message headers have no NCCL equivalent. Instead
+// cpu backend's per-message headers have no NCCL equivalent. Instead
 // each rank's CallLog (what it issued and completed, and the signatures of
 // its recent collectives) goes to the store, from a second thread so that
 // the watchdog itself never waits on the store:
@@ -35,8 +35,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/deadline.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
 #include "runtime/nccl/nccl_comm.h"
 #include "runtime/process_group/call_log.h"
 #include "runtime/process_group/work.h"

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "base/deadline.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
 
 namespace collie {
 
@@ -20,7 +20,7 @@ struct BackendContext {
   Timeout timeout = kDefaultTimeout;
   // "0" for the default group, "1", "2"... for new_group's, as in torch.
   std::string group_name;
-  // The socket backend's channels: "auto", "tcp" or "shm" ("" =
+  // The cpu backend's channels: "auto", "tcp" or "shm" ("" =
   // COLLIE_TRANSPORT, else auto; see CommunicatorOptions::transport).
   std::string transport;
 };

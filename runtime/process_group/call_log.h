@@ -1,7 +1,7 @@
 // CallLog: which collectives a rank has issued and completed, as a record
 // the other ranks can read from the store. A backend that cannot check every
 // message's header (NCCL moves the data where collie never sees it) uses it
-// to diagnose across ranks what the socket backend's headers catch inline:
+// to diagnose across ranks what the cpu backend's headers catch inline:
 //
 //  * a hang: when a collective times out, every rank's record says how far
 //    it got, so the error names the ranks that never called the collective

@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/base/deadline.h"
-#include "runtime/base/types.h"
+#include "base/deadline.h"
+#include "base/types.h"
 
 namespace collie {
 

@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/deadline.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
 
 namespace collie {
 

@@ -1,5 +1,5 @@
 // ProcessGroup: the collectives a training loop calls, on one group of ranks.
-// Backends (socket, nccl) implement it. Every collective is asynchronous and
+// Backends (cpu, nccl) implement it. Every collective is asynchronous and
 // returns a Work; collectives on one group run in the order they were issued
 // (the same order on every rank, as in torch).
 #pragma once
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/deadline.h"
-#include "runtime/base/types.h"
+#include "base/deadline.h"
+#include "base/types.h"
 #include "runtime/process_group/work.h"
 
 namespace collie {

@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie {
 

@@ -1,7 +1,7 @@
 // Work: the handle a collective returns (c10d's shape). Every collective is
 // asynchronous; wait() blocks until it finishes and rethrows its error.
 //
-// The contract, for host work (the socket backend) and device work (nccl)
+// The contract, for host work (the cpu backend) and device work (nccl)
 // alike; the contract suite (test/runtime/contract) checks it on both:
 //  * is_completed() never blocks. True once the operation finished (for
 //    device work: on the device) or failed.
@@ -28,7 +28,7 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 
 namespace collie {
 
@@ -53,17 +53,17 @@ class Work {
   virtual int source_rank() const { return -1; }
 };
 
-// Runs queued operations on a thread that waits for one of them, instead of
-// leaving them to the backend's worker thread (the socket backend's OpQueue).
-// While a waiter helps, the worker takes no new operation, so operations
-// issued back to back run on the waiting thread with no hand-off between
-// threads.
 // A Work that completed successfully, one instance shared by every caller:
 // a blocking call that ran on the caller's thread and succeeded has nothing
 // of its own to keep (is_success, wait returns, source_rank -1), so it
 // allocates nothing.
 std::shared_ptr<Work> completed_work();
 
+// Runs queued operations on a thread that waits for one of them, instead of
+// leaving them to the backend's worker thread (the cpu backend's OpQueue).
+// While a waiter helps, the worker takes no new operation, so operations
+// issued back to back run on the waiting thread with no hand-off between
+// threads.
 class WorkHelper {
  public:
   virtual ~WorkHelper() = default;

@@ -9,11 +9,11 @@
 #include <set>
 #include <utility>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/prefix_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "runtime/cpu/cpu_process_group.h"
 #include "runtime/process_group/backend_context.h"
-#include "runtime/socket/socket_process_group.h"
 #include "runtime/torch/collie_work.h"
 #include "runtime/torch/torch_store.h"
 
@@ -108,7 +108,7 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::create(
   context.size = size;
   context.timeout = resolve_timeout(timeout);
   context.group_name = group_name;
-  auto cpu = SocketProcessGroup::create(context);
+  auto cpu = CpuProcessGroup::create(context);
   std::string why_not;
   auto cuda = make_cuda_path({.store = std::make_shared<PrefixStore>("cuda/", collie_store),
                               .rank = rank,
@@ -120,10 +120,9 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::create(
                                             store, context.timeout, group_name);
 }
 
-BackendCollie::BackendCollie(std::shared_ptr<SocketProcessGroup> cpu,
-                             std::unique_ptr<CudaPath> cuda, std::string no_cuda_reason,
-                             c10::intrusive_ptr<::c10d::Store> store, Timeout timeout,
-                             std::string group_name)
+BackendCollie::BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
+                             std::string no_cuda_reason, c10::intrusive_ptr<::c10d::Store> store,
+                             Timeout timeout, std::string group_name)
     : Backend(cpu->rank(), cpu->size()),
       cpu_(std::move(cpu)),
       cuda_(std::move(cuda)),

@@ -2,7 +2,7 @@
 // torch.distributed runs when a program says init_process_group("collie")
 // (module.cc registers it for the devices "cpu" and "cuda").
 //
-//  * CPU tensors go to collie's socket backend (shared memory between the
+//  * CPU tensors go to collie's cpu backend (shared memory between the
 //    ranks of a host, TCP between hosts), through a WorkQueue: a blocking
 //    call (torch's asyncOp false) runs on the caller's thread at once, an
 //    asynchronous one on the queue's worker, all in issue order.
@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 #include "runtime/process_group/process_group.h"
 #include "runtime/torch/cuda_path.h"
 #include "runtime/torch/launch.h"
@@ -38,7 +38,7 @@
 #include "runtime/torch/work_queue.h"
 
 namespace collie {
-class SocketProcessGroup;
+class CpuProcessGroup;
 }
 
 namespace collie::torch_adapter {
@@ -48,13 +48,13 @@ class BackendCollie final : public ::c10d::Backend {
   static constexpr const char* kBackendName = "collie";
 
   // Collective (every member calls it): rendezvous through torch's `store`
-  // (already prefixed for this group) and connect collie's socket backend
+  // (already prefixed for this group) and connect collie's cpu backend
   // within `timeout`, which is also every operation's default deadline.
   static c10::intrusive_ptr<BackendCollie> create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                   int rank, int size, Timeout timeout,
                                                   const std::string& group_name);
 
-  BackendCollie(std::shared_ptr<SocketProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
+  BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
                 std::string no_cuda_reason, c10::intrusive_ptr<::c10d::Store> store,
                 Timeout timeout, std::string group_name);
   // Runs what was issued (each operation is bounded by its deadline), then
@@ -197,7 +197,7 @@ class BackendCollie final : public ::c10d::Backend {
     c10::intrusive_ptr<::c10d::Work> work;  // handed out for it
   };
 
-  const std::shared_ptr<SocketProcessGroup> cpu_;
+  const std::shared_ptr<CpuProcessGroup> cpu_;
   std::unique_ptr<CudaPath> cuda_;
   const std::string no_cuda_reason_;
   const c10::intrusive_ptr<::c10d::Store> store_;

@@ -3,10 +3,10 @@
 // Body (launch.h) that makes the collie call and copies results back.
 #include <utility>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "runtime/cpu/cpu_process_group.h"
 #include "runtime/process_group/collective_checks.h"
-#include "runtime/socket/socket_process_group.h"
 #include "runtime/torch/backend_collie.h"
 
 namespace collie::torch_adapter {

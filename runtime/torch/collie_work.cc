@@ -2,9 +2,9 @@
 
 #include <c10/util/Exception.h>
 
-#include "runtime/base/deadline.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/deadline.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::torch_adapter {
 

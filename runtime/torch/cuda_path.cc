@@ -11,8 +11,8 @@
 #include <mutex>
 #include <utility>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/nccl/nccl_process_group.h"
 #include "runtime/torch/collie_work.h"

@@ -20,8 +20,8 @@
 #include <memory>
 #include <string>
 
+#include "base/deadline.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
 #include "runtime/torch/launch.h"
 
 namespace collie::torch_adapter {

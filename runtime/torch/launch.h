@@ -1,5 +1,5 @@
 // What one BackendCollie operation hands to the path that runs it: the CPU
-// path (collie's socket backend behind a WorkQueue) or the CUDA path
+// path (collie's cpu backend behind a WorkQueue) or the CUDA path
 // (collie's NCCL backend on torch's streams, cuda_path.h).
 //
 // A Body makes the collie calls of one operation on the group it is given
@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 #include "runtime/process_group/process_group.h"
 
 namespace collie::torch_adapter {

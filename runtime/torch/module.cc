@@ -21,10 +21,10 @@
 #include <tuple>
 #include <vector>
 
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "runtime/api/build_info.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
 #include "runtime/torch/backend_collie.h"
 
 #ifndef COLLIE_TORCH_BUILT_FOR

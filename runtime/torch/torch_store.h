@@ -1,5 +1,5 @@
 // TorchStore: the c10d::Store that torch.distributed hands a backend, seen
-// as a collie::Store, so that collie's socket backend meets its peers through
+// as a collie::Store, so that collie's cpu backend meets its peers through
 // whatever store torch set up: a PrefixStore over a TCPStore (env://,
 // tcp://), a FileStore (file://) or torchrun's agent store. Only rendezvous
 // runs over it (each rank publishes its data address and reads its peers');
@@ -24,10 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/deadline.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/store.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 #include "runtime/process_group/collective_checks.h"
 
 namespace collie::torch_adapter {

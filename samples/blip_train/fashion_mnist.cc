@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "samples/blip_train/idx_file.h"
 
 namespace collie::samples {

@@ -32,17 +32,17 @@
 #include <memory>
 #include <optional>
 
+#include "base/error.h"
+#include "base/parse_duration.h"
+#include "base/str_cat.h"
 #include "nn/adamw.h"
 #include "nn/data_loader.h"
 #include "nn/ddp.h"
 #include "nn/distributed_sampler.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
-#include "rendezvous/launch_env.h"
+#include "rendezvous/env/launch_env.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/parse_duration.h"
-#include "runtime/base/str_cat.h"
 #include "samples/blip_train/checkpoint.h"
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
@@ -304,20 +304,21 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
 int run(Args& args) {
   const bool cuda = args.device == "cuda";
   // "auto" picks by device, not by what the machine has: only nccl reduces
-  // device buckets and only socket host ones.
-  if (args.backend.empty() || args.backend == "auto") args.backend = cuda ? "nccl" : "socket";
+  // device buckets and only cpu host ones.
+  if (args.backend == "socket") args.backend = "cpu";  // its old name
+  if (args.backend.empty() || args.backend == "auto") args.backend = cuda ? "nccl" : "cpu";
   if (cuda) {
     // Before any rendezvous: a clear reason, not a backend error later.
     const std::string why = cuda_unavailable_reason();
     if (!why.empty()) throw BackendError(str_cat("--device cuda: ", why));
-    if (args.backend == "socket")
+    if (args.backend == "cpu")
       throw InvalidArgument(
-          "--device cuda --backend socket: the socket backend reduces host buffers, but with "
+          "--device cuda --backend cpu: the cpu backend reduces host buffers, but with "
           "--device cuda DDP's gradient buckets live on the GPU; use --backend nccl (or auto)");
   } else if (args.backend == "nccl") {
     throw InvalidArgument(
         "--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
-        "cpu DDP's gradient buckets are host memory; use --backend socket (or --device cuda)");
+        "cpu DDP's gradient buckets are host memory; use --backend cpu (or --device cuda)");
   }
   args.timeout_ms = timeout_from_flag_or_env(args.timeout);
   args.output_dir = output_dir_for(args.output_dir, args.resume, args.evaluate);
@@ -473,8 +474,9 @@ int main(int argc, char** argv) {
                  "init_method: env://, tcp://host:port, file:///path")
       ->capture_default_str();
   app.add_option("--backend", args.backend,
-                 "socket | nccl | auto (default: socket for --device cpu, nccl for cuda)")
-      ->check(CLI::IsMember({"socket", "nccl", "auto"}));
+                 "cpu | nccl | auto (default: cpu for --device cpu, nccl for cuda; socket is cpu's "
+                 "old name)")
+      ->check(CLI::IsMember({"cpu", "socket", "nccl", "auto"}));
   app.add_option("--device", args.device, "cpu | cuda (the CUDA model, DDP over nccl)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

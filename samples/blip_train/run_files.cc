@@ -8,9 +8,9 @@
 #include <system_error>
 #include <vector>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/atomic_file.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie::samples {
 

@@ -1,5 +1,5 @@
 // --device cuda in a build without CUDA: refused, saying why.
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "samples/blip_train/train_model.h"
 
 namespace collie::samples {

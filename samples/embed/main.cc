@@ -8,7 +8,7 @@
 #include "runtime/api/distributed.h"
 
 int main() try {
-  collie::init_process_group({.backend = "socket"});
+  collie::init_process_group({.backend = "cpu"});
   const int rank = collie::get_rank(), world = collie::get_world_size();
 
   // Each rank's parameters start equal (broadcast from rank 0) and its

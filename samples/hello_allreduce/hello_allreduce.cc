@@ -1,13 +1,13 @@
 // The smallest complete collie program: every rank contributes its rank + 1,
 // all_reduce sums them, rank 0 prints the result.
 //
-//   collie-run --standalone --nproc-per-node 4 build/bin/hello_allreduce [--timeout 90s]
+//   build/bin/collie-run --standalone --nproc-per-node 4 build/bin/hello_allreduce [--timeout 90s]
 #include <cstdio>
 #include <string_view>
 #include <vector>
 
+#include "base/parse_duration.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/parse_duration.h"
 
 int main(int argc, char** argv) try {
   if (argc != 1 && (argc != 3 || std::string_view(argv[1]) != "--timeout")) {

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/launch_env.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/child_process.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/child_process.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/launch_env.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

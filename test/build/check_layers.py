@@ -17,7 +17,9 @@ import re
 import subprocess
 import sys
 
-LAYER_RE = re.compile(r"^\s*collie_layer\(\s*(\w+)\s+(\S+)((?:\s+DEPS(?:\s+\w+)+)?)\s*\)", re.M)
+LAYER_RE = re.compile(
+    r"^\s*collie_layer\(\s*(\w+)\s+(\S+)((?:\s+DEPS(?:\s+(?!IF\b)\w+)+)?)(?:\s+IF\s+\w+)?\s*\)",
+    re.M)
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

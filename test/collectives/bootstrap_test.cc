@@ -11,10 +11,12 @@
 #include <future>
 #include <thread>
 
-#include "collectives/bootstrap.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "collectives/transport/host.h"
+#include "collectives/transport/join.h"
+#include "collectives/transport/sockets.h"
 #include "rendezvous/hash_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/collectives/harness.h"
 
 using namespace collie;
@@ -26,19 +28,44 @@ using collie::test::ScopedEnv;
 TEST_CASE("the bind address comes from the option, COLLIE_SOCKET_IFNAME or MASTER_ADDR") {
   ScopedEnv no_ifname("COLLIE_SOCKET_IFNAME", nullptr);
   ScopedEnv no_master("MASTER_ADDR", nullptr);
+  // The environment is read once, into options (from_env), and only there.
+  auto bind = [] {
+    const CommunicatorOptions o = CommunicatorOptions::from_env();
+    return resolve_bind_host(o.bind_host, o.interface, o.route_host);
+  };
   CHECK(resolve_bind_host("10.1.2.3") == "10.1.2.3");
-  CHECK(resolve_bind_host("") == "127.0.0.1");
+  CHECK(bind() == "127.0.0.1");
   {
     ScopedEnv master("MASTER_ADDR", "localhost");
-    CHECK(resolve_bind_host("") == "127.0.0.1");  // the address that routes to it
+    CHECK(CommunicatorOptions::from_env().route_host == "localhost");
+    CHECK(bind() == "127.0.0.1");  // the address that routes to it
   }
   {
     ScopedEnv ifname("COLLIE_SOCKET_IFNAME", "lo");
-    CHECK(resolve_bind_host("") == "127.0.0.1");
+    CHECK(bind() == "127.0.0.1");
+    CHECK(resolve_bind_host("") == "127.0.0.1");  // no option: the library reads no variable
   }
   ScopedEnv bogus("COLLIE_SOCKET_IFNAME", "no-such-if0");
-  CHECK_THROWS_AS(resolve_bind_host(""), InvalidArgument);
-  CHECK_THROWS_WITH(resolve_bind_host(""), Contains("COLLIE_SOCKET_IFNAME=no-such-if0"));
+  CHECK_THROWS_AS(bind(), InvalidArgument);
+  CHECK_THROWS_WITH(bind(), Contains("COLLIE_SOCKET_IFNAME=no-such-if0"));
+}
+
+TEST_CASE("CommunicatorOptions::from_env reads each COLLIE_* variable into its option") {
+  ScopedEnv transport("COLLIE_TRANSPORT", "tcp");
+  ScopedEnv host("COLLIE_HOST_ID", "host-x");
+  ScopedEnv bytes("COLLIE_SHM_BYTES", "8192");
+  ScopedEnv flat("COLLIE_HIERARCHICAL", "0");
+  ScopedEnv report("COLLIE_REPORT_AFTER", "2s");
+  const CommunicatorOptions o = CommunicatorOptions::from_env();
+  CHECK(o.transport == "tcp");
+  CHECK(o.host_id == "host-x");
+  CHECK(o.shm_buffer_bytes == 8192);
+  CHECK_FALSE(o.hierarchical);
+  CHECK(o.report_after == std::chrono::seconds(2));
+  // What the caller set wins over the environment.
+  CHECK(CommunicatorOptions::from_env({.transport = "shm"}).transport == "shm");
+  ScopedEnv bad("COLLIE_SHM_BYTES", "12x");
+  CHECK_THROWS_WITH(CommunicatorOptions::from_env(), Contains("COLLIE_SHM_BYTES='12x'"));
 }
 
 TEST_CASE("a group re-created under the same name reads its own round's records, not the old") {
@@ -51,10 +78,12 @@ TEST_CASE("a group re-created under the same name reads its own round's records,
   o.store_prefix = "reused";
   o.timeout = 30s;
   for (int round = 0; round < 2; ++round) {
-    auto rank1 =
-        std::async(std::launch::async, [&] { return Communicator::connect(store, 1, 2, o); });
-    auto rank0 =
-        std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
+    auto rank1 = std::async(std::launch::async, [&] {
+      return Communicator::connect(store, 1, 2, CommunicatorOptions::from_env(o));
+    });
+    auto rank0 = std::async(std::launch::async, [&] {
+      return Communicator::connect(store, 0, 2, CommunicatorOptions::from_env(o));
+    });
     auto c0 = rank0.get();
     auto c1 = rank1.get();
     CHECK(store.check({str_cat("reused/collectives/", round, "/addr/0"),
@@ -79,12 +108,14 @@ TEST_CASE("wiring up times out naming the ranks that never came") {
   o.store_prefix = "lonely";
   o.timeout = 300ms;
   // Rank 0 of 3 waits for ranks 1 and 2 to connect.
-  CHECK_THROWS_AS(Communicator::connect(store, 0, 3, o), TimeoutError);
+  CHECK_THROWS_AS(Communicator::connect(store, 0, 3, CommunicatorOptions::from_env(o)),
+                  TimeoutError);
   // A rank that timed out leaves no trace: the retry is no duplicate.
-  CHECK_THROWS_WITH(Communicator::connect(store, 0, 3, o),
+  CHECK_THROWS_WITH(Communicator::connect(store, 0, 3, CommunicatorOptions::from_env(o)),
                     Contains("rank(s) 1, 2 to join group 'lonely'"));
   o.store_prefix = "lonely2";
-  CHECK_THROWS_WITH(Communicator::connect(store, 2, 3, o), Contains("rank(s) 0, 1 to join"));
+  CHECK_THROWS_WITH(Communicator::connect(store, 2, 3, CommunicatorOptions::from_env(o)),
+                    Contains("rank(s) 0, 1 to join"));
 }
 
 TEST_CASE("running out of descriptors is named as such, with the limit and what the world needs") {
@@ -106,7 +137,7 @@ TEST_CASE("a rank that joins twice is named, with both addresses, on every rank 
   auto join_as = [&](int rank) {
     return std::async(std::launch::async, [&store, o, rank]() -> std::string {
       try {
-        Communicator::connect(store, rank, 3, o);
+        Communicator::connect(store, rank, 3, CommunicatorOptions::from_env(o));
         return "joined";
       } catch (const NetworkError& e) {
         return e.what();
@@ -144,10 +175,12 @@ TEST_CASE("the transport choice is auto, tcp or shm; shm across hosts is refused
   o.timeout = 2s;
   o.transport = "shm";
   ::setenv("COLLIE_HOST_ID", "host-a", 1);
-  auto r0 = std::async(std::launch::async, [&] { return Communicator::connect(store, 0, 2, o); });
+  auto r0 = std::async(std::launch::async, [&] {
+    return Communicator::connect(store, 0, 2, CommunicatorOptions::from_env(o));
+  });
   while (!store.check({"hosts/collectives/0/addr/0"})) std::this_thread::yield();
   ::setenv("COLLIE_HOST_ID", "host-b", 1);
-  CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, o),
+  CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, CommunicatorOptions::from_env(o)),
                     Contains("COLLIE_TRANSPORT=shm, but rank 0") && Contains("host-a"));
   ::unsetenv("COLLIE_HOST_ID");
   CHECK_THROWS(r0.get());

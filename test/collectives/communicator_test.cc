@@ -15,14 +15,14 @@
 #include <mutex>
 #include <thread>
 
-#include "collectives/bootstrap.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/socket_communicator.h"
-#include "collectives/wire.h"
+#include "collectives/transport/join.h"
+#include "collectives/transport/wire.h"
 #include "rendezvous/hash_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
 #include "test/collectives/harness.h"
 #include "test/support/skip.h"
 
@@ -42,7 +42,9 @@ std::vector<std::unique_ptr<Communicator>> connect_all(HashStore& store, int siz
   o.store_prefix = prefix;
   o.timeout = 30s;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+    threads.emplace_back([&, r] {
+      comms[r] = Communicator::connect(store, r, size, CommunicatorOptions::from_env(o));
+    });
   }
   for (auto& t : threads) t.join();
   return comms;
@@ -121,7 +123,7 @@ TEST_CASE("bad arguments throw InvalidArgument and leave the communicator usable
 
 TEST_CASE("world size 1 copies locally and opens no socket") {
   HashStore store;
-  auto c = Communicator::connect(store, 0, 1, {});
+  auto c = Communicator::connect(store, 0, 1, CommunicatorOptions::from_env({}));
   CHECK(c->address().empty());
   std::vector<double> in{1, 2, 3}, out(3);
   c->all_reduce(view(in.data(), 3), view(out.data(), 3), ReduceOp::kAvg, Deadline(1s));
@@ -315,7 +317,9 @@ TEST_CASE("a call waiting on a silent peer says so at report_after, then as the 
   std::vector<std::unique_ptr<Communicator>> comms(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, 2, o); });
+    threads.emplace_back([&, r] {
+      comms[r] = Communicator::connect(store, r, 2, CommunicatorOptions::from_env(o));
+    });
   }
   for (auto& t : threads) t.join();
   set_log_tap(keep_line);
@@ -361,7 +365,9 @@ std::vector<std::unique_ptr<Communicator>> connect_tcp(HashStore& store, int siz
   o.bind_host = bind_host;
   o.timeout = 60s;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { comms[r] = Communicator::connect(store, r, size, o); });
+    threads.emplace_back([&, r] {
+      comms[r] = Communicator::connect(store, r, size, CommunicatorOptions::from_env(o));
+    });
   }
   for (auto& t : threads) t.join();
   return comms;
@@ -388,15 +394,11 @@ TEST_CASE("data connections are lazy: the ring neighbours at init and after a ri
   CHECK(connected_counts(comms) == std::vector<int>(size, 2));
 }
 
-TEST_CASE("the full mesh at init, with connect_all or COLLIE_CONNECT_ALL=1") {
+TEST_CASE("the full mesh at init, with connect_all") {
   HashStore store;
   const int size = 5;
   auto mesh = connect_tcp(store, size, "mesh", true);
   CHECK(connected_counts(mesh) == std::vector<int>(size, size - 1));
-  ::setenv("COLLIE_CONNECT_ALL", "1", 1);
-  auto from_env = connect_tcp(store, size, "mesh_env", false);
-  ::unsetenv("COLLIE_CONNECT_ALL");
-  CHECK(connected_counts(from_env) == std::vector<int>(size, size - 1));
 }
 
 namespace {
@@ -451,8 +453,9 @@ TEST_CASE("a host name that does not resolve: the error names the rank and the h
   o.transport = "tcp";
   o.bind_host = "no-such-host.invalid";
   o.timeout = 5s;
-  CHECK_THROWS_AS(Communicator::connect(store, 0, 2, o), InvalidArgument);
-  CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, o),
+  CHECK_THROWS_AS(Communicator::connect(store, 0, 2, CommunicatorOptions::from_env(o)),
+                  InvalidArgument);
+  CHECK_THROWS_WITH(Communicator::connect(store, 1, 2, CommunicatorOptions::from_env(o)),
                     Contains("rank 1") && Contains("no-such-host.invalid"));
 }
 
@@ -464,7 +467,8 @@ TEST_CASE("auto all_reduce on one host: the ring at 2-4 ranks, shm from 5 ranks 
   o.timeout = 60s;
   // The plain run is "auto" (shared memory, threads of one process count as
   // one host); the [tcp] run has no shm algorithms, so never kShm.
-  const bool want_shm = resolve_transport("") != TransportChoice::kTcp;
+  const bool want_shm =
+      resolve_transport(CommunicatorOptions::from_env().transport) != TransportChoice::kTcp;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
     auto& s = dynamic_cast<SocketCommunicator&>(c);
     if (s.shm_algorithms() != want_shm) throw std::runtime_error("shm algorithms not as expected");
@@ -669,7 +673,8 @@ TEST_CASE("ranks with a core each leave connect on CPUs of their own") {
         CPU_SET(first, &one);
         sched_setaffinity(0, sizeof one, &one);
         sched_setaffinity(0, sizeof all, &all);
-        auto comm = Communicator::connect(store, r, 2, {.store_prefix = "place"});
+        auto comm = Communicator::connect(store, r, 2,
+                                          CommunicatorOptions::from_env({.store_prefix = "place"}));
         cpu[r] = sched_getcpu();
         cpu_set_t after;
         sched_getaffinity(0, sizeof after, &after);

@@ -3,8 +3,8 @@
 #include <atomic>
 #include <thread>
 
+#include "base/str_cat.h"
 #include "rendezvous/hash_store.h"
-#include "runtime/base/str_cat.h"
 
 namespace collie::test {
 
@@ -27,7 +27,7 @@ std::vector<std::string> run_ranks(int size,
     opts.store_prefix = str_cat(opts.store_prefix, "_t", group);
     threads.emplace_back([&, r, opts] {
       try {
-        auto comm = Communicator::connect(store, r, size, opts);
+        auto comm = Communicator::connect(store, r, size, CommunicatorOptions::from_env(opts));
         fn(*comm);
       } catch (const std::exception& e) {
         errors[r] = e.what();

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "base/str_cat.h"
+#include "base/types.h"
 #include "collectives/communicator.h"
 #include "rendezvous/store.h"
-#include "runtime/base/str_cat.h"
-#include "runtime/base/types.h"
 #include "test/support/reference.h"
 
 namespace collie::test {

@@ -14,10 +14,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "collectives/socket_communicator.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/collectives/harness.h"
 #include "test/support/child.h"
 #include "test/support/netns_lan.h"
@@ -283,7 +283,8 @@ std::unique_ptr<Store> netns_store(const std::vector<std::string>& args) {
 std::unique_ptr<Communicator> netns_rank(Store& store, const std::vector<std::string>& args) {
   CommunicatorOptions o = sweep_options();  // no host_id: the namespaces tell the hosts apart
   o.bind_host = args[3];
-  return Communicator::connect(store, std::stoi(args[1]), std::stoi(args[2]), o);
+  return Communicator::connect(store, std::stoi(args[1]), std::stoi(args[2]),
+                               CommunicatorOptions::from_env(o));
 }
 
 // 2 ranks on each of `hosts` network namespaces running `child` (rank r on

@@ -13,8 +13,8 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "test/collectives/harness.h"
 
 using namespace collie;

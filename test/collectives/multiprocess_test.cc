@@ -18,9 +18,9 @@
 #include <memory>
 #include <sstream>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/collectives/harness.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
@@ -144,7 +144,7 @@ COLLIE_TEST_CHILD(collectives_rank) {
   o.timeout = 30s;
   std::unique_ptr<Communicator> comm;
   try {
-    comm = Communicator::connect(store, rank, size, o);
+    comm = Communicator::connect(store, rank, size, CommunicatorOptions::from_env(o));
   } catch (const Error&) {
     // Over TCP a rank may still be accepting a peer's connection at init
     // when two others, wired up already, have run the first call and found

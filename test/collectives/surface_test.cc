@@ -15,9 +15,9 @@
 #include <cstring>
 #include <numeric>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/collectives/harness.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
@@ -213,7 +213,7 @@ COLLIE_TEST_CHILD(surface_rank) {
   CommunicatorOptions o;
   o.store_prefix = "surface";
   o.timeout = 60s;
-  auto comm = Communicator::connect(store, rank, size, o);
+  auto comm = Communicator::connect(store, rank, size, CommunicatorOptions::from_env(o));
   std::string type = "OK", message_text;
   try {
     if (scenario == "p2p") {

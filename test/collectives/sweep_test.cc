@@ -9,10 +9,10 @@
 
 #include <cstring>
 
-#include "collectives/bootstrap.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "collectives/socket_communicator.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "collectives/transport/join.h"
 #include "test/collectives/harness.h"
 
 using namespace collie;
@@ -187,7 +187,7 @@ TEST_CASE("the ring through a tiny odd-sized shared-memory ring: elements split 
   CommunicatorOptions o = sweep_options();
   o.segment_bytes = 1000;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
-    if (resolve_transport("") != TransportChoice::kTcp &&
+    if (resolve_transport(CommunicatorOptions::from_env().transport) != TransportChoice::kTcp &&
         !dynamic_cast<SocketCommunicator&>(c).shm_algorithms()) {
       throw std::runtime_error("expected shared-memory channels");
     }

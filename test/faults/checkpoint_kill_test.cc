@@ -11,10 +11,10 @@
 #include <random>
 #include <thread>
 
+#include "base/check.h"
+#include "base/str_cat.h"
 #include "nn/atomic_file.h"
 #include "nn/state_dict.h"
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/base/deadline.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/deadline.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "test/support/child.h"
 
 using namespace collie;

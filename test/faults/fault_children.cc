@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 
 using namespace collie;
@@ -88,7 +88,7 @@ void broadcast_once(int64_t k, Timeout timeout) {
 // timeout in ms (0: the group's), group timeout in s.
 COLLIE_TEST_CHILD(loop_rank) {
   const std::string how = args.at(0), op = args.at(1);
-  InitOptions options{.backend = "socket"};
+  InitOptions options{.backend = "cpu"};
   options.timeout = std::chrono::seconds(std::stoi(args.at(6)));
   if (how != "env") {
     options.rank = std::stoi(args.at(2));

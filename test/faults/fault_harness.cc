@@ -9,8 +9,8 @@
 #include <fstream>
 #include <regex>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::test {
 

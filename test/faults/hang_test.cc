@@ -15,7 +15,7 @@
 #include <signal.h>
 #include <catch2/catch.hpp>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/state_dict.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 #include "test/support/tmpfs.h"
@@ -39,7 +39,7 @@ COLLIE_TEST_CHILD(fd_limited_rank) {
   if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) throw Error("setrlimit failed");
   std::printf("nofile=%llu\n", static_cast<unsigned long long>(limit));
   try {
-    init_process_group({.backend = "socket",
+    init_process_group({.backend = "cpu",
                         .init_method = "file://" + args.at(0),
                         .world_size = world,
                         .rank = rank,

@@ -11,10 +11,10 @@
 
 #include <cstdio>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 
@@ -28,7 +28,7 @@ using Catch::Matchers::Contains;
 COLLIE_TEST_CHILD(mismatch_rank) {
   const int rank = std::stoi(args.at(1));
   const std::string kind = args.at(2);
-  init_process_group({.backend = "socket",
+  init_process_group({.backend = "cpu",
                       .init_method = "file://" + args.at(0),
                       .world_size = 2,
                       .rank = rank,

@@ -16,10 +16,10 @@
 
 #include <cstdio>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/netns_pair.h"
 #include "test/support/temp_dir.h"
@@ -77,7 +77,7 @@ COLLIE_TEST_CHILD(net_rank) {
   const int iterations = std::stoi(args.at(2));
   const size_t count = std::stoul(args.at(3));
   const int call_ms = std::stoi(args.at(4));
-  init_process_group({.backend = "socket",
+  init_process_group({.backend = "cpu",
                       .init_method = "file://" + args.at(0),
                       .world_size = 2,
                       .rank = rank,

@@ -12,9 +12,9 @@
 
 #include <cstdio>
 
+#include "base/check.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 
 using namespace collie;
@@ -45,7 +45,7 @@ uint16_t free_port_now() {
 // args: job token. 50 all_reduces whose inputs carry the token.
 COLLIE_TEST_CHILD(token_job) {
   const int64_t token = std::stoll(args.at(0));
-  init_process_group({.backend = "socket", .timeout = std::chrono::seconds(60)});
+  init_process_group({.backend = "cpu", .timeout = std::chrono::seconds(60)});
   const int rank = get_rank(), world = get_world_size();
   COLLIE_CHECK(world == 2, "joined a group of ", world);
   for (int k = 0; k < 50; ++k) {

@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 

@@ -9,9 +9,9 @@
 
 #include <cstdio>
 
-#include "rendezvous/tcp_store.h"
+#include "base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/str_cat.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
 
@@ -30,7 +30,7 @@ COLLIE_TEST_CHILD(store_host) {
       TcpStore::create("127.0.0.1", 0, true, {.timeout = std::chrono::seconds(60)});
   std::printf("port=%u\n", static_cast<unsigned>(dynamic_cast<TcpStore&>(*store).port()));
   std::fflush(stdout);
-  init_process_group({.backend = "socket", .world_size = 3, .rank = 0, .store = store});
+  init_process_group({.backend = "cpu", .world_size = 3, .rank = 0, .store = store});
   std::vector<float> v(16, 1.0f);
   all_reduce(view(v.data(), v.size()));
   std::printf("looping\n");
@@ -46,7 +46,7 @@ COLLIE_TEST_CHILD(store_client) {
   std::shared_ptr<Store> store =
       TcpStore::connect("127.0.0.1", port, {.timeout = std::chrono::seconds(60)});
   if (rank >= 0) {
-    init_process_group({.backend = "socket", .world_size = 3, .rank = rank, .store = store});
+    init_process_group({.backend = "cpu", .world_size = 3, .rank = rank, .store = store});
     std::vector<float> v(16, 1.0f);
     all_reduce(view(v.data(), v.size()));
   }

@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/deadline.h"
+#include "base/error.h"
 #include "rendezvous/file_store_log.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/error.h"
 #include "test/fuzz/fuzz_check.h"
 
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "samples/blip_train/idx_file.h"
 #include "test/fuzz/fuzz_check.h"
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/peer_auth.h"
-#include "collectives/wire.h"
+#include "collectives/transport/peer_auth.h"
+#include "collectives/transport/wire.h"
 #include "nn/state_dict.h"
-#include "rendezvous/store_auth.h"
+#include "rendezvous/tcp_store/store_auth.h"
 #include "test/fuzz/wire_call.h"
 
 using collie::fuzz::fuzz_call;

@@ -1,5 +1,5 @@
 // libFuzzer target for the data connections' authentication
-// (collectives/peer_auth.h): what an accepting rank makes of the bytes a
+// (collectives/transport/peer_auth.h): what an accepting rank makes of the bytes a
 // connecting peer sends (PeerAuthAcceptor, the parser PeerGate feeds from
 // recv()), and what a connecting rank makes of the acceptor's answer
 // (authenticate_to_peer, over a real socketpair).
@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/peer_auth.h"
-#include "collectives/wire.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
+#include "collectives/transport/peer_auth.h"
+#include "collectives/transport/wire.h"
 #include "test/fuzz/fuzz_check.h"
 
 namespace {

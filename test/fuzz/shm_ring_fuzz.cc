@@ -1,4 +1,4 @@
-// libFuzzer target for the shared-memory ring (collectives/shm/shm_ring.h):
+// libFuzzer target for the shared-memory ring (collectives/transport/shm/shm_ring.h):
 // the control words live in memory the peer process can write, so the ring
 // must survive any values there.
 //
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/shm/shm_ring.h"
+#include "collectives/transport/shm/shm_ring.h"
 #include "test/fuzz/fuzz_check.h"
 
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "nn/state_dict.h"
-#include "runtime/base/error.h"
 #include "test/fuzz/fuzz_check.h"
 
 namespace {

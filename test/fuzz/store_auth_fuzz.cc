@@ -1,5 +1,5 @@
 // libFuzzer target for the agent store's authentication
-// (rendezvous/store_auth.h): StoreAuthGate, the parser a TcpStore server
+// (rendezvous/tcp_store/store_auth.h): StoreAuthGate, the parser a TcpStore server
 // with a job secret runs on a connection's first bytes, fed exactly as
 // StoreConnection::process() feeds it (the bytes buffered so far, again
 // once `need` are buffered).
@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store_auth.h"
+#include "rendezvous/tcp_store/store_auth.h"
 #include "test/fuzz/fuzz_check.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // The store parser's fuzz driver, shared by the libFuzzer target
 // (store_parser_fuzz.cc, COLLIE_FUZZ=ON with clang) and the corpus replay
-// test that every normal build runs (test/rendezvous/tcp_store_parser_test.cc).
+// test that every normal build runs (test/rendezvous/tcp_store/tcp_store_parser_test.cc).
 //
 // Input layout: byte 0 picks the starting dialect (bits 0-1) and a small or
 // default cap (bit 2); byte 1 picks how the rest is cut into chunks, as a
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store/store_protocol.h"
 
 namespace collie::fuzz {
 

@@ -4,7 +4,7 @@
 //   mkdir -p /tmp/new
 //   build-fuzz/bin/store_parser_fuzz -max_total_time=60 /tmp/new test/fuzz/corpus/store_parser
 // The same driver replays the committed corpus in every normal build
-// (test_rendezvous "[parser]").
+// (test_rendezvous_tcp_store "[parser]").
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>

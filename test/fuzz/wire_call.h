@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "collectives/wire.h"
+#include "collectives/transport/wire.h"
 
 namespace collie::fuzz {
 

@@ -1,5 +1,5 @@
 // libFuzzer target for the data connections' receive path: the 40-byte
-// WireHeader (collectives/wire.h) as collectives::Connection decodes it from
+// WireHeader (collectives/transport/wire.h) as collectives::Connection decodes it from
 // a socket, the abort and goodbye frames, and the stash walk a hang-up
 // triggers. The bytes arrive through a real socketpair, so the code under
 // test is exactly what a rank runs on a connection from a peer.
@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "collectives/connection.h"
-#include "collectives/tcp/tcp_channel.h"
-#include "collectives/wire.h"
+#include "collectives/transport/connection.h"
+#include "collectives/transport/tcp/tcp_channel.h"
+#include "collectives/transport/wire.h"
 #include "test/fuzz/fuzz_check.h"
 #include "test/fuzz/wire_call.h"
 

@@ -13,11 +13,11 @@
 
 #include <map>
 
+#include "base/error.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
-#include "runtime/base/error.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -1,4 +1,4 @@
-// DistributedDataParallel over real processes and the socket backend: N
+// DistributedDataParallel over real processes and the cpu backend: N
 // ranks training on shards of a global batch end with the parameters of one
 // process training on the whole batch; buckets are c10d's; the first
 // bucket's all_reduce starts while backward is still running; no_sync
@@ -8,14 +8,14 @@
 #include <cstdio>
 #include <functional>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "nn/state_dict.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/support/child.h"
 #include "test/support/nn_examples.h"
 #include "test/support/subprocess.h"
@@ -131,7 +131,7 @@ void check_close_to(Sequential& reference, const std::string& path) {
 COLLIE_TEST_CHILD(ddp_rank) {
   const std::string scenario = args.at(0);
   const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
-  init_process_group({.backend = "socket",
+  init_process_group({.backend = "cpu",
                       .init_method = "file://" + args.at(3),
                       .world_size = world,
                       .rank = rank,
@@ -206,10 +206,8 @@ TEST_CASE("bucket assignment follows c10d: reverse order, first bucket capped sm
 
 TEST_CASE("DDP's default buckets for an MLP, with gradients living inside them", "[ddp]") {
   test::TempDir dir;
-  init_process_group({.backend = "socket",
-                      .init_method = "file://" + dir.file("rdzv"),
-                      .world_size = 1,
-                      .rank = 0});
+  init_process_group(
+      {.backend = "cpu", .init_method = "file://" + dir.file("rdzv"), .world_size = 1, .rank = 0});
   {
     // Reverse order: 6.bias, 6.weight, 4.bias, 4.weight (1 MiB) close the
     // first bucket at 1,071,144 bytes; the rest fit in one 25 MiB bucket.
@@ -306,10 +304,8 @@ class ForgetfulLinear : public Module {
 
 TEST_CASE("DDP names a parameter that got no gradient, and recovers for the next step", "[ddp]") {
   test::TempDir dir;
-  init_process_group({.backend = "socket",
-                      .init_method = "file://" + dir.file("rdzv"),
-                      .world_size = 1,
-                      .rank = 0});
+  init_process_group(
+      {.backend = "cpu", .init_method = "file://" + dir.file("rdzv"), .world_size = 1, .rank = 0});
   {
     ForgetfulLinear model;
     DistributedDataParallel ddp(model, *get_default_group(), {.first_bucket_cap_mb = 1e-6});

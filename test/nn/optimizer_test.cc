@@ -8,9 +8,9 @@
 #include <memory>
 #include <numbers>
 
+#include "base/str_cat.h"
 #include "nn/adamw.h"
 #include "nn/sgd.h"
-#include "runtime/base/str_cat.h"
 #include "test/nn/torch_helper.h"
 
 using namespace collie;

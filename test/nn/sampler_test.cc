@@ -6,9 +6,9 @@
 #include <numeric>
 #include <set>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "nn/distributed_sampler.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/nn/torch_helper.h"
 
 using namespace collie;

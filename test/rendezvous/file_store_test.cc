@@ -12,9 +12,9 @@
 #include <fstream>
 #include <thread>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/support/child.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <map>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/init_method.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"

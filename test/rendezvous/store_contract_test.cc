@@ -14,12 +14,12 @@
 #include <memory>
 #include <thread>
 
+#include "base/error.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/hash_store.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;

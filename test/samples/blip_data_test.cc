@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/idx_file.h"
 #include "samples/blip_train/metric_logger.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 

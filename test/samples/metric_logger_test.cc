@@ -7,9 +7,9 @@
 
 #include <cstdio>
 
+#include "base/deadline.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/deadline.h"
-#include "runtime/base/str_cat.h"
 #include "samples/blip_train/metric_logger.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
@@ -38,7 +38,7 @@ void log_rank(MetricLogger& logger, int r) {
 // args: rank, rendezvous file.
 COLLIE_TEST_CHILD(metric_logger_rank) {
   const int rank = std::stoi(args.at(0));
-  init_process_group({.backend = "socket",
+  init_process_group({.backend = "cpu",
                       .init_method = "file://" + args.at(1),
                       .world_size = kWorld,
                       .rank = rank,

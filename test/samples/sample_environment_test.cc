@@ -9,7 +9,7 @@
 
 #include <optional>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/samples/blip_job.h"
 #include "test/support/subprocess.h"
 

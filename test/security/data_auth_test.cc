@@ -20,13 +20,13 @@
 #include <thread>
 #include <utility>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "collectives/communicator.h"
-#include "collectives/peer_auth.h"
-#include "collectives/wire.h"
+#include "collectives/transport/peer_auth.h"
+#include "collectives/transport/wire.h"
+#include "rendezvous/env/job_secret.h"
 #include "rendezvous/file_store.h"
-#include "rendezvous/job_secret.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
 #include "test/support/temp_dir.h"
@@ -48,7 +48,8 @@ COLLIE_TEST_CHILD(secure_rank) {
   // use, the first collective (which is where the handshakes happen).
   const std::chrono::milliseconds timeout(std::stoi(args[3]));
   try {
-    auto comm = Communicator::connect(store, rank, size, {.timeout = timeout});
+    auto comm = Communicator::connect(store, rank, size,
+                                      CommunicatorOptions::from_env({.timeout = timeout}));
     // With a fifth argument, ranks but 0 hold back their first collective
     // until that store key is set: rank 0 sits in it, serving its listeners.
     if (args.size() > 4 && rank != 0) store.wait({args[4]}, timeout);

@@ -7,9 +7,9 @@
 #include <random>
 #include <sstream>
 
-#include "rendezvous/job_secret.h"
-#include "runtime/base/error.h"
-#include "runtime/base/sha256.h"
+#include "base/error.h"
+#include "base/sha256.h"
+#include "rendezvous/env/job_secret.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"
 

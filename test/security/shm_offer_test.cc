@@ -1,4 +1,4 @@
-// A local process that forges the shared-memory set-up (collectives/shm/
+// A local process that forges the shared-memory set-up (collectives/transport/shm/
 // shm_channel.h) never crashes the rank that accepts it: every size the
 // offer claims is checked against the memfd itself (fstat) before it is
 // mapped, and the segment must be sealed against shrinking, so that a peer
@@ -17,9 +17,9 @@
 #include <string>
 #include <thread>
 
-#include "collectives/shm/shm_channel.h"
-#include "collectives/shm/shm_ring.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
+#include "collectives/transport/shm/shm_channel.h"
+#include "collectives/transport/shm/shm_ring.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
 

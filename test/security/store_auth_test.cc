@@ -1,4 +1,4 @@
-// The job secret on the agent store (rendezvous/store_auth.h): collie
+// The job secret on the agent store (rendezvous/tcp_store/store_auth.h): collie
 // clients with the secret are served, a wrong secret is refused with a
 // StoreError naming the server while others keep being served, and torch
 // 1.13's TCPStore is refused unless the server runs in compatibility mode.
@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/job_secret.h"
-#include "rendezvous/store_auth.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/error.h"
-#include "runtime/base/logging.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/job_secret.h"
+#include "rendezvous/tcp_store/store_auth.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/support/child.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"

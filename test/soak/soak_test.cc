@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/check.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
 #include "test/soak/soak_util.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"
@@ -48,7 +48,7 @@ void reduce_and_check(int64_t k, size_t n, std::vector<T>& buf) {
 COLLIE_TEST_CHILD(soak_rank) {
   const int rank = std::stoi(args.at(1));
   const double seconds = std::stod(args.at(3));
-  init_process_group({.backend = "socket",
+  init_process_group({.backend = "cpu",
                       .init_method = "file://" + args.at(0),
                       .world_size = std::stoi(args.at(2)),
                       .rank = rank,

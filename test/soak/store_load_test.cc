@@ -13,9 +13,9 @@
 #include <mutex>
 #include <thread>
 
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/check.h"
-#include "runtime/base/str_cat.h"
+#include "base/check.h"
+#include "base/str_cat.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/soak/soak_util.h"
 #include "test/support/child.h"
 #include "test/support/subprocess.h"

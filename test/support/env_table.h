@@ -1,5 +1,5 @@
 // An environment for tests that must not touch the real one: a table of
-// variables as an EnvLookup (rendezvous/launch_env.h), for
+// variables as an EnvLookup (rendezvous/env/launch_env.h), for
 // detect_launch_env(), slurm_placement(), scheduler_secret() and the like.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/launch_env.h"
+#include "rendezvous/env/launch_env.h"
 
 namespace collie::test {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/deadline.h"
+#include "base/deadline.h"
 
 namespace collie::test {
 

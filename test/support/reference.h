@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 
 namespace collie::test {
 

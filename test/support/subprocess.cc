@@ -11,9 +11,9 @@
 #include <sstream>
 #include <utility>
 
-#include "runtime/base/backoff.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/backoff.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 
 namespace collie::test {
 namespace {

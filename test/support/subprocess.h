@@ -1,5 +1,5 @@
 // Subprocess: a child process for multi-process tests, a ChildProcess
-// (runtime/base/child_process.h) whose stdout and stderr go to files (never
+// (base/child_process.h) whose stdout and stderr go to files (never
 // pipes, so that many children writing a lot can never block each other
 // while the test waits on one of them). wait() has a deadline and kills the
 // child when it passes. The destructor kills and reaps a child that is still
@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/base/child_process.h"
-#include "runtime/base/deadline.h"
+#include "base/child_process.h"
+#include "base/deadline.h"
 
 namespace collie::test {
 

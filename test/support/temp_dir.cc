@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace collie::test {
 

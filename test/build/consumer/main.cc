@@ -23,7 +23,7 @@ int main() {
   std::printf("store ok: value=%s counter=%lld\n", collie::to_string(store->get("hello")).c_str(),
               static_cast<long long>(counter));
 
-  collie::init_process_group({.backend = "socket", .world_size = 1, .rank = 0, .store = store});
+  collie::init_process_group({.backend = "cpu", .world_size = 1, .rank = 0, .store = store});
   auto model = collie::nn::make_mlp<float>({.sizes = {8, 16, 3}, .seed = 1});
   collie::nn::DistributedDataParallel ddp(model, *collie::get_default_group());
   collie::nn::Sgd sgd(model.parameters(), {.lr = 0.5});

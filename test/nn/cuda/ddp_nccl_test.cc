@@ -23,14 +23,14 @@
 #include <optional>
 #include <thread>
 
+#include "base/check.h"
+#include "base/error.h"
 #include "nn/cuda/cuda_mlp.h"
 #include "nn/cuda/cuda_sgd.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "rendezvous/hash_store.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/nccl/nccl_process_group.h"
 #include "test/support/nn_examples.h"

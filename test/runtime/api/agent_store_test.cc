@@ -11,11 +11,11 @@
 #include <optional>
 #include <string>
 
+#include "base/error.h"
 #include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "runtime/api/distributed.h"
 #include "runtime/api/init_rendezvous.h"
-#include "runtime/base/error.h"
 #include "test/runtime/api/rank_runner.h"
 #include "test/support/skip.h"
 #include "test/support/subprocess.h"

@@ -1,8 +1,8 @@
 // register_backend: an embedder plugs its own backend in by name, as torch's
 // Backend.register_backend does. Here the embedder's backend
-// "wrapped-socket" wraps the socket backend and counts the calls that reach
+// "wrapped-socket" wraps the cpu backend and counts the calls that reach
 // it; a 2-rank job that asks init_process_group (and new_group) for it by
-// name runs its collectives through the wrapper, with the socket backend's
+// name runs its collectives through the wrapper, with the cpu backend's
 // results. The registry's own rules (lower-cased names, the availability
 // probe, refusing an unavailable backend before any rendezvous) are checked
 // in this process.
@@ -12,10 +12,10 @@
 #include <atomic>
 #include <cstdio>
 
+#include "base/check.h"
+#include "base/error.h"
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
 #include "test/runtime/api/rank_runner.h"
 #include "test/support/temp_dir.h"
 
@@ -116,14 +116,14 @@ std::vector<std::shared_ptr<CountingGroup>>& made_groups() {
 }
 
 void register_wrapped_socket() {
-  register_backend("Wrapped-Socket",  // names are case-insensitive, as torch's
-                   BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
-                                  auto group = std::make_shared<CountingGroup>(
-                                      create_backend("socket", context));
-                                  made_groups().push_back(group);
-                                  return group;
-                                },
-                                [] { return std::string(); }});
+  register_backend(
+      "Wrapped-Socket",  // names are case-insensitive, as torch's
+      BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
+                     auto group = std::make_shared<CountingGroup>(create_backend("cpu", context));
+                     made_groups().push_back(group);
+                     return group;
+                   },
+                   [] { return std::string(); }});
 }
 
 // One rank: args {rank, world, rendezvous file}. Prints the wrapper's counts.
@@ -195,7 +195,8 @@ TEST_CASE("register_backend: names are lower-cased and the availability probe is
   register_wrapped_socket();
   const auto names = registered_backends();
   CHECK(std::find(names.begin(), names.end(), "wrapped-socket") != names.end());
-  CHECK(std::find(names.begin(), names.end(), "socket") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "cpu") != names.end());
+  CHECK(is_backend_available("socket"));  // the cpu backend's old name
   CHECK(is_backend_available("WRAPPED-socket"));
   CHECK(parse_backend_spec("Wrapped-Socket").cpu == "wrapped-socket");
 

@@ -12,11 +12,11 @@
 #include <numeric>
 #include <thread>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/support/child.h"
 
 using namespace collie;
@@ -320,7 +320,7 @@ COLLIE_TEST_CHILD(dist_rank) {
   const std::string& how = args.at(0);
   const std::string& scenario = args.at(1);
   InitOptions options;
-  options.backend = "socket";
+  options.backend = "cpu";
   options.timeout =
       std::chrono::seconds(scenario == "peer_dies" || scenario == "peer_hangs" ? 20 : 120);
   if (how != "env") {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "rendezvous/hash_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
 #include "test/runtime/api/rank_runner.h"
 #include "test/support/temp_dir.h"
 
@@ -123,28 +123,25 @@ TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto s
                                       .rank = 0,
                                       .store = std::make_shared<HashStore>()}),
                   InvalidArgument);
+  CHECK_THROWS_WITH(init_process_group({.backend = "cpu", .store = std::make_shared<HashStore>()}),
+                    Contains("rank and world_size must be given"));
   CHECK_THROWS_WITH(
-      init_process_group({.backend = "socket", .store = std::make_shared<HashStore>()}),
-      Contains("rank and world_size must be given"));
-  CHECK_THROWS_WITH(init_process_group({.backend = "socket",
-                                        .world_size = 2,
-                                        .rank = 2,
-                                        .store = std::make_shared<HashStore>()}),
-                    Contains("rank 2 is out of range"));
+      init_process_group(
+          {.backend = "cpu", .world_size = 2, .rank = 2, .store = std::make_shared<HashStore>()}),
+      Contains("rank 2 is out of range"));
 
   init_process_group(
       {.backend = "auto", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   CHECK(is_initialized());
   // One backend per device type: host buffers always on socket.
-  CHECK(get_backend() == (is_backend_available("nccl") ? "cpu:socket,cuda:nccl" : "socket"));
+  CHECK(get_backend() == (is_backend_available("nccl") ? "cpu:cpu,cuda:nccl" : "cpu"));
   CHECK(get_rank() == 0);
   CHECK(get_world_size() == 1);
   CHECK(is_main_process());
-  CHECK_THROWS_WITH(init_process_group({.backend = "socket",
-                                        .world_size = 1,
-                                        .rank = 0,
-                                        .store = std::make_shared<HashStore>()}),
-                    Contains("already initialized"));
+  CHECK_THROWS_WITH(
+      init_process_group(
+          {.backend = "cpu", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()}),
+      Contains("already initialized"));
   std::vector<float> v{1, 2, 3};
   all_reduce(view(v.data(), v.size()), ReduceOp::kSum);
   CHECK(v == std::vector<float>{1, 2, 3});
@@ -157,12 +154,12 @@ TEST_CASE("backend selection: nccl without a GPU is a clear BackendError, auto s
 TEST_CASE("destroy_process_group takes sub-groups with it; init may run again", "[dist]") {
   REQUIRE_FALSE(is_initialized());
   init_process_group(
-      {.backend = "socket", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
+      {.backend = "cpu", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   Group sub = new_group({0});
   Group again = new_group();
   REQUIRE(sub.is_member());
   CHECK(get_rank(sub) == 0);
-  CHECK(get_backend(sub) == "socket");
+  CHECK(get_backend(sub) == "cpu");
   CHECK(sub.process_group() != again.process_group());
   std::vector<int64_t> v{5, 6};
   all_gather(view(v.data(), 2), view(v.data(), 2), sub);  // in place, world of one
@@ -178,7 +175,7 @@ TEST_CASE("destroy_process_group takes sub-groups with it; init may run again", 
   CHECK_THROWS_WITH(new_group(), Contains("has not been initialized"));
 
   init_process_group(
-      {.backend = "socket", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
+      {.backend = "cpu", .world_size = 1, .rank = 0, .store = std::make_shared<HashStore>()});
   CHECK(get_world_size() == 1);
   barrier();
   destroy_process_group();

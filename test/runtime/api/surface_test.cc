@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <numeric>
 
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/hash_store.h"
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/runtime/api/rank_runner.h"
 #include "test/support/skip.h"
 #include "test/support/temp_dir.h"
@@ -156,7 +156,7 @@ void scenario_objects() {
 void scenario_per_device() {
   // On a machine without a GPU "auto" serves host buffers only, and a cuda
   // buffer is refused with the reason, before anything is sent.
-  COLLIE_CHECK(get_backend() == "socket", "backend ", get_backend());
+  COLLIE_CHECK(get_backend() == "cpu", "backend ", get_backend());
   float x = 1;
   TensorView on_gpu{&x, 1, DataType::kFloat32, Device::cuda(0)};
   try {
@@ -224,7 +224,7 @@ COLLIE_TEST_CHILD(api_surface_rank) {
 namespace {
 
 std::vector<std::string> run_api(int world, const std::string& scenario,
-                                 const std::string& backend = "socket",
+                                 const std::string& backend = "cpu",
                                  std::vector<std::string> extra = {}) {
   TempDir dir;
   return run_ranks(world, [&](int rank) {
@@ -267,30 +267,33 @@ TEST_CASE("api: backend auto without a GPU serves host buffers and refuses cuda 
 }
 
 TEST_CASE("backend strings: one backend per device type in torch's syntax", "[api][surface]") {
-  auto both = parse_backend_spec("cpu:socket,cuda:nccl");
-  CHECK(both.cpu == "socket");
+  auto both = parse_backend_spec("cpu:cpu,cuda:nccl");
+  CHECK(both.cpu == "cpu");
   CHECK(both.cuda == "nccl");
-  auto socket = parse_backend_spec("SOCKET");
-  CHECK(socket.cpu == "socket");
-  CHECK(socket.cuda.empty());
-  CHECK_THAT(socket.cuda_why, Contains("cpu buffers only"));
+  auto cpu = parse_backend_spec("CPU");
+  CHECK(cpu.cpu == "cpu");
+  CHECK(cpu.cuda.empty());
+  CHECK_THAT(cpu.cuda_why, Contains("cpu buffers only"));
+  // "socket", the cpu backend's old name, is read as "cpu".
+  CHECK(parse_backend_spec("socket").cpu == "cpu");
+  CHECK(parse_backend_spec("cpu:socket,cuda:nccl").cpu == "cpu");
   auto nccl = parse_backend_spec("nccl");
   CHECK(nccl.cuda == "nccl");
   CHECK(nccl.cpu.empty());
   auto automatic = parse_backend_spec("auto");
-  CHECK(automatic.cpu == "socket");
+  CHECK(automatic.cpu == "cpu");
   CHECK(automatic.cuda == (is_backend_available("nccl") ? "nccl" : ""));
   if (!is_backend_available("nccl")) CHECK_THAT(automatic.cuda_why, Contains("no usable NCCL"));
   CHECK_THROWS_AS(parse_backend_spec("gpu:nccl"), InvalidArgument);
   CHECK_THROWS_WITH(parse_backend_spec("gpu:nccl"), Contains("unknown device type \"gpu\""));
   CHECK_THROWS_WITH(parse_backend_spec("cpu:nccl"), Contains("nccl cannot serve cpu"));
-  CHECK_THROWS_WITH(parse_backend_spec("cpu:socket,cpu:socket"), Contains("cpu is given twice"));
+  CHECK_THROWS_WITH(parse_backend_spec("cpu:cpu,cpu:socket"), Contains("cpu is given twice"));
   CHECK_THROWS_WITH(parse_backend_spec("cpu:pigeon"), Contains("unknown backend \"pigeon\""));
-  CHECK_THROWS_WITH(parse_backend_spec("cpu"), Contains("unknown backend"));
+  CHECK_THROWS_WITH(parse_backend_spec("gloo"), Contains("unknown backend \"gloo\""));
   CHECK_THROWS_AS(parse_backend_spec(""), InvalidArgument);
   // Where NCCL cannot run, naming it fails before any rendezvous.
   if (!is_backend_available("nccl")) {
-    CHECK_THROWS_AS(init_process_group({.backend = "cpu:socket,cuda:nccl",
+    CHECK_THROWS_AS(init_process_group({.backend = "cpu:cpu,cuda:nccl",
                                         .world_size = 1,
                                         .rank = 0,
                                         .store = std::make_shared<HashStore>()}),
@@ -302,12 +305,12 @@ TEST_CASE("backend strings: one backend per device type in torch's syntax", "[ap
 TEST_CASE("monitored_barrier: rank 0 names the first missing rank, or all with wait_all_ranks",
           "[api][surface][failure]") {
   {
-    auto out = run_api(4, "monitored", "socket", {"23", "all"});
+    auto out = run_api(4, "monitored", "cpu", {"23", "all"});
     CHECK_THAT(out[0], Contains("RESULT") && Contains("ranks 2, 3 did not arrive"));
     CHECK_THAT(out[1], Contains("RESULT") && Contains("rank 0 reports") && Contains("ranks 2, 3"));
   }
   {
-    auto out = run_api(4, "monitored", "socket", {"23", "first"});
+    auto out = run_api(4, "monitored", "cpu", {"23", "first"});
     CHECK_THAT(out[0], Contains("RESULT") && Contains("rank 2 did not arrive") &&
                            Contains("wait_all_ranks names every one"));
   }

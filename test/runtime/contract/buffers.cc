@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 #if COLLIE_HAVE_NCCL
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // A buffer the contract suite hands to a backend: host memory for the
-// socket backend, CUDA device memory for NCCL (built only with NCCL, where
+// cpu backend, CUDA device memory for NCCL (built only with NCCL, where
 // the suite's GPU run needs it). The expected values are always computed and
 // compared on the host: make it from host bytes, read() it back.
 #pragma once
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 
 namespace collie::test {
 

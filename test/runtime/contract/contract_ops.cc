@@ -8,8 +8,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "test/runtime/contract/buffers.h"
 #include "test/support/reference.h"
 
@@ -25,22 +25,22 @@ std::string ContractBackend::refuses(ReduceOp op, DataType dtype) const {
 
 ContractBackend contract_backend() {
   const char* env = std::getenv("COLLIE_CONTRACT_BACKEND");
-  const std::string name = env != nullptr && *env != '\0' ? env : "socket";
-  if (name == "socket" || name == "socket:tcp" || name == "socket:shm")
-    return ContractBackend{"socket " + (name.size() > 7 ? name.substr(7) : std::string("auto")),
-                           "socket", name.size() > 7 ? name.substr(7) : ""};
+  const std::string name = env != nullptr && *env != '\0' ? env : "cpu";
+  if (name == "cpu" || name == "cpu:tcp" || name == "cpu:shm")
+    return ContractBackend{"cpu " + (name.size() > 4 ? name.substr(4) : std::string("auto")), "cpu",
+                           name.size() > 4 ? name.substr(4) : ""};
   if (name == "nccl") {
     // NCCL serves the device buffers; the per-device group gives the object
-    // collectives (host bytes) to the socket backend, as torch 2.x would.
-    ContractBackend b{"nccl", "cpu:socket,cuda:nccl"};
+    // collectives (host bytes) to the cpu backend, as torch 2.x would.
+    ContractBackend b{"nccl", "cpu:cpu,cuda:nccl"};
     b.on_gpu = true;
     b.any_source = false;
     b.tag_matching = false;
     b.exact_avg = false;
     return b;
   }
-  throw InvalidArgument(str_cat("COLLIE_CONTRACT_BACKEND=\"", name,
-                                "\": expected socket, socket:tcp, socket:shm or nccl"));
+  throw InvalidArgument(
+      str_cat("COLLIE_CONTRACT_BACKEND=\"", name, "\": expected cpu, cpu:tcp, cpu:shm or nccl"));
 }
 
 namespace {

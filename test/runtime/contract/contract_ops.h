@@ -12,16 +12,16 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/types.h"
+#include "base/types.h"
 #include "runtime/process_group/process_group.h"
 
 namespace collie::test {
 
 // The backend under test, and what it promises beyond the common contract.
 struct ContractBackend {
-  std::string name;          // "socket" or "nccl": what the cases are about
+  std::string name;          // "cpu" or "nccl": what the cases are about
   std::string init_backend;  // what init_process_group gets
-  std::string transport;     // the socket backend's channels: "tcp", "shm" or "" (auto)
+  std::string transport;     // the cpu backend's channels: "tcp", "shm" or "" (auto)
   bool on_gpu = false;       // buffers in CUDA device memory
   // recv from kAnySource, and receives of one peer matched by tag out of
   // order (NCCL matches a peer's messages in order, whatever the tag).
@@ -37,8 +37,8 @@ struct ContractBackend {
   std::string refuses(ReduceOp op, DataType dtype) const;
 };
 
-// From $COLLIE_CONTRACT_BACKEND: "socket" (the default), "socket:tcp",
-// "socket:shm" (the channel forced) or "nccl".
+// From $COLLIE_CONTRACT_BACKEND: "cpu" (the default), "cpu:tcp",
+// "cpu:shm" (the channel forced) or "nccl".
 ContractBackend contract_backend();
 
 struct MatrixOptions {

@@ -1,7 +1,7 @@
 // The ProcessGroup contract suite: the same cases on every backend. Each
 // ctest entry is one of these cases on one backend (test/runtime/contract/
 // CMakeLists.txt registers the suite once per backend and channel:
-// "contract socket/tcp", "contract socket/shm", "contract nccl").
+// "contract cpu/tcp", "contract cpu/shm", "contract nccl").
 // Every rank is a process that initializes the default group through the
 // public API (file:// rendezvous) and checks its own results against a
 // local reference, bit for bit (contract_ops.h); the error cases check the
@@ -19,10 +19,10 @@
 #include <map>
 #include <numeric>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "rendezvous/file_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/runtime/contract/buffers.h"
 #include "test/runtime/contract/contract_ops.h"
 #include "test/support/child.h"

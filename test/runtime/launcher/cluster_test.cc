@@ -12,9 +12,9 @@
 #include <fstream>
 #include <memory>
 
-#include "rendezvous/shared_secret.h"
-#include "rendezvous/tcp_store.h"
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/shared_secret.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/netns_pair.h"
 #include "test/support/skip.h"

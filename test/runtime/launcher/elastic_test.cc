@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
 #include "test/support/netns_lan.h"

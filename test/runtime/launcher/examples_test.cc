@@ -14,8 +14,8 @@
 #include <regex>
 #include <set>
 
-#include "rendezvous/job_secret.h"
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/job_secret.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/skip.h"
 #include "test/support/temp_dir.h"

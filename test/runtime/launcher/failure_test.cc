@@ -9,7 +9,7 @@
 
 #include <chrono>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/temp_dir.h"
 

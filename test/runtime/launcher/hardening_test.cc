@@ -13,8 +13,8 @@
 #include <memory>
 #include <set>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"

@@ -9,7 +9,7 @@
 
 #include <fstream>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
 #include "test/support/skip.h"

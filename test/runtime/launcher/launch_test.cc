@@ -11,7 +11,7 @@
 #include <map>
 #include <regex>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
 #include "test/support/temp_dir.h"

@@ -10,8 +10,8 @@
 #include <regex>
 #include <sstream>
 
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "test/support/child.h"
 
 namespace collie::test {

@@ -14,7 +14,7 @@
 #include <memory>
 #include <thread>
 
-#include "runtime/base/str_cat.h"
+#include "base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/netns_pair.h"
 #include "test/support/skip.h"

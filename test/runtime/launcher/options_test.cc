@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/launch_options.h"
 #include "runtime/launcher/line_splitter.h"

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/launch_env.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "rendezvous/env/launch_env.h"
 #include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/support/child.h"
 
 using namespace collie;
@@ -74,7 +74,7 @@ COLLIE_TEST_CHILD(store_rdv) {
 
   if (do_all_reduce) {
     InitOptions init;
-    init.backend = "socket";
+    init.backend = "cpu";
     init.timeout = std::chrono::seconds(60);
     if (!le.use_agent_store) {
       init.store = raw;

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
+#include "base/str_cat.h"
 #include "runtime/api/distributed.h"
-#include "runtime/base/error.h"
-#include "runtime/base/str_cat.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/child.h"
 
@@ -125,7 +125,7 @@ COLLIE_TEST_CHILD(flaky) {
 // then all_reduce in a loop, each call under the timeout; prints "looping"
 // once under way and the error, whole, on stderr when a call fails.
 COLLIE_TEST_CHILD(allreduce_loop) {
-  init_process_group({.backend = "socket", .timeout = std::chrono::seconds(60)});
+  init_process_group({.backend = "cpu", .timeout = std::chrono::seconds(60)});
   const int rank = get_rank();
   write_pid_file(args.at(0), rank);
   const Timeout call_timeout(std::stoi(args.at(1)));

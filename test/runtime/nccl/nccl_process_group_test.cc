@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "rendezvous/hash_store.h"
-#include "runtime/base/error.h"
 #include "runtime/cuda/cuda_device.h"
 #include "runtime/nccl/nccl_process_group.h"
 

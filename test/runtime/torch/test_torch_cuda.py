@@ -1,6 +1,6 @@
 """collie_torch on CUDA tensors (collie's NCCL backend under torch), against
 torch's own nccl backend: one rank per visible GPU. They skip ("no GPU")
-where torch sees none; bench/gpu_torch_check.sh runs them on a GPU machine."""
+where torch sees none; tools/gpu/torch_check.sh runs them on a GPU machine."""
 import os
 
 import pytest

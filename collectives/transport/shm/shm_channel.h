@@ -1,0 +1,46 @@
+// The shared-memory channel: two single-producer/single-consumer byte rings
+// in one memfd segment per pair of ranks on a host, plus the pair's Unix
+// socket, which carried the segment's fd (SCM_RIGHTS) and stays open as the
+// liveness signal (the kernel closes it when a process dies, SIGKILL too)
+// and as the doorbell a sleeping reader is woken by. The folder's one public
+// header. The design, and why a doorbell rather than a futex, is in
+// docs/algorithms.md ("Channels").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/deadline.h"
+#include "base/unique_fd.h"
+#include "collectives/transport/channel.h"
+#include "collectives/transport/channel_factory.h"
+
+namespace collie {
+
+// Default bytes of each of a pair's two rings (COLLIE_SHM_BYTES overrides).
+inline constexpr size_t kDefaultShmRingBytes = size_t{1} << 20;
+
+// The segment bytes a pair with rings of `ring_bytes` maps.
+size_t shm_segment_bytes(size_t ring_bytes);
+
+// The two halves of a pair's set-up on its connected Unix socket (after the
+// hello). The connector creates the segment and sends it; the acceptor maps
+// it and proves it by writing the connector's nonce back into it; both
+// probe cross-memory attach. Each returns the channel (which takes the
+// socket), or null with *why set when shared memory does not work for this
+// pair: the caller then keeps the socket as a socket channel and logs why.
+// Throws only on a failure of the socket itself (the peer died).
+std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const Deadline& deadline,
+                                     const std::string& who, std::string* why);
+std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
+                                    const std::string& who, std::string* why);
+
+// The local factory (channel_factory.h): listens on the abstract Unix
+// socket `name` (with a WARN, and no listener, when it cannot: the peers on
+// this host then use TCP) and reaches the peers with host id `host_id`,
+// setting up shared memory with rings of `ring_bytes` over the socket.
+std::unique_ptr<ChannelFactory> make_local_factory(const std::string& name,
+                                                   const std::string& host_id, size_t ring_bytes,
+                                                   int rank);
+
+}  // namespace collie

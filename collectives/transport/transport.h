@@ -1,0 +1,347 @@
+// Transport: the Connections of one communicator (one per peer it talks to,
+// each over a TCP or shared-memory channel), driven from the calling thread. An algorithm posts
+// sends and receives for its current call and calls progress(), which advances every connection at
+// once (so a rank sends to its right while it receives from its left: full duplex without a second
+// thread) and returns as soon as any operation completes.
+//
+// Waiting: progress() first busy-polls its sockets for `spin` (a blocking
+// wake-up costs tens of microseconds, more than a small message's whole
+// round trip), yielding the CPU between polls so that oversubscribed ranks
+// still run, then sleeps in poll() until data, the deadline or abort(). A
+// yield that gives the core away for long (to another program) makes the
+// next waits sleep at once (adaptive back-off, transport.cc), so a busy
+// machine is not made worse.
+//
+// Failure: every error goes through fail(), which marks the transport broken,
+// sends an abort frame carrying the error text to every peer (finishing a
+// half-written message first so that the peer can find the frame), shuts the
+// sockets for writing and throws. Peers learn of the failure from the abort
+// frame or, if the process died, from the socket's EOF; either way within
+// one poll of it happening, whichever connection they were waiting on.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/deadline.h"
+#include "base/types.h"
+#include "base/unique_fd.h"
+#include "collectives/transport/connection.h"
+#include "collectives/transport/p2p_inbox.h"
+#include "collectives/transport/wire.h"
+
+namespace collie {
+
+// Opens connections to peers on demand (bootstrap.cc implements it).
+class PeerLinker {
+ public:
+  virtual ~PeerLinker() = default;
+  // The connecting side (peer < own rank): the channel to `peer`, connected
+  // and introduced within the deadline; *address gets the peer's address.
+  virtual std::unique_ptr<Channel> connect(int peer, const Deadline& deadline,
+                                           std::string* address) = 0;
+  // The accepting side: listener (and pending handshake) fds to poll for
+  // readability, and the peers whose connections completed since.
+  virtual void poll_fds(std::vector<int>* fds) const = 0;
+  struct Arrival {
+    int peer;
+    std::unique_ptr<Channel> channel;
+    std::string address;
+  };
+  virtual std::vector<Arrival> accept_ready(const Deadline& deadline) = 0;
+  // The published address of `peer`, for messages ("" if unknown).
+  virtual std::string address_of(int peer) const = 0;
+  // The last connection this rank's listeners refused, as "address: why"
+  // ("" if none): a peer that never connects may be the one refused.
+  virtual std::string last_refusal() const = 0;
+  // The timeout probe's roll call, for the peers a rank has no connection
+  // to: checks this rank in for call `seq`; with `wait`, waits until `until`
+  // for the others and returns those that never checked in, with their
+  // addresses (empty when the store cannot be reached).
+  virtual std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until,
+                                               bool wait) = 0;
+};
+
+struct TransportOptions {
+  std::chrono::microseconds spin{50};
+  // The first `busy_poll` of a spin polls memory without giving up the core
+  // (no sched_yield, which is a syscall that also delays noticing the data).
+  // Only for ranks that have a core each: oversubscribed, the spinner may
+  // hold the core its peer needs.
+  std::chrono::microseconds busy_poll{0};
+  // First slow-wait report, then each time the wait doubles (<= 5 min).
+  std::chrono::milliseconds report_after = std::chrono::seconds(30);
+  // Shared-memory waits sleep on futex words (Connection::set_futex_wait).
+  bool futex_wait = true;
+};
+
+class Transport {
+ public:
+  // connections[rank] is null for this rank; so is any peer not connected
+  // yet, which `linker` connects on first use (linker may be null when
+  // every peer is connected).
+  Transport(int rank, int size, uint32_t group,
+            std::vector<std::unique_ptr<Connection>> connections,
+            std::unique_ptr<PeerLinker> linker, const TransportOptions& options);
+  ~Transport();  // says goodbye to every peer unless broken
+
+  // This rank and the world size; inside a SubgroupScope, this rank's
+  // index in the sub-group and the sub-group's size.
+  int rank() const { return members_.empty() ? rank_ : sub_rank_; }
+  int size() const { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  // This rank in the world, in a sub-group too (for messages).
+  int world_rank() const { return rank_; }
+
+  // A sub-group for the hierarchical algorithms (hierarchical.cc): while the
+  // scope lives, rank(), size() and the peer numbers that send(), recv(),
+  // sends_done(), recvs_done(), peer_pid(), peer_name() and
+  // all_peers_readable() take are in the numbering of `members` (world
+  // ranks, this rank among them): peer p is world rank members[p]. The
+  // completion counters restart at zero when the scope opens and closes, so
+  // any algorithm runs on the sub-group as on a world of its own, in the
+  // middle of the same call (its frames carry the call's header, so a
+  // mismatch is still caught). Every operation posted inside the scope must
+  // be complete when it opens and closes. Scopes nest (members are world
+  // ranks either way); closing one restores the numbering before it and
+  // restarts the counters again.
+  class SubgroupScope {
+   public:
+    SubgroupScope(Transport& t, std::span<const int> members);
+    ~SubgroupScope();
+    SubgroupScope(const SubgroupScope&) = delete;
+    SubgroupScope& operator=(const SubgroupScope&) = delete;
+
+   private:
+    Transport& t_;
+    std::vector<int> outer_members_;
+    int outer_rank_;
+  };
+
+  // Starts a call: throws BackendError at once if broken. The deadline must
+  // outlive the call. `linking`: the call only connects peers (the
+  // communicator's wiring at init) and exchanges no data, so a peer's data
+  // frame of the same op #0 is its next internal call, already started,
+  // not a mismatch; it is left for that call to read.
+  void begin(const CallInfo& call, const Deadline& deadline, bool linking = false);
+  const CallInfo& call() const { return call_; }
+  // Throws BackendError naming the original error when broken; `what` is
+  // the collective being refused ("all_reduce").
+  void check_usable(std::string_view what) const;
+
+  // Posts a message of `bytes` to / from `peer` for the current call; the
+  // buffer must stay valid until the operation completes.
+  void send(int peer, const void* data, size_t bytes);
+  void recv(int peer, void* data, size_t bytes);
+  // send(peer, out, bytes), recv(peer, in, bytes) and wait_all(), for
+  // when these two are the call's only operations (a pairwise exchange:
+  // the direct all_reduce at two ranks). Over shared memory with nothing
+  // else posted to the peer, and at most kExpressBytes, the frame goes
+  // straight into the ring and the peer's is taken where it lies, in a
+  // short spin with no operation posted: the posted path's bookkeeping and
+  // bounce copy cost a 4-byte all_reduce a third of its time
+  // (docs/performance.md). Anything else (a full ring, a frame not there
+  // within the spin, another frame first, TCP) continues on the posted
+  // path, which checks and reports as always.
+  void exchange(int peer, const void* out, void* in, size_t bytes);
+  static constexpr size_t kExpressBytes = 1024;
+  struct ExpressCounts {
+    uint64_t tried = 0;   // exchanges that started on the express path
+    uint64_t taken = 0;   // finished there: the peer's frame taken in the spin
+    uint64_t handed = 0;  // handed over to the posted path (tried = taken + handed)
+  };
+  // Thread-safe: a test reads one rank's while that rank waits.
+  ExpressCounts express_counts() const {
+    return {express_tried_.load(std::memory_order_relaxed),
+            express_taken_.load(std::memory_order_relaxed),
+            express_handed_.load(std::memory_order_relaxed)};
+  }
+  // A receive of `count` elements reduced on arrival: out[i] = in[i] op
+  // received[i] (Connection::post_recv_reduce; not for half types).
+  void recv_reduce(int peer, void* out, const void* in, size_t count, DataType dtype, ReduceOp op);
+  // Operations completed on the connection to `peer` since begin().
+  uint64_t sends_done(int peer) const;
+  uint64_t recvs_done(int peer) const;
+  // The channel to `peer` (a world rank, in a sub-group too), connecting it
+  // if needed.
+  ChannelKind channel_kind(int peer);
+  // The channel to `peer` if connected.
+  std::optional<ChannelKind> connected_kind(int peer) const {
+    const auto& c = connections_[peer];
+    if (!c || !c->connected()) return std::nullopt;
+    return c->kind();
+  }
+  // Whether group peer `peer` is connected, over shared memory.
+  bool shm_connected(int peer) const {
+    const auto kind = connected_kind(world(peer));
+    return kind && *kind == ChannelKind::kShm;
+  }
+  // Peers currently connected over `kind`.
+  int connected_peers(ChannelKind kind) const;
+  // Whether every peer is connected over shared memory and its memory can
+  // be read with process_vm_readv (then peer_pid() is its pid).
+  bool all_peers_readable() const;
+  pid_t peer_pid(int peer) const;
+  // "rank 3 (10.0.0.7:41234)"
+  std::string peer_name(int peer) const { return conn(world(peer)).name(); }
+
+  // Point-to-point (transport_p2p.cc): posts every send and receive of
+  // `ops` at once (a receive's peer may be kAnySource), outside the
+  // collectives' sequence, and returns when all are done; sources[i] is who
+  // sent op i's message (receives; -1 for sends). Messages that arrive
+  // before their receive, during any call, wait in the inbox. Throws like a
+  // collective; a timeout names the peers still owing a message or not
+  // taking one (there is no probe: the other ranks are not in this call).
+  void run_p2p(std::span<const P2POp> ops, const Deadline& deadline, std::vector<int>* sources);
+
+  // Blocks until at least one posted operation completes (returns at once
+  // when none is posted). Throws on error, timeout or abort().
+  void progress();
+  // progress() until every posted operation has completed.
+  void wait_all();
+
+  // Breaks the transport, tells the peers, throws the matching collie error.
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message);
+
+  bool broken() const { return broken_.load(); }
+  void abort();  // thread-safe
+
+ private:
+  Connection& conn(int peer) const;
+  // The world rank of `peer` in the current numbering (SubgroupScope).
+  int world(int peer) const { return members_.empty() ? peer : members_[peer]; }
+  // Restarts the completion counters (begin(), SubgroupScope); `check`:
+  // nothing may be posted.
+  void rebase(bool check = true);
+  // The connection to `peer`, created and (as the connecting side)
+  // connected on first use (link_slow()). The connected case, every send's
+  // and receive's, is inline.
+  Connection& link(int peer) {
+    if (static_cast<unsigned>(peer) < static_cast<unsigned>(size_) && peer != rank_) {
+      Connection* c = connections_[peer].get();
+      if (c != nullptr && c->connected()) [[likely]]
+        return *c;
+    }
+    return link_slow(peer);
+  }
+  Connection& link_slow(int peer);
+  void accept_arrivals();
+  bool progress_all();   // one non-blocking pass; true if bytes moved
+  bool pending() const;  // any posted operation (collective or p2p) not done
+  // Point-to-point reads on a connection with no receive posted (p2p frames
+  // at its head go to the inbox); true if bytes moved.
+  bool progress_p2p_reads(Connection& c);
+  // The next frame on `c` is not a p2p message while a receive waits.
+  void on_p2p_blocked(Connection& c);
+  bool wants_p2p(const Connection& c) const {
+    return c.p2p_frame_open() || (inbox_.wants(c.peer()) && p2p_blocked_[c.peer()] != call_.seq);
+  }
+  void wait_for_io();  // poll() until something happens or the deadline
+  void on_recv_problem(Connection& c, RecvProblem problem, int err);
+  void on_hangup(Connection& c);            // an idle connection's peer hung up
+  void on_unexpected_input(Connection& c);  // data where nothing is posted
+  [[noreturn]] void fail_mismatch(const Connection& c, const WireHeader& h);
+  void notify_peers(ErrorKind kind, const std::string& text);
+  [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message,
+                              const std::string& forward);
+  [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
+  [[noreturn]] void fail_timeout();
+  // "receive from rank 2 (...) (1 message(s) outstanding)" for every
+  // connection but `except` with an operation still posted.
+  std::vector<std::string> waiting_for(const Connection* except) const;
+  [[noreturn]] void fail_aborted();
+  std::string context() const;  // "all_reduce(...) as op #3 on rank 1"
+  // Writes what `c`'s channel takes of its posted sends (fail() on an
+  // error); true when bytes moved.
+  bool push_sends(Connection& c);
+  // The first slow-wait report's time, report_after from the deadline's
+  // start, unless set (begin() and run_p2p() unset it).
+  void arm_report();
+  void report_slow_wait();
+
+  // The timeout probe (transport_failure.cc): a rank whose deadline passed,
+  // or that reads a peer's probe, sends a probe to every peer and reads
+  // every connection for theirs for a short grace. Returns the verdict for
+  // the error message: who answered, who stayed silent (the hung ranks).
+  std::string probe_peers(const Connection* trigger);
+  [[noreturn]] void fail_probed(Connection& c, const WireHeader& probe);
+  std::chrono::milliseconds probe_grace() const;
+
+  const int rank_;
+  const int size_;
+  const uint32_t group_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::unique_ptr<PeerLinker> linker_;
+  int awaiting_ = 0;  // connections waiting for their peer to connect
+  const std::chrono::microseconds spin_;
+  const std::chrono::microseconds busy_poll_;
+  const std::chrono::milliseconds report_after_;
+  const bool futex_wait_;
+  Clock::time_point next_report_{};
+  // Adaptive spinning (progress()): no spin before spin_quiet_until_; the
+  // pause after the next late yield, doubling up to kMaxSpinPenalty.
+  static constexpr uint32_t kSpinStreak = 64;
+  static constexpr std::chrono::microseconds kLongYield{1000};
+  static constexpr std::chrono::milliseconds kMinSpinPenalty{2}, kMaxSpinPenalty{1000};
+  std::chrono::microseconds spin_for_this_wait(Clock::time_point now) const;
+  void spin_failed();
+  void spin_succeeded();
+  Clock::time_point spin_quiet_until_{};
+  // A pause seen by the last timed wait (spin_quiet_until_ not yet passed
+  // then): progress() skips its clockless polls until a timed wait finds
+  // the pause over.
+  bool spin_quiet_ = false;
+  static constexpr int kClocklessPolls = 32;
+  // exchange()'s spin for the peer's frame, in looks at the ring, before it
+  // hands over to the posted path (a few microseconds).
+  static constexpr int kExpressPolls = 256;
+  // Whether a wait may spin on memory without yielding the core now.
+  bool busy_polling() const { return busy_poll_.count() > 0 && spin_.count() > 0 && !spin_quiet_; }
+  std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
+  uint32_t spin_streak_ = 0;                     // successful spins since the last failure
+  std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
+  // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
+  // this call and is legitimately early (a later round, or the next call).
+  std::vector<uint64_t> peeked_seq_;
+  bool linking_ = false;  // see begin()
+  CallInfo call_;
+  const Deadline* deadline_ = nullptr;
+  // The open SubgroupScope's members (world ranks; empty: none) and this
+  // rank's index among them.
+  std::vector<int> members_;
+  int sub_rank_ = -1;
+  uint64_t completed_ = 0;  // operations completed, all connections
+  // exchange()'s counts. One writer, the call's thread: a relaxed load and
+  // store each, no locked instruction on the path.
+  std::atomic<uint64_t> express_tried_{0}, express_taken_{0}, express_handed_{0};
+  static void count(std::atomic<uint64_t>& n) {
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  std::atomic<bool> broken_{false};
+  std::atomic<bool> aborted_{false};
+  std::string broken_reason_;
+  // After a probe: the bytes still owed to each peer (padding, the rest of
+  // our probe), which notify_peers() sends ahead of the abort frame.
+  bool probed_ = false;
+  std::vector<std::string> owed_;
+  // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
+  // peer's count of messages sent to it, and the ops run_p2p() is running
+  // (for error messages, formatted only then; in_p2p_ false inside a
+  // collective).
+  P2PInbox inbox_;
+  std::vector<uint64_t> p2p_sent_;
+  bool in_p2p_ = false;
+  std::span<const P2POp> p2p_ops_;
+  std::string describe_p2p() const;
+  // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
+  // (a later collective's data): nothing behind it can be read before that
+  // collective, so receives from any source stop reading p's connection.
+  std::vector<uint64_t> p2p_blocked_;
+};
+
+}  // namespace collie

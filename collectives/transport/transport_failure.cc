@@ -1,0 +1,305 @@
+// Transport's failure path: what a rank does when a peer's frame does not
+// match its call, a peer fails or hangs up, or the deadline passes (see
+// transport.h and docs/algorithms.md, "the mismatch protocol" and "When a
+// peer fails"). The timeout probe is in transport_probe.cc; reading frames
+// on these paths is the Connection's (skim(), absorb()), which owns the
+// frame format.
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+#include "collectives/transport/transport.h"
+
+namespace collie {
+namespace {
+
+// Abort notices are best effort: a peer that does not read gets an EOF
+// instead after this long.
+constexpr auto kNoticeBudget = std::chrono::milliseconds(200);
+constexpr size_t kMaxAbortText = 4096;
+
+// How long a rank that saw a frame of a later call waits for a frame of its
+// own call from another peer, which would name the real mismatch.
+constexpr auto kEvidenceGrace = std::chrono::milliseconds(200);
+
+[[noreturn]] void throw_error(ErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case ErrorKind::kTimeout: throw TimeoutError(message);
+    case ErrorKind::kBackend: throw BackendError(message);
+    case ErrorKind::kNetwork: break;
+  }
+  throw NetworkError(message);
+}
+
+}  // namespace
+void Transport::on_hangup(Connection& c) {
+  std::string text;
+  switch (c.absorb(&text)) {
+    case RecvProblem::kAbort: fail_from_peer(c, text);
+    case RecvProblem::kEof:
+      fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
+                                        " closed unexpectedly (the peer process exited, "
+                                        "crashed or aborted)"));
+    default: break;  // a goodbye, or the rest has not arrived yet
+  }
+}
+
+void Transport::on_unexpected_input(Connection& c) {
+  WireHeader h;
+  if (!c.peek_header(&h)) return;  // the rest of the header is on its way
+  if (h.magic != kWireMagic || h.group != group_) fail_mismatch(c, h);
+  switch (static_cast<FrameType>(h.frame)) {
+    case FrameType::kAbort: fail_from_peer(c, c.take_abort_frame());
+    case FrameType::kGoodbye: break;
+    case FrameType::kProbe:
+      if (h.is_probe(group_)) fail_probed(c, h);
+      fail_mismatch(c, h);
+    case FrameType::kData:
+      if (linking_ && h.seq == call_.seq) break;  // the peer's next internal call (begin())
+      if (h.seq < call_.seq || (h.seq == call_.seq && !(h.call() == call_))) fail_mismatch(c, h);
+      break;
+    case FrameType::kP2P:
+      // A point-to-point message: into the inbox now, whatever this rank is
+      // doing, so that a peer sending before it receives never waits on us.
+      progress_p2p_reads(c);
+      return;
+  }
+  peeked_seq_[c.peer()] = call_.seq;
+}
+
+void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
+  if (h.magic != kWireMagic || h.group != group_) {
+    fail(ErrorKind::kBackend,
+         str_cat(context(), ": received a message from ", c.name(),
+                 " that does not belong to this group (magic ", h.magic, ", group ", h.group,
+                 ", expected ", kWireMagic, ", ", group_, ")"));
+  }
+  // A peer that is already past our call is one symptom; another peer's
+  // frame of this very call, waiting unread, usually names the real culprit.
+  // It may still be on its way (the sender was descheduled between two
+  // sends), so look for up to kEvidenceGrace: this is the error path.
+  if (h.seq != call_.seq) {
+    const auto until = std::min(Clock::now() + kEvidenceGrace, deadline_->when());
+    for (;;) {
+      std::vector<PollEntry> quiet;
+      for (auto& other : connections_) {
+        if (!other || !other->connected() || other.get() == &c || !other->at_frame_boundary() ||
+            other->finished())
+          continue;
+        WireHeader o;
+        if (!other->peek_header(&o)) {
+          quiet.push_back(PollEntry{other.get(), true, false});
+        } else if (o.magic == kWireMagic && o.group == group_ &&
+                   o.frame == static_cast<uint8_t>(FrameType::kData) && o.seq == call_.seq &&
+                   !(o.call() == call_)) {
+          fail_mismatch(*other, o);
+        }
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (quiet.empty() || left.count() <= 0) break;
+      poll_connections(quiet, static_cast<int>(left.count()));
+    }
+  }
+  fail(ErrorKind::kBackend,
+       str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
+               ", rank ", rank_, " called ", call_.describe_with_seq(),
+               " (every rank must call the same collectives in the same order)"));
+}
+
+void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
+  const WireHeader& h = c.received_header();
+  switch (problem) {
+    case RecvProblem::kMismatch:
+      if (h.is_p2p(group_)) fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+      if (h.is_probe(group_)) fail_probed(c, h);
+      if (h.magic == kWireMagic && h.group == group_ && h.call() == call_) {
+        fail(ErrorKind::kBackend,
+             str_cat(context(), ": ", c.name(), " sent a ", h.payload_bytes,
+                     "-byte message where a different size was expected: are the "
+                     "CommunicatorOptions (segment_bytes, small_message_bytes) the same on "
+                     "every rank?"));
+      }
+      fail_mismatch(c, h);
+    case RecvProblem::kAbort: fail_from_peer(c, c.read_abort_text());
+    case RecvProblem::kGoodbye:
+      fail(ErrorKind::kNetwork, str_cat(context(), ": ", c.name(),
+                                        " closed its communicator while this rank still "
+                                        "expected its data (did the ranks call different "
+                                        "numbers of collectives?)"));
+    case RecvProblem::kEof:
+      fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
+                                        " closed unexpectedly (the peer process exited, "
+                                        "crashed or aborted)"));
+    case RecvProblem::kError:
+    case RecvProblem::kNone: break;
+  }
+  fail(ErrorKind::kNetwork,
+       str_cat(context(), ": receiving from ", c.name(), " failed: ", std::strerror(err),
+               " (the peer process exited, crashed or aborted)"));
+}
+
+void Transport::fail_from_peer(Connection& c, const std::string& text) {
+  const auto kind = static_cast<ErrorKind>(c.received_header().error_kind);
+  // A peer's timeout blames whom it waited for, which may itself be waiting
+  // on the rank that really hangs (in a ring, rank 1 waits on rank 0, which
+  // waits on a stopped rank 2). Our own outstanding operations are the next
+  // link of that chain, so the timeout carries them on instead of replacing
+  // them: whoever reads either message sees the whole chain.
+  if (kind == ErrorKind::kTimeout) {
+    const std::vector<std::string> waiting = waiting_for(&c);
+    std::string merged = text;
+    if (!waiting.empty()) {
+      merged += str_cat("; rank ", rank_, ", relaying this, was itself still waiting to ",
+                        join(waiting, ", "));
+    }
+    // The abort reached us without its probe being seen first (it was
+    // behind a frame we had already looked at, and the hang-up came first):
+    // probe now, so that this rank too names the silent ones from its own
+    // view rather than only the sender's.
+    if (!probed_) merged += str_cat("; rank ", rank_, " probed: ", probe_peers(&c));
+    fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged);
+  }
+  fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", text), text);
+}
+
+std::vector<std::string> Transport::waiting_for(const Connection* except) const {
+  std::vector<std::string> waiting;
+  for (auto& c : connections_) {
+    if (!c || c.get() == except) continue;
+    if (!c->connected()) {
+      // A peer still to connect to us (a higher rank; lower ranks are
+      // connected to, synchronously), with or without messages posted.
+      const bool posted = c->recv_pending() || c->send_pending();
+      if (!posted && c->peer() < rank_) continue;
+      std::string refused;
+      if (linker_ && !linker_->last_refusal().empty()) {
+        refused = str_cat("; last refused: ", linker_->last_refusal());
+      }
+      waiting.push_back(
+          posted ? str_cat("receive from ", c->name(), " (", c->recvs_queued() + c->sends_queued(),
+                           " message(s) outstanding; it has not connected yet", refused, ")")
+                 : str_cat("accept a connection from ", c->name(), " (it has not connected yet",
+                           refused, ")"));
+      continue;
+    }
+    if (c->recv_pending()) {
+      waiting.push_back(
+          str_cat("receive from ", c->name(), " (", c->recvs_queued(), " message(s) outstanding)"));
+    }
+    if (c->send_pending()) {
+      waiting.push_back(
+          str_cat("send to ", c->name(), " (", c->sends_queued(), " message(s) outstanding)"));
+    }
+  }
+  return waiting;
+}
+
+void Transport::fail_timeout() {
+  std::vector<std::string> waiting = waiting_for(nullptr);
+  if (in_p2p_) {
+    // Only this rank and its peers are in a send/recv: no probe (the other
+    // ranks are not reading); the peers owing a message are the culprits.
+    for (auto& r : inbox_.describe_posted()) waiting.push_back(std::move(r));
+    fail(ErrorKind::kTimeout,
+         str_cat(context(), " timed out ", deadline_->describe(), "; still waiting to ",
+                 join(waiting, ", "),
+                 ": the peer has not made the matching call (same tag and size), or it is "
+                 "stopped or hung"));
+  }
+  // The limit as it stood when the deadline passed, not after the probe.
+  const std::string head = str_cat(context(), " timed out ", deadline_->describe(),
+                                   "; still waiting to ", join(waiting, ", "));
+  const std::string verdict = probe_peers(nullptr);
+  fail(ErrorKind::kTimeout, str_cat(head, "; ", verdict));
+}
+
+void Transport::fail_probed(Connection& c, const WireHeader& probe) {
+  const std::vector<std::string> waiting = waiting_for(nullptr);
+  const bool origin = probe.probe == static_cast<uint8_t>(ProbeReason::kTimedOut);
+  std::string message = str_cat(context(), ": ", c.name(),
+                                origin ? " timed out in " : " passed on a timeout probe for ",
+                                probe.call().describe_with_seq());
+  if (!waiting.empty())
+    message += str_cat("; this rank was still waiting to ", join(waiting, ", "));
+  message += str_cat("; ", probe_peers(&c));
+  fail_impl(ErrorKind::kTimeout, message, message);
+}
+
+void Transport::fail_aborted() {
+  fail(ErrorKind::kBackend, str_cat(context(), ": the communicator was aborted (abort() called)"));
+}
+
+void Transport::fail(ErrorKind kind, const std::string& message) {
+  // A socket error is often the echo of a peer's failure (it broke, told
+  // us, and exited before we read the news): prefer its explanation.
+  if (kind == ErrorKind::kNetwork && !broken_.load()) {
+    for (auto& c : connections_) {
+      WireHeader h;
+      if (c && c->connected() && c->at_frame_boundary() && c->peek_header(&h) &&
+          h.magic == kWireMagic && h.group == group_ &&
+          h.frame == static_cast<uint8_t>(FrameType::kAbort)) {
+        fail_from_peer(*c, c->take_abort_frame());
+      }
+    }
+  }
+  fail_impl(kind, message, message);
+}
+
+void Transport::fail_impl(ErrorKind kind, const std::string& message, const std::string& forward) {
+  if (!broken_.exchange(true) || broken_reason_.empty()) {
+    broken_reason_ = message;
+    COLLIE_LOG(kInfo) << "communicator broken: " << message;
+    notify_peers(kind, forward);
+  }
+  throw_error(kind, message);
+}
+
+void Transport::notify_peers(ErrorKind kind, const std::string& text) {
+  const std::string body = text.substr(0, kMaxAbortText);
+  const WireHeader h =
+      WireHeader::control(group_, FrameType::kAbort, static_cast<uint32_t>(body.size()), kind);
+  struct Notice {
+    Connection* c;
+    std::vector<uint8_t> bytes;
+    size_t sent = 0;
+  };
+  std::vector<Notice> notices;
+  for (auto& c : connections_) {
+    if (!c || !c->connected() || c->finished()) continue;
+    // A half-written message is finished with zeros so that the peer, which
+    // is reading it, finds our header right after it.
+    Notice n{c.get(), std::vector<uint8_t>(c->partial_send_remaining(), 0)};
+    if (probed_) {  // a probe left these unsent (and cleared the operations)
+      const std::string& owed = owed_[c->peer()];
+      n.bytes.insert(n.bytes.begin(), owed.begin(), owed.end());
+    }
+    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
+    n.bytes.insert(n.bytes.end(), hp, hp + sizeof h);
+    n.bytes.insert(n.bytes.end(), body.begin(), body.end());
+    notices.push_back(std::move(n));
+    c->clear();
+  }
+  const auto until = Clock::now() + kNoticeBudget;
+  for (;;) {
+    std::vector<PollEntry> fds;
+    for (auto& n : notices) {
+      // A peer that is gone has nothing to be told.
+      if (n.c->write_raw(n.bytes.data(), n.bytes.size(), &n.sent))
+        fds.push_back(PollEntry{n.c, false, true});
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    poll_connections(fds, static_cast<int>(left.count()));
+  }
+  for (auto& c : connections_) {
+    if (c) c->shutdown_write();
+  }
+}
+
+}  // namespace collie

@@ -1,0 +1,361 @@
+#include "runtime/cpu/cpu_process_group.h"
+
+#include "base/check.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+#include "runtime/process_group/monitored_barrier.h"
+
+namespace collie {
+namespace {
+
+std::string describe_what(const std::string& group_name, int rank, int size) {
+  return str_cat("process group \"", group_name, "\" (cpu, rank ", rank, " of ", size, ")");
+}
+
+std::string shape(const TensorView& t) { return str_cat(t.dtype, " x ", t.count); }
+
+}  // namespace
+
+std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& context,
+                                                         const CommunicatorOptions& options) {
+  COLLIE_ARG_CHECK(context.store != nullptr, "the cpu backend needs a store");
+  COLLIE_ARG_CHECK(context.size >= 1, "world size ", context.size);
+  COLLIE_ARG_CHECK(context.rank >= 0 && context.rank < context.size, "rank ", context.rank,
+                   " is out of range for world size ", context.size);
+  CommunicatorOptions comm_options = CommunicatorOptions::from_env(options);
+  comm_options.timeout = context.timeout;
+  if (!context.transport.empty()) comm_options.transport = context.transport;
+  // The group name keeps the groups' keys and message headers apart even if
+  // two groups share one store.
+  comm_options.store_prefix = str_cat("socket/", context.group_name);
+  auto communicator =
+      Communicator::connect(*context.store, context.rank, context.size, comm_options);
+  COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size)
+                    << " connected at " << communicator->address();
+  return std::make_shared<CpuProcessGroup>(std::move(communicator), context.store, context.timeout,
+                                           context.group_name);
+}
+
+CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
+                                 std::shared_ptr<Store> store, Timeout timeout,
+                                 std::string group_name, OpQueue::CallerPolicy callers)
+    : ProcessGroup(communicator->rank(), communicator->size()),
+      group_name_(std::move(group_name)),
+      timeout_(resolve_timeout(timeout)),
+      store_(std::move(store)),
+      communicator_(std::move(communicator)),
+      queue_(describe_what(group_name_, rank_, size_), callers,
+             [comm = communicator_.get()] { comm->abort(); }) {}
+
+CpuProcessGroup::~CpuProcessGroup() { shutdown(); }
+
+CallSite CpuProcessGroup::site(std::string_view op) const {
+  return CallSite{op, rank_, group_name_, kBackendName};
+}
+
+template <typename DetailsFn, typename Fn>
+std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const char* kind, DetailsFn&& details,
+                                               Timeout timeout, Fn&& op) {
+  if (async_op) {
+    return queue_.submit(kind, OpQueue::Details(std::forward<DetailsFn>(details)), timeout,
+                         OpQueue::to_op_fn(std::forward<Fn>(op)));
+  }
+  return queue_.run_or_submit(kind, std::forward<DetailsFn>(details), timeout,
+                              std::forward<Fn>(op));
+}
+
+std::shared_ptr<Work> CpuProcessGroup::all_reduce(TensorView tensor,
+                                                  const AllReduceOptions& options) {
+  CallSite where = site("all_reduce");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_reduce_op(where, options.op, tensor.dtype);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  const AllReduceAlgorithm algorithm = all_reduce_algorithm_.load(std::memory_order_relaxed);
+  return enqueue(
+      options.async_op, "all_reduce",
+      [tensor, op = options.op, algorithm] {
+        return str_cat(shape(tensor), ", ", op, ", ", to_string(algorithm));
+      },
+      op_timeout(options.timeout),
+      [comm, tensor, op = options.op, algorithm](const Deadline& deadline) {
+        comm->all_reduce(tensor, tensor, op, deadline, algorithm);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::broadcast(TensorView tensor,
+                                                 const BroadcastOptions& options) {
+  CallSite where = site("broadcast");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_root(where, options.root, size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  int root = options.root;
+  return enqueue(
+      options.async_op, "broadcast",
+      [tensor, root] { return str_cat(shape(tensor), ", root ", root); },
+      op_timeout(options.timeout),
+      [comm, tensor, root](const Deadline& deadline) { comm->broadcast(tensor, root, deadline); });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::barrier(const BarrierOptions& options) {
+  check_timeout(site("barrier"), options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "barrier",
+      [size = size_] { return str_cat(size, size == 1 ? " rank" : " ranks"); },
+      op_timeout(options.timeout), [comm](const Deadline& deadline) { comm->barrier(deadline); });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::all_gather(TensorView output, TensorView input,
+                                                  const AllGatherOptions& options) {
+  CallSite where = site("all_gather");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_gather_shapes(where, output, "output", input, "input", size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_gather", [input] { return shape(input); }, op_timeout(options.timeout),
+      [comm, input, output](const Deadline& deadline) {
+        comm->all_gather(input, output, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::reduce_scatter(TensorView output, TensorView input,
+                                                      const ReduceScatterOptions& options) {
+  CallSite where = site("reduce_scatter");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_gather_shapes(where, input, "input", output, "output", size_);
+  check_reduce_op(where, options.op, input.dtype);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  ReduceOp op = options.op;
+  return enqueue(
+      options.async_op, "reduce_scatter",
+      [output, op] { return str_cat(shape(output), " per rank, ", op); },
+      op_timeout(options.timeout),
+      [comm, input, output, op](const Deadline& deadline) {
+        comm->reduce_scatter(input, output, op, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::all_gather(std::span<const TensorView> outputs,
+                                                  TensorView input,
+                                                  const AllGatherOptions& options) {
+  CallSite where = site("all_gather");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor_list(where, "outputs", outputs, input, size_, DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_gather", [input] { return str_cat(shape(input), ", list"); },
+      op_timeout(options.timeout),
+      [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
+          const Deadline& deadline) { comm->all_gather(input, out, deadline); });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::reduce_scatter(TensorView output,
+                                                      std::span<const TensorView> inputs,
+                                                      const ReduceScatterOptions& options) {
+  CallSite where = site("reduce_scatter");
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_tensor_list(where, "inputs", inputs, output, size_, DeviceType::kCPU);
+  check_reduce_op(where, options.op, output.dtype);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "reduce_scatter",
+      [output, op = options.op] { return str_cat(shape(output), " per rank, ", op, ", list"); },
+      op_timeout(options.timeout),
+      [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
+          const Deadline& deadline) { comm->reduce_scatter(in, output, op, deadline); });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::reduce(TensorView tensor, const ReduceOptions& options) {
+  CallSite where = site("reduce");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_reduce_op(where, options.op, tensor.dtype);
+  check_root(where, options.root, size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "reduce",
+      [tensor, op = options.op, root = options.root] {
+        return str_cat(shape(tensor), ", ", op, ", root ", root);
+      },
+      op_timeout(options.timeout),
+      [comm, tensor, op = options.op, root = options.root](const Deadline& deadline) {
+        comm->reduce(tensor, tensor, op, root, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::gather(std::span<const TensorView> outputs, TensorView input,
+                                              const GatherOptions& options) {
+  CallSite where = site("gather");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_root(where, options.root, size_);
+  check_tensor_list(where, "outputs", outputs, input, rank_ == options.root ? size_ : 0,
+                    DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "gather",
+      [input, root = options.root] { return str_cat(shape(input), ", root ", root); },
+      op_timeout(options.timeout),
+      [comm, input, root = options.root,
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+        comm->gather(input, out, root, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::scatter(TensorView output,
+                                               std::span<const TensorView> inputs,
+                                               const ScatterOptions& options) {
+  CallSite where = site("scatter");
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  check_root(where, options.root, size_);
+  check_tensor_list(where, "inputs", inputs, output, rank_ == options.root ? size_ : 0,
+                    DeviceType::kCPU);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "scatter",
+      [output, root = options.root] { return str_cat(shape(output), ", root ", root); },
+      op_timeout(options.timeout),
+      [comm, output, root = options.root,
+       in = std::vector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline) {
+        comm->scatter(in, output, root, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::all_to_all(std::span<const TensorView> outputs,
+                                                  std::span<const TensorView> inputs,
+                                                  const AllToAllOptions& options) {
+  CallSite where = site("all_to_all");
+  if (inputs.empty())
+    throw InvalidArgument(str_cat("all_to_all on rank ", rank_, ": inputs holds no buffer"));
+  check_tensor_list(where, "inputs", inputs, inputs[0], size_, DeviceType::kCPU, true);
+  check_tensor_list(where, "outputs", outputs, inputs[0], size_, DeviceType::kCPU, true);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_to_all", [dtype = inputs[0].dtype] { return str_cat(dtype); },
+      op_timeout(options.timeout),
+      [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
+       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+        comm->all_to_all(in, out, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::all_to_all_single(TensorView output, TensorView input,
+                                                         std::span<const size_t> output_split_sizes,
+                                                         std::span<const size_t> input_split_sizes,
+                                                         const AllToAllOptions& options) {
+  CallSite where = site("all_to_all_single");
+  check_tensor(where, "input", input, DeviceType::kCPU);
+  check_tensor(where, "output", output, DeviceType::kCPU);
+  if (input.dtype != output.dtype)
+    throw InvalidArgument(str_cat("all_to_all_single on rank ", rank_, ": input is ", input.dtype,
+                                  " but output is ", output.dtype));
+  auto in = split_buffer(where, "input", input, input_split_sizes, size_);
+  auto out = split_buffer(where, "output", output, output_split_sizes, size_);
+  check_timeout(where, options.timeout);
+  auto* comm = communicator_.get();
+  return enqueue(
+      options.async_op, "all_to_all_single",
+      [dtype = input.dtype, from = input.count, to = output.count] {
+        return str_cat(dtype, " x ", from, " -> ", to);
+      },
+      op_timeout(options.timeout),
+      [comm, in = std::move(in), out = std::move(out)](const Deadline& deadline) {
+        comm->all_to_all(in, out, deadline);
+      });
+}
+
+std::shared_ptr<Work> CpuProcessGroup::send(TensorView tensor, int dst, const P2POptions& options) {
+  CallSite where = site("send");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_peer(where, dst, size_, false);
+  check_timeout(where, options.timeout);
+  return run_p2p(options.async_op,
+                 [tensor, dst, tag = options.tag] {
+                   return str_cat(shape(tensor), " to rank ", dst, ", tag ", tag);
+                 },
+                 options.timeout, {P2POp{P2POpType::kIsend, tensor, dst, options.tag}});
+}
+
+std::shared_ptr<Work> CpuProcessGroup::recv(TensorView tensor, int src, const P2POptions& options) {
+  CallSite where = site("recv");
+  check_tensor(where, "tensor", tensor, DeviceType::kCPU);
+  check_peer(where, src, size_, true);
+  check_timeout(where, options.timeout);
+  return run_p2p(options.async_op,
+                 [tensor, src, tag = options.tag] {
+                   return str_cat(
+                       shape(tensor), " from ",
+                       src == kAnySource ? std::string("any rank") : str_cat("rank ", src),
+                       ", tag ", tag);
+                 },
+                 options.timeout, {P2POp{P2POpType::kIrecv, tensor, src, options.tag}});
+}
+
+std::shared_ptr<Work> CpuProcessGroup::batch_isend_irecv(std::span<const P2POp> ops,
+                                                         Timeout timeout) {
+  CallSite where = site("batch_isend_irecv");
+  for (const P2POp& op : ops) {
+    check_tensor(where, "tensor", op.tensor, DeviceType::kCPU);
+    check_peer(where, op.peer, size_, false);
+  }
+  check_timeout(where, timeout);
+  return run_p2p(
+      true, [n = ops.size()] { return str_cat(n, " ops"); }, timeout,
+      std::vector<P2POp>(ops.begin(), ops.end()));
+}
+
+std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, OpQueue::Details details,
+                                               Timeout timeout, std::vector<P2POp> ops) {
+  const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
+                     : ops[0].type == P2POpType::kIsend ? "send"
+                                                        : "recv";
+  auto* comm = communicator_.get();
+  return enqueue(async_op, kind, std::move(details), op_timeout(timeout),
+                 [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
+                   const std::vector<int> sources = comm->send_recv(ops, deadline);
+                   if (ops.size() == 1) work.set_source_rank(sources[0]);
+                 });
+}
+
+void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) {
+  check_timeout(site("monitored_barrier"), options.timeout);
+  // Through the queue, so that it waits behind the collectives issued
+  // before it, like any call; the barrier itself goes through the store.
+  const uint64_t seq = ++monitored_barriers_;
+  const Timeout timeout = op_timeout(options.timeout);
+  auto store = store_;
+  const std::string prefix = str_cat("socket/", group_name_, "/");
+  const int rank = rank_, size = size_;
+  const bool all = options.wait_all_ranks;
+  enqueue(
+      false, "monitored_barrier", [seq] { return str_cat("#", seq); }, timeout,
+      [=](const Deadline&) {
+        if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
+        collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);
+      })
+      ->wait();
+}
+
+void CpuProcessGroup::abort(const std::string& reason) {
+  auto* comm = communicator_.get();
+  queue_.abort(std::make_exception_ptr(BackendError(reason)), [comm] { comm->abort(); });
+}
+
+void CpuProcessGroup::shutdown(Timeout timeout) {
+  check_timeout(site("shutdown"), timeout);
+  auto* comm = communicator_.get();
+  queue_.shutdown(resolve_timeout(timeout, timeout_), [comm] { comm->abort(); });
+}
+
+}  // namespace collie

@@ -1,0 +1,139 @@
+// CpuProcessGroup: the CPU backend ("cpu"; "socket" is its old name, still
+// accepted). It runs collie's own
+// collectives (collectives/communicator.h, ring and small-message algorithms
+// over TCP) on a worker thread, so that every collective is asynchronous:
+//
+//   auto work = group->all_reduce(view(grads.data(), grads.size()));
+//   ... overlap other work ...
+//   work->wait();   // rethrows the collective's error
+//
+// Calls come from one thread at a time (MPI's THREAD_SERIALIZED): a call
+// made while another thread's blocking call runs breaks the group with an
+// error naming both, on both threads, rather than let the two threads' calls
+// reach the ranks in different orders and mix their data. Asynchronous calls
+// hold the group only while they are queued, so two threads issuing only
+// those are caught only when their calls meet.
+//
+// Calls are checked on the caller's thread (InvalidArgument: bad counts,
+// device buffers, AVG on integers, root out of range) and then queued; the
+// worker runs them one at a time in issue order, each under its own deadline
+// (the option's timeout, else the group's). The buffers must stay alive and
+// untouched until the Work completes. The first failure (a dead or hung peer,
+// a mismatched call) breaks the group: everything queued behind it and every
+// later call fails at once with a BackendError naming that failure.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/all_reduce_algorithm.h"
+#include "collectives/communicator.h"
+#include "rendezvous/store.h"
+#include "runtime/cpu/op_queue.h"
+#include "runtime/process_group/backend_context.h"
+#include "runtime/process_group/collective_checks.h"
+#include "runtime/process_group/process_group.h"
+
+namespace collie {
+
+class CpuProcessGroup : public ProcessGroup {
+ public:
+  static constexpr const char* kBackendName = "cpu";
+
+  // Connects the group's Communicator through context.store (collective:
+  // every member calls it) within context.timeout.
+  static std::shared_ptr<CpuProcessGroup> create(const BackendContext& context,
+                                                 const CommunicatorOptions& options = {});
+
+  // `callers`: kOneAtATime (the default) breaks the group when a call
+  // meets another thread's blocking call (see OpQueue); kAnyThread is for
+  // callers that order their calls themselves.
+  CpuProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
+                  Timeout timeout, std::string group_name,
+                  OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime);
+  // Shuts down with the group's timeout as the grace period.
+  ~CpuProcessGroup() override;
+
+  std::string backend_name() const override { return kBackendName; }
+  const std::string& group_name() const { return group_name_; }
+  Timeout timeout() const { return timeout_; }
+  // This rank's data address ("host:port"; empty for a group of one).
+  std::string address() const { return communicator_->address(); }
+  // The channel kind to every connected peer ("shm", "tcp"; "" for self
+  // and peers not connected). Call it while no collective is in flight (it
+  // runs on the caller's thread, not the worker's).
+  std::vector<std::string> channel_kinds() {
+    return communicator_->channel_kinds(Deadline(timeout()), false);
+  }
+  bool broken() const { return queue_.broken(); }
+  // Which all_reduce later calls run (kAuto picks by message size); for
+  // benchmarks and tests. Other backends have no such choice, so it is not
+  // part of AllReduceOptions.
+  void set_all_reduce_algorithm(AllReduceAlgorithm algorithm) {
+    all_reduce_algorithm_.store(algorithm, std::memory_order_relaxed);
+  }
+
+  std::shared_ptr<Work> all_reduce(TensorView tensor,
+                                   const AllReduceOptions& options = {}) override;
+  std::shared_ptr<Work> broadcast(TensorView tensor, const BroadcastOptions& options = {}) override;
+  std::shared_ptr<Work> barrier(const BarrierOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(TensorView output, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, TensorView input,
+                                       const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_gather(std::span<const TensorView> outputs, TensorView input,
+                                   const AllGatherOptions& options = {}) override;
+  std::shared_ptr<Work> reduce_scatter(TensorView output, std::span<const TensorView> inputs,
+                                       const ReduceScatterOptions& options = {}) override;
+  std::shared_ptr<Work> reduce(TensorView tensor, const ReduceOptions& options = {}) override;
+  std::shared_ptr<Work> gather(std::span<const TensorView> outputs, TensorView input,
+                               const GatherOptions& options = {}) override;
+  std::shared_ptr<Work> scatter(TensorView output, std::span<const TensorView> inputs,
+                                const ScatterOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all(std::span<const TensorView> outputs,
+                                   std::span<const TensorView> inputs,
+                                   const AllToAllOptions& options = {}) override;
+  std::shared_ptr<Work> all_to_all_single(TensorView output, TensorView input,
+                                          std::span<const size_t> output_split_sizes,
+                                          std::span<const size_t> input_split_sizes,
+                                          const AllToAllOptions& options = {}) override;
+  std::shared_ptr<Work> send(TensorView tensor, int dst, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> recv(TensorView tensor, int src, const P2POptions& options = {}) override;
+  std::shared_ptr<Work> batch_isend_irecv(std::span<const P2POp> ops,
+                                          Timeout timeout = kUnsetTimeout) override;
+  void monitored_barrier(const MonitoredBarrierOptions& options = {}) override;
+  void shutdown(Timeout timeout = kUnsetTimeout) override;
+  // Breaks the group at once, from any thread: the collective running now
+  // (on the worker or inline on a caller's thread) fails within
+  // milliseconds, its peers learn of it from the connection, and every
+  // queued and later call fails with a BackendError carrying `reason`.
+  void abort(const std::string& reason);
+
+ private:
+  CallSite site(std::string_view op) const;
+  Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
+  // async_op false: run on this thread when the group is idle.
+  // `details` describes the call in its Work, formatted only on demand.
+  // `op`: an OpQueue::OpFn, or a callable taking only the Deadline (see
+  // OpQueue::run_or_submit). Defined in the .cc, its only user.
+  template <typename DetailsFn, typename Fn>
+  std::shared_ptr<Work> enqueue(bool async_op, const char* kind, DetailsFn&& details,
+                                Timeout timeout, Fn&& op);
+  std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
+                                std::vector<P2POp> ops);
+
+  const std::string group_name_;
+  const Timeout timeout_;
+  std::shared_ptr<Store> store_;
+  std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
+  std::atomic<uint64_t> monitored_barriers_{0};
+  // Used only by the worker thread, except abort() (thread-safe).
+  std::unique_ptr<Communicator> communicator_;
+  // Declared last: destroyed (and its worker joined) before the communicator.
+  OpQueue queue_;
+};
+
+}  // namespace collie

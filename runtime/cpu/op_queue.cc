@@ -1,0 +1,376 @@
+#include "runtime/cpu/op_queue.h"
+
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+
+namespace collie {
+namespace {
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+bool is_invalid_argument(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+// What a Work holds (weakly) to reach its queue from a waiting thread. The
+// queue detaches it when it is destroyed; a call in progress holds mu_, so
+// the queue waits for it.
+class OpQueue::Helper final : public WorkHelper {
+ public:
+  explicit Helper(OpQueue* queue) : queue_(queue) {}
+  void begin_help() override {
+    std::lock_guard lock(mu_);
+    if (queue_) queue_->begin_help();
+  }
+  void end_help(bool done) override {
+    std::lock_guard lock(mu_);
+    if (queue_) queue_->end_help(done);
+  }
+  bool help() override {
+    std::lock_guard lock(mu_);
+    return queue_ && queue_->help();
+  }
+  void detach() {
+    std::lock_guard lock(mu_);
+    queue_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  OpQueue* queue_;
+};
+
+OpQueue::OpQueue(std::string what, CallerPolicy policy, std::function<void()> abort)
+    : what_(std::move(what)),
+      policy_(policy),
+      abort_(std::move(abort)),
+      helper_(std::make_shared<Helper>(this)) {
+  worker_ = std::thread([this] { run_worker(); });
+}
+
+OpQueue::~OpQueue() {
+  shutdown(Timeout(0), [] {});
+  helper_->detach();
+}
+
+void OpQueue::begin_help() {
+  std::lock_guard lock(mu_);
+  ++helpers_;
+}
+
+void OpQueue::end_help(bool done) {
+  std::lock_guard lock(mu_);
+  --helpers_;
+  if (!done) {
+    // The waiter goes to sleep: the worker goes on now.
+    help_ended_ = {};
+    if (!queue_.empty()) cv_.notify_all();
+    return;
+  }
+  // What is still queued is the worker's again after kHandBack: a waiter
+  // going through Works issued back to back comes back at once for the next
+  // one, and waking the worker for it each time (a futex wake, and the
+  // worker racing the waiter for the next op) made such a stream 10x slower.
+  help_ended_ = std::chrono::steady_clock::now();
+  if (stopping_) cv_.notify_all();
+}
+
+bool OpQueue::help() {
+  std::unique_lock lock(mu_);
+  if (busy() || queue_.empty() || stopping_) return false;
+  run_front(lock);
+  return true;
+}
+
+void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
+  Op op = std::move(queue_.front());
+  queue_.pop_front();
+  if (broken_error_) {  // kClosed is set: no inline op starts meanwhile
+    if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
+    op.work->mark_completed(refusal_locked(op.work->description()));
+    return;
+  }
+  // Busy before not queued: an inline op starts only when neither is set.
+  state_.fetch_or(kBusy, std::memory_order_acquire);
+  if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
+  lock.unlock();
+  std::exception_ptr error = run_op(op);
+  // Complete outside the lock: a waiter woken here may submit at once.
+  op.work->mark_completed(error);
+  lock.lock();
+}
+
+std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
+  if (broken_error_ && !broken_by_.empty())
+    return std::make_exception_ptr(BackendError(
+        str_cat(description, " refused: ", what_, " is broken since ", broken_by_,
+                " failed: ", what_of(broken_error_), ". Destroy it and create a new group.")));
+  if (broken_error_)  // broken by a shutdown that had to abort
+    return std::make_exception_ptr(
+        BackendError(str_cat(description, " refused: ", what_of(broken_error_))));
+  return std::make_exception_ptr(
+      BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
+}
+
+std::string OpQueue::describe(const char* kind, uint64_t seq, const std::string& details) {
+  return str_cat(kind, " #", seq, " (", details, ")");
+}
+
+std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t seq,
+                                                   Details details) {
+  auto work = std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
+    return describe(kind, seq, details ? details() : std::string());
+  });
+  work->set_helper(helper_);
+  return work;
+}
+
+int OpQueue::this_thread_id() {
+  static thread_local const int id = static_cast<int>(::gettid());
+  return id;
+}
+
+void OpQueue::check_one_caller(const char* kind, const Details& details) {
+  if (policy_ != CallerPolicy::kOneAtATime) return;
+  const int self = this_thread_id();
+  const int other = inline_thread_.load(std::memory_order_acquire);
+  if (other == 0 || other == self) return;
+  const char* other_kind = inline_kind_.load(std::memory_order_relaxed);
+  const uint64_t other_seq = inline_seq_.load(std::memory_order_relaxed);
+  std::string mine;
+  try {
+    mine = details ? details() : std::string();
+  } catch (...) {
+  }
+  const std::string message = str_cat(
+      what_, ": ", kind, " (", mine, ") was called on thread ", self, " while ",
+      other_kind ? other_kind : "a collective", " #", other_seq, " ran on thread ", other,
+      ". Two threads calling one group's collectives at once issue them in a different order "
+      "on each rank, which mixes the ranks' data, so the group is broken. Call a group from one "
+      "thread at a time, or give each thread a group of its own (new_group).");
+  {
+    std::lock_guard lock(mu_);
+    if (broken_error_) return;  // submit refuses the call, naming what broke the queue
+    broken_error_ = std::make_exception_ptr(BackendError(message));
+    broken_by_.clear();
+    calls_met_ = true;
+    state_.fetch_or(kClosed, std::memory_order_relaxed);
+    cv_.notify_all();
+  }
+  COLLIE_LOG(kError) << message;
+  if (abort_) abort_();
+  throw BackendError(message);
+}
+
+std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout timeout, OpFn op) {
+  check_one_caller(kind, details);
+  std::exception_ptr refusal;
+  std::shared_ptr<CompletionWork> work;
+  {
+    std::lock_guard lock(mu_);
+    const bool take = !broken_error_ && !stopping_;
+    // The number and kQueued in one step: an inline op that starts later
+    // gets a later number, and one running now holds kBusy.
+    uint64_t state = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(state, (state + kSeqOne) | (take ? kQueued : 0),
+                                         std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+    const uint64_t seq = (state >> kSeqShift) + 1;
+    if (take) {
+      try {
+        work = make_work(kind, seq, std::move(details));
+        queue_.push_back(Op{work, timeout, std::move(op)});
+      } catch (...) {  // kQueued never outlives the ops it announces
+        if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
+        throw;
+      }
+      cv_.notify_one();
+      return work;
+    }
+    work = make_work(kind, seq, std::move(details));
+    refusal = refusal_locked(work->description());
+  }
+  work->mark_completed(refusal);
+  return work;
+}
+
+bool OpQueue::begin_inline(uint64_t* seq) {
+  // Busy, queued or refusing: the caller takes the ordinary path, which
+  // keeps the order and the errors. Otherwise the op is counted and the
+  // queue marked busy in one step (the worker starts nothing until this op
+  // is done); a submission racing with it makes it fail, which is that path
+  // too.
+  uint64_t state = state_.load(std::memory_order_relaxed);
+  if ((state & kFlags) != 0) return false;
+  if (!state_.compare_exchange_strong(state, (state + kSeqOne) | kBusy, std::memory_order_acquire,
+                                      std::memory_order_relaxed))
+    return false;
+  *seq = (state >> kSeqShift) + 1;
+  return true;
+}
+
+std::exception_ptr OpQueue::run_op(Op& op) {
+  std::exception_ptr error;
+  try {
+    op.run(Deadline::from_first_use(op.timeout), *op.work);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  std::string description;
+  if (error) {
+    try {
+      description = op.work->description();
+    } catch (...) {  // still release the queue below
+    }
+  }
+  return end_inline(error, description);
+}
+
+std::exception_ptr OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
+  inline_thread_.store(0, std::memory_order_relaxed);
+  const bool breaks = error && !is_invalid_argument(error);
+  // Once a shutdown is under way the queue is released under mu_, so that
+  // shutdown(), which waits under mu_ for kBusy to clear, cannot return
+  // (and the queue go) while this thread still has mu_ to take.
+  const bool closing = (state_.load(std::memory_order_relaxed) & kClosed) != 0;
+  if (!breaks && !closing) {
+    const uint64_t before = state_.fetch_and(~kBusy, std::memory_order_release);
+    if ((before & (kQueued | kClosed)) == 0) return error;  // nobody to wake
+    std::lock_guard lock(mu_);
+    wake_locked();
+    return error;
+  }
+  std::lock_guard lock(mu_);
+  // Another thread's call met this one: what it returned may be a peer's
+  // other call's data, and an error of its own comes from the abort.
+  if (calls_met_) error = broken_error_;
+  if (breaks && !broken_error_) {
+    broken_error_ = error;
+    broken_by_ = description;
+    state_.fetch_or(kClosed, std::memory_order_relaxed);
+    COLLIE_LOG(kError) << what_ << ": " << broken_by_
+                       << " failed, the group is broken: " << what_of(error);
+  }
+  state_.fetch_and(~kBusy, std::memory_order_release);
+  wake_locked();
+  return error;
+}
+
+void OpQueue::wake_locked() {
+  // Wakes the worker only when it has something to do: ops queued behind an
+  // inline one, or a shutdown. An unconditional notify costs a futex wake-up
+  // and a context switch of the idle worker on every blocking call, about
+  // half of a small all_reduce's latency on 2 cores (docs/performance.md).
+  // Nor while a waiter helps: it takes the next one itself.
+  if ((!queue_.empty() && helpers_ == 0) || stopping_) cv_.notify_all();
+  if (queue_.empty() && stopping_) idle_cv_.notify_all();
+}
+
+void OpQueue::run_worker() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    // Busy here means a caller is running an op inline.
+    if (queue_.empty() || busy()) {
+      if (stopping_ && queue_.empty() && !busy()) break;  // stopping and drained
+      // Ops queued behind a running one: the end of an inline op wakes us,
+      // but an op run by a waiter that helps does not (the waiter takes the
+      // next one itself), and that waiter may stop before the rest without
+      // waking us either (end_help). Look again after kHandBack.
+      if (queue_.empty()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_for(lock, kHandBack);
+      }
+      continue;
+    }
+    // Waiters run the queued ops while they help, and get kHandBack to
+    // come back for more after they stop (a shutdown takes over at once).
+    // The worker checks again after that long: an op a waiter left behind
+    // starts at most about 2 kHandBack late.
+    if (!stopping_ && helpers_ > 0) {
+      cv_.wait_for(lock, kHandBack);
+      continue;
+    }
+    if (!stopping_ && std::chrono::steady_clock::now() < help_ended_ + kHandBack) {
+      cv_.wait_until(lock, help_ended_ + kHandBack);
+      continue;
+    }
+    run_front(lock);
+  }
+  idle_cv_.notify_all();
+}
+
+void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
+  // A second caller waits for the first to finish, then finds it done.
+  std::lock_guard shutdown_lock(shutdown_mu_);
+  std::unique_lock lock(mu_);
+  if (joined_) return;
+  stopping_ = true;
+  state_.fetch_or(kClosed, std::memory_order_relaxed);
+  cv_.notify_all();
+  Deadline deadline(grace);
+  bool drained =
+      idle_cv_.wait_until(lock, deadline.when(), [&] { return queue_.empty() && !busy(); });
+  if (!drained) {
+    COLLIE_LOG(kWarn) << what_ << ": shutting down with " << queue_.size() + (busy() ? 1 : 0)
+                      << " collective(s) unfinished " << deadline.describe() << "; aborting them";
+    if (!broken_error_) {
+      broken_error_ = std::make_exception_ptr(BackendError(
+          str_cat(what_, " was shut down with collectives still running ", deadline.describe())));
+      broken_by_.clear();
+    }
+    lock.unlock();
+    abort();
+    lock.lock();
+    // The worker fails what is still queued (the queue is broken now).
+  }
+  joined_ = true;
+  lock.unlock();
+  if (worker_.joinable()) worker_.join();
+}
+
+void OpQueue::abort(std::exception_ptr reason, const std::function<void()>& abort) {
+  {
+    std::lock_guard lock(mu_);
+    if (!broken_error_) {
+      broken_error_ = std::move(reason);
+      broken_by_.clear();
+      state_.fetch_or(kClosed, std::memory_order_relaxed);
+    }
+    cv_.notify_all();
+  }
+  abort();
+}
+
+bool OpQueue::broken() const {
+  std::lock_guard lock(mu_);
+  return broken_error_ != nullptr;
+}
+
+std::exception_ptr OpQueue::broken_error() const {
+  std::lock_guard lock(mu_);
+  return broken_error_;
+}
+
+uint64_t OpQueue::submitted() const { return state_.load(std::memory_order_acquire) >> kSeqShift; }
+
+}  // namespace collie
