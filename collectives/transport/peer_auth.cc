@@ -209,6 +209,7 @@ PeerGate::~PeerGate() {
   for (auto& p : pending_) {
     if (p->fd >= 0) ::close(p->fd);
   }
+  for (auto& a : ready_) ::close(a.fd);
 }
 
 void PeerGate::refuse(Pending& p, const std::string& why) {
@@ -241,17 +242,34 @@ void PeerGate::accept_new() {
     auto p = std::make_unique<Pending>(fd, remote_of(fd), secret_, self_,
                                        Clock::now() + limits_.handshake);
     p->authenticated = !secret_;
-    // Full: the oldest goes. A real peer finishes within a round trip of
-    // its arrival, so it is never the oldest of a full pool for long.
+    // Full: first every held connection reads what it has sent, so that a
+    // peer whose hello arrived while the gate was not looking is admitted,
+    // not closed for a stranger's sake; then the oldest that has sent
+    // nothing goes (idle strangers), else the oldest.
+    if (pending_.size() >= limits_.max_pending) drain();
     while (pending_.size() >= limits_.max_pending) {
-      refuse(*pending_.front(),
-             str_cat("closed to make room: ", limits_.max_pending,
-                     " connections were already waiting, and it was the oldest (",
-                     pending_.front()->authenticated ? "no hello yet" : "not authenticated", ")"));
-      pending_.erase(pending_.begin());
+      auto victim = std::find_if(pending_.begin(), pending_.end(), [](const auto& q) {
+        return q->hello.empty() && q->acceptor.have() == 0;
+      });
+      const bool silent = victim != pending_.end();
+      if (!silent) victim = pending_.begin();
+      refuse(**victim, str_cat("closed to make room: ", limits_.max_pending,
+                               " connections were already waiting, and it was the oldest ",
+                               silent ? "that had sent nothing" : "(each had sent something)"));
+      pending_.erase(victim);
     }
     pending_.push_back(std::move(p));
   }
+}
+
+void PeerGate::drain() {
+  for (auto& p : pending_) {
+    if (p->fd >= 0 && advance(*p)) {
+      ready_.push_back(Admitted{p->fd, p->rank, p->remote, std::move(p->hello)});
+      p->fd = -1;
+    }
+  }
+  std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
 }
 
 void PeerGate::expire() {
@@ -328,6 +346,11 @@ void PeerGate::pending_fds(std::vector<int>* fds) const {
 
 std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
   for (;;) {
+    if (!ready_.empty()) {
+      Admitted a = std::move(ready_.front());
+      ready_.pop_front();
+      return a;
+    }
     expire();
     std::vector<pollfd> fds;
     fds.push_back({listener_, POLLIN, 0});
@@ -357,6 +380,7 @@ std::optional<PeerGate::Admitted> PeerGate::accept(const Deadline& deadline) {
       std::erase_if(pending_, [](const auto& p) { return p->fd < 0; });
       if (done) return done;
       if (fds[0].revents) accept_new();
+      if (!ready_.empty()) continue;
     }
     if (deadline.expired()) return std::nullopt;
   }

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -97,9 +98,11 @@ class PeerAuthAcceptor {
 // idle connection, garbage, a flood of them) delays nobody and fails
 // nothing: it is refused and logged (the first 8 each, then at most one
 // WARN a second per gate with the count of the others), and the job goes
-// on. At most 64 are held at once: a new arrival closes the oldest; each
-// has 10 s from its arrival to finish. A real peer says its hello right
-// after connecting, so neither
+// on. At most 64 are held at once: when a new one arrives at a full pool,
+// every held connection first reads what it has sent (one whose hello is
+// in is admitted), then the oldest that has sent nothing is closed (the
+// oldest of all when each sent something); each has 10 s from its arrival
+// to finish. A real peer says its hello right after connecting, so neither
 // limit ever closes one. One gate per listener: strangers at the TCP port
 // and at the Unix socket do not share a pool.
 class PeerGate {
@@ -151,6 +154,8 @@ class PeerGate {
  private:
   struct Pending;
   void accept_new();
+  // Reads what every held connection has sent; those done go to ready_.
+  void drain();
   // Reads what `p` has sent; true when it completed the handshake and hello.
   bool advance(Pending& p);
   bool read_hello(Pending& p);

@@ -394,3 +394,37 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs",
                                         << hmac_us << " us");
   CHECK(auth_us < 20000);  // a loose bound: milliseconds at most per connection, even loaded
 }
+
+TEST_CASE("a peer whose hello is in is admitted, not closed, when strangers fill the gate's pool",
+          "[security][data]") {
+  // Without a secret (a job under torchrun or mpirun): the peer connects and
+  // says its hello while the gate is not looking (its rank is busy); then
+  // more idle strangers arrive than the pool holds. The pool makes room by
+  // closing silent strangers, never the peer. (A 3-rank job failed this way
+  // under load: rank 0 evicted rank 1's waiting connection and then waited
+  // for it until its timeout.)
+  Socket listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(listener.fd, 128) == 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const std::string address = str_cat("127.0.0.1:", ntohs(sa.sin_port));
+  PeerGate gate(
+      listener.fd, JobSecret(), {group_hash("pool"), 2, 0, address},
+      {4, [](std::span<const uint8_t>, int, std::string*) -> std::optional<size_t> { return 0; }},
+      {.max_pending = 4, .handshake = std::chrono::milliseconds(30'000)});
+  Socket peer = connect_to(address);
+  const char hello[4] = {'h', 'e', 'l', 'o'};
+  REQUIRE(::send(peer.fd, hello, sizeof hello, MSG_NOSIGNAL) == 4);
+  std::vector<Socket> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(connect_to(address));
+  auto admitted = gate.accept(Deadline(30s));
+  REQUIRE(admitted);
+  CHECK(std::string(admitted->hello.begin(), admitted->hello.end()) == "helo");
+  ::close(admitted->fd);
+  CHECK(gate.refused() >= 8);  // strangers made room
+  CHECK_THAT(gate.last_refusal(), Contains("closed to make room") && Contains("sent nothing"));
+}
