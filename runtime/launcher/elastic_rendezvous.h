@@ -18,7 +18,7 @@
 // "<n>"), and the first n slots are the members (node rank = slot - 1). A
 // launcher whose slot is beyond n came late and joins round R+1.
 //
-// While the workers of round R run, every member watches (check_round()):
+// While the workers of round R run, every member watches (check()):
 //   - r<R>/failed: a member's workers failed (or it was stopped);
 //   - r<R+1>/joined > 0 while R has fewer than MAX members: a launcher is
 //     waiting to join (a node added, or one coming back);
@@ -51,8 +51,9 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "base/backoff.h"
 #include "rendezvous/store.h"
+#include "runtime/launcher/rendezvous.h"
 
 namespace collie {
 class TcpStoreServer;
@@ -82,99 +83,107 @@ struct ElasticOptions {
   std::string secret_source;
 };
 
-// This launcher's place in one closed round.
-struct ElasticRound {
-  int round = 0;
-  int node_rank = 0;  // arrival order, 0-based
-  int nnodes = 1;
-  int rank_base = 0;  // global rank of local rank 0
-  int world_size = 1;
-  std::vector<std::string> hosts;  // of every member, by node rank
-};
-
-// Thrown by next_round() when the job is over: it succeeded (a launcher that
-// came too late exits 0) or another launcher gave up (exit 1).
-class JobOver : public Error {
- public:
-  JobOver(bool succeeded, const std::string& what) : Error(what), succeeded_(succeeded) {}
-  bool succeeded() const { return succeeded_; }
-
- private:
-  bool succeeded_;
-};
-
-class ElasticRendezvous {
+class ElasticRendezvous : public Rendezvous {
  public:
   // Hosts the store when this launcher can bind the endpoint (or is_host
   // says so), then connects to it. Throws NetworkError naming the endpoint
   // when it cannot be reached within the join timeout, TimeoutError when
   // its name never resolves.
   static std::unique_ptr<ElasticRendezvous> start(const ElasticOptions& options);
-  ~ElasticRendezvous();
+  ~ElasticRendezvous() override;
 
   bool hosts_store() const { return server_ != nullptr; }
-  uint16_t port() const { return port_; }
-  // Returns a signal number (or 0); polled by every wait.
-  void set_interrupt_check(std::function<int()> check) { interrupt_check_ = std::move(check); }
+  void set_interrupt_check(std::function<int()> check) override {
+    interrupt_check_ = std::move(check);
+  }
 
-  // Joins the next round and waits for it to close. Throws JobOver,
-  // TimeoutError (fewer than MIN launchers within the join timeout, naming
-  // who came), RendezvousInterrupted, InvalidArgument (launchers with other
-  // --nnodes / --max-restarts).
-  ElasticRound next_round();
+  // Leaves the current round, joins the next one and waits for it to
+  // close. Throws JobOver, TimeoutError (fewer than MIN launchers within the
+  // join timeout, naming who came), RendezvousInterrupted, InvalidArgument
+  // (launchers with other --nnodes / --max-restarts).
+  Round next_round() override;
+  // A failure reported by a member, the job being over, a launcher waiting
+  // to join (a membership change) or a member gone silent; heartbeats too.
+  std::optional<RoundEnd> check() override;
+  // A launcher waits to join while no member has reported a failure: then
+  // workers that failed here most likely failed because another member
+  // stopped its workers for the newcomer, and the round ends as a
+  // membership change, not a failure.
+  std::optional<std::string> membership_change() override;
+  void report_failure(const std::string& reason) override;
+  // After a success here: waits for the other members' workers; nullopt
+  // when every member succeeded, else the reason the round failed
+  // elsewhere. After a failure here there is nothing to wait for.
+  std::optional<std::string> finish(bool succeeded) override;
+  void close(const std::string& outcome) override;
 
-  // While the workers run (every ~200 ms): a reason to end the round, or
-  // nullopt. *membership_change is set when the reason is a launcher waiting
-  // to join rather than a failure.
-  std::optional<std::string> check_round(bool* membership_change);
-  // Whether a launcher waits to join while no member has reported a
-  // failure: then workers that failed here most likely failed because
-  // another member stopped its workers for the newcomer, and the round ends
-  // as a membership change, not a failure.
-  bool newcomer_waiting();
-  // Records why this node ends the round (the first report wins).
-  void report_failure(const std::string& reason);
-  // This node's workers all exited 0: waits for the other members' workers.
-  // Returns nullopt when every member succeeded, else the reason the round
-  // failed elsewhere.
-  std::optional<std::string> finish_round();
-  // The job is over, for everyone: `outcome` is "succeeded" or the reason it
-  // failed. Then leaves; the store host waits (briefly) for the others.
-  void close(const std::string& outcome);
+  RoundWords words() const override { return {"round", "failed round", "rendezvous again"}; }
+  std::string hosting_line() const override;
+  std::string round_line() const override;
+  std::string store_lost_line() const override;
+  std::string failed_elsewhere_line(const std::string& reason) const override;
 
  private:
-  ElasticRendezvous() = default;
-  std::string key(const std::string& k) const;
-  std::string round_key(int round, const std::string& k) const;
-  void check_config();
-  void check_interrupt(const std::string& what);
-  std::optional<std::string> job_outcome();
-  void heartbeat();
-  std::optional<std::string> silent_member();
-  ElasticRound read_round(int round, int n, int slot);
+  // This launcher's place in one closed round.
+  struct Membership {
+    int round = 0;
+    int node_rank = 0;  // arrival order, 0-based
+    int nnodes = 1;
+    int rank_base = 0;  // global rank of local rank 0
+    int world_size = 1;
+    std::vector<std::string> hosts;  // of every member, by node rank
+  };
   // What a launcher waiting for round R knows of round R-1's members.
   struct PreviousRound {
     bool over = false;
     std::vector<int64_t> beats;
     std::chrono::steady_clock::time_point changed{}, looked{};
   };
+
+  // Short naps between looks at the store, growing to 50 ms.
+  class Pause {
+   public:
+    void operator()();
+
+   private:
+    Backoff backoff_{
+        {.initial = std::chrono::milliseconds(2), .max = std::chrono::milliseconds(50)}};
+  };
+
+  ElasticRendezvous() = default;
+  std::string key(const std::string& k) const;
+  std::string round_key(int round, const std::string& k) const;
+  std::string endpoint() const;
+  void check_config();
+  void check_interrupt(const std::string& what);
+  std::optional<std::string> job_outcome();
+  // Joins round `round` and waits until it closes: true when this launcher
+  // is a member, false when it came too late (or the job is over).
+  bool join_round(int round, const Deadline& deadline);
+  // How many launchers round `round` closes with now, 0 for not yet.
+  int closing_size(int round, int joined, PreviousRound& previous,
+                   std::optional<std::chrono::steady_clock::time_point>& quorum_at);
+  [[noreturn]] void too_few(int round, int joined);
+  Membership read_round(int round, int n, int slot);
   // Whether round R-1 is over: a member left it (r<R-1>/over), it never
   // closed, or its members' heartbeats stood still for keep_alive_interval x
   // keep_alive_max_attempt. Round R closes only then, so that launchers
   // waiting to join never form a round of their own while the members of the
   // previous one still run (or are on their way over).
   bool previous_over(int round, PreviousRound& prev);
+  void heartbeat();
+  std::optional<std::string> silent_member();
+  std::optional<std::string> finish_round();
 
   ElasticOptions options_;
   std::unique_ptr<TcpStoreServer> server_;
   std::shared_ptr<Store> store_;
-  uint16_t port_ = 0;
   std::function<int()> interrupt_check_;
   bool config_checked_ = false;
   bool closed_ = false;
 
   // The current round, once closed.
-  std::optional<ElasticRound> current_;
+  std::optional<Membership> current_;
   int next_round_ = 0;  // the lowest round this launcher may join next
   // Heartbeats: ours, and what we last saw of every member and when.
   std::chrono::steady_clock::time_point last_beat_{};

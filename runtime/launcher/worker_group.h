@@ -4,11 +4,13 @@
 // failure, or when the launcher itself gets SIGINT/SIGTERM, every remaining
 // worker is signalled (SIGTERM, or the launcher's own signal), given the grace
 // period, then SIGKILLed. run() returns only once every worker is reaped.
+// worker_group.cc has the processes, worker_output.cc their output.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -16,6 +18,7 @@
 
 #include "base/child_process.h"
 #include "runtime/launcher/worker_env.h"
+#include "runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 
@@ -89,6 +92,8 @@ using RemoteCheck = std::function<std::optional<std::string>()>;
 class WorkerGroup {
  public:
   explicit WorkerGroup(GroupSpec spec) : spec_(std::move(spec)) {}
+  // Starts the workers, supervises them, and returns once every one is
+  // reaped. Once per group.
   AttemptResult run(SignalRelay& relay, const RemoteCheck& remote_check);
 
   // "[rank${rank}]: " with the worker's values substituted.
@@ -96,7 +101,53 @@ class WorkerGroup {
                                    const std::string& role);
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // One worker with its two output streams.
+  struct Slot {
+    WorkerPlace place;
+    std::unique_ptr<WorkerStream> out, err;
+    std::unique_ptr<ChildProcess> proc;
+    bool signalled = false;
+    bool was_stopped = false;
+    bool recorded = false;
+    bool log_error_reported[2] = {false, false};  // stdout, stderr
+  };
+
+  // Start: every worker's streams (worker_output.cc), then every process,
+  // rank by rank.
+  void start();
+  void open_streams(Slot& slot);
+  void spawn(Slot& slot);
+  // Pump streams: waits at most one tick (less when the SIGKILL is due) for
+  // output or a signal, and forwards what the ready pipes have.
+  void pump_streams(int relay_fd);
+  // Says at once that a log file cannot be written, and keeps it for the
+  // exit status.
+  void report_log_error(Slot& slot, bool is_err);
+  // The launcher's own termination signals, forwarded to the workers.
+  void take_signals(SignalRelay& relay);
+  // Pick the root cause: records the exits seen in this pass and returns
+  // the index of the worker whose failure ends the attempt, or -1.
+  // *all_exited says whether every worker has exited.
+  int pick_root_cause(bool* all_exited);
+  // Another node's failure (or the store gone), every ~200 ms.
+  void check_remote(const RemoteCheck& remote_check);
+  // Signals every worker still running, then SIGKILL after the grace period.
+  void stop_all(int sig);
+  void kill_when_due();
+  // Reap: flushes what is left in the pipes, kills what each worker started
+  // and reaps it, into result_.workers.
+  void reap();
+  void flush_streams(Slot& slot);
+
   GroupSpec spec_;
+  std::vector<Slot> slots_;
+  AttemptResult result_;
+  bool stopping_ = false;  // every worker was signalled
+  bool killed_ = false;    // and then SIGKILLed
+  Clock::time_point kill_at_{};
+  Clock::time_point last_remote_{};
 };
 
 }  // namespace collie::launcher

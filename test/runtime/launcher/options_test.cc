@@ -209,7 +209,7 @@ TEST_CASE("the c10d backend: MIN:MAX nodes, the endpoint's forms and torchrun's 
              Contains("--rdzv-conf is_host='maybe' is not true or false"));
   CHECK_THAT(parse_bad({"--rdzv-conf", "keep_alive_interval=0", "./t"}).message,
              Contains("--rdzv-conf keep_alive_interval '0' is no time at all"));
-  CHECK_THAT(parse_bad({"--rdzv-endpoint", "[fd00::1", "./t"}).message, Contains("has no ']'"));
+  CHECK_THAT(parse_bad({"--rdzv-endpoint", "[fd00::1", "./t"}).message, Contains("no closing ']'"));
 }
 
 TEST_CASE("help documents every flag with an example", "[launcher][options]") {

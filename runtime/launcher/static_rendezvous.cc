@@ -1,4 +1,4 @@
-#include "runtime/launcher/node_rendezvous.h"
+#include "runtime/launcher/static_rendezvous.h"
 
 #include <unistd.h>
 
@@ -29,12 +29,12 @@ std::string bind_host_for(const std::string& master_addr, int nnodes) {
 
 }  // namespace
 
-std::string NodeRendezvous::key(const std::string& k) const {
+std::string StaticRendezvous::key(const std::string& k) const {
   return str_cat("/collie-run/", options_.run_id, "/", k);
 }
 
-std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOptions& o) {
-  std::unique_ptr<NodeRendezvous> r(new NodeRendezvous());
+std::unique_ptr<StaticRendezvous> StaticRendezvous::start(const StaticRendezvousOptions& o) {
+  std::unique_ptr<StaticRendezvous> r(new StaticRendezvous());
   r->options_ = o;
   std::string connect_host = o.master_addr;
   r->port_ = o.master_port;
@@ -79,15 +79,11 @@ std::unique_ptr<NodeRendezvous> NodeRendezvous::start(const NodeRendezvousOption
   return r;
 }
 
-std::string NodeRendezvous::listen_address() const {
-  return server_ ? server_->address() : std::string();
-}
-
-NodeRendezvous::~NodeRendezvous() {
+StaticRendezvous::~StaticRendezvous() {
   if (server_) server_->stop();
 }
 
-void NodeRendezvous::join() {
+void StaticRendezvous::join() {
   const auto& o = options_;
   std::string mine = str_cat("nnodes=", o.nnodes, " max_restarts=", o.max_restarts);
   Bytes first = store_->compare_set(key("config"), {}, as_span(mine));
@@ -123,7 +119,7 @@ void NodeRendezvous::join() {
   }
 }
 
-void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
+void StaticRendezvous::barrier(const std::string& name, const std::string& what) {
   const int n = options_.nnodes;
   int64_t count = store_->add(key(name + "/count"), 1);
   if (count == n) store_->set(key(name + "/done"), "1");
@@ -153,26 +149,45 @@ void NodeRendezvous::barrier(const std::string& name, const std::string& what) {
   }
 }
 
-void NodeRendezvous::begin_attempt(int attempt) {
-  barrier(str_cat("attempt/", attempt, "/start"), str_cat("start attempt ", attempt));
+Round StaticRendezvous::next_round() {
+  if (!joined_) {
+    join();
+    joined_ = true;
+  }
+  ++attempt_;
+  barrier(str_cat("attempt/", attempt_, "/start"), str_cat("start attempt ", attempt_));
+  return {.number = attempt_,
+          .node_rank = options_.node_rank,
+          .nnodes = options_.nnodes,
+          .rank_base = rank_base_,
+          .world_size = world_size_,
+          .master_addr = worker_master_addr_,
+          .master_port = port_};
 }
 
-std::optional<std::string> NodeRendezvous::remote_failure(int attempt) {
-  std::string k = key(str_cat("attempt/", attempt, "/failed"));
+std::optional<std::string> StaticRendezvous::recorded_failure() {
+  std::string k = key(str_cat("attempt/", attempt_, "/failed"));
   if (!store_->check({k})) return std::nullopt;
   return to_string(store_->get(k));
 }
 
-void NodeRendezvous::report_failure(int attempt, const std::string& reason) {
-  store_->compare_set(key(str_cat("attempt/", attempt, "/failed")), {}, as_span(reason));
+std::optional<RoundEnd> StaticRendezvous::check() {
+  if (options_.nnodes == 1) return std::nullopt;
+  std::optional<std::string> failure = recorded_failure();
+  if (!failure) return std::nullopt;
+  return RoundEnd{.reason = *failure};
 }
 
-std::optional<std::string> NodeRendezvous::finish_attempt(int attempt) {
-  barrier(str_cat("attempt/", attempt, "/end"), str_cat("finish attempt ", attempt));
-  return remote_failure(attempt);
+void StaticRendezvous::report_failure(const std::string& reason) {
+  store_->compare_set(key(str_cat("attempt/", attempt_, "/failed")), {}, as_span(reason));
 }
 
-void NodeRendezvous::close() {
+std::optional<std::string> StaticRendezvous::finish(bool /*succeeded*/) {
+  barrier(str_cat("attempt/", attempt_, "/end"), str_cat("finish attempt ", attempt_));
+  return recorded_failure();
+}
+
+void StaticRendezvous::close(const std::string& /*outcome*/) {
   if (closed_) return;
   closed_ = true;
   int64_t count = store_->add(key("exit/count"), 1);
@@ -184,6 +199,23 @@ void NodeRendezvous::close() {
     // The job is over either way; a node that vanished must not hold us.
   }
   server_->stop();
+}
+
+std::string StaticRendezvous::hosting_line() const {
+  if (!server_) return "";
+  const auto& o = options_;
+  return str_cat("collie-run: agent store listening on ", server_->address(), " (node 0 of ",
+                 o.nnodes, ", run id '", o.run_id, "'; workers reach it at ", o.master_addr, ")");
+}
+
+std::string StaticRendezvous::store_lost_line() const {
+  return str_cat("collie-run: node ", options_.node_rank,
+                 " gives up: the job cannot go on without node 0");
+}
+
+std::string StaticRendezvous::failed_elsewhere_line(const std::string& reason) const {
+  return str_cat("collie-run: node ", options_.node_rank,
+                 "'s workers succeeded, but another node failed: ", reason);
 }
 
 }  // namespace collie::launcher
