@@ -73,7 +73,7 @@ TEST_CASE("two threads calling one group at once break it with an error naming b
   bool named = false;
   for (const auto& out : outputs) {
     INFO(out);
-    // Every thread of every rank stopped with an error, none with a wrong sum.
+    // Every thread of every rank stopped with an error.
     CHECK_THAT(out, Contains("thread a: BackendError") || Contains("thread a: NetworkError"));
     CHECK_THAT(out, Contains("thread b: BackendError") || Contains("thread b: NetworkError"));
     named = named || (out.find("all_reduce (float32 x 256, sum, auto) was called on thread") !=
