@@ -128,6 +128,21 @@ Socket connect_unix(const std::string& abstract_name) {
   return s;
 }
 
+// A non-blocking listener on 127.0.0.1 at a port the kernel picks;
+// *address is its "127.0.0.1:port".
+Socket listen_loopback(std::string* address) {
+  Socket listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(listener.fd, 128) == 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  *address = str_cat("127.0.0.1:", ntohs(sa.sin_port));
+  return listener;
+}
+
 // A rank's record in the store: "tcp=...\nhost=...\nunix=...\npid=...".
 std::string record_field(const std::string& record, const std::string& key) {
   const auto at = record.find(key + "=");
@@ -334,15 +349,8 @@ TEST_CASE("the data-connection handshake costs one round trip and a few HMACs",
   // Over loopback in one process: a thread connects and authenticates, the
   // test thread accepts through the gate; the same without a secret.
   auto measure = [](const JobSecret& secret, int n) {
-    Socket listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-    REQUIRE(::listen(listener.fd, 64) == 0);
-    socklen_t len = sizeof sa;
-    ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
-    const std::string address = str_cat("127.0.0.1:", ntohs(sa.sin_port));
+    std::string address;
+    Socket listener = listen_loopback(&address);
     const PeerIdentity acceptor{group_hash("bench"), 2, 0, address};
     const auto t0 = std::chrono::steady_clock::now();
     std::exception_ptr connector_error;
@@ -403,15 +411,8 @@ TEST_CASE("a peer whose hello is in is admitted, not closed, when strangers fill
   // closing silent strangers, never the peer. (A 3-rank job failed this way
   // under load: rank 0 evicted rank 1's waiting connection and then waited
   // for it until its timeout.)
-  Socket listener{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)};
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  REQUIRE(::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(::listen(listener.fd, 128) == 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  const std::string address = str_cat("127.0.0.1:", ntohs(sa.sin_port));
+  std::string address;
+  Socket listener = listen_loopback(&address);
   PeerGate gate(
       listener.fd, JobSecret(), {group_hash("pool"), 2, 0, address},
       {4, [](std::span<const uint8_t>, int, std::string*) -> std::optional<size_t> { return 0; }},
