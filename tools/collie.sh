@@ -41,6 +41,9 @@ PACKAGES=(
   libgloo-dev openmpi-bin libopenmpi-dev
   clang libclang-rt-14-dev clang-format-14
   iproute2 nftables procps psmisc
+  # A real Slurm cluster in network namespaces for the scheduler tests
+  # (test/support/slurm_cluster.h).
+  munge slurmctld slurmd slurm-client
 )
 
 install_packages() {

@@ -21,6 +21,7 @@ struct State {
   std::shared_ptr<ProcessGroup> default_group;
   std::shared_ptr<Store> default_store;  // "default_pg/" over the rendezvous store
   std::string backend;
+  std::string route_host;  // Rendezvous::store_host
   Timeout timeout = kDefaultTimeout;
   int group_count = 0;  // names groups "0" (default), "1", "2"... like torch
   std::vector<std::weak_ptr<ProcessGroup>> sub_groups;
@@ -66,8 +67,8 @@ void init_process_group(const InitOptions& options) {
   Rendezvous rdzv = open_rendezvous(options, timeout);
   set_log_rank(rdzv.rank);
   auto default_store = std::make_shared<PrefixStore>("default_pg", rdzv.store);
-  BackendContext context{default_store, rdzv.rank, rdzv.world_size,
-                         timeout,       "0",       options.transport};
+  BackendContext context{default_store, rdzv.rank,         rdzv.world_size, timeout,
+                         "0",           options.transport, rdzv.store_host};
   auto group = create_process_group(spec, context);
   COLLIE_LOG(kInfo) << "initialized the default process group: backend " << group->backend_name()
                     << ", rank " << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source
@@ -81,6 +82,7 @@ void init_process_group(const InitOptions& options) {
   s.default_group = std::move(group);
   s.default_store = std::move(default_store);
   s.backend = spec.text;
+  s.route_host = rdzv.store_host;
   s.timeout = timeout;
   s.group_count = 1;
   s.sub_groups.clear();
@@ -122,13 +124,14 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   auto& s = state();
   std::shared_ptr<ProcessGroup> world;
   std::shared_ptr<Store> base_store;
-  std::string group_name;
+  std::string group_name, route_host;
   BackendSpec spec;
   {
     std::lock_guard lock(s.mu);
     if (!s.default_group) throw_not_initialized("new_group");
     world = s.default_group;
     base_store = s.default_store;
+    route_host = s.route_host;
     // Every rank calls new_group in the same order, so the counter names the
     // same group on every rank, members or not (torch's _group_count).
     group_name = std::to_string(s.group_count++);
@@ -151,7 +154,8 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
 
   const int group_rank = static_cast<int>(it - ranks.begin());
   auto store = std::make_shared<PrefixStore>(group_name, base_store);
-  BackendContext context{store, group_rank, static_cast<int>(ranks.size()), timeout, group_name};
+  BackendContext context{store, group_rank, static_cast<int>(ranks.size()), timeout, group_name,
+                         "",    route_host};
   auto pg = create_process_group(spec, context);
   {
     std::lock_guard lock(s.mu);

@@ -57,8 +57,17 @@ Rendezvous open_rendezvous(const InitOptions& options, Timeout timeout, const En
     return r;
   }
   LaunchEnv launch = detect_launch_env(env);
+  // env:// reads MASTER_ADDR and MASTER_PORT; where the job script exported
+  // neither, srun's task still knows them (the first node of the job, the
+  // job-id port: detect_launch_env), as they would be under collie-run.
+  const EnvLookup with_launch = [&](const std::string& name) -> std::optional<std::string> {
+    if (auto v = env(name)) return v;
+    if (name == "MASTER_ADDR" && !launch.master_addr.empty()) return launch.master_addr;
+    if (name == "MASTER_PORT" && launch.master_port) return std::to_string(*launch.master_port);
+    return std::nullopt;
+  };
   InitMethod m =
-      parse_init_method(options.init_method.empty() ? "env://" : options.init_method, env);
+      parse_init_method(options.init_method.empty() ? "env://" : options.init_method, with_launch);
   complete(m, options, launch);
   Rendezvous r;
   r.rank = m.rank;
@@ -73,12 +82,14 @@ Rendezvous open_rendezvous(const InitOptions& options, Timeout timeout, const En
       throw InvalidArgument(str_cat("init_process_group: TORCHELASTIC_USE_AGENT_STORE=True but ",
                                     m.url, " names no port for the launcher's store"));
     r.source = str_cat("agent store ", m.address(), " attempt ", launch.restart_count);
+    r.store_host = m.host;
     std::shared_ptr<Store> tcp = TcpStore::connect(m.host, m.port, {.timeout = timeout});
     r.store =
         std::make_shared<PrefixStore>(agent_store_prefix(launch.restart_count), std::move(tcp));
     return r;
   }
   r.source = m.url;
+  if (m.scheme != InitScheme::kFile) r.store_host = m.host;
   r.store = create_store(m, timeout);
   return r;
 }

@@ -21,6 +21,8 @@ struct Rendezvous {
   int world_size = -1;
   // For logs: "caller's store", "agent store 10.0.0.1:29500 attempt 0", "env://".
   std::string source;
+  // The TCP store's host ("" for file:// and a caller's store).
+  std::string store_host;
 };
 
 // Blocks until the store is reachable (connect) within `timeout`. Throws

@@ -26,6 +26,7 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
   CommunicatorOptions comm_options = CommunicatorOptions::from_env(options);
   comm_options.timeout = context.timeout;
   if (!context.transport.empty()) comm_options.transport = context.transport;
+  if (comm_options.route_host.empty()) comm_options.route_host = context.route_host;
   // The group name keeps the groups' keys and message headers apart even if
   // two groups share one store.
   comm_options.store_prefix = str_cat("socket/", context.group_name);

@@ -23,6 +23,11 @@ struct BackendContext {
   // The cpu backend's channels: "auto", "tcp" or "shm" ("" =
   // COLLIE_TRANSPORT, else auto; see CommunicatorOptions::transport).
   std::string transport;
+  // The store's host, for a backend that must pick which local address to
+  // listen on (the one that routes there; MASTER_ADDR when set wins):
+  // under srun without a launcher no MASTER_ADDR is set. Empty: unknown
+  // (a file:// store, a caller's store).
+  std::string route_host;
 };
 
 }  // namespace collie

@@ -78,6 +78,31 @@ TEST_CASE("env:// without an agent store: rank 0 hosts the store (port 0 for a j
   CHECK(r.source == "env://");
 }
 
+TEST_CASE("srun starting the program itself: env:// finds the store on the job's first node",
+          "[agent][slurm]") {
+  // What srun gives a task when the job script exports no MASTER_ADDR: the
+  // store's host is the first node of the (compressed) node list, and the
+  // data plane listens on the address that routes there.
+  auto env = table({{"SLURM_PROCID", "0"},
+                    {"SLURM_NTASKS", "1"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "0"},
+                    {"SLURM_JOB_ID", "77"},
+                    {"SLURM_JOB_NODELIST", "localhost,node[2-3]"},
+                    {"MASTER_PORT", "0"}});
+  Rendezvous r = open_rendezvous(InitOptions{}, 10s, env);
+  CHECK(r.rank == 0);
+  CHECK(r.world_size == 1);
+  CHECK(r.store_host == "localhost");
+  r.store->set("k", "v");
+  CHECK(to_string(r.store->get("k")) == "v");
+  // Without a node list there is nothing to derive it from: the error
+  // still names MASTER_ADDR.
+  CHECK_THROWS_WITH(
+      open_rendezvous(InitOptions{}, 1s, table({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})),
+      Contains("MASTER_ADDR"));
+}
+
 TEST_CASE("rendezvous errors name what is missing", "[agent]") {
   CHECK_THROWS_AS(open_rendezvous(InitOptions{}, 1s, table({})), InvalidArgument);
   CHECK_THROWS_WITH(open_rendezvous(InitOptions{}, 1s, table({{"RANK", "0"}, {"WORLD_SIZE", "2"}})),

@@ -28,43 +28,6 @@ using namespace collie;
 using namespace collie::test;
 using Catch::Matchers::Contains;
 
-namespace {
-
-// (epoch, world_size) of every line of blip_train's log.txt.
-std::vector<std::pair<int, int>> epochs_in_log(const std::string& path) {
-  std::vector<std::pair<int, int>> out;
-  std::ifstream in(path);
-  static const std::regex re(R"re("epoch": (\d+),.*"world_size": (\d+))re");
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.emplace_back(std::stoi(m[1]), std::stoi(m[2]));
-  }
-  return out;
-}
-
-// Waits until log.txt has an epoch at `world` after the first `after` lines.
-void wait_for_epoch_at(const std::string& log, int world, size_t after, Timeout timeout,
-                       const std::vector<Subprocess*>& launchers) {
-  Deadline deadline(timeout);
-  for (;;) {
-    const auto epochs = epochs_in_log(log);
-    for (size_t i = after; i < epochs.size(); ++i)
-      if (epochs[i].second == world) return;
-    std::string why;
-    for (Subprocess* p : launchers)
-      if (!p->running()) why += str_cat("\n--- exited early: ", p->command_line(), "\n", p->err());
-    if (!why.empty() || deadline.expired()) {
-      std::string text;
-      for (const auto& [e, w] : epochs) text += str_cat(" ", e, "@", w);
-      FAIL("no epoch at world size " << world << " in " << log << " " << deadline.describe()
-                                     << "; epochs@world:" << text << why);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2, then 3 again",
           "[launcher][elastic][netns]") {
   require_or_skip(::access((std::string(COLLIE_BIN_DIR) + "/blip_train").c_str(), X_OK) == 0,

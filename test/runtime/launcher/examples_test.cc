@@ -1,4 +1,4 @@
-// The cluster examples hold their contract: examples/slurm/train.sbatch runs
+// The cluster examples hold their contract: examples/slurm/train_collie_run.sbatch runs
 // as sbatch would run it, under a stand-in srun that starts one task per
 // "node" with srun's step variables, and trains blip_train on two nodes;
 // examples/kubernetes/jobset.yaml sets exactly the variables collie-run reads,
@@ -53,7 +53,7 @@ void write_fake_srun(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("examples/slurm/train.sbatch trains on two nodes under srun's variables",
+TEST_CASE("examples/slurm/train_collie_run.sbatch trains on two nodes under srun's variables",
           "[launcher][examples][slurm]") {
   require_or_skip(::access((kBin + "/blip_train").c_str(), X_OK) == 0,
                   "blip_train is not built (COLLIE_BUILD_SAMPLES=OFF?)");
@@ -73,7 +73,8 @@ TEST_CASE("examples/slurm/train.sbatch trains on two nodes under srun's variable
   env["MASTER_PORT"] = std::to_string(probe_free_port());  // not the job-id port, on a shared box
   env["TRAIN_ARGS"] = "--synthetic --synthetic-size 512 --epochs 2 --hidden 16 --print-freq 1000";
   env["COLLIE_JOB_SECRET"] = std::nullopt;
-  auto p = Subprocess::spawn({"/bin/bash", kSource + "/examples/slurm/train.sbatch"}, {.env = env});
+  auto p = Subprocess::spawn({"/bin/bash", kSource + "/examples/slurm/train_collie_run.sbatch"},
+                             {.env = env});
   auto st = p.wait(kLaunchTimeout);
   const std::string node0 = read_text_file(dir.file("node0.out")),
                     node1 = read_text_file(dir.file("node1.out"));

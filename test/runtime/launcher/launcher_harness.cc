@@ -1,5 +1,7 @@
 #include "test/runtime/launcher/launcher_harness.h"
 
+#include <catch2/catch.hpp>
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,6 +11,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "base/error.h"
 #include "base/str_cat.h"
@@ -97,6 +100,37 @@ uint16_t probe_free_port() {
   uint16_t port = ntohs(addr.sin_port);
   ::close(fd);
   return port;
+}
+
+std::vector<std::pair<int, int>> epochs_in_log(const std::string& path) {
+  std::vector<std::pair<int, int>> out;
+  std::ifstream in(path);
+  static const std::regex re(R"re("epoch": (\d+),.*"world_size": (\d+))re");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.emplace_back(std::stoi(m[1]), std::stoi(m[2]));
+  }
+  return out;
+}
+
+void wait_for_epoch_at(const std::string& log, int world, size_t after, Timeout timeout,
+                       const std::vector<Subprocess*>& launchers) {
+  Deadline deadline(timeout);
+  for (;;) {
+    const auto epochs = epochs_in_log(log);
+    for (size_t i = after; i < epochs.size(); ++i)
+      if (epochs[i].second == world) return;
+    std::string why;
+    for (Subprocess* p : launchers)
+      if (!p->running()) why += str_cat("\n--- exited early: ", p->command_line(), "\n", p->err());
+    if (!why.empty() || deadline.expired()) {
+      std::string text;
+      for (const auto& [e, w] : epochs) text += str_cat(" ", e, "@", w);
+      FAIL("no epoch at world size " << world << " in " << log << " " << deadline.describe()
+                                     << "; epochs@world:" << text << why);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace collie::test

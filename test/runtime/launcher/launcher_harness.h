@@ -50,6 +50,13 @@ std::string read_text_file(const std::string& path);
 // A TCP port that was free a moment ago (for peers like torchrun that need
 // the port before anyone binds it).
 uint16_t probe_free_port();
+// (epoch, world_size) of every line of blip_train's log.txt.
+std::vector<std::pair<int, int>> epochs_in_log(const std::string& path);
+// Waits until log.txt has an epoch at `world` after its first `after`
+// lines; fails the test (with the epochs seen and the output of any of
+// `launchers` that exited) when one exits first or the timeout passes.
+void wait_for_epoch_at(const std::string& log, int world, size_t after, Timeout timeout,
+                       const std::vector<Subprocess*>& launchers);
 // An environment without the launch variables of whatever runs the tests.
 std::map<std::string, std::optional<std::string>> clean_launch_env();
 
