@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/types.h"
@@ -110,6 +111,21 @@ void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, 
 void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void shm_all_gather(Transport& t, TensorView in, TensorView out);
 void shm_broadcast(Transport& t, TensorView tensor, int root);
+// The host steps of the hierarchical algorithms (every rank on one host):
+// - shm_reduce_chunks: out's k-th piece of `count` elements = the host's
+//   inputs' elements [begins[k], begins[k] + count) reduced in rank order.
+//   Each rank passes its own begins; every rank reads the others' inputs.
+// - shm_copy_peer_chunks: every rank's `buffer` has the same layout; rank r
+//   copies from each peer p the chunk_bytes at each byte offset in
+//   offsets(p) into the same offsets of its own buffer.
+// - shm_gather_parts: the root copies each rank p's `part` into out at
+//   part_of(p) = {byte offset, bytes}; the others wait until it has.
+void shm_reduce_chunks(Transport& t, Workspace& ws, TensorView in, std::span<const size_t> begins,
+                       size_t count, void* out, ReduceOp op);
+void shm_copy_peer_chunks(Transport& t, void* buffer, size_t chunk_bytes,
+                          const std::function<std::vector<size_t>(int)>& offsets);
+void shm_gather_parts(Transport& t, const void* part, void* out, int root,
+                      const std::function<std::pair<size_t, size_t>(int)>& part_of);
 
 // The hosts of a group that spans several (hierarchical.cc), the same on
 // every rank: built from the host ids every rank published at join.
@@ -132,5 +148,13 @@ void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig&
 void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
                             TensorView tensor, int root);
 void hierarchical_barrier(Transport& t, const HostMap& map);
+// The tensor forms (one buffer of world x in / world x out), uniform maps:
+// the bytes between hosts cross once, by the ranks of equal local index.
+void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
+                             TensorView in, TensorView out);
+void hierarchical_reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                                 const HostMap& map, TensorView in, TensorView out, ReduceOp op);
+void hierarchical_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                         const HostMap& map, TensorView in, TensorView out, ReduceOp op, int root);
 
 }  // namespace collie

@@ -180,6 +180,57 @@ void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView o
   round_trip(t);
 }
 
+void shm_reduce_chunks(Transport& t, Workspace& ws, TensorView in, std::span<const size_t> begins,
+                       size_t count, void* out, ReduceOp op) {
+  const size_t es = element_size(in.dtype);
+  const auto d = exchange(t, in.data, out);
+  for (size_t k = 0; k < begins.size(); ++k) {
+    reduce_slice(t, ws, d, begins[k], begins[k] + count,
+                 static_cast<uint8_t*>(out) + k * count * es, in.dtype, op);
+  }
+  round_trip(t);  // no peer reads our input any more
+}
+
+void shm_copy_peer_chunks(Transport& t, void* buffer, size_t chunk_bytes,
+                          const std::function<std::vector<size_t>(int)>& offsets) {
+  const auto d = exchange(t, buffer, buffer);
+  auto* b = static_cast<uint8_t*>(buffer);
+  for (int p = 0; p < t.size(); ++p) {
+    if (p == t.rank() || chunk_bytes == 0) continue;
+    for (size_t at : offsets(p)) read_peer(t, p, d[p].out + at, b + at, chunk_bytes);
+  }
+  round_trip(t);
+}
+
+void shm_gather_parts(Transport& t, const void* part, void* out, int root,
+                      const std::function<std::pair<size_t, size_t>(int)>& part_of) {
+  if (t.rank() != root) {
+    Descriptor mine{reinterpret_cast<uint64_t>(part), 0};
+    t.send(root, &mine, sizeof mine);
+    t.recv(root, nullptr, 0);  // the root has read it: `part` may change again
+    t.wait_all();
+    return;
+  }
+  const int P = t.size();
+  std::vector<Descriptor> d(P);
+  for (int p = 0; p < P; ++p)
+    if (p != root) t.recv(p, &d[p], sizeof(Descriptor));
+  t.wait_all();
+  auto* o = static_cast<uint8_t*>(out);
+  for (int p = 0; p < P; ++p) {
+    const auto [at, bytes] = part_of(p);
+    if (bytes == 0) continue;
+    if (p == root) {
+      if (o + at != part) std::memcpy(o + at, part, bytes);
+    } else {
+      read_peer(t, p, d[p].in, o + at, bytes);
+    }
+  }
+  for (int p = 0; p < P; ++p)
+    if (p != root) t.send(p, nullptr, 0);
+  t.wait_all();
+}
+
 void shm_all_gather(Transport& t, TensorView in, TensorView out) {
   const int P = t.size();
   const size_t bytes = in.nbytes();

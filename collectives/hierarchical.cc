@@ -37,6 +37,26 @@
 // TCP, then each leader broadcasts on its host (shm_broadcast for large
 // tensors, the direct sends for small ones).
 //
+// all_gather (tensor form, c bytes per rank): (1) the ranks of local index
+// l, one per host, all_gather their inputs over TCP straight into the
+// output's slots of those ranks; (2) on each host, every rank copies from
+// each host peer p the H slots that p gathered (CMA reads). Each rank sends
+// and receives (H-1) c across hosts: each host (H-1) L c, the least it can
+// receive.
+//
+// reduce_scatter (tensor form, c elements out per rank): (1) on each host,
+// local rank l reduces the H chunks of the host's inputs that belong to
+// the ranks of local index l (one per host), in host rank order, into a
+// staging buffer of H c elements; (2) those ranks reduce_scatter the
+// staging buffers over TCP, chunk h going to host h's rank. (H-1) c
+// elements cross per rank.
+//
+// reduce (n elements to root): (1) local rank l reduces slice l (n/L) of
+// the host's inputs; (2) the ranks of local index l reduce their slice over
+// TCP to the one on the root's host; (3) the root copies the L final slices
+// from its host peers. Each host sends its partial sum across once, cut in
+// L slices that travel in parallel.
+//
 // barrier: every rank checks in with its host's lowest rank (the leader),
 // the leaders run the dissemination barrier over TCP, then each leader
 // releases its host. Hosts may run different numbers of ranks.
@@ -142,6 +162,113 @@ void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const Host
   } else {
     broadcast(t, cfg, tensor, local_root);
   }
+}
+
+namespace {
+
+// The ranks of local index l, one per host, in host order.
+std::vector<int> column(const HostMap& map, int l) {
+  std::vector<int> out;
+  for (const auto& host : map.hosts) out.push_back(host[l]);
+  return out;
+}
+
+}  // namespace
+
+void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
+                             TensorView in, TensorView out) {
+  COLLIE_CHECK(map.uniform, "hierarchical all_gather over hosts of different sizes");
+  const int me = t.rank();
+  const int l = map.local_index[me];
+  const size_t bytes = in.nbytes();
+  auto* o = static_cast<uint8_t*>(out.data);
+  {
+    const std::vector<int> peers = column(map, l);
+    std::vector<uint8_t*> slots;
+    for (int r : peers) slots.push_back(o + static_cast<size_t>(r) * bytes);
+    Transport::SubgroupScope scope(t, peers);
+    all_gather(t, cfg, in, slots);
+  }
+  const auto& host = map.hosts[map.host_of[me]];
+  if (host.size() < 2) return;
+  Transport::SubgroupScope scope(t, host);
+  shm_copy_peer_chunks(t, out.data, bytes, [&](int peer_local) {
+    std::vector<size_t> at;
+    for (const auto& h : map.hosts) at.push_back(static_cast<size_t>(h[peer_local]) * bytes);
+    return at;
+  });
+}
+
+void hierarchical_reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                                 const HostMap& map, TensorView in, TensorView out, ReduceOp op) {
+  COLLIE_CHECK(map.uniform, "hierarchical reduce_scatter over hosts of different sizes");
+  const int me = t.rank(), world = t.size();
+  const int l = map.local_index[me];
+  const ReduceOp level_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const size_t n = out.count, es = element_size(out.dtype), H = map.hosts.size();
+  auto* staging = static_cast<uint8_t*>(ws.get(5, std::max<size_t>(1, H * n * es)));
+  const std::vector<int> peers = column(map, l);
+  {
+    const auto& host = map.hosts[map.host_of[me]];
+    std::vector<size_t> begins;
+    for (int r : peers) begins.push_back(static_cast<size_t>(r) * n);
+    if (host.size() > 1) {
+      Transport::SubgroupScope scope(t, host);
+      shm_reduce_chunks(t, ws, in, begins, n, staging, level_op);
+    } else {
+      for (size_t h = 0; h < H; ++h)
+        std::memcpy(staging + h * n * es, static_cast<const uint8_t*>(in.data) + begins[h] * es,
+                    n * es);
+    }
+  }
+  {
+    std::vector<const uint8_t*> slots;
+    for (size_t h = 0; h < H; ++h) slots.push_back(staging + h * n * es);
+    Transport::SubgroupScope scope(t, peers);
+    reduce_scatter(t, ws, cfg, slots, out, level_op);
+  }
+  if (op == ReduceOp::kAvg) divide_by(ws, out.data, n, out.dtype, world);
+}
+
+void hierarchical_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                         const HostMap& map, TensorView in, TensorView out, ReduceOp op, int root) {
+  COLLIE_CHECK(map.uniform, "hierarchical reduce over hosts of different sizes");
+  const int me = t.rank(), world = t.size();
+  const int l = map.local_index[me];
+  const int root_host = map.host_of[root];
+  const auto& host = map.hosts[map.host_of[me]];
+  const size_t L = host.size();
+  const ReduceOp level_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const size_t n = in.count, es = element_size(in.dtype);
+  const size_t lo = part_begin(n, L, static_cast<size_t>(l));
+  const size_t hi = part_begin(n, L, static_cast<size_t>(l) + 1);
+  auto* slice = static_cast<uint8_t*>(ws.get(5, std::max<size_t>(1, (hi - lo) * es)));
+  if (L > 1) {
+    Transport::SubgroupScope scope(t, host);
+    const size_t begins[] = {lo};
+    shm_reduce_chunks(t, ws, in, begins, hi - lo, slice, level_op);
+  } else if (hi > lo) {
+    std::memcpy(slice, static_cast<const uint8_t*>(in.data) + lo * es, (hi - lo) * es);
+  }
+  // Every rank of a column has the same bounds: an empty slice skips the
+  // step on all of them.
+  if (hi > lo) {
+    const TensorView s{slice, hi - lo, in.dtype, in.device};
+    Transport::SubgroupScope scope(t, column(map, l));
+    reduce(t, ws, cfg, s, s, level_op, root_host);
+  }
+  if (map.host_of[me] != root_host) return;
+  if (L > 1) {
+    Transport::SubgroupScope scope(t, host);
+    shm_gather_parts(t, slice, out.data, map.local_index[root], [&](int p) {
+      const size_t a = part_begin(n, L, static_cast<size_t>(p)),
+                   b = part_begin(n, L, static_cast<size_t>(p) + 1);
+      return std::pair<size_t, size_t>{a * es, (b - a) * es};
+    });
+  } else if (n > 0) {
+    std::memcpy(out.data, slice, n * es);
+  }
+  if (me == root && op == ReduceOp::kAvg) divide_by(ws, out.data, n, out.dtype, world);
 }
 
 void hierarchical_barrier(Transport& t, const HostMap& map) {

@@ -275,10 +275,16 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
   CallInfo call{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count};
-  call.algorithm = use_shm(out.nbytes()) ? 1 : 0;
+  const bool hierarchical = hosts_ && hosts_->uniform;
+  call.algorithm = hierarchical ? 2 : use_shm(out.nbytes()) ? 1 : 0;
   begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
+    return;
+  }
+  if (hierarchical) {
+    ++hierarchical_calls_;
+    hierarchical_all_gather(*transport_, config_, *hosts_, in, out);
     return;
   }
   if (call.algorithm) {
@@ -320,10 +326,16 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
                    kWhat, ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
   check_reduce_op(kWhat, out.dtype, op);
   CallInfo call{CollectiveKind::kReduceScatter, out.dtype, op, 0, out.count};
-  call.algorithm = use_shm(in.nbytes()) ? 1 : 0;
+  const bool hierarchical = hosts_ && hosts_->uniform;
+  call.algorithm = hierarchical ? 2 : use_shm(in.nbytes()) ? 1 : 0;
   begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && out.count > 0) std::memcpy(out.data, in.data, out.nbytes());
+    return;
+  }
+  if (hierarchical) {
+    ++hierarchical_calls_;
+    hierarchical_reduce_scatter(*transport_, workspace_, config_, *hosts_, in, out, op);
     return;
   }
   if (call.algorithm) {
@@ -367,9 +379,17 @@ void SocketCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int 
     COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                      kWhat, ": in and out overlap without being the same buffer");
   }
-  begin(CallInfo{CollectiveKind::kReduce, in.dtype, op, root, in.count}, deadline);
+  CallInfo call{CollectiveKind::kReduce, in.dtype, op, root, in.count};
+  const bool hierarchical = hosts_ && hosts_->uniform;
+  call.algorithm = hierarchical ? 2 : 0;
+  begin(call, deadline);
   if (size_ == 1) {
     if (in.data != out.data && in.count > 0) std::memcpy(out.data, in.data, in.nbytes());
+    return;
+  }
+  if (hierarchical) {
+    ++hierarchical_calls_;
+    hierarchical_reduce(*transport_, workspace_, config_, *hosts_, in, out, op, root);
     return;
   }
   collie::reduce(*transport_, workspace_, config_, in, out, op, root);

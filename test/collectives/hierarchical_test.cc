@@ -110,6 +110,68 @@ void sweep_broadcast_and_barrier(Communicator& c) {
   for (int i = 0; i < 3; ++i) expect_path(c, true, "barrier", [&] { c.barrier(deadline()); });
 }
 
+// reduce_scatter, all_gather and reduce (tensor forms) against the
+// reference, in place and not, every root; `hierarchical` says which path
+// must run.
+void sweep_scatter_gather_reduce(Communicator& c, bool hierarchical) {
+  const int P = c.size(), r = c.rank();
+  for_each_reduction(P, [&](DataType dt, ReduceOp op, size_t n, bool in_place) {
+    const size_t es = element_size(dt);
+    // reduce_scatter: rank r gets elements [r n, (r + 1) n) of the sum.
+    auto in = make_data(dt, n * P, r, op);
+    const auto full = reference_reduce(dt, op, P, n * P);
+    const std::vector<uint8_t> want(full.begin() + r * n * es, full.begin() + (r + 1) * n * es);
+    const std::string what = str_cat("reduce_scatter ", dt, " ", op, " n=", n);
+    if (in_place) {
+      expect_path(c, hierarchical, what, [&] {
+        c.reduce_scatter(view_of(in, dt), view_of(in, dt, r * n, n), op, deadline());
+      });
+      std::vector<uint8_t> got(in.begin() + r * n * es, in.begin() + (r + 1) * n * es);
+      EXPECT_SAME(got, want, dt, what, " in place");
+    } else {
+      std::vector<uint8_t> out(n * es, 0xab);
+      expect_path(c, hierarchical, what,
+                  [&] { c.reduce_scatter(view_of(in, dt), view_of(out, dt), op, deadline()); });
+      EXPECT_SAME(out, want, dt, what);
+      EXPECT_SAME(in, make_data(dt, n * P, r, op), dt, what, " modified its input");
+    }
+    // reduce to every root.
+    for (int root = 0; root < P; ++root) {
+      auto mine = make_data(dt, n, r, op);
+      std::vector<uint8_t> out(n * es, 0xab);
+      const std::string rwhat = str_cat("reduce ", dt, " ", op, " n=", n, " root ", root);
+      auto& target = in_place ? mine : out;
+      expect_path(c, hierarchical, rwhat,
+                  [&] { c.reduce(view_of(mine, dt), view_of(target, dt), op, root, deadline()); });
+      if (r == root) EXPECT_SAME(target, reference_reduce(dt, op, P, n), dt, rwhat);
+      if (!in_place) EXPECT_SAME(mine, make_data(dt, n, r, op), dt, rwhat, " modified its input");
+    }
+  });
+  for (DataType dt : kAllDtypes) {
+    for (size_t n : counts_for(P)) {
+      const size_t es = element_size(dt);
+      std::vector<uint8_t> want;
+      for (int p = 0; p < P; ++p) {
+        const auto part = make_data(dt, n, p, ReduceOp::kSum);
+        want.insert(want.end(), part.begin(), part.end());
+      }
+      const std::string what = str_cat("all_gather ", dt, " n=", n);
+      std::vector<uint8_t> out(n * es * P, 0xab);
+      auto in = make_data(dt, n, r, ReduceOp::kSum);
+      expect_path(c, hierarchical, what,
+                  [&] { c.all_gather(view_of(in, dt), view_of(out, dt), deadline()); });
+      EXPECT_SAME(out, want, dt, what);
+      // In place: the input is this rank's slot of the output.
+      std::vector<uint8_t> inplace(n * es * P, 0xcd);
+      std::copy(in.begin(), in.end(), inplace.begin() + r * n * es);
+      expect_path(c, hierarchical, what, [&] {
+        c.all_gather(view_of(inplace, dt, r * n, n), view_of(inplace, dt), deadline());
+      });
+      EXPECT_SAME(inplace, want, dt, what, " in place");
+    }
+  }
+}
+
 // Every connected peer on this rank's host talks over shared memory, every
 // other over TCP.
 void check_channels(Communicator& c, const std::vector<int>& hosts) {
@@ -148,6 +210,20 @@ TEST_CASE("hierarchical all_reduce matches the reference and the flat ring on 2 
   REQUIRE(join_errors(errors) == "");
 }
 
+TEST_CASE("hierarchical reduce_scatter, all_gather and reduce match the reference on 2 and 3 hosts",
+          "[hierarchical]") {
+  const std::vector<int> hosts =
+      GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1},
+               std::vector<int>{0, 1, 2, 0, 1, 2}, std::vector<int>{0, 0, 0, 1, 1, 1});
+  INFO("host of each rank: " << join(hosts, ","));
+  auto errors = run_ranks(static_cast<int>(hosts.size()), on_hosts(hosts), [&](Communicator& c) {
+    require_hierarchical(c, true);
+    sweep_scatter_gather_reduce(c, true);
+    check_channels(c, hosts);
+  });
+  REQUIRE(join_errors(errors) == "");
+}
+
 TEST_CASE("hierarchical broadcast and barrier deliver from every root on 2 and 3 hosts",
           "[hierarchical]") {
   const std::vector<int> hosts =
@@ -166,6 +242,7 @@ TEST_CASE("hosts of different sizes: all_reduce runs flat, broadcast and barrier
   auto errors = run_ranks(4, on_hosts(hosts), [](Communicator& c) {
     require_hierarchical(c, true);
     sweep_all_reduce(c, false);
+    sweep_scatter_gather_reduce(c, false);
     std::vector<float> v(5, 1.0f);
     const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
     try {
@@ -316,6 +393,7 @@ COLLIE_TEST_CHILD(hierarchical_rank) {
     require_hierarchical(*comm, true);
     sweep_all_reduce(*comm, true);
     sweep_broadcast_and_barrier(*comm);
+    sweep_scatter_gather_reduce(*comm, true);
     check_channels(*comm, hosts);
     std::printf("rank %d: %llu hierarchical calls\n", rank,
                 static_cast<unsigned long long>(socket_of(*comm).hierarchical_calls()));
@@ -416,6 +494,20 @@ TEST_CASE("a hierarchical job connects a rank to its host and a few ranks elsewh
     });
     expect_path(c, true, "broadcast", [&] { c.broadcast(view(large.data(), 64), 5, deadline()); });
     expect_path(c, true, "barrier", [&] { c.barrier(deadline()); });
+    // The new hierarchical collectives talk to the same column of ranks.
+    std::vector<float> gathered(large.size() * P);
+    for (size_t part : {size_t{2}, large.size()}) {
+      expect_path(c, true, "all_gather", [&] {
+        c.all_gather(view(large.data(), part), view(gathered.data(), part * P), deadline());
+      });
+      expect_path(c, true, "reduce_scatter", [&] {
+        c.reduce_scatter(view(gathered.data(), part * P), view(large.data(), part), ReduceOp::kSum,
+                         deadline());
+      });
+      expect_path(c, true, "reduce", [&] {
+        c.reduce(view(large.data(), part), view(large.data(), part), ReduceOp::kSum, 9, deadline());
+      });
+    }
     check_channels(c, hosts);
     int shm = 0, tcp = 0;
     for (const auto& kind : c.channel_kinds(deadline(), false)) {
