@@ -100,10 +100,7 @@ TEST_CASE("elastic: a node killed mid-training, the job goes on at world size 2,
   REQUIRE(!seen.empty());
   // Runs of world sizes: 3, then 2, then 3; never back to epoch 0, and every
   // epoch trained (a restart repeats at most the epoch it interrupted).
-  std::vector<int> runs;
-  for (const auto& [e, w] : seen)
-    if (runs.empty() || runs.back() != w) runs.push_back(w);
-  CHECK(runs == std::vector<int>{3, 2, 3});
+  CHECK(world_size_runs(seen) == std::vector<int>{3, 2, 3});
   std::set<int> trained;
   for (size_t i = 0; i < seen.size(); ++i) {
     trained.insert(seen[i].first);

@@ -133,4 +133,11 @@ void wait_for_epoch_at(const std::string& log, int world, size_t after, Timeout 
   }
 }
 
+std::vector<int> world_size_runs(const std::vector<std::pair<int, int>>& epochs) {
+  std::vector<int> runs;
+  for (const auto& [epoch, world] : epochs)
+    if (runs.empty() || runs.back() != world) runs.push_back(world);
+  return runs;
+}
+
 }  // namespace collie::test

@@ -52,6 +52,9 @@ std::string read_text_file(const std::string& path);
 uint16_t probe_free_port();
 // (epoch, world_size) of every line of blip_train's log.txt.
 std::vector<std::pair<int, int>> epochs_in_log(const std::string& path);
+// The world sizes of the successive runs of epochs in `epochs` (an
+// elastic job that lost a node and got it back: 3, 2, 3).
+std::vector<int> world_size_runs(const std::vector<std::pair<int, int>>& epochs);
 // Waits until log.txt has an epoch at `world` after its first `after`
 // lines; fails the test (with the epochs seen and the output of any of
 // `launchers` that exited) when one exits first or the timeout passes.
