@@ -100,6 +100,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations per size")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--iter-bytes", o.iter_bytes,
+                 "at most this many bytes' worth of timed calls per size (at least 1 call, at most "
+                 "-n; the warm-up at most as many): a sweep to 256M over a slow link ends in "
+                 "minutes. 0: -n calls at every size")
+      ->capture_default_str();
   app.add_option("-o,--op", o.op, "sum, prod, min, max, avg, band, bor, bxor")
       ->capture_default_str();
   app.add_option("-d,--datatype", o.dtype,
@@ -157,6 +162,7 @@ Settings validate_options(const Options& o) {
     throw InvalidArgument(str_cat("-o ", o.op, " -d ", o.dtype, ": ", why));
   s.min_bytes = parse_bytes(o.min_bytes, "-b");
   s.max_bytes = parse_bytes(o.max_bytes, "-e");
+  s.iter_bytes = parse_bytes(o.iter_bytes, "--iter-bytes");
   if (s.min_bytes > s.max_bytes)
     throw InvalidArgument(str_cat("-b ", o.min_bytes, " (", s.min_bytes,
                                   " bytes) is larger than -e ", o.max_bytes, " (", s.max_bytes,

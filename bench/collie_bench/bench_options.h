@@ -22,6 +22,7 @@ struct Options {
   std::string min_bytes = "32M", max_bytes = "32M";
   double factor = 2;
   int iters = 20, warmup = 5;
+  std::string iter_bytes = "0";  // 0: -n at every size
   std::string op = "sum", dtype = "float", collective = "all_reduce", algo = "auto";
   std::string transport;  // "": COLLIE_TRANSPORT, else auto
   std::string backend = "cpu", init_method, json;
@@ -34,7 +35,7 @@ struct Options {
 struct Settings {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
-  uint64_t min_bytes = 0, max_bytes = 0;
+  uint64_t min_bytes = 0, max_bytes = 0, iter_bytes = 0;
   AllReduceAlgorithm algo = AllReduceAlgorithm::kAuto;
   Timeout timeout = kUnsetTimeout;
 };

@@ -80,8 +80,8 @@ void write_json(const std::string& path, const RunInfo& info, const std::vector<
     out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \""
         << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
         << ", \"time_us\": " << r.time_us << ", \"algbw_gbps\": " << r.algbw_gbps
-        << ", \"busbw_gbps\": " << r.busbw_gbps << ", \"wrong\": " << r.wrong << "}"
-        << (i + 1 < rows.size() ? "," : "") << "\n";
+        << ", \"busbw_gbps\": " << r.busbw_gbps << ", \"wrong\": " << r.wrong
+        << ", \"iters\": " << r.iters << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   if (!out) throw Error(str_cat("writing --json file ", path, " failed"));

@@ -18,6 +18,7 @@ struct Row {
   double algbw_gbps = 0;
   double busbw_gbps = 0;
   int64_t wrong = -1;  // -1: not checked
+  int iters = 0;       // timed calls (fewer than -n above --iter-bytes)
 };
 
 // nccl-tests' bus bandwidth factor: what each rank must move over its

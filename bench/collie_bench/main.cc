@@ -9,6 +9,7 @@
 // columns: algbw = size / time, busbw = algbw x nccl-tests' bus factor.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +39,8 @@ class Runner {
         pg_(get_default_group()),
         rank_(get_rank()),
         world_(get_world_size()),
-        timeout_(s.timeout) {
+        timeout_(s.timeout),
+        iter_bytes_(s.iter_bytes) {
     if (o.collective == "sendrecv" && world_ < 2)
       throw InvalidArgument("collie-bench -C sendrecv: a ping-pong needs at least 2 ranks");
     std::shared_ptr<ProcessGroup> host = pg_;
@@ -84,20 +86,27 @@ class Runner {
     big.zero();
     small.zero();
 
-    for (int i = 0; i < o_.warmup; ++i) issue(big, small)->wait();
+    // --iter-bytes: fewer calls at the sizes where -n of them would take long.
+    int iters = o_.iters;
+    if (iter_bytes_ > 0 && row.bytes > 0)
+      iters = static_cast<int>(
+          std::clamp<uint64_t>(iter_bytes_ / row.bytes, 1, static_cast<uint64_t>(o_.iters)));
+    const int warmup = iter_bytes_ > 0 ? std::min(o_.warmup, iters) : o_.warmup;
+    row.iters = iters;
+    for (int i = 0; i < warmup; ++i) issue(big, small)->wait();
     pg_->barrier({.timeout = timeout_})->wait();
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Work>> works;
-    works.reserve(o_.iters);
+    works.reserve(iters);
     if (o_.blocking) {
-      for (int i = 0; i < o_.iters; ++i) issue(big, small)->wait();
+      for (int i = 0; i < iters; ++i) issue(big, small)->wait();
     } else {
-      for (int i = 0; i < o_.iters; ++i) works.push_back(issue(big, small));
+      for (int i = 0; i < iters; ++i) works.push_back(issue(big, small));
       for (auto& w : works) w->wait();
     }
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                     .count() /
-                std::max(1, o_.iters);
+                std::max(1, iters);
     // Average over the ranks, like nccl-tests' default.
     double avg = us;
     pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64},
@@ -246,6 +255,7 @@ class Runner {
   int rank_, world_;
   const bool all_reduce_ = o_.collective == "all_reduce";
   Timeout timeout_;
+  uint64_t iter_bytes_;
   std::vector<TensorView> parts_;  // gather/scatter: the root's parts of big
 };
 

@@ -5,7 +5,7 @@ Float32 sum, sizes MIN..MAX bytes (x FACTOR), every rank on this host, for
 each world size: collie over shared memory (its default on one host) and
 over TCP loopback, Open MPI's MPI_Allreduce over TCP (--mca btl tcp,self) and
 over shared memory (vader,self), Gloo's ring all_reduce and torch.distributed
-with gloo (torch_gloo.py under --torch-python). Every call is blocking: each
+with gloo (torch_collectives.py under --torch-python). Every call is blocking: each
 peer waits for a call before issuing the next, so collie runs --blocking.
 A peer whose program is missing is skipped with a note.
 
@@ -91,20 +91,22 @@ def run_ranks(args: argparse.Namespace, n: int, argv_of_rank) -> tuple:
 
 def run_gloo(args: argparse.Namespace, n: int, transport: str) -> tuple:
     with tempfile.TemporaryDirectory(prefix="gloo_store_") as store:
-        return run_ranks(args, n, lambda r: [f"{args.bin}/gloo_allreduce", str(r), str(n), store,
-                                             *sweep(args)])
+        return run_ranks(args, n, lambda r: [f"{args.bin}/gloo_collectives", str(r), str(n), store,
+                                             "127.0.0.1", "ring", "all_reduce", *sweep(args),
+                                             "0"])
 
 
 def run_torch(args: argparse.Namespace, n: int, transport: str) -> tuple:
     with tempfile.TemporaryDirectory(prefix="torch_init_") as tmp:
-        return run_ranks(args, n, lambda r: [args.torch_python, f"{HERE}/torch_gloo.py", str(r),
-                                             str(n), f"{tmp}/init", *sweep(args)])
+        return run_ranks(args, n, lambda r: [args.torch_python, f"{HERE}/torch_collectives.py",
+                                             str(r), str(n), f"{tmp}/init", "all_reduce",
+                                             *sweep(args), "0"])
 
 
 def run_mpi(args: argparse.Namespace, n: int, transport: str) -> tuple:
     btl = {"tcp": "tcp", "shm": "vader"}[transport]
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", f"{btl},self",
-           "-np", str(n), f"{args.bin}/mpi_allreduce", *sweep(args)]
+           "-np", str(n), f"{args.bin}/mpi_collectives", "all_reduce", *sweep(args), "0"]
     return bench_results.parse_rows(bench_results.run_command(cmd, args.timeout)), cmd
 
 
@@ -114,7 +116,7 @@ RUNNERS = {"collie": run_collie, "gloo": run_gloo, "openmpi": run_mpi, "torch-gl
 def missing(args: argparse.Namespace, peer: str) -> str:
     """Why the peer cannot run here, or ""."""
     impl = PEERS[peer][0]
-    need = {"collie": "collie-bench", "gloo": "gloo_allreduce", "openmpi": "mpi_allreduce"}
+    need = {"collie": "collie-bench", "gloo": "gloo_collectives", "openmpi": "mpi_collectives"}
     if impl in need and not os.access(f"{args.bin}/{need[impl]}", os.X_OK):
         return f"{args.bin}/{need[impl]} not built"
     if impl == "openmpi" and subprocess.run(["sh", "-c", "command -v mpirun"],

@@ -18,16 +18,20 @@ A RECORD is one configuration measured in one sitting, `reps` times:
     transport   "auto" (collie's default: shared memory on one host), "shm"
                 (Open MPI: btl vader) or "tcp"
     collective  "all_reduce" (float32 sum), "all_to_all" or "pingpong"
-                (send/recv between ranks 0 and 1, one way)
-    nranks      the world size; every rank on this host
-    bytes       all_reduce: each rank's buffer; all_to_all: each rank's
-                whole buffer; pingpong: one message
+                (send/recv between ranks 0 and 1, one way); bench/multihost
+                adds "broadcast", "all_gather" and "reduce_scatter"
+    nranks      the world size; every rank on this host (bench/multihost:
+                machine.hosts namespaces of machine.ranks_per_host)
+    bytes       all_reduce, broadcast: each rank's buffer; all_to_all: each
+                rank's whole buffer; all_gather, reduce_scatter: the whole
+                gathered / scattered buffer; pingpong: one message
     reps        how many times it was run: len(time_us)
     time_us     one per rep: the mean time per call of `iters` timed calls
                 after `warmup` (averaged over the ranks where the runner does)
     busbw_gbps  one per rep: nccl-tests' bus bandwidth in GB/s, from the time
-                (all_reduce: bytes / time * 2 (N-1) / N; all_to_all:
-                bytes / time * (N-1) / N); [] for the ping-pong
+                (all_reduce: bytes / time * 2 (N-1) / N; all_to_all,
+                all_gather, reduce_scatter: bytes / time * (N-1) / N;
+                broadcast: bytes / time); [] for the ping-pong
     iters, warmup
     machine     the sitting: host, cpu, cores, kernel, start and end (UTC),
                 load_before, load_after, and where measured tcp_stream_gbps
@@ -73,6 +77,9 @@ TITLES = {
     "all_reduce": "all_reduce, float32 sum",
     "all_to_all": "all_to_all (each rank's whole buffer, equal parts)",
     "pingpong": "send/recv ping-pong, one way",
+    "broadcast": "broadcast from rank 0",
+    "all_gather": "all_gather (the whole gathered buffer)",
+    "reduce_scatter": "reduce_scatter, float32 sum (the whole scattered buffer)",
 }
 
 
@@ -138,8 +145,10 @@ def busbw_gbps(collective: str, nranks: int, nbytes: int, time_us: float) -> Opt
     algbw = nbytes / (time_us * 1e3)
     if collective == "all_reduce":
         return algbw * 2 * (nranks - 1) / nranks
-    if collective == "all_to_all":
+    if collective in ("all_to_all", "all_gather", "reduce_scatter"):
         return algbw * (nranks - 1) / nranks
+    if collective == "broadcast":
+        return algbw
     return None
 
 
@@ -262,7 +271,7 @@ def run_command(cmd: list, timeout: float, env: Optional[dict] = None) -> str:
 
 def parse_rows(text: str) -> dict:
     """{bytes: time_us} from the lines "BYTES TIME_US ..." that the peers'
-    programs (gloo_allreduce, mpi_allreduce, mpi_exchange, torch_gloo.py) print."""
+    programs (gloo_collectives, mpi_collectives, mpi_exchange, torch_collectives.py) print."""
     rows = {}
     for line in text.splitlines():
         cells = line.split()

@@ -81,6 +81,29 @@ TEST_CASE("collie-bench --nproc runs every collective and checks the results", "
   }
 }
 
+TEST_CASE("collie-bench --iter-bytes times fewer calls at the large sizes, at least one",
+          "[bench]") {
+  require_built();
+  TempDir dir;
+  // 1 KiB, 16 KiB and 256 KiB with 64 KiB of calls per size: 20 (64, capped
+  // by -n), 4 (64 KiB / 16 KiB), 1 (less than one call's worth: still one).
+  auto p =
+      Subprocess::spawn({kBench, "--nproc", "2", "-b", "1K", "-e", "1M", "-f", "16", "-n", "20",
+                         "-w", "2", "--iter-bytes", "64K", "--json", dir.file("out.json")});
+  auto status = p.wait(120s);
+  INFO("stdout:\n" << p.out() << "\nstderr:\n" << p.err());
+  REQUIRE(status.ok());
+  const std::string json = read_file(dir.file("out.json"));
+  INFO(json);
+  CHECK_THAT(json, Contains("\"bytes\": 1024,") && Contains("\"bytes\": 16384,") &&
+                       Contains("\"bytes\": 262144,"));
+  const std::string iters = "\"iters\": ";
+  std::vector<int> seen;
+  for (size_t at = json.find("\"results\""); (at = json.find(iters, at)) != std::string::npos;)
+    seen.push_back(std::stoi(json.substr(at += iters.size())));
+  CHECK(seen == std::vector<int>{20, 4, 1});
+}
+
 TEST_CASE("collie-bench refuses bad flags in one line, exit 2, before any rank starts", "[bench]") {
   require_built();
   // {flags, what the one line must name}
@@ -101,6 +124,7 @@ TEST_CASE("collie-bench refuses bad flags in one line, exit 2, before any rank s
       {{"--backend", "bogus"}, "bogus"},
       {{"--algo", "x"}, "--algo"},
       {{"--timeout", "0"}, "--timeout '0'"},
+      {{"--iter-bytes", "3X"}, "--iter-bytes '3X'"},
       {{"--timeout", "5x"}, "--timeout '5x'"},
       {{"--init-method", "foo://"}, "--init-method"},
       {{"--bogus"}, "--bogus"},
