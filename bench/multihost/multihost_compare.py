@@ -455,6 +455,14 @@ def main() -> None:
     args.bin = os.path.abspath(os.path.join(args.build, "bin"))
     if os.geteuid() != 0:
         sys.exit("multihost: needs root (ip netns, tc)")
+    for rate in args.rates:  # refused before any namespace exists
+        try:
+            parse_rate(rate)
+        except ValueError as e:
+            sys.exit(f"multihost: {e}")
+    if args.hosts < 2 or args.per_host < 1 or args.hosts > 200:
+        sys.exit(f"multihost: --hosts {args.hosts} --per-host {args.per_host}: "
+                 "expected 2-200 hosts of at least 1 rank")
     libs = []
     for lib in args.libs:
         why = missing(args, lib)
