@@ -117,15 +117,9 @@ def missing(args: argparse.Namespace, peer: str) -> str:
     """Why the peer cannot run here, or ""."""
     impl = PEERS[peer][0]
     need = {"collie": "collie-bench", "gloo": "gloo_collectives", "openmpi": "mpi_collectives"}
-    if impl in need and not os.access(f"{args.bin}/{need[impl]}", os.X_OK):
-        return f"{args.bin}/{need[impl]} not built"
-    if impl == "openmpi" and subprocess.run(["sh", "-c", "command -v mpirun"],
-                                            capture_output=True).returncode != 0:
-        return "no mpirun"
-    probe = [args.torch_python, "-c", "import torch.distributed"]
-    if impl == "torch-gloo" and subprocess.run(probe, capture_output=True).returncode != 0:
-        return f"no torch in {args.torch_python}"
-    return ""
+    return bench_results.why_missing(
+        args.bin, need.get(impl, ""), mpirun=impl == "openmpi",
+        torch_python=args.torch_python if impl == "torch-gloo" else "")
 
 
 def tcp_stream(args: argparse.Namespace, machine: dict) -> None:

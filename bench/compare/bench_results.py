@@ -261,6 +261,21 @@ def describe_machine(m: dict) -> str:
     return text
 
 
+def why_missing(bin_dir: str, program: str = "", mpirun: bool = False,
+                torch_python: str = "") -> str:
+    """Why a runner cannot start here ("" when it can): its program not built
+    in bin_dir, no mpirun on PATH, or no torch in torch_python."""
+    if program and not os.access(f"{bin_dir}/{program}", os.X_OK):
+        return f"{bin_dir}/{program} not built"
+    if mpirun and subprocess.run(["sh", "-c", "command -v mpirun"],
+                                 capture_output=True).returncode != 0:
+        return "no mpirun"
+    probe = [torch_python, "-c", "import torch.distributed"]
+    if torch_python and subprocess.run(probe, capture_output=True).returncode != 0:
+        return f"no torch in {torch_python}"
+    return ""
+
+
 def run_command(cmd: list, timeout: float, env: Optional[dict] = None) -> str:
     """Runs one command; its stdout, or RuntimeError with both outputs."""
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "peer_sweep.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -131,12 +133,6 @@ class Runner {
   uint32_t tag_ = 0;
 };
 
-double bus_factor(const std::string& collective, int world) {
-  if (collective == "all_reduce") return 2.0 * (world - 1) / world;
-  if (collective == "broadcast") return 1.0;
-  return static_cast<double>(world - 1) / world;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,10 +171,7 @@ int main(int argc, char** argv) {
   for (const auto& collective : collectives) {
     for (size_t bytes = sweep.min_bytes; bytes <= sweep.max_bytes;) {
       if (auto call = runner.prepare(collective, bytes)) {
-        int iters = sweep.iters;
-        if (sweep.iter_bytes > 0)
-          iters = static_cast<int>(
-              std::clamp<size_t>(sweep.iter_bytes / bytes, 1, static_cast<size_t>(sweep.iters)));
+        const int iters = peer_sweep::timed_calls(sweep.iters, sweep.iter_bytes, bytes);
         const int warmup = std::min(sweep.warmup, iters);
         for (int i = 0; i < warmup; ++i) call();
         const auto start = Clock::now();
@@ -188,7 +181,7 @@ int main(int argc, char** argv) {
         const double avg = runner.average(us), algbw = bytes / (avg * 1e3);
         if (rank == 0)
           std::printf("%zu %.2f %.4f %.4f %s\n", bytes, avg, algbw,
-                      algbw * bus_factor(collective, world), collective.c_str());
+                      algbw * peer_sweep::bus_factor(collective, world), collective.c_str());
         std::fflush(stdout);
       }
       const auto next = static_cast<size_t>(bytes * sweep.factor);

@@ -23,15 +23,7 @@
 #include <string>
 #include <vector>
 
-namespace {
-
-double bus_factor(const std::string& collective, int world) {
-  if (collective == "all_reduce") return 2.0 * (world - 1) / world;
-  if (collective == "broadcast") return 1.0;
-  return static_cast<double>(world - 1) / world;
-}
-
-}  // namespace
+#include "peer_sweep.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -77,10 +69,7 @@ int main(int argc, char** argv) {
             MPI_Reduce_scatter_block(data.data(), out.data(), part, MPI_FLOAT, MPI_SUM,
                                      MPI_COMM_WORLD);
         };
-        int iters = max_iters;
-        if (iter_bytes > 0)
-          iters = static_cast<int>(
-              std::clamp<size_t>(iter_bytes / bytes, 1, static_cast<size_t>(max_iters)));
+        const int iters = peer_sweep::timed_calls(max_iters, iter_bytes, bytes);
         const int warmup = std::min(max_warmup, iters);
         for (int i = 0; i < warmup; ++i) call();
         MPI_Barrier(MPI_COMM_WORLD);
@@ -91,8 +80,8 @@ int main(int argc, char** argv) {
         avg /= world;
         const double algbw = bytes / (avg * 1e3);
         if (rank == 0)
-          std::printf("%zu %.2f %.4f %.4f %s\n", bytes, avg, algbw, algbw * bus_factor(c, world),
-                      c.c_str());
+          std::printf("%zu %.2f %.4f %.4f %s\n", bytes, avg, algbw,
+                      algbw * peer_sweep::bus_factor(c, world), c.c_str());
         std::fflush(stdout);
       }
       const auto next = static_cast<size_t>(bytes * factor);

@@ -61,7 +61,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 COMPARE = os.path.join(os.path.dirname(HERE), "compare")
 sys.path.insert(0, COMPARE)
 import bench_results  # noqa: E402
-from bench_stats import human_bytes, median, parse_bytes  # noqa: E402
+import multihost_report  # noqa: E402  (beside this file; it names the libraries' labels)
+from bench_stats import parse_bytes  # noqa: E402
+from multihost_report import parse_rate  # noqa: E402
 
 ALL_REDUCE = ["all_reduce"]
 OTHERS = ["broadcast", "all_gather", "reduce_scatter"]
@@ -73,8 +75,6 @@ LIBS = {
     "mpi": (("openmpi", "vader+tcp"), ALL_REDUCE + OTHERS),
     "torch": (("torch-gloo", "tcp"), ALL_REDUCE + OTHERS),
 }
-bench_results.LABELS.update({("gloo-hd", "tcp"): "Gloo HD",
-                             ("openmpi", "vader+tcp"): "Open MPI vader+TCP"})
 
 
 def note(text: str) -> None:
@@ -154,15 +154,6 @@ class Lan:
         if len(cpus) >= len(self.hosts):
             return ",".join(str(c) for c in cpus[k * per:(k + 1) * per])
         return str(cpus[k % len(cpus)])
-
-
-def parse_rate(rate: str) -> float:
-    """'10gbit' -> 1e10 (bits/s)."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-    for unit, scale in units.items():
-        if rate.lower().endswith(unit):
-            return float(rate[:-len(unit)]) * scale
-    raise ValueError(f"--rates {rate}: expected e.g. 10gbit or 1gbit")
 
 
 STREAM_SERVER = r"""
@@ -380,17 +371,11 @@ def split_rows(text: str, cmd: list) -> dict:
 
 
 def missing(args: argparse.Namespace, lib: str) -> str:
+    """Why the library cannot run here, or ""."""
     need = {"collie": "collie-bench", "gloo_ring": "gloo_collectives",
             "gloo_hd": "gloo_collectives", "mpi": "mpi_collectives"}
-    if lib in need and not os.access(f"{args.bin}/{need[lib]}", os.X_OK):
-        return f"{args.bin}/{need[lib]} not built"
-    if lib == "mpi" and subprocess.run(["sh", "-c", "command -v mpirun"],
-                                       capture_output=True).returncode != 0:
-        return "no mpirun"
-    probe = [args.torch_python, "-c", "import torch.distributed"]
-    if lib == "torch" and subprocess.run(probe, capture_output=True).returncode != 0:
-        return f"no torch in {args.torch_python}"
-    return ""
+    return bench_results.why_missing(args.bin, need.get(lib, ""), mpirun=lib == "mpi",
+                                     torch_python=args.torch_python if lib == "torch" else "")
 
 
 def measure(args: argparse.Namespace, lan: Lan, libs: list) -> dict:
@@ -477,7 +462,6 @@ def main() -> None:
         results = measure(args, lan, libs)
     finally:
         lan.down()
-    import multihost_report  # noqa: E402  (beside this file)
     text = multihost_report.render(results)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(text + "\n")

@@ -29,19 +29,23 @@ import bench_results  # noqa: E402
 from bench_stats import human_bytes, median, reps_text  # noqa: E402
 from svg_plot import LogLogPanel, Series, write_svg  # noqa: E402
 
-bench_results.LABELS.setdefault(("gloo-hd", "tcp"), "Gloo HD")
-bench_results.LABELS.setdefault(("openmpi", "vader+tcp"), "Open MPI vader+TCP")
+bench_results.LABELS.update({("gloo-hd", "tcp"): "Gloo HD",
+                             ("openmpi", "vader+tcp"): "Open MPI vader+TCP"})
 ORDER = ["collie", "Gloo ring", "Gloo HD", "Open MPI vader+TCP", "torch gloo"]
+
+
+def parse_rate(rate: str) -> float:
+    """A tc rate as bits/s: '10gbit' -> 1e10."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    for unit, scale in units.items():
+        if rate.lower().endswith(unit):
+            return float(rate[:-len(unit)]) * scale
+    raise ValueError(f"--rates {rate}: expected e.g. 10gbit or 1gbit")
 
 
 def link_gbps(records: list) -> float:
     """The link rate in GB/s (bytes), from the machine's tbf rate."""
-    rate = records[0].machine["link"].lower()
-    scale = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
-    for unit, s in scale.items():
-        if rate.endswith(unit):
-            return float(rate[:-len(unit)]) * s / 8e9
-    raise ValueError(f"unknown link rate {rate}")
+    return parse_rate(records[0].machine["link"]) / 8e9
 
 
 def roof_gbps(records: list) -> float:
@@ -59,6 +63,13 @@ def fmt_time(us: float) -> str:
     return f"{us:.0f} us" if us >= 10 else f"{us:.1f} us"
 
 
+def fastest_peer(row: dict) -> tuple:
+    """(label, median time) of the fastest peer in {label: Record}."""
+    peers = {lab: median(r.time_us) for lab, r in row.items() if lab != "collie"}
+    best = min(peers, key=peers.get)
+    return best, peers[best]
+
+
 def table(records: list, collectives: list) -> list:
     link, roof = link_gbps(records), roof_gbps(records)
     by = {}
@@ -74,14 +85,12 @@ def table(records: list, collectives: list) -> list:
             row = by[(c, size)]
             cells = [fmt_time(median(row[lab].time_us)) if lab in row else "-" for lab in labels]
             collie = row.get("collie")
-            peers = {lab: median(r.time_us) for lab, r in row.items() if lab != "collie"}
             bw = [f"{median(collie.busbw_gbps) / x:.2f}" if collie and collie.busbw_gbps else "-"
                   for x in (link, roof)]
-            if collie and peers:
-                best = min(peers, key=peers.get)
-                ratio = f"{peers[best] / median(collie.time_us):.2f}x ({best})"
-            else:
-                ratio = "-"
+            ratio = "-"
+            if collie and len(row) > 1:
+                best, t = fastest_peer(row)
+                ratio = f"{t / median(collie.time_us):.2f}x ({best})"
             first = [c, human_bytes(size)] if len(collectives) > 1 else [human_bytes(size)]
             lines.append("| " + " | ".join(first + cells + bw + [ratio]) + " |")
     return lines
@@ -116,13 +125,6 @@ def render(results: dict) -> str:
 
 SHORT = {"Gloo ring": "Gloo ring", "Gloo HD": "Gloo HD", "Open MPI vader+TCP": "Open MPI",
          "torch gloo": "torch gloo"}
-
-
-def fastest_peer(row: dict) -> tuple:
-    """(label, median time) of the fastest peer in {label: Record}."""
-    peers = {lab: median(r.time_us) for lab, r in row.items() if lab != "collie"}
-    best = min(peers, key=peers.get)
-    return best, peers[best]
 
 
 def summary(results: dict) -> str:
