@@ -48,6 +48,7 @@ struct AlgorithmConfig {
   size_t small_message_bytes;
   int shm_all_reduce_ranks;
   size_t shm_ring_bytes;
+  size_t hierarchical_small_bytes;
 };
 
 // A byte range a message is sent from / received into.
@@ -80,6 +81,9 @@ void reduce_in_rank_order(Workspace& ws, const uint8_t* slots, size_t slot_bytes
 void ring_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView in,
                      TensorView out, ReduceOp op);
 void small_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
+// The direct exchange in 2 hops with 2 (P-1)/P of the buffer per rank
+// (a direct reduce_scatter, then a direct all_gather).
+void two_step_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void broadcast(Transport& t, const AlgorithmConfig& cfg, TensorView tensor, int root);
 void dissemination_barrier(Transport& t);
 // The list forms: slots[p] holds rank p's part (in.nbytes() / out.nbytes()

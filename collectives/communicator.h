@@ -84,6 +84,15 @@ struct CommunicatorOptions {
   // ranks at every size, kShm at 8 ranks up to 1 MiB (docs/performance.md).
   int shm_all_reduce_ranks = 5;
   size_t shm_ring_bytes = size_t{4} << 20;
+  // Across hosts (the hierarchical all_reduce), up to this many bytes every
+  // rank sends the whole buffer, summed on its host, straight to its
+  // counterpart on every other host: one hop, L (H-1) times the buffer on
+  // each host's link (L ranks per host, H hosts). Above it each rank sends
+  // its 1/L share, and above this again per share a reduce_scatter and
+  // all_gather, 2 (H-1)/H of the buffer per host link in two hops. The
+  // right value depends on the link: measured at 1 and 10 Gbit/s
+  // (docs/performance.md). COLLIE_HIERARCHICAL_SMALL_BYTES sets it.
+  size_t hierarchical_small_bytes = size_t{4} << 10;
   // How long a waiting call busy-polls its sockets before sleeping in poll()
   // (adaptive: spins that fail are backed off, see transport.h).
   std::chrono::microseconds spin = std::chrono::microseconds(50);
@@ -98,7 +107,8 @@ struct CommunicatorOptions {
 
   // `base` with the COLLIE_* variables read into the fields it leaves unset
   // (transport, host_id, interface, route_host, shm_buffer_bytes) and into
-  // hierarchical and report_after. InvalidArgument naming the variable for
+  // hierarchical, hierarchical_small_bytes and report_after (those two
+  // override the defaults). InvalidArgument naming the variable for
   // a bad value.
   static CommunicatorOptions from_env(CommunicatorOptions base);
   static CommunicatorOptions from_env();

@@ -16,13 +16,15 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-size_t parse_shm_bytes(const std::string& text) {
+// A byte count from `lo` to `hi` in variable `name`, or InvalidArgument
+// naming the variable, the value and what it should be.
+size_t parse_bytes(const char* name, const std::string& text, unsigned long long lo,
+                   unsigned long long hi, const char* what) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || !end || *end != '\0' || v < 4096 || v > (1ull << 34) || text[0] == '-')
-    throw InvalidArgument(str_cat("COLLIE_SHM_BYTES='", text,
-                                  "': expected the bytes of each shared-memory ring, from 4096 "
-                                  "to 2^34"));
+  if (text.empty() || !end || *end != '\0' || v < lo || v > hi || text[0] == '-')
+    throw InvalidArgument(
+        str_cat(name, "='", text, "': expected ", what, ", from ", lo, " to ", hi));
   return static_cast<size_t>(v);
 }
 
@@ -34,7 +36,12 @@ CommunicatorOptions CommunicatorOptions::from_env(CommunicatorOptions o) {
   if (o.interface.empty()) o.interface = env("COLLIE_SOCKET_IFNAME");
   if (o.route_host.empty()) o.route_host = env("MASTER_ADDR");
   if (const std::string bytes = env("COLLIE_SHM_BYTES"); o.shm_buffer_bytes == 0 && !bytes.empty())
-    o.shm_buffer_bytes = parse_shm_bytes(bytes);
+    o.shm_buffer_bytes = parse_bytes("COLLIE_SHM_BYTES", bytes, 4096, 1ull << 34,
+                                     "the bytes of each shared-memory ring");
+  if (const std::string bytes = env("COLLIE_HIERARCHICAL_SMALL_BYTES"); !bytes.empty())
+    o.hierarchical_small_bytes =
+        parse_bytes("COLLIE_HIERARCHICAL_SMALL_BYTES", bytes, 0, 1ull << 30,
+                    "the size up to which all_reduce across hosts sends whole buffers");
   if (env("COLLIE_HIERARCHICAL") == "0") o.hierarchical = false;
   if (const std::string after = env("COLLIE_REPORT_AFTER"); !after.empty())
     o.report_after = parse_duration(after, "COLLIE_REPORT_AFTER");

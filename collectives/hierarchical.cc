@@ -83,18 +83,27 @@ void divide_by(Workspace& ws, void* data, size_t n, DataType dtype, int divisor)
   narrow(data, acc, n, dtype, static_cast<float>(divisor));
 }
 
-// The all_reduce of `buffer` (in place) between the ranks with the local
-// index of world rank `me` (this one), one per host.
+// The ranks of local index l, one per host, in host order.
+std::vector<int> column(const HostMap& map, int l) {
+  std::vector<int> out;
+  for (const auto& host : map.hosts) out.push_back(host[l]);
+  return out;
+}
+
+// The all_reduce of `buffer` (in place) between the ranks of local index
+// l, one per host: the direct exchange (one hop) up to
+// hierarchical_small_bytes, the two-step exchange (2 (H-1)/H of the buffer
+// per rank) up to small_message_bytes, the ring above, or beyond
+// kDirectPeers hosts.
 void across_hosts(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, const HostMap& map,
-                  int me, TensorView buffer, ReduceOp op) {
-  const int l = map.local_index[me];
-  std::vector<int> peers;
-  for (const auto& host : map.hosts) peers.push_back(host[l]);
-  Transport::SubgroupScope scope(t, peers);
-  if (buffer.nbytes() <= cfg.small_message_bytes && t.size() <= kDirectPeers) {
+                  int l, TensorView buffer, ReduceOp op) {
+  Transport::SubgroupScope scope(t, column(map, l));
+  if (buffer.nbytes() > cfg.small_message_bytes || t.size() > kDirectPeers) {
+    ring_all_reduce(t, ws, cfg, buffer, buffer, op);
+  } else if (buffer.nbytes() <= cfg.hierarchical_small_bytes) {
     small_all_reduce(t, ws, buffer, buffer, op);
   } else {
-    ring_all_reduce(t, ws, cfg, buffer, buffer, op);
+    two_step_all_reduce(t, ws, buffer, buffer, op);
   }
 }
 
@@ -120,6 +129,7 @@ void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig&
   const int me = t.rank(), world = t.size();  // before the scopes renumber them
   const ReduceOp level_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const size_t es = element_size(out.dtype);
+  const int l = map.local_index[me];
   Transport::SubgroupScope host(t, map.hosts[map.host_of[me]]);
   if (out.nbytes() <= cfg.small_message_bytes) {
     if (t.size() > 1) {
@@ -127,7 +137,12 @@ void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig&
     } else if (in.data != out.data && out.count > 0) {
       std::memcpy(out.data, in.data, out.nbytes());
     }
-    across_hosts(t, ws, cfg, map, me, out, level_op);
+    if (out.nbytes() <= cfg.hierarchical_small_bytes) {
+      across_hosts(t, ws, cfg, map, l, out, level_op);
+    } else {
+      if (l == 0) across_hosts(t, ws, cfg, map, 0, out, level_op);
+      if (t.size() > 1) broadcast(t, cfg, out, 0);
+    }
     if (op == ReduceOp::kAvg) divide_by(ws, out.data, out.count, out.dtype, world);
     return;
   }
@@ -136,7 +151,7 @@ void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig&
     // with an empty slice skips the step together.
     if (hi == lo) return;
     TensorView slice{static_cast<uint8_t*>(out.data) + lo * es, hi - lo, out.dtype, out.device};
-    across_hosts(t, ws, cfg, map, me, slice, level_op);
+    across_hosts(t, ws, cfg, map, l, slice, level_op);
     if (op == ReduceOp::kAvg) divide_by(ws, slice.data, slice.count, slice.dtype, world);
   });
 }
@@ -163,17 +178,6 @@ void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const Host
     broadcast(t, cfg, tensor, local_root);
   }
 }
-
-namespace {
-
-// The ranks of local index l, one per host, in host order.
-std::vector<int> column(const HostMap& map, int l) {
-  std::vector<int> out;
-  for (const auto& host : map.hosts) out.push_back(host[l]);
-  return out;
-}
-
-}  // namespace
 
 void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
                              TensorView in, TensorView out) {

@@ -130,7 +130,7 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       address_(std::move(address)),
       transport_(std::move(transport)),
       config_{options.segment_bytes, options.small_message_bytes, options.shm_all_reduce_ranks,
-              options.shm_ring_bytes},
+              options.shm_ring_bytes, options.hierarchical_small_bytes},
       hierarchical_wanted_(options.hierarchical) {}
 
 void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {

@@ -56,16 +56,23 @@ TEST_CASE("CommunicatorOptions::from_env reads each COLLIE_* variable into its o
   ScopedEnv bytes("COLLIE_SHM_BYTES", "8192");
   ScopedEnv flat("COLLIE_HIERARCHICAL", "0");
   ScopedEnv report("COLLIE_REPORT_AFTER", "2s");
+  ScopedEnv across("COLLIE_HIERARCHICAL_SMALL_BYTES", "0");
   const CommunicatorOptions o = CommunicatorOptions::from_env();
   CHECK(o.transport == "tcp");
   CHECK(o.host_id == "host-x");
   CHECK(o.shm_buffer_bytes == 8192);
   CHECK_FALSE(o.hierarchical);
   CHECK(o.report_after == std::chrono::seconds(2));
+  CHECK(o.hierarchical_small_bytes == 0);
   // What the caller set wins over the environment.
   CHECK(CommunicatorOptions::from_env({.transport = "shm"}).transport == "shm");
   ScopedEnv bad("COLLIE_SHM_BYTES", "12x");
   CHECK_THROWS_WITH(CommunicatorOptions::from_env(), Contains("COLLIE_SHM_BYTES='12x'"));
+  ScopedEnv good_shm("COLLIE_SHM_BYTES", "8192");
+  ScopedEnv huge("COLLIE_HIERARCHICAL_SMALL_BYTES", "2147483648");
+  CHECK_THROWS_WITH(
+      CommunicatorOptions::from_env(),
+      Contains("COLLIE_HIERARCHICAL_SMALL_BYTES='2147483648'") && Contains("from 0 to 1073741824"));
 }
 
 TEST_CASE("a group re-created under the same name reads its own round's records, not the old") {

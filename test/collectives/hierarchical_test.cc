@@ -35,23 +35,29 @@ const Deadline& deadline() {
   return d;
 }
 
-// Rank r on host host_of[r]; small segments and a small crossover, as in the
-// sweep, so that the direct exchanges, the multi-segment rings and the
-// shared-memory reads all run. Transport "auto" even in the [tcp] run.
+// Rank r on host host_of[r]; small segments and small crossovers, as in the
+// sweep, so that the direct exchanges, the two-step exchange, the
+// multi-segment rings and the shared-memory reads all run (all_reduce
+// across hosts: every rank's whole buffer up to 16 bytes, one rank per host
+// in two steps up to 64, sliced by the ring above). Transport "auto" even
+// in the [tcp] run.
 CommunicatorOptions sweep_options() {
   CommunicatorOptions o;
   o.store_prefix = "hier";
   o.transport = "auto";
   o.segment_bytes = 1024;
   o.small_message_bytes = 64;
+  o.hierarchical_small_bytes = 16;
   o.timeout = std::chrono::seconds(60);
   return o;
 }
 
-std::function<CommunicatorOptions(int)> on_hosts(std::vector<int> host_of) {
-  return [host_of](int r) {
+std::function<CommunicatorOptions(int)> on_hosts(
+    std::vector<int> host_of, std::function<void(CommunicatorOptions&)> tweak = nullptr) {
+  return [host_of, tweak](int r) {
     CommunicatorOptions o = sweep_options();
     o.host_id = str_cat("fake-host-", host_of[r]);
+    if (tweak) tweak(o);
     return o;
   };
 }
@@ -202,11 +208,25 @@ TEST_CASE("hierarchical all_reduce matches the reference and the flat ring on 2 
       GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1},
                std::vector<int>{0, 0, 1, 1, 2, 2}, std::vector<int>{0, 1, 2, 0, 1, 2});
   INFO("host of each rank: " << join(hosts, ","));
-  auto errors = run_ranks(static_cast<int>(hosts.size()), on_hosts(hosts), [&](Communicator& c) {
-    require_hierarchical(c, true);
-    sweep_all_reduce(c, true);
-    check_channels(c, hosts);
-  });
+  // As sweep_options (whole buffers across hosts up to 16 bytes, one rank
+  // per host up to 64, sliced above), or with larger crossovers so that the
+  // 3001-element sweeps take the two-step exchange: 8-byte types sliced
+  // (12 KiB per slice), 4-byte ones one rank per host; or every non-empty
+  // buffer up to 64 KiB one rank per host. Uneven and empty parts: 3001 or
+  // 1 element over 2 or 3 hosts.
+  const size_t small_message_bytes = GENERATE(size_t{0}, size_t{16} << 10, size_t{64} << 10);
+  INFO("small_message_bytes " << small_message_bytes << " (0: sweep_options)");
+  auto tweak = [small_message_bytes](CommunicatorOptions& o) {
+    if (small_message_bytes == 0) return;
+    o.hierarchical_small_bytes = 0;
+    o.small_message_bytes = small_message_bytes;
+  };
+  auto errors =
+      run_ranks(static_cast<int>(hosts.size()), on_hosts(hosts, tweak), [&](Communicator& c) {
+        require_hierarchical(c, true);
+        sweep_all_reduce(c, true);
+        check_channels(c, hosts);
+      });
   REQUIRE(join_errors(errors) == "");
 }
 
