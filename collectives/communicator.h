@@ -84,14 +84,13 @@ struct CommunicatorOptions {
   // ranks at every size, kShm at 8 ranks up to 1 MiB (docs/performance.md).
   int shm_all_reduce_ranks = 5;
   size_t shm_ring_bytes = size_t{4} << 20;
-  // Across hosts (the hierarchical all_reduce), up to this many bytes every
-  // rank sends the whole buffer, summed on its host, straight to its
-  // counterpart on every other host: one hop, L (H-1) times the buffer on
-  // each host's link (L ranks per host, H hosts). Above it each rank sends
-  // its 1/L share, and above this again per share a reduce_scatter and
-  // all_gather, 2 (H-1)/H of the buffer per host link in two hops. The
-  // right value depends on the link: measured at 1 and 10 Gbit/s
-  // (docs/performance.md). COLLIE_HIERARCHICAL_SMALL_BYTES sets it.
+  // Across hosts (the hierarchical all_reduce), up to this many bytes per
+  // exchange the ranks that talk across hosts (a leader per host up to
+  // small_message_bytes, above it every rank with its slice) send the whole
+  // buffer to each other in one hop, (H-1) times it per rank (H hosts).
+  // Above it they run a direct reduce_scatter and all_gather: two hops,
+  // 2 (H-1)/H of it per rank. The right value depends on the link (1 and
+  // 10 Gbit/s in docs/performance.md); COLLIE_HIERARCHICAL_SMALL_BYTES.
   size_t hierarchical_small_bytes = size_t{4} << 10;
   // How long a waiting call busy-polls its sockets before sleeping in poll()
   // (adaptive: spins that fail are backed off, see transport.h).

@@ -41,7 +41,7 @@ CommunicatorOptions CommunicatorOptions::from_env(CommunicatorOptions o) {
   if (const std::string bytes = env("COLLIE_HIERARCHICAL_SMALL_BYTES"); !bytes.empty())
     o.hierarchical_small_bytes =
         parse_bytes("COLLIE_HIERARCHICAL_SMALL_BYTES", bytes, 0, 1ull << 30,
-                    "the size up to which all_reduce across hosts sends whole buffers");
+                    "the size up to which all_reduce across hosts exchanges in one hop");
   if (env("COLLIE_HIERARCHICAL") == "0") o.hierarchical = false;
   if (const std::string after = env("COLLIE_REPORT_AFTER"); !after.empty())
     o.report_after = parse_duration(after, "COLLIE_REPORT_AFTER");

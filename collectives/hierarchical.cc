@@ -17,16 +17,19 @@
 //  - large (B > small_message_bytes): shm_all_reduce on each host, with the
 //    inter-host step in its middle: local rank l reduces slice l (B/L) of
 //    its host's inputs by reading its host peers' memory; the ranks with
-//    local index l (one per host) all_reduce that slice over TCP (ring, or
-//    the direct exchange when the slice is small); then every rank reads the
-//    other final slices from their owners. Each element is reduced by one
-//    rank per host in host rank order, then across hosts by the inter-host
-//    algorithm, which leaves each slice bitwise the same on every rank of
-//    its sub-group; the gather copies it: every rank gets the same bits.
+//    local index l (one per host) all_reduce that slice over TCP
+//    (across_hosts: the direct exchange, the two-step exchange or the ring,
+//    by size); then every rank reads the other final slices from their
+//    owners. Each element is reduced by one rank per host in host rank
+//    order, then across hosts by the inter-host algorithm, which leaves each
+//    slice bitwise the same on every rank of its sub-group; the gather
+//    copies it: every rank gets the same bits.
 //  - small: the direct exchange on each host (every host rank then holds
-//    the host's sum, bitwise the same), then the direct exchange of that sum
-//    between the ranks with the same local index: every such sub-group
-//    reduces the same H host sums in host order, so all ranks agree.
+//    the host's sum, bitwise the same), then the hosts' leaders (local rank
+//    0) all_reduce that sum (across_hosts: one hop up to
+//    hierarchical_small_bytes, two with 2 (H-1)/H B per host link above),
+//    and each leader sends the result to its host peers. One rank per host
+//    on the network: (H-1) TCP messages per host and hop, not L (H-1).
 //  AVG runs as SUM and divides by the world size once, at the end;
 //  float16/bfloat16 are rounded once per level (host, then hosts), not once
 //  overall as in the flat ring: once would carry float32 between the levels,
@@ -137,12 +140,8 @@ void hierarchical_all_reduce(Transport& t, Workspace& ws, const AlgorithmConfig&
     } else if (in.data != out.data && out.count > 0) {
       std::memcpy(out.data, in.data, out.nbytes());
     }
-    if (out.nbytes() <= cfg.hierarchical_small_bytes) {
-      across_hosts(t, ws, cfg, map, l, out, level_op);
-    } else {
-      if (l == 0) across_hosts(t, ws, cfg, map, 0, out, level_op);
-      if (t.size() > 1) broadcast(t, cfg, out, 0);
-    }
+    if (l == 0) across_hosts(t, ws, cfg, map, 0, out, level_op);
+    if (t.size() > 1) broadcast(t, cfg, out, 0);
     if (op == ReduceOp::kAvg) divide_by(ws, out.data, out.count, out.dtype, world);
     return;
   }

@@ -38,9 +38,9 @@ const Deadline& deadline() {
 // Rank r on host host_of[r]; small segments and small crossovers, as in the
 // sweep, so that the direct exchanges, the two-step exchange, the
 // multi-segment rings and the shared-memory reads all run (all_reduce
-// across hosts: every rank's whole buffer up to 16 bytes, one rank per host
-// in two steps up to 64, sliced by the ring above). Transport "auto" even
-// in the [tcp] run.
+// across hosts: one rank per host, in one hop up to 16 bytes and in two
+// steps up to 64; sliced, by the ring, above). Transport "auto" even in the
+// [tcp] run.
 CommunicatorOptions sweep_options() {
   CommunicatorOptions o;
   o.store_prefix = "hier";
@@ -208,8 +208,8 @@ TEST_CASE("hierarchical all_reduce matches the reference and the flat ring on 2 
       GENERATE(std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1},
                std::vector<int>{0, 0, 1, 1, 2, 2}, std::vector<int>{0, 1, 2, 0, 1, 2});
   INFO("host of each rank: " << join(hosts, ","));
-  // As sweep_options (whole buffers across hosts up to 16 bytes, one rank
-  // per host up to 64, sliced above), or with larger crossovers so that the
+  // As sweep_options (one rank per host in one hop up to 16 bytes, in two
+  // up to 64, sliced above), or with larger crossovers so that the
   // 3001-element sweeps take the two-step exchange: 8-byte types sliced
   // (12 KiB per slice), 4-byte ones one rank per host; or every non-empty
   // buffer up to 64 KiB one rank per host. Uneven and empty parts: 3001 or
