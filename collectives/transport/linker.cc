@@ -1,12 +1,16 @@
 #include "collectives/transport/linker.h"
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <utility>
 
 #include "base/error.h"
+#include "base/host_port.h"
 #include "base/logging.h"
+#include "base/socket_io.h"
 #include "base/str_cat.h"
+#include "base/unique_fd.h"
 #include "collectives/transport/peer_auth.h"
 #include "collectives/transport/sockets.h"
 #include "collectives/transport/wire.h"
@@ -63,6 +67,27 @@ class Linker final : public PeerLinker {
     for (const auto& g : gates_)
       if (!g.gate->last_refusal().empty()) return g.gate->last_refusal();
     return "";
+  }
+
+  std::vector<int> refusing(const std::vector<int>& peers, Clock::time_point until) override {
+    std::vector<int> dead;
+    for (int peer : peers) {
+      if (peer < 0 || peer >= size_ || peer == rank_) continue;
+      try {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        if (left.count() <= 0) break;
+        const HostPort hp =
+            split_host_port(record(peer, Deadline(left)).tcp(), PortRule::kRequired);
+        UniqueFd fd;
+        const IoResult r =
+            connect_tcp(hp.host, static_cast<uint16_t>(std::stoi(hp.port)), until, &fd);
+        if (!r.ok() && r.error == ECONNREFUSED) dead.push_back(peer);
+      } catch (const std::exception&) {
+        // No record, or none readable: no evidence either way.
+      }
+    }
+    return dead;
   }
 
   void poll_fds(std::vector<int>* fds) const override {

@@ -86,8 +86,10 @@ Connection& Transport::link_slow(int peer) {
       auto channel = linker_->connect(peer, *deadline_, &address);
       c->attach(std::move(channel), address);
     } catch (const TimeoutError& e) {
+      note_failed_peer(peer);
       fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()));
     } catch (const Error& e) {
+      note_failed_peer(peer);
       fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()));
     }
   }
@@ -498,6 +500,25 @@ void Transport::report_slow_wait() {
   const auto step = std::min<Clock::duration>(std::max<Clock::duration>(waited, report_after_),
                                               std::chrono::minutes(5));
   next_report_ = now + step;
+}
+
+void Transport::note_failed_peer(int peer) {
+  std::lock_guard lock(failed_mu_);
+  auto it = std::lower_bound(failed_peers_.begin(), failed_peers_.end(), peer);
+  if (it == failed_peers_.end() || *it != peer) failed_peers_.insert(it, peer);
+}
+
+std::vector<int> Transport::failed_peers() const {
+  std::lock_guard lock(failed_mu_);
+  return failed_peers_;
+}
+
+std::vector<int> Transport::find_dead_peers(const std::vector<int>& peers,
+                                            Clock::time_point until) {
+  if (!linker_) return {};
+  std::vector<int> dead = linker_->refusing(peers, until);
+  for (int p : dead) note_failed_peer(p);
+  return dead;
 }
 
 void Transport::abort() {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +67,12 @@ class PeerLinker {
   // addresses (empty when the store cannot be reached).
   virtual std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until,
                                                bool wait) = 0;
+  // Of `peers`, those whose listener refuses a TCP connection by `until`:
+  // their process is gone (the kernel closed its socket). A peer that
+  // accepts, or does not answer in time (stopped, or its link is down), is
+  // not listed. For shrink's agreement; reads the peers' records from the
+  // store where needed.
+  virtual std::vector<int> refusing(const std::vector<int>& peers, Clock::time_point until) = 0;
 };
 
 struct TransportOptions {
@@ -211,6 +218,18 @@ class Transport {
   bool broken() const { return broken_.load(); }
   void abort();  // thread-safe
 
+  // The peers (world ranks, ascending) this rank saw fail: a connection
+  // that closed or reset without an abort frame or a goodbye (the process
+  // died), a connect that was refused or timed out, a peer that stayed
+  // silent through a timeout probe. A peer that relayed another's failure
+  // in an abort frame is alive and not listed. Data, not text: shrinking a
+  // group (runtime/process_group/shrink_agreement.h) reads it. Thread-safe.
+  std::vector<int> failed_peers() const;
+  // Of `peers` (world ranks), those whose process is gone by the test of
+  // PeerLinker::refusing(); they join failed_peers(). Thread-safe with
+  // respect to failed_peers(); not with a running call.
+  std::vector<int> find_dead_peers(const std::vector<int>& peers, Clock::time_point until);
+
  private:
   Connection& conn(int peer) const;
   // The world rank of `peer` in the current numbering (SubgroupScope).
@@ -325,6 +344,10 @@ class Transport {
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   std::string broken_reason_;
+  // failed_peers(): written on the failure path, read by another thread.
+  void note_failed_peer(int peer);
+  mutable std::mutex failed_mu_;
+  std::vector<int> failed_peers_;
   // After a probe: the bytes still owed to each peer (padding, the rest of
   // our probe), which notify_peers() sends ahead of the abort frame.
   bool probed_ = false;

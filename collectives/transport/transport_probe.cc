@@ -114,6 +114,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
       case Connection::Skimmed::kProbe:
       case Connection::Skimmed::kAbort: alive.push_back(w.c->peer()); break;
       case Connection::Skimmed::kNothingYet:
+        note_failed_peer(w.c->peer());
         silent.push_back(w.c->peer());
         silent_names.push_back(str_cat(w.c->peer(), " (", w.c->address(), ")"));
         break;
@@ -121,6 +122,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
         other.push_back(str_cat(w.c->name(), " had closed its communicator"));
         break;
       case Connection::Skimmed::kGone:
+        note_failed_peer(w.c->peer());
         other.push_back(str_cat(w.c->name(), " closed its connection (exited or crashed)"));
         break;
       case Connection::Skimmed::kGarbled:
@@ -146,6 +148,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
       if (it == missing.end()) {
         alive.push_back(p);
       } else {
+        note_failed_peer(p);
         silent.push_back(p);
         silent_names.push_back(str_cat(p, " (", it->second, ")"));
       }

@@ -166,6 +166,42 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   return Group(std::move(pg), std::move(ranks));
 }
 
+Group shrink_group(std::vector<int> ranks_to_exclude, const Group& group,
+                   const ShrinkOptions& options, std::vector<int>* excluded) {
+  COLLIE_ARG_CHECK(group.is_member(), "shrink_group: this rank is not a member of the group");
+  auto pg = resolve_group(group, "shrink_group");
+  auto* shrinkable = dynamic_cast<Shrinkable*>(pg.get());
+  COLLIE_ARG_CHECK(shrinkable != nullptr, "shrink_group: the group's backend (", pg->backend_name(),
+                   ") cannot shrink");
+  ShrinkResult result = shrinkable->shrink(ranks_to_exclude, options);
+  if (excluded != nullptr) *excluded = result.excluded;
+  auto& s = state();
+  if (!group.is_default()) {
+    std::vector<int> global;
+    for (int old : result.survivors)
+      global.push_back(group.global_ranks().empty() ? old : group.global_ranks()[old]);
+    std::lock_guard lock(s.mu);
+    s.sub_groups.push_back(result.group);
+    return Group(std::move(result.group), std::move(global));
+  }
+  std::vector<std::weak_ptr<ProcessGroup>> subs;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.default_group != pg)
+      throw InvalidArgument(
+          "shrink_group: the default group was replaced by another thread while it shrank");
+    s.default_group = result.group;
+    subs = std::move(s.sub_groups);
+    s.sub_groups.clear();
+  }
+  set_log_rank(result.group->rank());
+  // Their ranks were numbered by the old default group: shut them down now
+  // (without waiting: their peers may be the excluded ranks), as torch does.
+  for (auto& weak : subs)
+    if (auto sub = weak.lock()) sub->shutdown(Timeout(0));
+  return Group{};
+}
+
 void destroy_process_group(const Group& group) {
   if (!group.is_member()) return;
   if (!group.is_default()) {

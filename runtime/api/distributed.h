@@ -92,6 +92,26 @@ std::shared_ptr<ProcessGroup> get_default_group();
 Group new_group(std::vector<int> ranks = {}, Timeout timeout = kUnsetTimeout,
                 const std::string& backend = "");
 
+// torch's shrink_group: the ranks of `group` that stay (every rank not in
+// `ranks_to_exclude`, given in `group`'s numbering) make a new group without
+// the failed ones, and carry on. Collective among the survivors; the ranks
+// excluded must not call it. The survivors agree through the store on who
+// is left out: the ranks named here, the ranks any survivor saw fail, and
+// any rank that does not take part before options.timeout (the group's
+// timeout when unset) passes (runtime/process_group/shrink_agreement.h).
+// `group` is revoked: its pending and later calls fail at once. Ranks are
+// renumbered densely in the old order. Shrinking the default group replaces
+// it (get_rank() and get_world_size() answer for the new one) and shuts
+// every sub-group down, as torch does, since their ranks no longer mean
+// what they did; a sub-group's shrink returns the new sub-group. Needs a
+// store that outlived the failed ranks (collie-run's or torchrun's agent
+// store, collie-store, file://): with env:// or tcp:// the store lives in
+// rank 0, and shrinking after rank 0 died fails at once saying so.
+// `excluded`, when given, gets the ranks the survivors left out (in `group`'s
+// numbering).
+Group shrink_group(std::vector<int> ranks_to_exclude = {}, const Group& group = {},
+                   const ShrinkOptions& options = {}, std::vector<int>* excluded = nullptr);
+
 // Shuts `group` down (waiting up to its timeout for issued collectives);
 // the default group takes every sub-group with it and leaves collie
 // uninitialized, so init_process_group may run again.

@@ -112,4 +112,22 @@ void PerDeviceProcessGroup::shutdown(Timeout timeout) {
   if (cpu_.backend) cpu_.backend->shutdown(timeout);
 }
 
+ShrinkResult PerDeviceProcessGroup::shrink(std::span<const int> exclude,
+                                           const ShrinkOptions& options) {
+  if (cuda_.backend)
+    throw BackendError(str_cat("shrink on rank ", rank_, ": the group's cuda backend (",
+                               cuda_.backend->backend_name(),
+                               ") cannot shrink; only the cpu backend can"));
+  auto* host = dynamic_cast<Shrinkable*>(cpu_.backend.get());
+  if (host == nullptr)
+    throw BackendError(str_cat("shrink on rank ", rank_, ": the group's backend (",
+                               cpu_.backend ? cpu_.backend->backend_name() : spec_,
+                               ") cannot shrink; the cpu backend can"));
+  ShrinkResult result = host->shrink(exclude, options);
+  const int rank = result.group->rank(), size = result.group->size();
+  result.group = std::make_shared<PerDeviceProcessGroup>(
+      rank, size, spec_, Slot{std::move(result.group), ""}, Slot{nullptr, cuda_.missing});
+  return result;
+}
+
 }  // namespace collie

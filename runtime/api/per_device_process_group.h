@@ -18,7 +18,7 @@
 
 namespace collie {
 
-class PerDeviceProcessGroup final : public ProcessGroup {
+class PerDeviceProcessGroup final : public ProcessGroup, public Shrinkable {
  public:
   // One device type's backend: null with `missing` saying why there is none.
   struct Slot {
@@ -64,6 +64,9 @@ class PerDeviceProcessGroup final : public ProcessGroup {
   void monitored_barrier(const MonitoredBarrierOptions& options) override;
   // Shuts down every backend.
   void shutdown(Timeout timeout) override;
+  // Shrinks the host backend (the only one that can); a group with a cuda
+  // backend throws BackendError saying so.
+  ShrinkResult shrink(std::span<const int> exclude, const ShrinkOptions& options) override;
 
  private:
   // The backend for `device`, or BackendError naming the call, the device

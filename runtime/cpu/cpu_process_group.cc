@@ -1,16 +1,20 @@
 #include "runtime/cpu/cpu_process_group.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/str_cat.h"
 #include "runtime/process_group/monitored_barrier.h"
+#include "runtime/process_group/shrink_agreement.h"
 
 namespace collie {
 namespace {
 
-std::string describe_what(const std::string& group_name, int rank, int size) {
-  return str_cat("process group \"", group_name, "\" (cpu, rank ", rank, " of ", size, ")");
+std::string describe_what(const std::string& group_name, int rank, int size, int generation) {
+  return str_cat("process group \"", group_name, "\" (cpu, rank ", rank, " of ", size,
+                 generation > 0 ? str_cat(", generation ", generation) : std::string(), ")");
 }
 
 std::string shape(const TensorView& t) { return str_cat(t.dtype, " x ", t.count); }
@@ -32,22 +36,26 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
   comm_options.store_prefix = str_cat("socket/", context.group_name);
   auto communicator =
       Communicator::connect(*context.store, context.rank, context.size, comm_options);
-  COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size)
+  COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size, 0)
                     << " connected at " << communicator->address();
   return std::make_shared<CpuProcessGroup>(std::move(communicator), context.store, context.timeout,
-                                           context.group_name);
+                                           context.group_name, OpQueue::CallerPolicy::kOneAtATime,
+                                           std::move(comm_options));
 }
 
 CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
                                  std::shared_ptr<Store> store, Timeout timeout,
-                                 std::string group_name, OpQueue::CallerPolicy callers)
+                                 std::string group_name, OpQueue::CallerPolicy callers,
+                                 CommunicatorOptions options, int generation)
     : ProcessGroup(communicator->rank(), communicator->size()),
       group_name_(std::move(group_name)),
       timeout_(resolve_timeout(timeout)),
+      options_(std::move(options)),
+      generation_(generation),
       store_(std::move(store)),
       communicator_(std::move(communicator)),
-      queue_(describe_what(group_name_, rank_, size_), callers,
-             [comm = communicator_.get()] { comm->abort(); }) {}
+      queue_(describe_what(group_name_, rank_, size_, generation_), callers,
+             [this] { abort_communicator(); }) {}
 
 CpuProcessGroup::~CpuProcessGroup() { shutdown(); }
 
@@ -336,7 +344,7 @@ void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) 
   const uint64_t seq = ++monitored_barriers_;
   const Timeout timeout = op_timeout(options.timeout);
   auto store = store_;
-  const std::string prefix = str_cat("socket/", group_name_, "/");
+  const std::string prefix = str_cat(options_.store_prefix, "/");
   const int rank = rank_, size = size_;
   const bool all = options.wait_all_ranks;
   enqueue(
@@ -349,14 +357,92 @@ void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) 
 }
 
 void CpuProcessGroup::abort(const std::string& reason) {
-  auto* comm = communicator_.get();
-  queue_.abort(std::make_exception_ptr(BackendError(reason)), [comm] { comm->abort(); });
+  queue_.abort(std::make_exception_ptr(BackendError(reason)), [this] { abort_communicator(); });
 }
 
 void CpuProcessGroup::shutdown(Timeout timeout) {
   check_timeout(site("shutdown"), timeout);
-  auto* comm = communicator_.get();
-  queue_.shutdown(resolve_timeout(timeout, timeout_), [comm] { comm->abort(); });
+  queue_.shutdown(resolve_timeout(timeout, timeout_), [this] { abort_communicator(); });
+}
+
+ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkOptions& options) {
+  CallSite where = site("shrink");
+  check_timeout(where, options.timeout);
+  for (int r : exclude) {
+    check_peer(where, r, size_, false);
+    if (r == rank_)
+      throw InvalidArgument(str_cat("shrink on rank ", rank_, ": rank ", r,
+                                    " is in the list to exclude; only the ranks that stay call "
+                                    "shrink"));
+  }
+  if (store_ == nullptr)
+    throw InvalidArgument(str_cat("shrink on rank ", rank_, ": the group has no store"));
+  const auto start = Clock::now();
+  const Deadline deadline(op_timeout(options.timeout));
+  const std::string what = describe_what(group_name_, rank_, size_, generation_);
+
+  // Revoke: pending calls finish within the deadline (kDefault) or fail at
+  // once (kAbort, or a group a failure already broke); later calls fail.
+  if (options.mode == ShrinkMode::kAbort || queue_.broken()) {
+    queue_.abort(std::make_exception_ptr(BackendError(str_cat(what, " was revoked by shrink"))),
+                 [this] { abort_communicator(); });
+  }
+  queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
+
+  // Agree on who is left out: what the caller names, and what this rank's
+  // connections saw fail.
+  std::vector<int> suspects(exclude.begin(), exclude.end());
+  FindDead find_dead;
+  if (communicator_) {
+    for (int r : communicator_->failed_ranks()) suspects.push_back(r);
+    find_dead = [comm = communicator_.get()](const std::vector<int>& ranks,
+                                             Clock::time_point until) {
+      return comm->find_dead(ranks, until);
+    };
+  }
+  const uint64_t attempt = shrink_attempts_++;
+  const ShrinkDecision decision =
+      agree_on_shrink(*store_, str_cat(options_.store_prefix, "/"), rank_, size_,
+                      std::move(suspects), attempt, deadline, find_dead);
+  // The old connections and shared memory go now, not when the last
+  // reference to this group does (kept until here: while the others agree,
+  // a listener that accepts is how they tell this rank is alive). A broken
+  // communicator closes without a goodbye; a healthy one says goodbye, so
+  // that no peer takes it for a crash.
+  communicator_.reset();
+  ShrinkResult result;
+  result.survivors = decision.survivors;
+  result.excluded = decision.excluded;
+  result.agreed_after = Clock::now() - start;
+  if (options.exact) {
+    std::vector<int> asked(exclude.begin(), exclude.end());
+    std::sort(asked.begin(), asked.end());
+    asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
+    if (asked != decision.excluded)
+      throw BackendError(str_cat(
+          "shrink on rank ", rank_, " of ", what, ": asked to exclude ranks [", join(asked, ", "),
+          "], but the survivors agreed to exclude [", join(decision.excluded, ", "),
+          "] (what the ranks saw fail is excluded too); shrink again excluding those"));
+  }
+
+  // The next generation: the survivors, under keys of their own (the
+  // attempt in the prefix keeps a retry's keys apart from a failed one's).
+  CommunicatorOptions next = options_;
+  next.store_prefix = str_cat(options_.store_prefix, generation_ == 0 ? "/g" : "+", attempt);
+  next.timeout = op_timeout(options.timeout);  // a budget of its own: see ShrinkOptions
+  auto communicator = Communicator::connect(*store_, decision.new_rank,
+                                            static_cast<int>(decision.survivors.size()), next);
+  next.timeout = options_.timeout;
+  auto group = std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_,
+                                                 group_name_, OpQueue::CallerPolicy::kOneAtATime,
+                                                 std::move(next), generation_ + 1);
+  result.connected_after = Clock::now() - start;
+  COLLIE_LOG(kInfo) << what << " shrank to "
+                    << describe_what(group_name_, group->rank(), group->size(), generation_ + 1)
+                    << " excluding ranks [" << join(decision.excluded, ", ") << "] in "
+                    << format_duration(result.connected_after);
+  result.group = std::move(group);
+  return result;
 }
 
 }  // namespace collie

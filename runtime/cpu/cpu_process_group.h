@@ -39,7 +39,7 @@
 
 namespace collie {
 
-class CpuProcessGroup : public ProcessGroup {
+class CpuProcessGroup : public ProcessGroup, public Shrinkable {
  public:
   static constexpr const char* kBackendName = "cpu";
 
@@ -51,9 +51,13 @@ class CpuProcessGroup : public ProcessGroup {
   // `callers`: kOneAtATime (the default) breaks the group when a call
   // meets another thread's blocking call (see OpQueue); kAnyThread is for
   // callers that order their calls themselves.
+  // `options`: what the communicator was connected with (its store_prefix
+  // names the group's keys; shrink connects the next group with the rest);
+  // `generation`: how many shrinks led to this group.
   CpuProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
                   Timeout timeout, std::string group_name,
-                  OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime);
+                  OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime,
+                  CommunicatorOptions options = {}, int generation = 0);
   // Shuts down with the group's timeout as the grace period.
   ~CpuProcessGroup() override;
 
@@ -61,11 +65,15 @@ class CpuProcessGroup : public ProcessGroup {
   const std::string& group_name() const { return group_name_; }
   Timeout timeout() const { return timeout_; }
   // This rank's data address ("host:port"; empty for a group of one).
-  std::string address() const { return communicator_->address(); }
+  std::string address() const { return communicator_ ? communicator_->address() : ""; }
+  // 0 for a group made by create(); a group shrink() returned is one more
+  // than the group it replaced.
+  int generation() const { return generation_; }
   // The channel kind to every connected peer ("shm", "tcp"; "" for self
   // and peers not connected). Call it while no collective is in flight (it
   // runs on the caller's thread, not the worker's).
   std::vector<std::string> channel_kinds() {
+    if (!communicator_) return std::vector<std::string>(size_);
     return communicator_->channel_kinds(Deadline(timeout()), false);
   }
   bool broken() const { return queue_.broken(); }
@@ -111,6 +119,10 @@ class CpuProcessGroup : public ProcessGroup {
   // milliseconds, its peers learn of it from the connection, and every
   // queued and later call fails with a BackendError carrying `reason`.
   void abort(const std::string& reason);
+  // See Shrinkable (process_group.h). The new group is connected through
+  // the same store under the next generation's keys, over the same
+  // channels (shared memory, TCP, hierarchical) as this one.
+  ShrinkResult shrink(std::span<const int> exclude, const ShrinkOptions& options = {}) override;
 
  private:
   CallSite site(std::string_view op) const;
@@ -125,8 +137,18 @@ class CpuProcessGroup : public ProcessGroup {
   std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
+  // Makes a running call fail promptly; nothing once shrink released the
+  // communicator.
+  void abort_communicator() {
+    if (communicator_) communicator_->abort();
+  }
+
   const std::string group_name_;
   const Timeout timeout_;
+  const CommunicatorOptions options_;
+  const int generation_;
+  // Shrinks tried on this group (each retry agrees under fresh keys).
+  uint64_t shrink_attempts_ = 0;
   std::shared_ptr<Store> store_;
   std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
   std::atomic<uint64_t> monitored_barriers_{0};

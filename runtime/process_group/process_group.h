@@ -4,6 +4,7 @@
 // (the same order on every rank, as in torch).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -83,6 +84,58 @@ struct MonitoredBarrierOptions {
   // false: rank 0 reports the first rank that did not arrive; true: it
   // waits for everyone (up to the timeout) and names every missing rank.
   bool wait_all_ranks = false;
+};
+
+// How shrink treats the calls still running on the group it replaces
+// (torch's SHRINK_DEFAULT and SHRINK_ABORT).
+enum class ShrinkMode {
+  kDefault,  // they get until the shrink's deadline to finish, then fail
+  kAbort,    // they fail at once
+};
+
+struct ShrinkOptions {
+  ShrinkMode mode = ShrinkMode::kDefault;
+  // Bounds the old group's calls (kDefault) and the survivors' agreement
+  // together (a rank nobody reported, that is not found dead and never takes
+  // part, is excluded when it passes), and then, afresh, connecting the new
+  // group. kUnsetTimeout: the group's timeout.
+  Timeout timeout = kUnsetTimeout;
+  // torch's shrink_group: the agreement must exclude exactly the ranks
+  // asked for (torch numbers the new group from that list), else
+  // BackendError naming the ranks it excluded, so that the caller can ask
+  // again with them. false: the agreement's answer is taken as it is.
+  bool exact = false;
+};
+
+class ProcessGroup;
+
+// What shrink returns: the new group and how its ranks map to the old one.
+struct ShrinkResult {
+  std::shared_ptr<ProcessGroup> group;
+  std::vector<int> survivors;  // old ranks, in new rank order
+  std::vector<int> excluded;   // old ranks the survivors agreed to leave out
+  // This rank's time from entering shrink to the agreement, and to the
+  // new group's being connected.
+  std::chrono::nanoseconds agreed_after{0}, connected_after{0};
+};
+
+// A group its survivors can shrink to a new group without the failed ranks
+// (MPI ULFM's revoke, agree and shrink; torch's Backend::shrink). Backends
+// that can implement it; runtime/api's shrink_group finds it.
+class Shrinkable {
+ public:
+  virtual ~Shrinkable() = default;
+  // Collective among every rank that stays. Revokes this group (every
+  // pending and later call on it fails at once, naming why), lets the
+  // survivors agree through the group's store on who is excluded (`exclude`,
+  // what this rank saw fail, and ranks that never take part:
+  // shrink_agreement.h), releases this group's connections and threads and
+  // returns a group of the survivors, ranks renumbered densely in the old
+  // order. Throws InvalidArgument for a bad `exclude` (out of range, this
+  // rank), BackendError when this rank was excluded, the store cannot be
+  // reached or (exact) the agreement differs from `exclude`. Once a shrink
+  // revoked the group, only shrink may be called on it again (a retry).
+  virtual ShrinkResult shrink(std::span<const int> exclude, const ShrinkOptions& options = {}) = 0;
 };
 
 class ProcessGroup {

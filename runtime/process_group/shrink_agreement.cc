@@ -1,0 +1,195 @@
+#include "runtime/process_group/shrink_agreement.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+
+namespace collie {
+namespace {
+
+std::string encode(const std::vector<int>& ranks) { return join(ranks, ","); }
+
+// "3,5" -> {3, 5}; anything else in a value another rank wrote is a
+// corrupted store, reported as such.
+std::vector<int> decode(std::string_view text, const std::string& key) {
+  std::vector<int> out;
+  while (!text.empty()) {
+    const size_t comma = std::min(text.find(','), text.size());
+    int v = -1;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + comma, v);
+    if (ec != std::errc() || end != text.data() + comma)
+      throw BackendError(str_cat("shrink: the store's value under \"", key,
+                                 "\" is not a list of ranks: \"", text, "\""));
+    out.push_back(v);
+    text.remove_prefix(std::min(comma + 1, text.size()));
+  }
+  return out;
+}
+
+// The agreement over one store. A store that cannot be reached ends it at
+// once: without the store the survivors cannot agree, and guessing would
+// split the group.
+class Agreement {
+ public:
+  Agreement(Store& store, std::string prefix, int rank, int size)
+      : store_(store), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+
+  ShrinkDecision run(const std::vector<int>& suspects, const Deadline& deadline,
+                     const FindDead& find_dead) {
+    const auto start = Clock::now();
+    report(suspects);
+
+    // Read the reports in order until every rank has reported or been
+    // reported, or the deadline passes. A rank nobody accounts for after
+    // kCheckAfter is checked on once: a dead one is reported.
+    int64_t read = 0;
+    bool checked = !find_dead;
+    while (!covered()) {
+      const auto left = deadline.remaining();
+      if (left.count() <= 0) break;
+      const std::string key = order_key(read + 1);
+      try {
+        store_.wait({key}, checked ? left : std::min<Timeout>(left, kCheckAfter));
+      } catch (const TimeoutError&) {
+        if (checked) break;  // the deadline: whoever has not reported is left out
+        checked = true;
+        std::vector<int> dead = find_dead(unaccounted(), deadline.when());
+        if (!dead.empty()) report(dead);
+        continue;
+      }
+      take_report(key, to_string(store_.get(key)));
+      ++read;
+    }
+
+    // Propose; the first proposal in the store is the decision.
+    std::vector<int> proposal;
+    for (int r = 0; r < size_; ++r)
+      if (suspected_.count(r) || !reported_.count(r)) proposal.push_back(r);
+    const std::string decision_key = prefix_ + "decision";
+    const std::string decided = to_string(
+        store_.compare_set(decision_key, Bytes{}, to_bytes(str_cat("x", encode(proposal)))));
+    if (decided.empty() || decided[0] != 'x')
+      throw BackendError(str_cat("shrink: the store's value under \"", decision_key,
+                                 "\" is not a decision: \"", decided, "\""));
+
+    ShrinkDecision d;
+    d.excluded = decode(std::string_view(decided).substr(1), decision_key);
+    for (int r = 0; r < size_; ++r) {
+      if (std::binary_search(d.excluded.begin(), d.excluded.end(), r)) {
+        if (!suspected_.count(r) && !reported_.count(r)) d.silent.push_back(r);
+        continue;
+      }
+      if (r == rank_) d.new_rank = static_cast<int>(d.survivors.size());
+      d.survivors.push_back(r);
+    }
+    d.elapsed = Clock::now() - start;
+    if (d.survivors.empty())
+      throw BackendError(str_cat("shrink: the survivors' agreement excluded every rank of ", size_,
+                                 " (", encode(d.excluded), "): no group is left"));
+    if (d.new_rank < 0) throw BackendError(excluded_self(d));
+    return d;
+  }
+
+ private:
+  // How long the reports may leave a rank unaccounted for before this
+  // rank checks whether it is dead: long enough for the survivors' own
+  // reports to arrive on a loaded machine, short next to any timeout.
+  static constexpr Timeout kCheckAfter{50};
+
+  std::string order_key(int64_t i) const { return str_cat(prefix_, "order/", i); }
+
+  // Under this rank's place in the order of reports; a rank may report
+  // more than once (what it found dead later).
+  void report(const std::vector<int>& suspects) {
+    const int64_t place = store_.add(prefix_ + "n", 1);
+    store_.set(order_key(place), str_cat(rank_, ":", encode(suspects)));
+  }
+
+  std::vector<int> unaccounted() const {
+    std::vector<int> out;
+    for (int r = 0; r < size_; ++r)
+      if (!suspected_.count(r) && !reported_.count(r)) out.push_back(r);
+    return out;
+  }
+
+  bool covered() const { return unaccounted().empty(); }
+
+  void take_report(const std::string& key, const std::string& value) {
+    const size_t colon = value.find(':');
+    std::vector<int> who =
+        decode(std::string_view(value).substr(0, std::min(colon, value.size())), key);
+    if (colon == std::string::npos || who.size() != 1 || who[0] < 0 || who[0] >= size_)
+      throw BackendError(str_cat("shrink: the store's value under \"", key,
+                                 "\" is not a report: \"", value, "\""));
+    reported_.insert(who[0]);
+    for (int s : decode(std::string_view(value).substr(colon + 1), key)) {
+      if (s < 0 || s >= size_)
+        throw BackendError(str_cat("shrink: rank ", who[0], " reported rank ", s,
+                                   " failed, outside the group of ", size_));
+      suspected_.insert(s);
+      accusers_[s].push_back(who[0]);
+    }
+  }
+
+  std::string excluded_self(const ShrinkDecision& d) const {
+    auto it = accusers_.find(rank_);
+    if (it != accusers_.end())
+      return str_cat("shrink: rank ", rank_, " was left out of the shrunk group: rank",
+                     it->second.size() == 1 ? " " : "s ", encode(it->second),
+                     " reported it failed (the survivors' agreement excluded ranks ",
+                     encode(d.excluded), ")");
+    return str_cat("shrink: rank ", rank_,
+                   " was left out of the shrunk group: the survivors decided before its report "
+                   "was read, excluding ranks ",
+                   encode(d.excluded), " (it reached shrink after the others' deadline)");
+  }
+
+  Store& store_;
+  const std::string prefix_;
+  const int rank_, size_;
+  std::set<int> reported_, suspected_;
+  std::map<int, std::vector<int>> accusers_;  // suspect -> who reported it
+};
+
+}  // namespace
+
+ShrinkDecision agree_on_shrink(Store& store, const std::string& prefix, int rank, int size,
+                               std::vector<int> suspects, uint64_t attempt,
+                               const Deadline& deadline, const FindDead& find_dead) {
+  if (rank < 0 || rank >= size)
+    throw InvalidArgument(str_cat("shrink: rank ", rank, " is out of range for size ", size));
+  std::sort(suspects.begin(), suspects.end());
+  suspects.erase(std::unique(suspects.begin(), suspects.end()), suspects.end());
+  for (int s : suspects) {
+    if (s < 0 || s >= size)
+      throw InvalidArgument(
+          str_cat("shrink: rank ", s, " to exclude is out of range for a group of ", size));
+  }
+  Agreement agreement(store, str_cat(prefix, "shrink/", attempt, "/"), rank, size);
+  try {
+    ShrinkDecision d = agreement.run(suspects, deadline, find_dead);
+    COLLIE_LOG(kInfo) << "shrink: rank " << rank << " of " << size << " agreed to exclude ["
+                      << encode(d.excluded) << "] in " << format_duration(d.elapsed)
+                      << "; it is rank " << d.new_rank << " of " << d.survivors.size();
+    return d;
+  } catch (const BackendError&) {
+    throw;
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const Error& e) {
+    // NetworkError, StoreError, TimeoutError from the store itself.
+    throw BackendError(str_cat(
+        "shrink: rank ", rank, " cannot agree with the other survivors: the store is unreachable (",
+        e.what(),
+        "). Shrinking needs a store that outlives every worker: run under collie-run or torchrun "
+        "(their agent hosts it), or host it with collie-store; with env:// or tcp:// rank 0 "
+        "hosts it, and it died with rank 0"));
+  }
+}
+
+}  // namespace collie

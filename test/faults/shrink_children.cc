@@ -1,0 +1,161 @@
+// The ranks of the shrink tests. Each joins the default group through the
+// public API, runs all_reduce in a loop until a fault breaks the group, then
+// does what a training script that survives does: shrink_group, check that
+// the old group is revoked, and run the next all_reduce on the new group,
+// printing when it completed so that the parent can time the recovery.
+#include <dirent.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "base/str_cat.h"
+#include "runtime/api/distributed.h"
+#include "test/faults/fault_harness.h"
+
+using namespace collie;
+using namespace std::chrono_literals;
+
+namespace {
+
+float value(int rank, int64_t k, size_t i) { return static_cast<float>((rank + 1) + (i + k) % 7); }
+
+// One checked all_reduce of `n` floats on the default group.
+void checked_all_reduce(int64_t k, size_t n, Timeout timeout) {
+  const int rank = get_rank(), world = get_world_size();
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = value(rank, k, i);
+  get_default_group()->all_reduce(view(v.data(), n), {.timeout = timeout})->wait();
+  for (size_t i = 0; i < n; i += 97) {
+    float want = 0;
+    for (int r = 0; r < world; ++r) want += value(r, k, i);
+    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " of ", n, " element ", i, " is ", v[i],
+                 ", expected ", want, " (rank ", rank, " of ", world, ")");
+  }
+}
+
+InitOptions init_options(const std::string& how, int rank, int world) {
+  InitOptions options{.backend = "cpu", .timeout = std::chrono::seconds(60)};
+  if (how.rfind("file:", 0) == 0) {
+    options.rank = rank;
+    options.world_size = world;
+    options.init_method = "file://" + how.substr(5);
+  }
+  return options;  // "env": the agent store in the environment
+}
+
+size_t count_entries(const char* dir) {
+  size_t n = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+size_t count_lines(const char* path) {
+  size_t n = 0;
+  if (FILE* f = std::fopen(path, "r")) {
+    for (int c; (c = std::fgetc(f)) != EOF;)
+      if (c == '\n') ++n;
+    std::fclose(f);
+  }
+  return n;
+}
+
+}  // namespace
+
+// args: how ("file:<path>" | "env"), rank, world, per-call timeout in ms (0:
+// the group's), shrink timeout in ms. Exits 0 after a good recovery, 4 when
+// shrink refused this rank (printing "shrink_error ..."), 3 on anything else.
+COLLIE_TEST_CHILD(shrink_rank) {
+  const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
+  init_process_group(init_options(args.at(0), rank, world));
+  const Timeout call_timeout =
+      std::stoi(args.at(3)) > 0 ? Timeout(std::stoi(args.at(3))) : kUnsetTimeout;
+  const Timeout shrink_timeout(std::stoi(args.at(4)));
+  const int old_rank = get_rank();
+  try {
+    for (int64_t k = 0;; ++k) {
+      checked_all_reduce(k, k % 2 ? 1 << 18 : 5, call_timeout);
+      if (k == 3) {
+        std::printf("looping rank %d\n", old_rank);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    test::print_caught(e);
+  }
+  auto old_group = get_default_group();
+  std::vector<int> excluded;
+  try {
+    shrink_group({}, {}, {.timeout = shrink_timeout}, &excluded);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    std::printf("shrink_error type=%s msg=%s\n",
+                dynamic_cast<const BackendError*>(&e) ? "BackendError" : "other", msg.c_str());
+    std::fflush(stdout);
+    return 4;
+  }
+  const int64_t shrunk_ns = test::monotonic_ns();
+  // The old group is revoked: a call on it fails at once.
+  const auto start = Clock::now();
+  try {
+    old_group->barrier({.timeout = 30s})->wait();
+    std::printf("old group barrier succeeded\n");
+  } catch (const BackendError& e) {
+    std::printf(
+        "old_group_ms=%lld\n",
+        static_cast<long long>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count()));
+  }
+  old_group.reset();
+  // The next step, on the new group: small (the leader path across hosts)
+  // and large (the sliced one), every result checked.
+  checked_all_reduce(1000, 5, call_timeout);
+  const int64_t next_ns = test::monotonic_ns();
+  checked_all_reduce(1001, 1 << 18, call_timeout);
+  std::printf(
+      "recovered old_rank=%d new_rank=%d new_size=%d excluded=%s shrunk_ns=%lld "
+      "next_ns=%lld\n",
+      old_rank, get_rank(), get_world_size(), join(excluded, ",").c_str(),
+      static_cast<long long>(shrunk_ns), static_cast<long long>(next_ns));
+  std::fflush(stdout);
+  barrier();
+  destroy_process_group();
+  return 0;
+}
+
+// args: "file:<path>", rank, world, shrinks. Shrinks a healthy group again
+// and again (no rank excluded), with an all_reduce on every generation, and
+// prints this process's open descriptors, threads and memory mappings after
+// the fifth generation and after the last: a shrink that leaked sockets,
+// shared memory or its worker thread shows as a difference.
+COLLIE_TEST_CHILD(shrink_repeat) {
+  const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
+  const int shrinks = std::stoi(args.at(3));
+  init_process_group(init_options(args.at(0), rank, world));
+  size_t fds = 0, threads = 0, maps = 0;
+  for (int i = 1; i <= shrinks; ++i) {
+    checked_all_reduce(i, i % 2 ? 1 << 16 : 3, 30s);
+    shrink_group({}, {}, {.timeout = 30s});
+    COLLIE_CHECK(get_world_size() == world, "generation ", i, " has ", get_world_size(), " ranks");
+    checked_all_reduce(i, 1 << 16, 30s);
+    if (i == 5) {
+      fds = count_entries("/proc/self/fd");
+      threads = count_entries("/proc/self/task");
+      maps = count_lines("/proc/self/maps");
+    }
+  }
+  std::printf("warm fds=%zu threads=%zu maps=%zu\n", fds, threads, maps);
+  std::printf("last fds=%zu threads=%zu maps=%zu\n", count_entries("/proc/self/fd"),
+              count_entries("/proc/self/task"), count_lines("/proc/self/maps"));
+  std::fflush(stdout);
+  destroy_process_group();
+  return 0;
+}
