@@ -45,7 +45,10 @@ std::map<std::string, BackendEntry> builtin_backends() {
   entries["cpu"] = BackendEntry{[](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
                                   return CpuProcessGroup::create(context);
                                 },
-                                [] { return std::string(); }};
+                                [] { return std::string(); },
+                                [](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
+                                  return CpuProcessGroup::join(context);
+                                }};
   entries["nccl"] = BackendEntry{
       [](const BackendContext& context) -> std::shared_ptr<ProcessGroup> {
         std::string reason = nccl_unavailable_reason();
@@ -214,6 +217,22 @@ std::shared_ptr<ProcessGroup> create_process_group(const BackendSpec& spec,
   if (!spec.cuda.empty()) cuda.backend = create_backend(spec.cuda, context);
   return std::make_shared<PerDeviceProcessGroup>(context.rank, context.size, spec.text,
                                                  std::move(cpu), std::move(cuda));
+}
+
+std::shared_ptr<ProcessGroup> join_process_group(const BackendSpec& spec,
+                                                 const BackendContext& context) {
+  if (!spec.cuda.empty())
+    throw BackendError(str_cat("joining a running group: backend \"", spec.cuda,
+                               "\" (cuda) cannot be joined; only the cpu backend can"));
+  BackendEntry entry;
+  if (!find_entry(lower(spec.cpu), &entry) || !entry.join)
+    throw BackendError(str_cat("joining a running group: backend \"", spec.cpu,
+                               "\" cannot be joined; only the cpu backend can"));
+  auto cpu = entry.join(context);
+  const int rank = cpu->rank(), size = cpu->size();
+  return std::make_shared<PerDeviceProcessGroup>(
+      rank, size, spec.text, PerDeviceProcessGroup::Slot{std::move(cpu), ""},
+      PerDeviceProcessGroup::Slot{nullptr, spec.cuda_why});
 }
 
 std::shared_ptr<ProcessGroup> create_backend(const std::string& name,

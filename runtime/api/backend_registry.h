@@ -22,6 +22,9 @@ struct BackendEntry {
   // Empty when the backend can run on this machine, else why not ("no CUDA
   // device: ..."); called for is_available(name) and "auto".
   std::function<std::string()> unavailable_reason;
+  // Joins a running group of this backend as a new rank (Growable; the
+  // context's rank and size are ignored); empty when the backend cannot.
+  std::function<std::shared_ptr<ProcessGroup>(const BackendContext&)> join = {};
 };
 
 // Adds or replaces a backend: torch's Backend.register_backend(name, func).
@@ -66,5 +69,9 @@ std::string backend_spec_unavailable_reason(const BackendSpec& spec);
 // collective like create_backend.
 std::shared_ptr<ProcessGroup> create_process_group(const BackendSpec& spec,
                                                    const BackendContext& context);
+// The same for a process that joins a running group (a replacement):
+// BackendError when a backend of the spec cannot be joined.
+std::shared_ptr<ProcessGroup> join_process_group(const BackendSpec& spec,
+                                                 const BackendContext& context);
 
 }  // namespace collie

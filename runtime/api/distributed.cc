@@ -11,6 +11,7 @@
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/group_call.h"
 #include "runtime/api/init_rendezvous.h"
+#include "runtime/api/per_device_process_group.h"
 
 namespace collie {
 namespace {
@@ -69,7 +70,9 @@ void init_process_group(const InitOptions& options) {
   auto default_store = std::make_shared<PrefixStore>("default_pg", rdzv.store);
   BackendContext context{default_store, rdzv.rank,         rdzv.world_size, timeout,
                          "0",           options.transport, rdzv.store_host};
-  auto group = create_process_group(spec, context);
+  const bool join = options.join || process_env("COLLIE_REPLACEMENT").value_or("") == "1";
+  auto group = join ? join_process_group(spec, context) : create_process_group(spec, context);
+  set_log_rank(group->rank());
   COLLIE_LOG(kInfo) << "initialized the default process group: backend " << group->backend_name()
                     << ", rank " << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source
                     << ")";
@@ -164,6 +167,28 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   COLLIE_LOG(kInfo) << "new_group \"" << group_name << "\" of ranks [" << join(ranks, ", ")
                     << "]: this rank is " << group_rank;
   return Group(std::move(pg), std::move(ranks));
+}
+
+int admit_joiners(Timeout timeout) {
+  auto pg = default_group_or_throw("admit_joiners");
+  auto* per_device = dynamic_cast<PerDeviceProcessGroup*>(pg.get());
+  auto host = per_device ? per_device->backend(DeviceType::kCPU) : nullptr;
+  auto* growable = dynamic_cast<Growable*>(host ? host.get() : pg.get());
+  COLLIE_ARG_CHECK(growable != nullptr, "admit_joiners: the default group's backend (",
+                   pg->backend_name(), ") cannot be joined");
+  GrowResult grown = growable->grow(timeout);
+  if (grown.joined == 0) return 0;
+  auto& s = state();
+  std::lock_guard lock(s.mu);
+  const BackendSpec spec = parse_backend_spec(s.backend);
+  auto group =
+      std::make_shared<PerDeviceProcessGroup>(grown.group->rank(), grown.group->size(), spec.text,
+                                              PerDeviceProcessGroup::Slot{grown.group, ""},
+                                              PerDeviceProcessGroup::Slot{nullptr, spec.cuda_why});
+  if (s.default_group != pg)
+    throw InvalidArgument("admit_joiners: the default group was replaced by another thread");
+  s.default_group = std::move(group);
+  return grown.joined;
 }
 
 Group shrink_group(std::vector<int> ranks_to_exclude, const Group& group,

@@ -60,6 +60,12 @@ struct InitOptions {
   // one host, TCP between hosts), "tcp" or "shm". "" = COLLIE_TRANSPORT,
   // else auto.
   std::string transport;
+  // Join the running default group as a new rank (a replacement for a
+  // failed one) instead of forming it: the members admit this process at
+  // their next admit_joiners(); rank and world size come from them.
+  // COLLIE_REPLACEMENT=1 (set by collie-run --on-failure=replace) turns
+  // it on. Only the cpu backend can be joined.
+  bool join = false;
 };
 
 // Collective; throws InvalidArgument (bad options, already initialized),
@@ -111,6 +117,15 @@ Group new_group(std::vector<int> ranks = {}, Timeout timeout = kUnsetTimeout,
 // numbering).
 Group shrink_group(std::vector<int> ranks_to_exclude = {}, const Group& group = {},
                    const ShrinkOptions& options = {}, std::vector<int>* excluded = nullptr);
+
+// The members' side of a replacement joining (InitOptions::join): every
+// member of the default group calls it at the same point (a step boundary).
+// When no process asked to join it costs one store round trip on rank 0 and
+// an 8-byte broadcast, and returns 0. Otherwise the default group is
+// replaced by one with the joiners as its last ranks (the members keep
+// theirs) and it returns how many joined; hand them the state they need
+// (broadcast the model from rank 0). `timeout`: the group's when unset.
+int admit_joiners(Timeout timeout = kUnsetTimeout);
 
 // Shuts `group` down (waiting up to its timeout for issued collectives);
 // the default group takes every sub-group with it and leaves collie

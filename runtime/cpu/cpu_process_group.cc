@@ -1,32 +1,26 @@
 #include "runtime/cpu/cpu_process_group.h"
 
-#include <algorithm>
-
 #include "base/check.h"
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/str_cat.h"
 #include "runtime/process_group/monitored_barrier.h"
-#include "runtime/process_group/shrink_agreement.h"
 
 namespace collie {
 namespace {
-
-std::string describe_what(const std::string& group_name, int rank, int size, int generation) {
-  return str_cat("process group \"", group_name, "\" (cpu, rank ", rank, " of ", size,
-                 generation > 0 ? str_cat(", generation ", generation) : std::string(), ")");
-}
 
 std::string shape(const TensorView& t) { return str_cat(t.dtype, " x ", t.count); }
 
 }  // namespace
 
-std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& context,
-                                                         const CommunicatorOptions& options) {
-  COLLIE_ARG_CHECK(context.store != nullptr, "the cpu backend needs a store");
-  COLLIE_ARG_CHECK(context.size >= 1, "world size ", context.size);
-  COLLIE_ARG_CHECK(context.rank >= 0 && context.rank < context.size, "rank ", context.rank,
-                   " is out of range for world size ", context.size);
+std::string CpuProcessGroup::describe_what(const std::string& group_name, int rank, int size,
+                                           int generation) {
+  return str_cat("process group \"", group_name, "\" (cpu, rank ", rank, " of ", size,
+                 generation > 0 ? str_cat(", generation ", generation) : std::string(), ")");
+}
+
+CommunicatorOptions CpuProcessGroup::connect_options(const BackendContext& context,
+                                                     const CommunicatorOptions& options) {
   CommunicatorOptions comm_options = CommunicatorOptions::from_env(options);
   comm_options.timeout = context.timeout;
   if (!context.transport.empty()) comm_options.transport = context.transport;
@@ -34,6 +28,16 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
   // The group name keeps the groups' keys and message headers apart even if
   // two groups share one store.
   comm_options.store_prefix = str_cat("socket/", context.group_name);
+  return comm_options;
+}
+
+std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& context,
+                                                         const CommunicatorOptions& options) {
+  COLLIE_ARG_CHECK(context.store != nullptr, "the cpu backend needs a store");
+  COLLIE_ARG_CHECK(context.size >= 1, "world size ", context.size);
+  COLLIE_ARG_CHECK(context.rank >= 0 && context.rank < context.size, "rank ", context.rank,
+                   " is out of range for world size ", context.size);
+  CommunicatorOptions comm_options = connect_options(context, options);
   auto communicator =
       Communicator::connect(*context.store, context.rank, context.size, comm_options);
   COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size, 0)
@@ -363,86 +367,6 @@ void CpuProcessGroup::abort(const std::string& reason) {
 void CpuProcessGroup::shutdown(Timeout timeout) {
   check_timeout(site("shutdown"), timeout);
   queue_.shutdown(resolve_timeout(timeout, timeout_), [this] { abort_communicator(); });
-}
-
-ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkOptions& options) {
-  CallSite where = site("shrink");
-  check_timeout(where, options.timeout);
-  for (int r : exclude) {
-    check_peer(where, r, size_, false);
-    if (r == rank_)
-      throw InvalidArgument(str_cat("shrink on rank ", rank_, ": rank ", r,
-                                    " is in the list to exclude; only the ranks that stay call "
-                                    "shrink"));
-  }
-  if (store_ == nullptr)
-    throw InvalidArgument(str_cat("shrink on rank ", rank_, ": the group has no store"));
-  const auto start = Clock::now();
-  const Deadline deadline(op_timeout(options.timeout));
-  const std::string what = describe_what(group_name_, rank_, size_, generation_);
-
-  // Revoke: pending calls finish within the deadline (kDefault) or fail at
-  // once (kAbort, or a group a failure already broke); later calls fail.
-  if (options.mode == ShrinkMode::kAbort || queue_.broken()) {
-    queue_.abort(std::make_exception_ptr(BackendError(str_cat(what, " was revoked by shrink"))),
-                 [this] { abort_communicator(); });
-  }
-  queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
-
-  // Agree on who is left out: what the caller names, and what this rank's
-  // connections saw fail.
-  std::vector<int> suspects(exclude.begin(), exclude.end());
-  FindDead find_dead;
-  if (communicator_) {
-    for (int r : communicator_->failed_ranks()) suspects.push_back(r);
-    find_dead = [comm = communicator_.get()](const std::vector<int>& ranks,
-                                             Clock::time_point until) {
-      return comm->find_dead(ranks, until);
-    };
-  }
-  const uint64_t attempt = shrink_attempts_++;
-  const ShrinkDecision decision =
-      agree_on_shrink(*store_, str_cat(options_.store_prefix, "/"), rank_, size_,
-                      std::move(suspects), attempt, deadline, find_dead);
-  // The old connections and shared memory go now, not when the last
-  // reference to this group does (kept until here: while the others agree,
-  // a listener that accepts is how they tell this rank is alive). A broken
-  // communicator closes without a goodbye; a healthy one says goodbye, so
-  // that no peer takes it for a crash.
-  communicator_.reset();
-  ShrinkResult result;
-  result.survivors = decision.survivors;
-  result.excluded = decision.excluded;
-  result.agreed_after = Clock::now() - start;
-  if (options.exact) {
-    std::vector<int> asked(exclude.begin(), exclude.end());
-    std::sort(asked.begin(), asked.end());
-    asked.erase(std::unique(asked.begin(), asked.end()), asked.end());
-    if (asked != decision.excluded)
-      throw BackendError(str_cat(
-          "shrink on rank ", rank_, " of ", what, ": asked to exclude ranks [", join(asked, ", "),
-          "], but the survivors agreed to exclude [", join(decision.excluded, ", "),
-          "] (what the ranks saw fail is excluded too); shrink again excluding those"));
-  }
-
-  // The next generation: the survivors, under keys of their own (the
-  // attempt in the prefix keeps a retry's keys apart from a failed one's).
-  CommunicatorOptions next = options_;
-  next.store_prefix = str_cat(options_.store_prefix, generation_ == 0 ? "/g" : "+", attempt);
-  next.timeout = op_timeout(options.timeout);  // a budget of its own: see ShrinkOptions
-  auto communicator = Communicator::connect(*store_, decision.new_rank,
-                                            static_cast<int>(decision.survivors.size()), next);
-  next.timeout = options_.timeout;
-  auto group = std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_,
-                                                 group_name_, OpQueue::CallerPolicy::kOneAtATime,
-                                                 std::move(next), generation_ + 1);
-  result.connected_after = Clock::now() - start;
-  COLLIE_LOG(kInfo) << what << " shrank to "
-                    << describe_what(group_name_, group->rank(), group->size(), generation_ + 1)
-                    << " excluding ranks [" << join(decision.excluded, ", ") << "] in "
-                    << format_duration(result.connected_after);
-  result.group = std::move(group);
-  return result;
 }
 
 }  // namespace collie

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "base/str_cat.h"
 #include "collectives/all_reduce_algorithm.h"
 #include "collectives/communicator.h"
 #include "rendezvous/store.h"
@@ -39,7 +40,7 @@
 
 namespace collie {
 
-class CpuProcessGroup : public ProcessGroup, public Shrinkable {
+class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable {
  public:
   static constexpr const char* kBackendName = "cpu";
 
@@ -58,6 +59,15 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable {
                   Timeout timeout, std::string group_name,
                   OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime,
                   CommunicatorOptions options = {}, int generation = 0);
+  // A process that joins a running group (a replacement for a failed
+  // rank): asks the members through context.store (the group's, as
+  // create() gets it; context.rank and context.size are ignored) and waits
+  // within context.timeout for them to admit it (Growable::grow), then
+  // connects with them. Throws TimeoutError when no member admits it in
+  // time (they do at their next grow()).
+  static std::shared_ptr<CpuProcessGroup> join(const BackendContext& context,
+                                               const CommunicatorOptions& options = {});
+
   // Shuts down with the group's timeout as the grace period.
   ~CpuProcessGroup() override;
 
@@ -123,8 +133,18 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable {
   // the same store under the next generation's keys, over the same
   // channels (shared memory, TCP, hierarchical) as this one.
   ShrinkResult shrink(std::span<const int> exclude, const ShrinkOptions& options = {}) override;
+  // See Growable (process_group.h).
+  GrowResult grow(Timeout timeout = kUnsetTimeout) override;
 
  private:
+  // The options create() and join() connect with: `options` and the
+  // COLLIE_* variables, the context's transport and store host, the keys
+  // "socket/<group name>".
+  static CommunicatorOptions connect_options(const BackendContext& context,
+                                             const CommunicatorOptions& options);
+  // "process group \"0\" (cpu, rank 1 of 4, generation 2)", for messages.
+  static std::string describe_what(const std::string& group_name, int rank, int size,
+                                   int generation);
   CallSite site(std::string_view op) const;
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
   // async_op false: run on this thread when the group is idle.
@@ -149,6 +169,10 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable {
   const int generation_;
   // Shrinks tried on this group (each retry agrees under fresh keys).
   uint64_t shrink_attempts_ = 0;
+  // The store's keys for processes asking to join: the same for every
+  // generation of the group, so that a joiner need not know the current
+  // one ("socket/<name>/join/").
+  std::string join_prefix() const { return str_cat("socket/", group_name_, "/join/"); }
   std::shared_ptr<Store> store_;
   std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
   std::atomic<uint64_t> monitored_barriers_{0};

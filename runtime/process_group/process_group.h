@@ -138,6 +138,30 @@ class Shrinkable {
   virtual ShrinkResult shrink(std::span<const int> exclude, const ShrinkOptions& options = {}) = 0;
 };
 
+// What grow returns: the group with the ranks that joined (null when none
+// asked), which are numbered after the members.
+struct GrowResult {
+  std::shared_ptr<ProcessGroup> group;
+  int joined = 0;
+};
+
+// A group that processes can join while it runs (a replacement for a rank
+// that failed): they ask through the group's store, and the members admit
+// them at a point of their choosing (for training, a step boundary).
+class Growable {
+ public:
+  virtual ~Growable() = default;
+  // Collective among the members. Rank 0 looks in the store for processes
+  // asking to join (one store round trip) and tells the others over the
+  // group (an 8-byte broadcast): with none, it returns {nullptr, 0} and the
+  // group goes on. Otherwise this group is retired (its calls done; later
+  // calls fail) and every member and joiner connects the next generation
+  // within `timeout` (the group's when unset): members keep their ranks,
+  // joiners follow in the order they asked. The joiners hold no state:
+  // broadcast it to them from a member.
+  virtual GrowResult grow(Timeout timeout = kUnsetTimeout) = 0;
+};
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}

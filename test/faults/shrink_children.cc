@@ -159,3 +159,73 @@ COLLIE_TEST_CHILD(shrink_repeat) {
   destroy_process_group();
   return 0;
 }
+
+// args: "file:<path>", rank, world, role ("member" | "join"). The members
+// train a toy model (a vector every step's all_reduce moves), admit
+// joiners at every step boundary and shrink when a rank dies; the first
+// growth sets the step they all stop at, 20 steps on. A joiner gets the
+// model and the step from rank 0 by broadcast, then trains with them. Each
+// prints the model's checksum at the end ("final ..."), and a joiner the
+// time of its first completed step ("first_step_ns=").
+COLLIE_TEST_CHILD(grow_rank) {
+  const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
+  const bool joiner = args.at(3) == "join";
+  InitOptions options = init_options(args.at(0), rank, world);
+  options.join = joiner;
+  init_process_group(options);
+  std::vector<double> model(1024, 0.0);
+  // state[0]: the step; state[1]: the step to stop at (0: not yet set).
+  std::vector<double> state(2, 0.0);
+  auto hand_over = [&] {
+    get_default_group()->broadcast(view(model.data(), model.size()), {.root = 0})->wait();
+    get_default_group()->broadcast(view(state.data(), state.size()), {.root = 0})->wait();
+  };
+  if (joiner) hand_over();
+  bool first = joiner;
+  const Deadline deadline(std::chrono::seconds(120));
+  while (state[1] == 0 || state[0] < state[1]) {
+    COLLIE_CHECK(!deadline.expired(), "rank ", get_rank(), " still at step ", state[0]);
+    try {
+      std::vector<double> grad(model.size(), 1.0 + get_rank());
+      get_default_group()->all_reduce(view(grad.data(), grad.size()))->wait();
+      const double n = get_world_size();
+      for (size_t i = 0; i < model.size(); ++i) model[i] += grad[i] / n + 1e-3 * i;
+      state[0] += 1;
+      if (first) {
+        std::printf("first_step_ns=%lld\n", static_cast<long long>(test::monotonic_ns()));
+        std::fflush(stdout);
+        first = false;
+      }
+      if (state[0] == 4 && !joiner) {
+        std::printf("looping rank %d\n", get_rank());
+        std::fflush(stdout);
+      }
+      if (admit_joiners(std::chrono::seconds(30)) > 0) {
+        if (state[1] == 0) state[1] = state[0] + 20;
+        std::printf("admitted world=%d\n", get_world_size());
+        std::fflush(stdout);
+        hand_over();
+      }
+    } catch (const BackendError&) {
+      shrink_group({}, {}, {.timeout = std::chrono::seconds(30)});
+      // The step in flight may have completed on some ranks only: the
+      // lowest rank's model and step are everyone's (a real trainer picks
+      // the most advanced rank; see nn's recovery).
+      hand_over();
+    } catch (const NetworkError&) {
+      shrink_group({}, {}, {.timeout = std::chrono::seconds(30)});
+      hand_over();
+    }
+  }
+  double sum = 0;
+  for (double v : model) sum += v;
+  std::vector<double> sums(get_world_size());
+  get_default_group()->all_gather(view(sums.data(), sums.size()), view(&sum, 1))->wait();
+  bool same = true;
+  for (double s : sums) same &= s == sums[0];
+  std::printf("final rank=%d world=%d step=%.0f same=%d\n", get_rank(), get_world_size(), state[0],
+              same ? 1 : 0);
+  std::fflush(stdout);
+  destroy_process_group();
+  return same ? 0 : 5;
+}

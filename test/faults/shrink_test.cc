@@ -222,3 +222,41 @@ TEST_CASE("100 shrinks in a row leak no descriptor, thread or mapping", "[faults
              str_cat("after the 5th and the 100th: ", w[0].str(), " / ", l[0].str()));
   }
 }
+
+TEST_CASE("a replacement joins the survivors, gets a live rank's state by broadcast and trains on",
+          "[faults][shrink][grow]") {
+  TempDir dir;
+  constexpr int kWorld = 4, kVictim = 1;
+  const std::string how = "file:" + dir.file("rdzv");
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < kWorld; ++rank)
+    procs.push_back(Subprocess::spawn(
+        child_argv("grow_rank", {how, std::to_string(rank), std::to_string(kWorld), "member"}),
+        {.env = clean_env()}));
+  wait_all_output(procs, {0, 1, 2, 3}, "looping", std::chrono::seconds(120));
+  const int64_t fault_ns = monotonic_ns();
+  procs[kVictim].kill(SIGKILL);
+  // The launcher's part (collie-run --on-failure=replace): start a process
+  // that joins in the dead one's place.
+  auto replacement = Subprocess::spawn(
+      child_argv("grow_rank", {how, std::to_string(kVictim), std::to_string(kWorld), "join"}),
+      {.env = clean_env()});
+  auto st = replacement.wait(std::chrono::seconds(120));
+  const std::string out = replacement.out();
+  INFO("replacement " << st.describe() << "\n" << out << replacement.err());
+  REQUIRE(st.exit_code == 0);
+  CHECK_THAT(out, Contains("final rank=3 world=4") && Contains("same=1"));
+  const auto first = find_int(out, "first_step_ns");
+  REQUIRE(first.has_value());
+  const double ms = static_cast<double>(*first - fault_ns) / 1e6;
+  CHECK(ms < 20000);
+  for (int r : {0, 2, 3}) {
+    auto s = procs[r].wait(std::chrono::seconds(60));
+    INFO("rank " << r << " " << s.describe() << "\n" << procs[r].out() << procs[r].err());
+    CHECK(s.exit_code == 0);
+    CHECK_THAT(procs[r].out(), Contains("admitted world=4") && Contains("same=1"));
+  }
+  record("grow: SIGKILL rank 1 of 4, a replacement joins",
+         str_cat("its first step ", static_cast<int64_t>(ms),
+                 " ms after the kill, process start included"));
+}
