@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/str_cat.h"
+#include "rendezvous/env/job_secret.h"
 #include "rendezvous/tcp_store/tcp_store.h"
 #include "test/faults/fault_harness.h"
 #include "test/support/temp_dir.h"
@@ -259,4 +260,34 @@ TEST_CASE("a replacement joins the survivors, gets a live rank's state by broadc
   record("grow: SIGKILL rank 1 of 4, a replacement joins",
          str_cat("its first step ", static_cast<int64_t>(ms),
                  " ms after the kill, process start included"));
+}
+
+TEST_CASE("a process without the job secret cannot join a running group",
+          "[faults][shrink][grow]") {
+  // The members and the store share a job secret, as under collie-run; a
+  // stranger who can reach the store but does not know it is refused, and
+  // the members' admit_joiners finds nobody.
+  const JobSecret secret = JobSecret::generate();
+  auto server = TcpStoreServer::start({.host = "127.0.0.1", .secret = secret});
+  EnvOverrides env{{"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                   {"TORCHELASTIC_RESTART_COUNT", "0"},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(server->port())},
+                   {"WORLD_SIZE", "2"},
+                   {"COLLIE_TIMEOUT", "5s"}};
+  EnvOverrides stranger = env;
+  stranger["RANK"] = "1";
+  stranger["COLLIE_REPLACEMENT"] = "1";
+  auto p = Subprocess::spawn(child_argv("grow_rank", {"env", "1", "2", "join"}),
+                             {.env = clean_env(stranger)});
+  auto st = p.wait(std::chrono::seconds(60));
+  const std::string err = p.err() + p.out();
+  INFO(st.describe() << "\n" << err);
+  CHECK(st.exit_code != 0);
+  CHECK_THAT(err, Contains("secret") || Contains("refused"));
+  // It never took a ticket: nothing asks to join.
+  env["COLLIE_JOB_SECRET"] = secret.to_hex();
+  auto store = TcpStore::connect("127.0.0.1", server->port(),
+                                 {.timeout = std::chrono::seconds(5), .secret = secret});
+  CHECK(store->add("/worker/attempt_0/default_pg/socket/0/join/n", 0) == 0);
 }
