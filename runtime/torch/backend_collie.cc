@@ -1,5 +1,5 @@
 // BackendCollie's lifecycle, the dispatch of one operation to its device's
-// path, coalescing, split and abort. The operations themselves are in
+// path, coalescing, split, shrink and abort. The operations themselves are in
 // backend_ops.cc.
 #include "runtime/torch/backend_collie.h"
 
@@ -305,6 +305,77 @@ c10::intrusive_ptr<::c10d::Backend> BackendCollie::split(
   auto child =
       create(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), t, name);
   if (opts) child->setGroupDesc(opts->group_desc);
+  return child;
+}
+
+bool BackendCollie::can_shrink() const { return !cuda_ || !cuda_->has_communicator(); }
+
+c10::intrusive_ptr<BackendCollie> BackendCollie::shrink_to(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<Options>& opts_override) {
+  const Site where = site("shrink");
+  if (shrink_flags != kShrinkDefault && shrink_flags != kShrinkAbort)
+    throw InvalidArgument(str_cat(where, ": shrink_flags ", shrink_flags,
+                                  " is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)"));
+  if (!can_shrink())
+    throw InvalidArgument(
+        str_cat(where,
+                ": this group's CUDA tensors have an NCCL communicator, which "
+                "collie cannot shrink; shrink a group used for CPU tensors only"));
+  std::vector<int> exclude;
+  for (int64_t r : ranks_to_exclude) {
+    if (r < 0 || r >= size_)
+      throw InvalidArgument(
+          str_cat(where, ": rank ", r, " to exclude is not a rank of this group of ", size_));
+    exclude.push_back(static_cast<int>(r));
+  }
+  const Timeout limit = opts_override && opts_override->timeout.count() > 0
+                            ? Timeout(opts_override->timeout)
+                            : Timeout(timeout_ms_.load());
+  const std::string name = opts_override && !opts_override->group_name.empty()
+                               ? std::string(opts_override->group_name)
+                               : group_name_;
+  ShrinkOptions options;
+  options.mode = shrink_flags == kShrinkAbort ? ShrinkMode::kAbort : ShrinkMode::kDefault;
+  options.exact = true;  // torch numbers the new group from the caller's list
+  ShrinkResult result;
+  std::exception_ptr error;
+  // Blocks for the agreement and the new group's connections: without
+  // Python's GIL, since a callback chained on a pending operation's future
+  // may need it to finish.
+  g_blocking.load()([&] {
+    try {
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      // SHRINK_DEFAULT: what this adapter still holds in its queue reaches
+      // the group and finishes (or fails) first; the group's own shrink
+      // then bounds the rest by the same deadline.
+      if (options.mode == ShrinkMode::kDefault) queue_->wait_idle_until(deadline);
+      options.timeout =
+          std::max(std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now()),
+                   Timeout(1));
+      result = cpu_->shrink(exclude, options);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(as_torch_error(error));
+  auto group = std::dynamic_pointer_cast<CpuProcessGroup>(result.group);
+  if (!group)
+    throw BackendError(str_cat(where, ": collie's cpu backend returned a group of another kind"));
+  // The new group's CUDA path makes its communicator on first use, under
+  // keys of the new generation.
+  auto collie_store = std::make_shared<TorchStore>(store_);
+  std::string why_not;
+  auto cuda = make_cuda_path({.store = std::make_shared<PrefixStore>(
+                                  str_cat("cuda/g", group->generation(), "/"), collie_store),
+                              .rank = group->rank(),
+                              .size = group->size(),
+                              .timeout = limit,
+                              .group_name = name},
+                             &why_not);
+  auto child = c10::make_intrusive<BackendCollie>(std::move(group), std::move(cuda),
+                                                  std::move(why_not), store_, limit, name);
+  child->setGroupDesc(getGroupDesc());
   return child;
 }
 

@@ -17,10 +17,28 @@
 // operation at the end, the point-to-point ones as one collie
 // batch_isend_irecv (what torch's batch_isend_irecv and _coalescing_manager
 // use). docs/torch.md maps every method onto collie.
+//
+// torch.distributed.shrink_group (torch 2.11 and later) reaches shrink():
+// the survivors of a failed rank agree through the group's store on whom to
+// leave out and continue in a new BackendCollie (CpuProcessGroup::shrink).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+
+// Backend::supportsShrinking and Backend::shrink: torch 2.11 has them (and
+// 2.15); older releases are built without shrink.
+#if __has_include(<torch/headeronly/version.h>)
+#include <torch/headeronly/version.h>
+#elif __has_include(<torch/version.h>)
+#include <torch/version.h>
+#endif
+#if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR) && \
+    (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11))
+#define COLLIE_TORCH_HAS_SHRINK 1
+#else
+#define COLLIE_TORCH_HAS_SHRINK 0
+#endif
 
 #include <atomic>
 #include <functional>
@@ -138,6 +156,34 @@ class BackendCollie final : public ::c10d::Backend {
                                             const std::vector<int>& ranks,
                                             const c10::intrusive_ptr<Options>& opts) override;
 
+  // torch's shrink flags (distributed_c10d.py's SHRINK_DEFAULT and
+  // SHRINK_ABORT).
+  static constexpr int kShrinkDefault = 0x00;
+  static constexpr int kShrinkAbort = 0x01;
+  // Whether shrink() can run: true unless an operation on a CUDA tensor has
+  // made this group an NCCL communicator, which collie cannot shrink.
+  bool can_shrink() const;
+  // Collective among the ranks that stay (torch's shrink_group): revokes
+  // this group, agrees with the others through the store on the ranks to
+  // leave out, which must be exactly `ranks_to_exclude` (group ranks; else
+  // a RuntimeError naming the ranks the survivors agreed on, so that the
+  // caller can shrink again with them), and returns a new BackendCollie of
+  // the survivors, renumbered in the old order. SHRINK_DEFAULT lets the
+  // operations already issued finish within the deadline; SHRINK_ABORT
+  // fails them at once. The deadline, and the new group's timeout, is
+  // `opts_override`'s timeout when it has one, else this group's.
+  c10::intrusive_ptr<BackendCollie> shrink_to(const std::vector<int64_t>& ranks_to_exclude,
+                                              int shrink_flags,
+                                              const c10::intrusive_ptr<Options>& opts_override);
+#if COLLIE_TORCH_HAS_SHRINK
+  bool supportsShrinking() const override { return can_shrink(); }
+  c10::intrusive_ptr<::c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = kShrinkDefault,
+      const c10::intrusive_ptr<Options>& opts_override = nullptr) override {
+    return shrink_to(ranks_to_exclude, shrink_flags, opts_override);
+  }
+#endif
+
   // Breaks the group at once, from any thread: a call blocked in a
   // collective returns with an error within milliseconds (the peers see the
   // connection close), and every later call fails.
@@ -167,6 +213,11 @@ class BackendCollie final : public ::c10d::Backend {
   collie::ProcessGroup& cpu_group();
   const WorkQueue& queue() const { return *queue_; }
   const std::string& group_name() const { return group_name_; }
+  // The default deadline of the next operation (the group's timeout, or
+  // what setTimeout set).
+  std::chrono::milliseconds default_timeout() const {
+    return std::chrono::milliseconds(timeout_ms_.load());
+  }
 
  private:
   Site site(const char* op) const { return Site{op, rank_, group_name_}; }

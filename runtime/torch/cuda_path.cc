@@ -139,6 +139,11 @@ class CudaPathImpl final : public CudaPath {
     if (group_) group_->shutdown();
   }
 
+  bool has_communicator() override {
+    std::lock_guard lock(mu_);
+    return group_ != nullptr;
+  }
+
  private:
   // The group's communicator, made by the first operation on a CUDA tensor
   // (every rank makes that call, so the rendezvous is collective).

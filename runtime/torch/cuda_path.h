@@ -34,6 +34,9 @@ class CudaPath {
   virtual void abort(const std::string& reason) = 0;
   // Finishes every communicator (bounded by the group's timeout).
   virtual void shutdown() = 0;
+  // Whether an operation on a CUDA tensor has made the group's NCCL
+  // communicator (which collie cannot shrink: BackendCollie::shrink).
+  virtual bool has_communicator() = 0;
 };
 
 struct CudaPathConfig {

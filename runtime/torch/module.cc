@@ -128,6 +128,9 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<BackendCollie, ::c10d::Backend, c10::intrusive_ptr<BackendCollie>>(m, "BackendCollie")
       .def_property_readonly("group_name", &BackendCollie::group_name)
+      .def_property_readonly("timeout", &BackendCollie::default_timeout,
+                             "The default deadline of the next operation (a timedelta): the "
+                             "group's timeout, or what set_timeout set.")
       .def(
           "queue_stats",
           [](const BackendCollie& b) {

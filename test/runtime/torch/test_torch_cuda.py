@@ -37,6 +37,10 @@ def test_cuda_ddp_step_matches_nccl():
     assert_ok(run("ddp"))
 
 
+def test_no_shrink_once_nccl_is_in_use():
+    assert_ok(run("no_shrink_once_nccl"))
+
+
 def test_cpu_collie_cuda_nccl_on_gpu():
     gpus()
     assert_ok(harness.collect(harness.spawn_ranks(1, ["devices", "cpu:collie,cuda:nccl"],

@@ -157,5 +157,27 @@ def scenario_ddp():
     dist.destroy_process_group()
 
 
+def scenario_no_shrink_once_nccl():
+    """A group whose CUDA tensors have an NCCL communicator cannot shrink
+    (collie's NCCL backend has no shrink): supports_shrinking turns False
+    with the first CUDA operation, and a direct shrink says why."""
+    torch.cuda.set_device(device())
+    init("collie", timeout_s=120)
+    c = Checks()
+    backend = collie_torch.backend(None, "cuda")
+    c.true("supports_shrinking before any CUDA operation", backend.supports_shrinking is True)
+    t = torch.ones(8, device=device())
+    dist.all_reduce(t)
+    torch.cuda.synchronize()
+    c.true("not once the NCCL communicator exists", backend.supports_shrinking is False)
+    try:
+        backend.shrink([WORLD - 1])
+        c.true("shrink raises", False)
+    except RuntimeError as e:
+        c.true("shrink names NCCL", "NCCL" in str(e), str(e))
+    c.finish("no shrink once NCCL is in use")
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     run_scenario(globals())
