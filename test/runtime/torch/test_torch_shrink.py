@@ -38,6 +38,10 @@ def test_shrink_wrong_list_names_the_agreed_ranks():
     assert_killed_and_survived(run(4, "wrong_list"), [2, 3])
 
 
+def test_shrink_twice():
+    assert_killed_and_survived(run(4, "twice"), [1, 3])
+
+
 @pytest.mark.parametrize("world,victim", [(3, 1), (4, 0)])
 def test_ddp_survives_a_killed_rank(world, victim):
     """DDP catches the failed backward, shrinks, re-wraps and trains on; the
