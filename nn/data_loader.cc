@@ -54,20 +54,24 @@ DataLoader::~DataLoader() {
   thread_.join();
 }
 
+Batch collate(const Dataset& dataset, std::span<const int64_t> indices) {
+  Shape shape = dataset.example_shape();
+  const size_t example = shape_numel(shape);
+  shape.insert(shape.begin(), static_cast<int64_t>(indices.size()));
+  Batch batch;
+  batch.inputs.resize(shape);
+  batch.indices.assign(indices.begin(), indices.end());
+  batch.labels.resize(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i)
+    batch.labels[i] =
+        dataset.get(batch.indices[i], batch.inputs.span().subspan(i * example, example));
+  return batch;
+}
+
 Batch DataLoader::make_batch(size_t b) const {
   const size_t begin = b * options_.batch_size;
   const size_t end = std::min(begin + options_.batch_size, indices_.size());
-  Shape shape = dataset_.example_shape();
-  const size_t example = shape_numel(shape);
-  shape.insert(shape.begin(), static_cast<int64_t>(end - begin));
-  Batch batch;
-  batch.inputs.resize(shape);
-  batch.indices.assign(indices_.begin() + begin, indices_.begin() + end);
-  batch.labels.resize(end - begin);
-  for (size_t i = 0; i < end - begin; ++i)
-    batch.labels[i] =
-        dataset_.get(batch.indices[i], batch.inputs.span().subspan(i * example, example));
-  return batch;
+  return collate(dataset_, std::span<const int64_t>(indices_).subspan(begin, end - begin));
 }
 
 void DataLoader::produce() {

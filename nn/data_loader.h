@@ -51,6 +51,10 @@ struct Batch {
   std::vector<int64_t> indices;  // the dataset indices, in order
 };
 
+// The batch of `indices` (in that order) of `dataset`, without a loader:
+// what DataLoader's thread builds; an empty list gives a [0, ...] batch.
+Batch collate(const Dataset& dataset, std::span<const int64_t> indices);
+
 struct DataLoaderOptions {
   size_t batch_size = 64;
   bool drop_last = false;           // drop a last, smaller batch

@@ -54,7 +54,7 @@ DistributedDataParallel::DistributedDataParallel(std::unique_ptr<ModuleModel> ow
                                                  DdpOptions options)
     : module_model_(std::move(owned)),
       model_(model != nullptr ? *model : *module_model_),
-      group_(group),
+      group_(&group),
       options_(options) {
   COLLIE_ARG_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
                    "DDP bucket caps must be positive (bucket_cap_mb ", options.bucket_cap_mb,
@@ -66,6 +66,12 @@ DistributedDataParallel::DistributedDataParallel(std::unique_ptr<ModuleModel> ow
       ReducerOptions{.first_bucket_bytes = mb_to_bytes(options.first_bucket_cap_mb),
                      .bucket_bytes = mb_to_bytes(options.bucket_cap_mb),
                      .timeout = options.timeout});
+}
+
+void DistributedDataParallel::set_process_group(ProcessGroup& group) noexcept {
+  input_ = nullptr;
+  reducer_->set_process_group(group);
+  group_ = &group;
 }
 
 Module& DistributedDataParallel::module() {
@@ -83,7 +89,7 @@ void DistributedDataParallel::run_collective(const std::function<std::shared_ptr
 }
 
 void DistributedDataParallel::verify_parameter_shapes() {
-  const int world = group_.size();
+  const int world = group_->size();
   if (world == 1) return;
   // Two all_gathers: the signatures' lengths, then the signatures padded to
   // the longest (all_gather needs equal counts on every rank). They run on
@@ -97,7 +103,7 @@ void DistributedDataParallel::verify_parameter_shapes() {
     DeviceBuffer<int64_t> in(ops, 1), out(ops, lengths.size());
     in.copy_from_host(&length);
     run_collective(
-        [&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
+        [&] { return group_->all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
     out.copy_to_host(lengths.data());
   }
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
@@ -107,7 +113,7 @@ void DistributedDataParallel::verify_parameter_shapes() {
     DeviceBuffer<int64_t> in(ops, sig.size()), out(ops, all.size());
     in.copy_from_host(sig.data());
     run_collective(
-        [&] { return group_.all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
+        [&] { return group_->all_gather(out.view(), in.view(), {.timeout = options_.timeout}); });
     out.copy_to_host(all.data());
   }
 
@@ -136,7 +142,7 @@ void DistributedDataParallel::verify_parameter_shapes() {
 }
 
 void DistributedDataParallel::broadcast_parameters() {
-  if (group_.size() == 1) return;
+  if (group_->size() == 1) return;
   // One flat broadcast instead of one per parameter: a handful of large
   // messages is what the ring (and NCCL) is good at. The flat buffer lives
   // on the parameters' device; the copies in and out stay there.
@@ -152,7 +158,7 @@ void DistributedDataParallel::broadcast_parameters() {
     pos += p.count;
   }
   run_collective(
-      [&] { return group_.broadcast(flat.view(), {.root = 0, .timeout = options_.timeout}); });
+      [&] { return group_->broadcast(flat.view(), {.root = 0, .timeout = options_.timeout}); });
   pos = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const TensorView p = model_.parameter(i);

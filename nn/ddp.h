@@ -60,7 +60,19 @@ class DistributedDataParallel {
   // ModuleModel (use model()).
   Module& module();
   DdpModel& model() { return model_; }
-  ProcessGroup& group() { return group_; }
+  ProcessGroup& group() { return *group_; }
+
+  // Moves DDP to another group: after a rank failed, the survivors'
+  // (shrink_group's) new default group. Local (no collective), never
+  // throws: abandons the failed backward (waiting for what it launched on
+  // the old group, which must still be alive) and re-targets the Reducer,
+  // whose buckets do not depend on the world size (each all_reduce scales
+  // by the size of the group it runs on). The replicas are NOT made equal
+  // here: survivors may disagree on whether the failed step completed, so
+  // bring them to one state first (nn/recovery.h: agree_on_progress,
+  // broadcast_training_state) and zero the gradients before the next
+  // backward. `group` must outlive this object or the next move.
+  void set_process_group(ProcessGroup& group) noexcept;
 
   // Runs the module and arms the reducer for the following backward.
   // `input` must stay alive until backward() (it is the autograd graph's
@@ -110,7 +122,7 @@ class DistributedDataParallel {
 
   std::unique_ptr<ModuleModel> module_model_;  // when wrapping a Module
   DdpModel& model_;
-  ProcessGroup& group_;
+  ProcessGroup* group_;
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
   const Tensor* input_ = nullptr;

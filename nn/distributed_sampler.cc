@@ -36,7 +36,7 @@ DistributedSampler::DistributedSampler(size_t dataset_len, int num_replicas, int
     num_samples_ = (dataset_len + r - 1) / r;
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::global_order() const {
   std::vector<int64_t> order;
   if (shuffle_) {
     // torch: g.manual_seed(self.seed + self.epoch), a Python int that torch
@@ -59,9 +59,29 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     order.resize(total);
   }
+  return order;
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  const std::vector<int64_t> order = global_order();
   std::vector<int64_t> mine;
   mine.reserve(num_samples_);
-  for (size_t i = static_cast<size_t>(rank_); i < total; i += static_cast<size_t>(num_replicas_))
+  for (size_t i = static_cast<size_t>(rank_); i < order.size();
+       i += static_cast<size_t>(num_replicas_))
+    mine.push_back(order[i]);
+  return mine;
+}
+
+std::vector<int64_t> DistributedSampler::remaining_indices(size_t consumed, int num_replicas,
+                                                           int rank) const {
+  COLLIE_ARG_CHECK_GE(num_replicas, 1, "remaining_indices num_replicas");
+  COLLIE_ARG_CHECK(rank >= 0 && rank < num_replicas, "Invalid rank ", rank,
+                   ", rank should be in the interval [0, ", num_replicas - 1, "]");
+  const std::vector<int64_t> order = global_order();
+  const size_t end = real_size();
+  std::vector<int64_t> mine;
+  for (size_t i = consumed + static_cast<size_t>(rank); i < end;
+       i += static_cast<size_t>(num_replicas))
     mine.push_back(order[i]);
   return mine;
 }

@@ -13,8 +13,12 @@
 //    the start (several times when the padding exceeds len); with drop_last
 //    it is truncated to total_size.
 //  - rank r takes positions r, r + replicas, r + 2 * replicas, ...
+//
+// remaining_indices() re-deals the rest of an epoch over survivors of a
+// failure (docs/nn.md, "Surviving a failure").
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -40,9 +44,26 @@ class DistributedSampler {
   uint64_t epoch() const { return epoch_; }
 
   std::vector<int64_t> indices() const;
+  // The epoch's whole list before it is dealt out: the order, padded or
+  // truncated to total_size(); rank r's indices() are its positions r,
+  // r + replicas, ... Positions below real_size() hold distinct samples,
+  // the ones after them repeat the list's first ones (torch's padding).
+  std::vector<int64_t> global_order() const;
+  size_t real_size() const { return std::min(dataset_len_, total_size()); }
+  // What is left of this epoch for another world (a shrunk group): the
+  // positions of global_order() from `consumed` to real_size() (every rank
+  // passes the same `consumed`: the global samples already trained on),
+  // dealt as torch deals (rank r of num_replicas takes positions consumed +
+  // r, consumed + r + num_replicas, ...) but never padded, so that every
+  // sample the old world had not used is used exactly once; shares differ
+  // by at most one. The old padding is dropped; with drop_last, the tail
+  // torch drops stays dropped. See nn/epoch_plan.h for the steps.
+  std::vector<int64_t> remaining_indices(size_t consumed, int num_replicas, int rank) const;
   // num_samples: how many indices each rank gets per epoch.
   size_t size() const { return num_samples_; }
   size_t total_size() const { return num_samples_ * static_cast<size_t>(num_replicas_); }
+  int num_replicas() const { return num_replicas_; }
+  int rank() const { return rank_; }
 
  private:
   size_t dataset_len_;

@@ -31,7 +31,7 @@ std::vector<std::vector<size_t>> compute_bucket_assignment(const std::vector<siz
 }
 
 Reducer::Reducer(DdpModel& model, ProcessGroup& group, ReducerOptions options)
-    : model_(model), group_(group), options_(options) {
+    : model_(model), group_(&group), options_(options) {
   for (auto& info : model.parameter_info()) {
     names_.push_back(info.name);
     numel_.push_back(info.numel());
@@ -129,7 +129,7 @@ void Reducer::mark_ready(size_t param) {
 }
 
 void Reducer::launch_ready_buckets() {
-  const float scale = 1.0f / static_cast<float>(group_.size());
+  const float scale = 1.0f / static_cast<float>(group_->size());
   // Launch strictly in bucket order so that every rank issues the same
   // sequence of collectives, whatever order the hooks fired in.
   // On a GPU, both the scale and the collective are queued behind the
@@ -138,14 +138,19 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
     model_.ops().with_compute_stream([&] {
-      if (group_.size() > 1) model_.ops().scale(bucket.data.data(), bucket.data.size(), scale);
+      if (group_->size() > 1) model_.ops().scale(bucket.data.data(), bucket.data.size(), scale);
       bucket.launched_at = Clock::now();
       AllReduceOptions options;
       options.op = ReduceOp::kSum;
       options.timeout = options_.timeout;
-      bucket.work = group_.all_reduce(bucket.storage.view(), options);
+      bucket.work = group_->all_reduce(bucket.storage.view(), options);
     });
   }
+}
+
+void Reducer::set_process_group(ProcessGroup& group) noexcept {
+  abandon_backward();
+  group_ = &group;
 }
 
 void Reducer::abandon_backward() noexcept {

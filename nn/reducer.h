@@ -93,6 +93,18 @@ class Reducer {
   // disarms, so that the next forward can start. Never throws.
   void abandon_backward() noexcept;
 
+  // Moves to another group (the survivors' group after a failure:
+  // runtime/api's shrink_group). Waits for whatever was launched on the old
+  // group, which must still be alive (a revoked group fails its works at
+  // once), ignoring their errors, and disarms. Nothing else depends on the
+  // group: the buckets (their storage, the gradients living in them) are the
+  // same for any world size, and each launch scales by the group's size at
+  // that time. The gradients in the buckets are whatever the failed
+  // backward left there: zero them before the next backward (zero_grad).
+  // Local: no collective.
+  void set_process_group(ProcessGroup& group) noexcept;
+  ProcessGroup& group() const { return *group_; }
+
   void set_require_sync(bool on) { require_sync_ = on; }
   bool require_sync() const { return require_sync_; }
 
@@ -108,7 +120,7 @@ class Reducer {
   DdpModel& model_;
   std::vector<size_t> numel_;
   std::vector<std::string> names_;
-  ProcessGroup& group_;
+  ProcessGroup* group_;
   ReducerOptions options_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket index

@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "base/parse_duration.h"
 #include "base/str_cat.h"
@@ -39,6 +40,7 @@
 #include "nn/data_loader.h"
 #include "nn/ddp.h"
 #include "nn/distributed_sampler.h"
+#include "nn/epoch_plan.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "rendezvous/env/launch_env.h"
@@ -47,6 +49,7 @@
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
 #include "samples/blip_train/run_files.h"
+#include "samples/blip_train/survival.h"
 #include "samples/blip_train/train_model.h"
 
 namespace fs = std::filesystem;
@@ -77,6 +80,7 @@ struct Args {
   int64_t max_steps = -1;  // per epoch, for quick runs
   std::vector<int64_t> hidden = {256, 128};
   std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
+  bool survive_failures = false;
   // Filled by run() and init_distributed_mode.
   Timeout timeout_ms = kUnsetTimeout;
   bool distributed = false;
@@ -301,6 +305,199 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
   return {logger.at("loss").global_avg(), logger.at("lr").global_avg(), throughput[0]};
 }
 
+// The main process's end of an epoch: the log line, the epoch's checkpoint
+// and, when it is the best so far, checkpoint_best.pth.
+void log_and_save(const Args& args, int epoch, const TrainStats& train, const EvalStats& test,
+                  int world, double& best_acc, RunLog& log, nn::Sequential& model,
+                  nn::AdamW& optimizer) {
+  const bool best = test.acc > best_acc;
+  best_acc = std::max(best_acc, test.acc);
+  std::string line =
+      str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss, ", \"train_lr\": ", train.lr,
+              ", \"test_acc\": ", test.acc, ", \"test_loss\": ", test.loss,
+              ", \"test_count\": ", test.count, ", \"world_size\": ", world,
+              ", \"samples_per_s\": ", train.samples_per_s, "}");
+  log.append(line);
+  print(line);
+  CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
+  const std::string path = (fs::path(args.output_dir) / name).string();
+  save_checkpoint(path, model, optimizer, info);
+  if (best)
+    save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(), model, optimizer,
+                    info);
+  print("saved checkpoint", path);
+}
+
+// What train_surviving works on (the pieces run() made).
+struct SurvivalContext {
+  Args& args;
+  nn::DistributedDataParallel& ddp;
+  std::shared_ptr<ProcessGroup>& group;  // the group DDP runs on, kept alive
+  TrainModel& train_model;
+  nn::Sequential& model;
+  nn::AdamW& optimizer;
+  const nn::Dataset& train_data;
+  const nn::Dataset& test_data;
+  std::optional<RunLog>& log;
+};
+
+// --survive-failures: the epochs, each a plan of steps over the epoch's
+// global order (nn/epoch_plan.h). A failed collective anywhere in an epoch
+// (a step's all_reduce, the statistics, the barrier) shrinks the group to
+// the survivors, who take the furthest one's state and reshard what is left
+// of the epoch (survival.h; docs/nn.md, "Surviving a failure"). Returns the
+// last evaluation (the main process's).
+EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc) {
+  Args& args = c.args;
+  nn::DeviceOps& device = c.train_model.ddp_model().ops();
+  SampleCounts counts(c.train_data.size());
+  EvalStats test{};
+  int last_logged = start_epoch - 1;  // by whichever rank was the main process
+  // When the failure being recovered from happened; none while all is well.
+  bool recovering = false;
+  std::chrono::steady_clock::time_point error_at{};
+  std::string recovery_note;
+  int epoch = start_epoch;
+  while (epoch < args.epochs) {
+    nn::DistributedSampler sampler(c.train_data.size(), get_world_size(), get_rank(),
+                                   /*shuffle=*/true, args.seed);
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    nn::cosine_lr_schedule(c.optimizer, epoch, args.epochs, args.lr, args.min_lr);
+    nn::EpochPlan plan(sampler, static_cast<size_t>(args.batch_size));
+    counts.reset();
+    MetricLogger logger;
+    logger.meter("lr", 1, "{value:.6f}");
+    logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
+    int64_t samples = 0;
+    const auto start = std::chrono::steady_clock::now();
+    size_t done = 0;  // steps of `plan` completed
+    bool jumped = false;
+    nn::Tensor grad;
+    for (;;) {
+      constexpr size_t kNone = ~size_t(0);
+      size_t in_flight = kNone;  // the step whose collective may fail
+      std::vector<int64_t> pending;
+      try {
+        for (; done < plan.num_steps(); ++done) {
+          in_flight = done;
+          pending = plan.batch(done);
+          nn::Batch batch = nn::collate(c.train_data, pending);
+          const nn::Tensor& logits = c.ddp.forward(batch.inputs);
+          float loss = 0;
+          if (pending.empty()) {
+            // A share with no sample (a last step with fewer samples than
+            // ranks): the step still runs everywhere, with zero gradients.
+            grad.resize({0, kNumClasses});
+          } else {
+            loss = nn::cross_entropy(logits, batch.labels, &grad);
+            const float weight = plan.batch_weight(done);
+            if (weight != 1.0f) grad.vector() *= weight;
+          }
+          c.train_model.zero_grad();
+          c.ddp.backward(grad);
+          c.train_model.step();
+          counts.add_mine(pending);
+          in_flight = kNone;
+          samples += static_cast<int64_t>(pending.size());
+          if (!pending.empty()) logger.update("loss", loss);
+          logger.update("lr", c.optimizer.lr());
+          if (recovering) {
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - error_at);
+            print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
+                                 " ms from the error to the next completed step"));
+            recovering = false;
+          }
+          if ((done + 1) % static_cast<size_t>(std::max(1, args.print_freq)) == 0 ||
+              done + 1 == plan.num_steps())
+            print(str_cat("Train Epoch: [", epoch, "]  [", done + 1, "/", plan.num_steps(), "]  ",
+                          logger.str()));
+        }
+        // The end of the epoch. Every collective here can fail too; then the
+        // survivors redo this part (the main process logs an epoch once).
+        ProcessGroup& group = *c.group;
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        double throughput[1] = {static_cast<double>(samples) / seconds};
+        all_reduce_values(group, device, throughput);
+        MetricLogger synced = logger;
+        synced.synchronize_between_processes(group, device);
+        const SampleCounts::Summary s = counts.summarize(group, device);
+        print(str_cat("epoch ", epoch, " samples: trained ", s.trained, " distinct ", s.distinct,
+                      " of ", c.train_data.size(), " (missing ", s.missing, ", repeated ",
+                      s.repeated, ") world ", group.size()));
+        print(synced.global_avg_str());
+        c.train_model.sync_to_host();
+        nn::DistributedSampler test_sampler(c.test_data.size(), group.size(), group.rank(),
+                                            /*shuffle=*/false, args.seed);
+        test = evaluate_test_set(c.model, c.test_data, test_sampler, group.rank(), group.size(),
+                                 args, &group, device);
+        if (group.rank() == 0 && last_logged < epoch) {
+          if (!c.log && !args.output_dir.empty())  // the main process died: its log goes on
+            c.log.emplace((fs::path(args.output_dir) / "log.txt").string());
+          const TrainStats train{synced.at("loss").global_avg(), synced.at("lr").global_avg(),
+                                 throughput[0]};
+          log_and_save(args, epoch, train, test, group.size(), best_acc, *c.log, c.model,
+                       c.optimizer);
+        }
+        last_logged = std::max(last_logged, epoch);
+        if (recovering) {  // the failure was in this epoch's last step or its end
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - error_at);
+          print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
+                               " ms from the error to the end of the epoch"));
+          recovering = false;
+        }
+        barrier();
+        break;
+      } catch (const std::exception& e) {
+        if (!is_group_failure(e)) throw;
+        if (!recovering) error_at = std::chrono::steady_clock::now();
+        recovering = true;
+        print(force,
+              str_cat("rank ", get_rank(), " of ", get_world_size(), ": epoch ", epoch, " ",
+                      in_flight != kNone ? str_cat("step ", in_flight, " of ", plan.num_steps())
+                                         : std::string("end"),
+                      " failed: ", e.what(), "; shrinking the group to the survivors"));
+        const Recovery r =
+            recover(c.ddp, c.group, c.model, c.optimizer,
+                    encode_progress(epoch, plan.consumed_after(done)), args.timeout_ms);
+        const int agreed_epoch = decode_epoch(r.progress);
+        const size_t agreed = decode_consumed(r.progress);
+        recovery_note =
+            str_cat("world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
+                    join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
+                    ", leader new rank ", r.leader, " at epoch ", agreed_epoch, " sample ", agreed,
+                    ", ", r.state_bytes, " bytes of state in ",
+                    std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
+        print(force, str_cat("shrunk: ", recovery_note));
+        if (agreed_epoch > epoch) {
+          // The leader already finished this epoch (its barrier): so did
+          // everyone's training; go on from the leader's epoch.
+          epoch = agreed_epoch;
+          jumped = true;
+          break;
+        }
+        const size_t agreed_steps = plan.steps_for(agreed);
+        COLLIE_CHECK(agreed_steps <= done + 1, "survivors are more than one step apart");
+        // My step in flight counts when the leader completed it: its
+        // all_reduce summed my gradient.
+        if (in_flight != kNone && in_flight < agreed_steps) counts.add_mine(pending);
+        // The dead ranks' shares of the steps that completed, on everyone.
+        for (int dead : r.excluded)
+          for (size_t k = 0; k < agreed_steps; ++k) counts.add_agreed(plan.batch_of(dead, k));
+        counts.consolidate(*c.group, device);
+        plan = plan.reshard(agreed_steps, r.new_world, r.new_rank);
+        done = 0;
+      }
+    }
+    if (!jumped) ++epoch;
+  }
+  return test;
+}
+
 int run(Args& args) {
   const bool cuda = args.device == "cuda";
   // "auto" picks by device, not by what the machine has: only nccl reduces
@@ -320,6 +517,9 @@ int run(Args& args) {
         "--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
         "cpu DDP's gradient buckets are host memory; use --backend cpu (or --device cuda)");
   }
+  if (args.survive_failures && cuda)
+    throw InvalidArgument(
+        "--survive-failures runs on --device cpu only (the nccl backend cannot shrink a group)");
   args.timeout_ms = timeout_from_flag_or_env(args.timeout);
   args.output_dir = output_dir_for(args.output_dir, args.resume, args.evaluate);
   init_distributed_mode(args);
@@ -379,10 +579,12 @@ int run(Args& args) {
            : make_cpu_train_model(model, optimizer);
   if (cuda) print("training on", args.device, "(CUDA model, DDP buckets in device memory)");
 
+  // The group DDP runs on, held here: after a shrink (--survive-failures)
+  // it is the survivors' group, which replaced the default one.
+  std::shared_ptr<ProcessGroup> ddp_group = args.distributed ? get_default_group() : nullptr;
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (args.distributed)
-    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(),
-                                                        *get_default_group());
+    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(), *ddp_group);
   nn::Sequential& model_without_ddp = model;
   print("model parameters:", model_without_ddp.num_parameters());
 
@@ -403,7 +605,13 @@ int run(Args& args) {
     if (log) log->append(line);
     print(line);
   }
-  for (int epoch = start_epoch; epoch < args.epochs && !args.evaluate; ++epoch) {
+  const bool surviving = args.survive_failures && args.distributed && !args.evaluate;
+  if (surviving) {
+    SurvivalContext context{args,      *ddp,       ddp_group, *train_model, model,
+                            optimizer, train_data, test_data, log};
+    test = train_surviving(context, start_epoch, best_acc);
+  }
+  for (int epoch = start_epoch; epoch < args.epochs && !args.evaluate && !surviving; ++epoch) {
     train_sampler.set_epoch(static_cast<uint64_t>(epoch));
     nn::cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr);
     TrainStats train =
@@ -412,26 +620,8 @@ int run(Args& args) {
     train_model->sync_to_host();
     test = evaluate_test_set(model_without_ddp, test_data, test_sampler, rank, world, args, group,
                              device);
-    if (main_process) {
-      const bool best = test.acc > best_acc;
-      best_acc = std::max(best_acc, test.acc);
-      std::string line =
-          str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss,
-                  ", \"train_lr\": ", train.lr, ", \"test_acc\": ", test.acc,
-                  ", \"test_loss\": ", test.loss, ", \"test_count\": ", test.count,
-                  ", \"world_size\": ", world, ", \"samples_per_s\": ", train.samples_per_s, "}");
-      log->append(line);
-      print(line);
-      CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
-      char name[64];
-      std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
-      const std::string path = (fs::path(args.output_dir) / name).string();
-      save_checkpoint(path, model_without_ddp, optimizer, info);
-      if (best)
-        save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(),
-                        model_without_ddp, optimizer, info);
-      print("saved checkpoint", path);
-    }
+    if (main_process)
+      log_and_save(args, epoch, train, test, world, best_acc, *log, model_without_ddp, optimizer);
     if (args.distributed) barrier();
   }
   const double seconds =
@@ -442,8 +632,16 @@ int run(Args& args) {
                 args.output_dir.empty()
                     ? std::string("no files written (--evaluate without --output-dir)")
                     : "logs and checkpoints in " + fs::absolute(args.output_dir).string()));
+  if (surviving) {  // every survivor: equal exactly when the replicas are bit-identical
+    char sum[32];
+    std::snprintf(sum, sizeof sum, "%016llx",
+                  static_cast<unsigned long long>(state_checksum(model, optimizer)));
+    print(force,
+          str_cat("final state checksum ", sum, " rank ", get_rank(), " of ", get_world_size()));
+  }
   // DDP gives the gradients back to the model before the model goes.
   ddp.reset();
+  ddp_group.reset();
   train_model.reset();
   if (args.distributed) destroy_process_group();
   return 0;
@@ -490,6 +688,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-steps", args.max_steps, "at most N steps per epoch (quick runs)");
   app.add_option("--hidden", args.hidden, "hidden layer sizes")->capture_default_str();
+  app.add_flag("--survive-failures", args.survive_failures,
+               "go on when a rank dies: the survivors shrink the group, take the furthest "
+               "one's state and reshard the rest of the epoch (--device cpu; needs a store "
+               "that outlives the rank: file://, or collie-run's agent store)");
   app.add_option("--timeout", args.timeout,
                  "bounds the rendezvous and every collective: 90 (seconds), 90s, 5m, 1h "
                  "(default: COLLIE_TIMEOUT, else 30m)");

@@ -1,0 +1,86 @@
+// --survive-failures: what blip_train needs to go on after a rank dies.
+//
+// When a collective fails (a peer was SIGKILLed, its sockets reset), the
+// survivors call recover(): shrink_group (they agree through the store on
+// who failed), move DDP to the new group, agree on how far training got
+// (the furthest survivor leads: nn::agree_on_progress) and take its model
+// and optimizer state (nn::broadcast_training_state), so every survivor is
+// bit-identical. The trainer then reshards the rest of the epoch
+// (nn::EpochPlan::reshard): a step nobody completed is redone, a step that
+// somebody completed is not.
+//
+// SampleCounts proves the "exactly once": per dataset index, how often a
+// step that counts trained on it this epoch, whichever rank took it, the
+// dead ones included (their share of the steps that completed is known from
+// the plan, since every rank holds the whole epoch order).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/adamw.h"
+#include "nn/ddp.h"
+#include "nn/device_ops.h"
+#include "nn/epoch_plan.h"
+#include "nn/sequential.h"
+#include "runtime/process_group/process_group.h"
+
+namespace collie::samples {
+
+// A failure of the group (a dead or unreachable peer, a timeout, a group
+// broken or revoked by such a failure), which shrinking can get past; not a
+// bug such as a mismatched call.
+bool is_group_failure(const std::exception& e);
+
+// Progress as one number that orders (epoch, positions of the epoch
+// consumed): what the survivors compare.
+int64_t encode_progress(int epoch, size_t consumed);
+int decode_epoch(int64_t progress);
+size_t decode_consumed(int64_t progress);
+
+class SampleCounts {
+ public:
+  explicit SampleCounts(size_t dataset_len) : agreed_(dataset_len), mine_(dataset_len) {}
+  void reset();
+  // A batch this rank trained on in a step that completed.
+  void add_mine(const std::vector<int64_t>& indices);
+  // A batch every survivor adds alike (a dead rank's).
+  void add_agreed(const std::vector<int64_t>& indices);
+  // Folds every survivor's own counts into the agreed ones (collective),
+  // so that a rank that dies later does not take them with it.
+  void consolidate(ProcessGroup& group, nn::DeviceOps& device);
+  struct Summary {
+    int64_t trained = 0, distinct = 0, missing = 0, repeated = 0;
+  };
+  // The whole job's counts (collective; changes nothing here).
+  Summary summarize(ProcessGroup& group, nn::DeviceOps& device) const;
+
+ private:
+  std::vector<double> agreed_, mine_;
+};
+
+struct Recovery {
+  int old_world = 0, old_rank = 0, new_world = 0, new_rank = 0;
+  std::vector<int> excluded;  // old ranks
+  int64_t progress = 0;       // the leader's
+  int leader = 0;             // new rank
+  size_t state_bytes = 0;
+  std::chrono::steady_clock::duration took{};
+};
+
+// Shrinks the default group, moves `ddp` to it (`holder` keeps the group
+// alive for DDP), agrees on progress and broadcasts the leader's state.
+Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,
+                 nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress, Timeout timeout);
+
+}  // namespace collie::samples
+
+namespace collie::samples {
+// FNV-1a-64 of the serialized model and optimizer state: equal on two ranks
+// exactly when their replicas are bit-identical.
+uint64_t state_checksum(nn::Sequential& model, nn::AdamW& optimizer);
+}  // namespace collie::samples

@@ -1,0 +1,181 @@
+// blip_train --survive-failures: real ranks (one process each, file://
+// rendezvous, so that the store outlives any of them), a real SIGKILL in the
+// middle of an epoch, and the survivors must finish the job: shrink, move
+// DDP, agree on the furthest state, reshard the epoch. Checked: the job's
+// accuracy on Fashion-MNIST, bit-identical survivors (a checksum of model and
+// optimizer state printed by each), and every epoch's samples counted by
+// dataset index (the dead rank's share included) - every sample exactly
+// once, but for torch's padding in epochs that ran in one world.
+#include <signal.h>
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <regex>
+
+#include "test/samples/blip_job.h"
+#include "test/support/subprocess.h"
+#include "test/support/temp_dir.h"
+
+using namespace collie;
+using namespace collie::test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// `world` blip_train ranks, each started directly (RANK, WORLD_SIZE), with
+// a file:// store in `dir`.
+std::vector<Subprocess> spawn_ranks(int world, const TempDir& dir,
+                                    const std::vector<std::string>& args) {
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < world; ++rank) {
+    SpawnOptions o = without_launcher();
+    o.env["RANK"] = std::to_string(rank);
+    o.env["LOCAL_RANK"] = std::to_string(rank);
+    o.env["WORLD_SIZE"] = std::to_string(world);
+    std::vector<std::string> argv{kBlipTrain,   "--survive-failures",
+                                  "--dist-url", "file://" + dir.file("rdzv"),
+                                  "--timeout",  "120"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    procs.push_back(Subprocess::spawn(argv, o));
+  }
+  return procs;
+}
+
+struct EpochSamples {
+  int64_t trained = -1, distinct = -1, of = -1, missing = -1, repeated = -1, world = -1;
+};
+
+// Every "epoch E samples: ..." line in `out`; a later line for the same
+// epoch (the end of an epoch redone after a failure) replaces an earlier.
+std::map<int, EpochSamples> epoch_samples(const std::string& out) {
+  static const std::regex re(
+      "epoch (\\d+) samples: trained (\\d+) distinct (\\d+) of (\\d+) \\(missing (\\d+), "
+      "repeated (\\d+)\\) world (\\d+)");
+  std::map<int, EpochSamples> by_epoch;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), re); it != std::sregex_iterator();
+       ++it) {
+    const auto& m = *it;
+    by_epoch[std::stoi(m[1])] = {std::stoll(m[2]), std::stoll(m[3]), std::stoll(m[4]),
+                                 std::stoll(m[5]), std::stoll(m[6]), std::stoll(m[7])};
+  }
+  return by_epoch;
+}
+
+std::string checksum_of(const std::string& out) {
+  static const std::regex re("final state checksum ([0-9a-f]{16}) rank (\\d+) of (\\d+)");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? m[1].str() + " of " + m[3].str() : std::string();
+}
+
+// The worst "N ms from the error to ..." a survivor printed.
+int64_t recovery_ms(const std::string& out) {
+  static const std::regex re("recovered: .*; (\\d+) ms from the error to the");
+  std::smatch m;
+  return std::regex_search(out, m, re) ? std::stoll(m[1]) : -1;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "blip_train --survive-failures: 4 ranks, one SIGKILLed in epoch 2, the 3 survivors finish "
+    "10 epochs of Fashion-MNIST at the main job's accuracy, identical, every sample once",
+    "[survive]") {
+  TempDir dir;
+  auto procs = spawn_ranks(4, dir,
+                           {"--epochs", "10", "--batch-size", "64", "--print-freq", "25",
+                            "--output-dir", dir.file("out")});
+  // Mid-epoch 2: 60000 / (4 * 64) = 235 steps per epoch in the first world.
+  procs[0].wait_for_output("Train Epoch: [2]  [100/235]", std::chrono::minutes(4));
+  procs[1].kill(SIGKILL);
+  procs[1].wait(std::chrono::seconds(30));
+  int64_t worst_ms = 0;
+  std::string checksum;
+  for (int rank : {0, 2, 3}) {
+    auto st = procs[rank].wait(std::chrono::minutes(5));
+    const std::string out = procs[rank].out();
+    INFO("rank " << rank << " " << st.describe() << "\n" << out << procs[rank].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(out, Contains("lost rank(s) 1"));
+    const int64_t ms = recovery_ms(out);
+    CHECK(ms >= 0);
+    CHECK(ms < 15000);  // no timeout waited (generous for a loaded 2-core machine)
+    worst_ms = std::max(worst_ms, ms);
+    const std::string sum = checksum_of(out);
+    CHECK(sum.size() == 16 + 5);  // "<16 hex> of 3"
+    CHECK_THAT(sum, Contains(" of 3"));
+    if (checksum.empty()) checksum = sum;
+    CHECK(sum == checksum);  // bit-identical replicas
+  }
+  WARN("survive: SIGKILL of rank 1 of 4 in epoch 2: " << worst_ms
+                                                      << " ms from the error to the next step");
+  // The main process (rank 0 survives) counted every epoch's samples.
+  const auto samples = epoch_samples(procs[0].out());
+  REQUIRE(samples.size() == 10);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.of == 60000);
+    CHECK(s.trained == 60000);  // 60000 divides by 4 and by 3: no padding
+    CHECK(s.distinct == 60000);
+    CHECK(s.missing == 0);
+    CHECK(s.repeated == 0);
+    CHECK(s.world == (epoch < 2 ? 4 : 3));
+  }
+  const auto log = lines_of(dir.file("out/log.txt"));
+  REQUIRE(log.size() == 10);
+  CHECK(json_number(log[1], "world_size") == 4);
+  CHECK(json_number(log[2], "world_size") == 3);
+  CHECK(json_number(log[9], "epoch") == 9);
+  CHECK(json_number(log[9], "test_count") == 10000);
+  WARN("survive: final test accuracy " << json_field(log[9], "test_acc"));
+  CHECK(json_number(log[9], "test_acc") >= 0.885);  // the main job's goal
+}
+
+TEST_CASE(
+    "blip_train --survive-failures: the main process SIGKILLed, uneven shards: the next rank "
+    "takes over the log and the failed epoch uses every sample once",
+    "[survive]") {
+  // 2001 samples: world 4 pads 3 (torch's sampler), world 3 pads none; the
+  // epoch of the failure drops the old padding and re-deals the rest.
+  TempDir dir;
+  auto procs =
+      spawn_ranks(4, dir,
+                  {"--synthetic", "--synthetic-size", "2001", "--hidden", "32", "--batch-size", "8",
+                   "--print-freq", "1", "--epochs", "3", "--output-dir", dir.file("out")});
+  procs[0].wait_for_output("Train Epoch: [1]  [20/63]", std::chrono::minutes(2));
+  procs[0].kill(SIGKILL);
+  procs[0].wait(std::chrono::seconds(30));
+  std::string all = procs[0].out();
+  std::string checksum;
+  for (int rank : {1, 2, 3}) {
+    auto st = procs[rank].wait(std::chrono::minutes(2));
+    const std::string out = procs[rank].out();
+    INFO("rank " << rank << " " << st.describe() << "\n" << out << procs[rank].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(out, Contains("lost rank(s) 0"));
+    CHECK(recovery_ms(out) >= 0);
+    const std::string sum = checksum_of(out);
+    CHECK_THAT(sum, Contains(" of 3"));
+    if (checksum.empty()) checksum = sum;
+    CHECK(sum == checksum);
+    all += out;
+  }
+  const bool failed_in_a_step = all.find("epoch 1 step") != std::string::npos;
+  const auto samples = epoch_samples(all);
+  INFO(all);
+  REQUIRE(samples.size() == 3);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.of == 2001);
+    CHECK(s.distinct == 2001);
+    CHECK(s.missing == 0);
+    if (epoch == 0) CHECK(s.repeated == 3);  // torch's padding for 4 ranks
+    if (epoch == 1) CHECK(s.repeated == (failed_in_a_step ? 0 : 3));
+    if (epoch == 2) CHECK(s.repeated == 0);
+    CHECK(s.world == (epoch == 0 ? 4 : 3));
+  }
+  // The old rank 1 is the main process now: log.txt goes on.
+  const auto log = lines_of(dir.file("out/log.txt"));
+  REQUIRE(log.size() >= 3);
+  CHECK(json_number(log.back(), "epoch") == 2);
+  CHECK(json_number(log.back(), "world_size") == 3);
+}
