@@ -5,6 +5,7 @@
 
 #include "base/str_cat.h"
 #include "runtime/launcher/culprit.h"
+#include "runtime/launcher/failure_events.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/log_hints.h"
 
@@ -69,6 +70,7 @@ int Agent::run() {
       return join_error_status(std::current_exception());
     }
     say_line(rdzv_.round_line());
+    round.restarts_used = failures;
     bool membership_change = false;
     std::optional<std::string> failure;
     try {
@@ -78,8 +80,11 @@ int Agent::run() {
       // cannot go on, and this node's workers are already stopped.
       return rendezvous_error_status(std::current_exception());
     }
+    // --on-failure replace: every replacement used one of the restarts.
+    failures += result_.replacements;
     if (result_.outcome == AttemptOutcome::kSucceeded && !failure) {
       close("succeeded");
+      say_(survived_line(result_));
       return success_status();
     }
     if (membership_change && result_.outcome == AttemptOutcome::kRemoteFailed) {
@@ -88,6 +93,13 @@ int Agent::run() {
       continue;
     }
     const std::string reason = say_round_failed(round, failure);
+    if (result_.replacements > 0 && failures >= options_.max_restarts) {
+      say_line(str_cat("collie-run: job failed: ", reason, ", with no restart left after ",
+                       result_.replacements, " replacement", result_.replacements == 1 ? "" : "s",
+                       " (--on-failure replace, --max-restarts ", options_.max_restarts, ")"));
+      close(str_cat("failed: ", reason));
+      return 1;
+    }
     if (failures >= options_.max_restarts) {
       say_line(str_cat("collie-run: job failed after ", failures + 1, " ", words.failed_round,
                        failures == 0 ? "" : "s", " (--max-restarts ", options_.max_restarts,

@@ -92,6 +92,11 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                    note, "\n");
   }
   if (ok > 0) out += str_cat(" (", ok, " other worker", ok == 1 ? "" : "s", " exited 0)\n");
+  // --on-failure replace: the processes the ones above replaced.
+  for (const WorkerResult& w :
+       r.on_failure == OnFailure::kReplace ? r.losses : std::vector<WorkerResult>{})
+    out += str_cat(" (replaced earlier: rank ", w.place.global_rank, ", pid ", w.pid, ", ",
+                   w.exit.describe(), " at ", format_utc(w.exit_time).substr(11, 12), ")\n");
   for (const std::string& e : r.log_errors) out += str_cat("log lost: ", e, "\n");
   for (size_t i = 0; i < r.workers.size(); ++i) {
     const WorkerResult& w = r.workers[i];

@@ -67,6 +67,12 @@ void declare_rendezvous_flags(CLI::App& app, LaunchOptions& o, FlagText& f) {
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "Restart the whole group up to K times after a failure (e.g. --max-restarts 3)")
       ->envname(pet("MAX_RESTARTS"));
+  app.add_option("--on-failure,--on_failure", f.on_failure,
+                 "What a worker's failure does: stop (every worker, then restart the group or "
+                 "fail the job), shrink (the others go on without it), replace (a new process "
+                 "with COLLIE_REPLACEMENT=1 takes its place, using one of --max-restarts) "
+                 "(e.g. --on-failure shrink)")
+      ->envname("COLLIE_ON_FAILURE");
   app.add_option("--run-id,--run_id,--rdzv-id,--rdzv_id", o.run_id,
                  "Job id: TORCHELASTIC_RUN_ID, the store's key namespace and the log folder "
                  "(e.g. --run-id job42)")
@@ -147,7 +153,7 @@ std::unique_ptr<CLI::App> make_launch_app(LaunchOptions& o, FlagText& f) {
       "Launches PROGRAM as --nproc-per-node workers on this node with torchrun's environment "
       "(RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...), hosts the agent store on node 0, "
       "forwards every output line prefixed with its rank, and stops the whole group when a "
-      "worker fails.",
+      "worker fails (or, with --on-failure shrink|replace, lets the others go on).",
       "collie-run");
   app->formatter(std::make_shared<HelpFormatter>());
   app->prefix_command();  // everything from the program path on is the program's

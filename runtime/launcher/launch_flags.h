@@ -27,6 +27,7 @@ struct FlagText {
   std::string rdzv_endpoint;
   std::string rdzv_conf;
   std::string rdzv_backend = "static";
+  std::string on_failure = "stop";
   std::string ignored;  // torchrun's flags that collie-run accepts and ignores
   bool no_use_env = false;
   bool module = false;

@@ -281,6 +281,21 @@ void apply_output(const FlagText& f, LaunchOptions& o) {
   if (f.no_use_env) o.use_env = false;
 }
 
+// --on-failure: one of the three modes; shrink and replace keep workers of
+// a failed group running, which the elastic rendezvous, ending the round
+// for every failure, does not do.
+void apply_on_failure(const FlagText& f, LaunchOptions& o) {
+  const std::optional<OnFailure> mode = parse_on_failure(trim(f.on_failure));
+  require(mode.has_value(), "--on-failure '", f.on_failure,
+          "' is not a mode: use stop (the default: stop every worker, restart the group or fail "
+          "the job), shrink (the other workers go on without the failed one) or replace (a new "
+          "process takes its place)");
+  o.on_failure = *mode;
+  require(!o.elastic || o.on_failure == OnFailure::kStop, "--on-failure ", f.on_failure,
+          " does not go with --rdzv-backend c10d, whose rounds end at every failure; use the "
+          "static rendezvous (--rdzv-backend static) or --on-failure stop");
+}
+
 // Every check of what CLI11 parsed, in the order that decides which error a
 // command line with several gets. Throws InvalidArgument.
 void validate(const CLI::App& app, const FlagText& f, const EnvLookup& env, LaunchOptions& o) {
@@ -293,6 +308,7 @@ void validate(const CLI::App& app, const FlagText& f, const EnvLookup& env, Laun
     o.master_addr = "127.0.0.1";
     o.master_port = 0;
   }
+  apply_on_failure(f, o);
   require(!o.run_id.empty() && o.run_id.find('/') == std::string::npos, "--run-id '", o.run_id,
           "' must be non-empty and contain no '/' (it names a log folder)");
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rendezvous/env/launch_env.h"
+#include "runtime/launcher/on_failure.h"
 
 namespace collie::launcher {
 
@@ -31,6 +32,9 @@ struct LaunchOptions {
   // secret (torch workers); docs/security.md.
   bool store_compat = false;
   int max_restarts = 0;
+  // --on-failure: stop the group (torchrun's way), let the other workers go
+  // on without the failed one, or replace it (on_failure.h).
+  OnFailure on_failure = OnFailure::kStop;
 
   // --rdzv-backend c10d: the elastic rendezvous (elastic_rendezvous.h).
   // master_addr/master_port then hold --rdzv-endpoint; node_rank is

@@ -154,6 +154,8 @@ GroupSpec Launcher::group_spec(const Prepared& p, const Round& round) const {
   spec.local_ranks_filter = o.local_ranks_filter;
   spec.line_prefix_template = o.line_prefix_template;
   spec.grace_period = o.grace_period;
+  spec.on_failure = o.on_failure;
+  spec.restarts_used = round.restarts_used;
   return spec;
 }
 

@@ -56,6 +56,9 @@ struct Round {
   // The agent store as the workers reach it (MASTER_ADDR, MASTER_PORT).
   std::string master_addr;
   uint16_t master_port = 0;
+  // Set by the agent loop, not the rendezvous: the --max-restarts earlier
+  // rounds used, so that --on-failure replace knows how many are left.
+  int restarts_used = 0;
 };
 
 // Why a round ends while this node's workers still run.

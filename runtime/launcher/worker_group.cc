@@ -31,6 +31,7 @@ bool in_stopped_state(pid_t pid) {
 
 AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_check) {
   result_.start_time = std::chrono::system_clock::now();
+  result_.on_failure = spec_.on_failure;
   start();
   last_remote_ = Clock::now();
   // Supervise until every worker is reaped.
@@ -38,7 +39,9 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     pump_streams(relay.fd());
     take_signals(relay);
     bool all_exited = true;
-    if (const int root = pick_root_cause(&all_exited); root >= 0) {
+    if (spec_.on_failure != OnFailure::kStop) {
+      survive_exits(&all_exited);
+    } else if (const int root = pick_root_cause(&all_exited); root >= 0) {
       result_.outcome = AttemptOutcome::kFailed;
       result_.first_failure = root;
       stop_all(SIGTERM);
@@ -48,6 +51,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     if (all_exited) break;
   }
   reap();
+  if (spec_.on_failure != OnFailure::kStop) settle_survival();
   return std::move(result_);
 }
 
@@ -78,6 +82,10 @@ void WorkerGroup::spawn(Slot& slot) {
                        .path = s.program_path,
                        .announce_fd = s.guard ? s.guard->fd() : -1};
   for (const auto& [k, v] : worker_variables(slot.place, s.env)) options.env[k] = v;
+  // A replacement joins the running group; no other worker may think it
+  // does because collie-run itself runs with the variable set.
+  options.env[kReplacementVariable] =
+      slot.replacement ? std::optional<std::string>("1") : std::nullopt;
   slot.proc = std::make_unique<ChildProcess>(ChildProcess::spawn(argv, options));
 }
 
@@ -178,14 +186,19 @@ void WorkerGroup::reap() {
     slot.proc->reap();
     slot.proc->close_stdout();
     slot.proc->close_stderr();
-    result_.workers.push_back({.place = slot.place,
-                               .pid = slot.proc->pid(),
-                               .exit = slot.proc->status(),
-                               .exit_time = slot.proc->exit_time(),
-                               .stopped_by_launcher = slot.signalled,
-                               .was_stopped = slot.was_stopped,
-                               .stderr_tail = slot.err->tail()});
+    result_.workers.push_back(record(slot));
   }
+}
+
+WorkerResult WorkerGroup::record(const Slot& slot) const {
+  return {.place = slot.place,
+          .pid = slot.proc->pid(),
+          .exit = slot.proc->status(),
+          .exit_time = slot.proc->exit_time(),
+          .replacement = slot.replacement,
+          .stopped_by_launcher = slot.signalled,
+          .was_stopped = slot.was_stopped,
+          .stderr_tail = slot.err->tail()};
 }
 
 }  // namespace collie::launcher

@@ -4,6 +4,9 @@
 // failure, or when the launcher itself gets SIGINT/SIGTERM, every remaining
 // worker is signalled (SIGTERM, or the launcher's own signal), given the grace
 // period, then SIGKILLed. run() returns only once every worker is reaped.
+// With --on-failure shrink or replace a worker's failure does not stop the
+// others: it is an event, printed, and in replace mode a new process takes
+// the dead one's place (worker_survival.cc).
 // worker_group.cc has the processes, worker_output.cc their output.
 #pragma once
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "base/child_process.h"
+#include "runtime/launcher/on_failure.h"
 #include "runtime/launcher/worker_env.h"
 #include "runtime/launcher/worker_stream.h"
 
@@ -42,6 +46,11 @@ struct GroupSpec {
   std::set<int> local_ranks_filter;
   std::string line_prefix_template = "[rank${rank}]: ";
   std::chrono::milliseconds grace_period{5000};
+  // What a worker's failure does (on_failure.h); replacements use the
+  // restarts --max-restarts (env.max_restarts) has left after
+  // restarts_used.
+  OnFailure on_failure = OnFailure::kStop;
+  int restarts_used = 0;
   // Where workers announce their process groups; nullptr: no guard.
   OrphanGuard* guard = nullptr;
 };
@@ -58,6 +67,7 @@ struct WorkerResult {
   int pid = -1;
   ExitStatus exit;
   std::chrono::system_clock::time_point exit_time;
+  bool replacement = false;          // started with COLLIE_REPLACEMENT=1
   bool stopped_by_launcher = false;  // signalled by us before it exited
   bool was_stopped = false;          // in the stopped state (SIGSTOP) when we signalled it
   std::deque<std::string> stderr_tail;
@@ -83,6 +93,13 @@ struct AttemptResult {
   std::optional<NamedCulprit> culprit;
   // Log files that could not be written (each already reported on stderr).
   std::vector<std::string> log_errors;
+  // --on-failure shrink or replace: the workers whose failure the others
+  // survived (shrink: they are in `workers` too; replace: the processes
+  // that were replaced), in the order they failed, and how many
+  // replacements were started (each used one of --max-restarts).
+  OnFailure on_failure = OnFailure::kStop;
+  std::vector<WorkerResult> losses;
+  int replacements = 0;
 };
 
 // Polled every ~200 ms while workers run; returns a reason when another node
@@ -108,6 +125,7 @@ class WorkerGroup {
     WorkerPlace place;
     std::unique_ptr<WorkerStream> out, err;
     std::unique_ptr<ChildProcess> proc;
+    bool replacement = false;  // started in a dead worker's place
     bool signalled = false;
     bool was_stopped = false;
     bool recorded = false;
@@ -117,7 +135,8 @@ class WorkerGroup {
   // Start: every worker's streams (worker_output.cc), then every process,
   // rank by rank.
   void start();
-  void open_streams(Slot& slot);
+  // append: a replacement's lines go on in its predecessor's log files.
+  void open_streams(Slot& slot, bool append = false);
   void spawn(Slot& slot);
   // Pump streams: waits at most one tick (less when the SIGKILL is due) for
   // output or a signal, and forwards what the ready pipes have.
@@ -131,6 +150,17 @@ class WorkerGroup {
   // the index of the worker whose failure ends the attempt, or -1.
   // *all_exited says whether every worker has exited.
   int pick_root_cause(bool* all_exited);
+  // --on-failure shrink/replace (worker_survival.cc): records the exits
+  // seen in this pass, says each as an event, and replaces a failed worker
+  // while restarts are left; one with none left stops the group as a root
+  // cause does in stop mode. *all_exited as for pick_root_cause.
+  void survive_exits(bool* all_exited);
+  void replace_worker(Slot& slot);
+  // Once every worker is reaped: the attempt succeeded when at least one
+  // worker exited 0 (shrink) or every worker's last process did (replace).
+  void settle_survival();
+  // One event line on collie-run's stderr, timed from the last failure.
+  void say_event(std::chrono::system_clock::time_point at, const std::string& what) const;
   // Another node's failure (or the store gone), every ~200 ms.
   void check_remote(const RemoteCheck& remote_check);
   // Signals every worker still running, then SIGKILL after the grace period.
@@ -140,6 +170,8 @@ class WorkerGroup {
   // and reaps it, into result_.workers.
   void reap();
   void flush_streams(Slot& slot);
+  // What a reaped worker leaves in the result.
+  WorkerResult record(const Slot& slot) const;
 
   GroupSpec spec_;
   std::vector<Slot> slots_;
@@ -148,6 +180,9 @@ class WorkerGroup {
   bool killed_ = false;    // and then SIGKILLed
   Clock::time_point kill_at_{};
   Clock::time_point last_remote_{};
+  // The last failure seen (its time and "rank 1 failed"), which event
+  // lines are timed from; unset before the first.
+  std::optional<std::pair<std::chrono::system_clock::time_point, std::string>> last_failure_;
 };
 
 }  // namespace collie::launcher

@@ -68,7 +68,7 @@ std::string WorkerGroup::expand_prefix(const std::string& tmpl, const WorkerPlac
   return s;
 }
 
-void WorkerGroup::open_streams(Slot& slot) {
+void WorkerGroup::open_streams(Slot& slot, bool append) {
   const GroupSpec& s = spec_;
   const int lr = slot.place.local_rank;
   bool shown = s.local_ranks_filter.empty() || s.local_ranks_filter.count(lr) > 0;
@@ -85,12 +85,14 @@ void WorkerGroup::open_streams(Slot& slot) {
       WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 1))) ? STDOUT_FILENO : -1,
                           .prefix = prefix,
                           .log_path = files ? dir + "/stdout.log" : "",
+                          .append = append,
                           .tail_lines = 0,
                           .fallback_fd = shown ? STDOUT_FILENO : -1});
   slot.err = std::make_unique<WorkerStream>(
       WorkerStreamOptions{.console_fd = (shown && (!files || (s.tee & 2))) ? STDERR_FILENO : -1,
                           .prefix = prefix,
                           .log_path = files ? dir + "/stderr.log" : "",
+                          .append = append,
                           .tail_lines = kStderrTailLines,
                           .fallback_fd = shown ? STDERR_FILENO : -1});
 }

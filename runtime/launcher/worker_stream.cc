@@ -34,8 +34,9 @@ void write_all(int fd, std::string_view data) { write_fully(fd, data); }
 WorkerStream::WorkerStream(WorkerStreamOptions options)
     : options_(std::move(options)), splitter_([this](std::string_view line) { on_line(line); }) {
   if (!options_.log_path.empty()) {
-    log_fd_.reset(::open(options_.log_path.c_str(),
-                         O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    log_fd_.reset(
+        ::open(options_.log_path.c_str(),
+               O_WRONLY | O_CREAT | (options_.append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644));
     if (!log_fd_)
       throw Error(
           str_cat("collie-run: cannot open log file ", options_.log_path, ": ", strerror(errno)));

@@ -19,6 +19,7 @@ struct WorkerStreamOptions {
   int console_fd = -1;    // 1 or 2; -1: not shown on the console
   std::string prefix;     // e.g. "[rank3]: "
   std::string log_path;   // empty: no file
+  bool append = false;    // keep what the file has (a replacement's predecessor wrote it)
   size_t tail_lines = 0;  // how many last lines to keep
   // Where lines go when the log file cannot be written (a full disk): 1 or
   // 2, so that no line is lost; -1: nowhere.
@@ -27,7 +28,7 @@ struct WorkerStreamOptions {
 
 class WorkerStream {
  public:
-  // Opens (truncating) the log file; throws Error naming the path.
+  // Opens (truncating, unless append) the log file; throws Error naming the path.
   explicit WorkerStream(WorkerStreamOptions options);
   WorkerStream(const WorkerStream&) = delete;
   WorkerStream& operator=(const WorkerStream&) = delete;
