@@ -5,7 +5,8 @@
 // `replace`: the dead worker's replacement starts with its environment plus
 // COLLIE_REPLACEMENT=1 while the others keep running, and a failure with
 // --max-restarts used up ends the job the old way. The workers are in
-// survive_workers.cc.
+// survive_workers.cc. Two launchers show the rule is per node, and Ctrl-C
+// still stops every worker.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -243,4 +244,58 @@ TEST_CASE("on-failure replace: with --max-restarts used up a failure ends the jo
                           Contains("job failed after 1 attempt (--max-restarts 0)"));
   CHECK(q.err().find("replacement started") == std::string::npos);
   check_none_alive(wait_for_pid_files(pids0.path(), 2));
+}
+
+TEST_CASE("on-failure shrink: two launchers, a worker of node 1 killed, both nodes finish",
+          "[launcher][survive][multinode]") {
+  // The rule is per launcher: node 1 keeps one survivor, so neither node
+  // reports a failure, and the 3 survivors shrink across the two nodes.
+  TempDir pids;
+  const std::vector<std::string> common{"--nnodes",     "2",       "--master-addr",    "127.0.0.1",
+                                        "--run-id",     "survive", "--nproc-per-node", "2",
+                                        "--on-failure", "shrink",  "--grace-period",   "2s"};
+  auto flags = [&](int node, uint16_t port) {
+    std::vector<std::string> f = common;
+    for (const std::string& s : {std::string("--node-rank"), std::to_string(node),
+                                 std::string("--master-port"), std::to_string(port)})
+      f.push_back(s);
+    return f;
+  };
+  auto node0 = start_launcher(flags(0, 0), "survive_shrink", {pids.path()});
+  const uint16_t port = agent_store_port(wait_for_stderr(node0, "agent store listening"));
+  auto node1 = start_launcher(flags(1, port), "survive_shrink", {pids.path()});
+  const std::vector<pid_t> workers = wait_for_pid_files(pids.path(), 4);
+  for (int r = 0; r < 4; ++r)
+    (r < 2 ? node0 : node1)
+        .wait_for_output(str_cat("[rank", r, "]: looping rank ", r), kLaunchTimeout);
+  REQUIRE(::kill(workers[2], SIGKILL) == 0);
+  const ExitStatus s1 = node1.wait(kLaunchTimeout), s0 = node0.wait(kLaunchTimeout);
+  INFO(node0.out() << node0.err() << "\n--- node 1 ---\n" << node1.out() << node1.err());
+  CHECK(s0.exit_code == 0);
+  CHECK(s1.exit_code == 0);
+  CHECK_THAT(node0.out(), Contains("[rank0]: shrunk rank 0 -> 0 of 3 excluded=2") &&
+                              Contains("[rank1]: shrunk rank 1 -> 1 of 3 excluded=2"));
+  CHECK_THAT(node1.out(), Contains("[rank3]: shrunk rank 3 -> 2 of 3 excluded=2"));
+  CHECK(timed_event(node1.err(), "failure seen: rank 2 (local rank 0, pid " +
+                                     std::to_string(workers[2]) + ") ended with signal 9"));
+  CHECK(node0.err().find("failure seen") == std::string::npos);
+  check_none_alive(workers);
+}
+
+TEST_CASE("on-failure shrink: Ctrl-C to the launcher still stops every worker",
+          "[launcher][survive]") {
+  TempDir pids;
+  auto p = start_launcher({"--standalone", "--nproc-per-node", "3", "--on-failure", "shrink"},
+                          "fail", {pids.path(), "-1", "none", "wait"});
+  const std::vector<pid_t> workers = wait_for_pid_files(pids.path(), 3);
+  REQUIRE(::kill(workers[0], SIGKILL) == 0);
+  p.wait_for_stderr("failure seen: rank 0", kLaunchTimeout);
+  p.kill(SIGINT);
+  CHECK(p.wait(kLaunchTimeout).exit_code == 128 + SIGINT);
+  const std::string err = p.err();
+  INFO(err);
+  CHECK(timed_event(err, "worker exited: rank 1 (local rank 1, pid " + std::to_string(workers[1]) +
+                             ") with signal 2 (SIGINT) (stopped by collie-run)"));
+  CHECK_THAT(err, Contains("collie-run received SIGINT"));
+  check_none_alive(workers);
 }
