@@ -18,6 +18,14 @@
 // the first epoch where it can be seen then. --timeout (or COLLIE_TIMEOUT)
 // bounds the rendezvous and every collective.
 //
+// --survive-failures goes on when a rank dies (--device cpu, a store that
+// outlives the rank: file:// or collie-run's agent store): the survivors
+// shrink the group, take the furthest survivor's model and optimizer state
+// and reshard the rest of the epoch so that every sample is still used once
+// (survival.h, nn/epoch_plan.h; docs/nn.md, "Surviving a failure"). Each
+// epoch then prints how often its samples were trained on, and each rank
+// the checksum of its final state.
+//
 // --device cuda trains the same MLP on the GPU of each rank (LOCAL_RANK):
 // the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
 // buckets in device memory, AdamW on the device; evaluation and checkpoints

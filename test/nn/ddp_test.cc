@@ -6,12 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 
 #include "base/error.h"
 #include "base/str_cat.h"
 #include "nn/ddp.h"
 #include "nn/loss.h"
+#include "nn/recovery.h"
 #include "nn/sequential.h"
 #include "nn/sgd.h"
 #include "nn/state_dict.h"
@@ -150,6 +152,51 @@ COLLIE_TEST_CHILD(ddp_rank) {
     } catch (const InvalidArgument& e) {
       std::printf("%s\n", e.what());
     }
+  } else if (scenario == "shrink") {
+    // Two steps on `world` ranks; then the last rank leaves and the others
+    // shrink the group, move DDP to it and go on. New rank 0 plays a
+    // survivor whose step in flight never completed (its state is behind
+    // and wrong): the agreement makes the lowest rank with the most steps
+    // (new rank 1) the leader, whose state everyone takes.
+    Sequential model = make_model(100 + rank);
+    Sgd opt = make_optimizer(model);
+    DistributedDataParallel ddp(model, group);
+    std::shared_ptr<ProcessGroup> holder = get_default_group();  // alive while DDP uses it
+    int my_rank = rank, my_world = world;
+    for (int step = 0; step < kSteps; ++step) {
+      if (step == 2) {
+        if (rank == world - 1) {
+          std::fflush(stdout);
+          std::_Exit(0);  // gone, without a word
+        }
+        shrink_group({world - 1}, {}, {.timeout = std::chrono::seconds(30)});
+        std::shared_ptr<ProcessGroup> next = get_default_group();
+        ddp.set_process_group(*next);
+        holder = next;
+        COLLIE_CHECK(&ddp.group() == next.get(), "DDP is not on the new group");
+        my_rank = next->rank();
+        my_world = next->size();
+        int64_t progress = step;
+        if (my_rank == 0) {
+          progress = step - 1;
+          for (auto& [name, p] : model.named_parameters()) p->data()[0] += 1.0f;
+        }
+        const Agreement a = agree_on_progress(*next, progress);
+        COLLIE_CHECK(a.progress == step && a.leader == 1, "agreement: progress ", a.progress,
+                     " leader ", a.leader);
+        broadcast_training_state(*next, a.leader, model, opt);
+      }
+      // The same global batch as ever, over however many ranks there are.
+      const int64_t shard = kGlobalBatch / my_world;
+      opt.zero_grad();
+      accumulate([&](const Tensor& x) -> const Tensor& { return ddp.forward(x); },
+                 [&](const Tensor& g) { ddp.backward(g); }, step* kGlobalBatch + my_rank * shard,
+                 shard, 1.0f);
+      opt.step();
+    }
+    StateDict dict;
+    save_module_state(model, dict);
+    save_state_dict(dict, args.at(4));
   } else {
     // Different seeds on purpose: DDP's broadcast makes rank 0's weights win.
     Sequential model = make_model(100 + rank);
@@ -268,6 +315,24 @@ TEST_CASE("no_sync accumulation equals one large batch", "[ddp]") {
   test::TempDir dir;
   run_ranks(2, "no_sync", dir);
   for (int r = 0; r < 2; ++r) check_close_to(reference, dir.file(str_cat("rank", r, ".pth")));
+}
+
+TEST_CASE(
+    "DDP moves to the survivors' group after a rank leaves; the furthest survivor's state wins",
+    "[ddp]") {
+  // 4 ranks for two steps, then 3 (shards of 3, then of 4, of the same
+  // global batches): the one-process reference all the same.
+  Sequential reference = train_reference(1);
+  test::TempDir dir;
+  run_ranks(4, "shrink", dir);
+  CHECK_FALSE(std::filesystem::exists(dir.file("rank3.pth")));
+  for (int r = 0; r < 3; ++r) check_close_to(reference, dir.file(str_cat("rank", r, ".pth")));
+  auto zero = load_state_dict(dir.file("rank0.pth"));
+  for (int r = 1; r < 3; ++r) {
+    auto other = load_state_dict(dir.file(str_cat("rank", r, ".pth")));
+    for (auto& [name, p] : reference.named_parameters())
+      CHECK(other.get_floats(name, p->shape()) == zero.get_floats(name, p->shape()));
+  }
 }
 
 TEST_CASE("DDP refuses replicas whose parameter shapes differ, naming both ranks", "[ddp]") {
