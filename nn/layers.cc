@@ -141,8 +141,11 @@ void BasicDropout<T>::backward(const BasicTensor<T>& input, const BasicTensor<T>
 template <typename T>
 void BasicFlatten<T>::forward(const BasicTensor<T>& input, BasicTensor<T>& output) {
   COLLIE_ARG_CHECK_GE(input.ndim(), 1u, "Flatten needs a batch dimension");
-  const int64_t batch = input.dim(0);
-  output.resize({batch, batch == 0 ? 0 : static_cast<int64_t>(input.numel()) / batch});
+  // [B, d1, d2, ...] -> [B, d1 * d2 * ...], an empty batch too (a rank's
+  // empty share of a step after a failure, nn/epoch_plan.h).
+  int64_t features = 1;
+  for (size_t i = 1; i < input.ndim(); ++i) features *= input.dim(i);
+  output.resize({input.dim(0), features});
   std::copy(input.data(), input.data() + input.numel(), output.data());
 }
 

@@ -190,6 +190,22 @@ TEST_CASE("backward announces each parameter once, last layer first, and accumul
     CHECK(model.parameters()[0]->grad()[i] == Approx(2 * once[i]));
 }
 
+TEST_CASE("an empty batch runs forward and backward: zero gradients, every hook fired") {
+  // A rank's empty share of a step after a failure (nn/epoch_plan.h).
+  auto model = make_mlp<float>({.sizes = {6, 3, 2}, .seed = 1});
+  size_t hooks = 0;
+  for (auto& [name, p] : model.named_parameters()) p->set_grad_ready_hook([&hooks] { ++hooks; });
+  for (auto* p : model.parameters())
+    for (float& v : p->grad_span()) v = 7.0f;  // zero_grad clears; nothing is added
+  model.zero_grad();
+  const Tensor& out = model.forward(Tensor({0, 1, 2, 3}));
+  CHECK(out.shape() == Shape{0, 2});
+  model.backward(Tensor({0, 2}));
+  CHECK(hooks == 4);
+  for (auto* p : model.parameters())
+    for (float v : p->grad_span()) CHECK(v == 0.0f);
+}
+
 TEST_CASE("Linear initialisation equals torch's nn.Linear after torch.manual_seed") {
   auto torch = test::run_torch(R"(
 import torch
