@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/str_cat.h"
+#include "runtime/launcher/failure_events.h"
 #include "runtime/launcher/launch_options.h"
 #include "test/runtime/launcher/launcher_harness.h"
 #include "test/support/temp_dir.h"
@@ -85,6 +86,17 @@ TEST_CASE("collie-run --on-failure takes stop, shrink or replace and refuses any
                                      "--rdzv-endpoint", "h:29400", "--nnodes", "1:2", "./train"});
   CHECK(elastic.exit_code == 2);
   CHECK_THAT(elastic.message, Contains("does not go with --rdzv-backend c10d"));
+}
+
+TEST_CASE("an event line has the UTC time and the signed time since its origin",
+          "[launcher][survive]") {
+  using std::chrono::milliseconds;
+  const std::chrono::system_clock::time_point failed{milliseconds(1'796'000'000'123)};
+  CHECK(event_line(failed + milliseconds(1637), failed, "rank 1 failed", "worker exited: x") ==
+        "collie-run: [2026-11-30 00:53:21.760 UTC, +1.637s after rank 1 failed] worker exited: "
+        "x\n");
+  CHECK_THAT(event_line(failed - milliseconds(2), failed, "rank 1 failed", "y"),
+             Contains(", -0.002s after rank 1 failed] y"));
 }
 
 TEST_CASE("on-failure shrink: the survivors of a SIGKILLed worker shrink and finish, exit 0",
