@@ -12,8 +12,10 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/str_cat.h"
+#include "rendezvous/env/launch_env.h"
 #include "runtime/api/distributed.h"
 #include "test/faults/fault_harness.h"
+#include "test/support/pid_files.h"
 
 using namespace collie;
 using namespace std::chrono_literals;
@@ -160,7 +162,9 @@ COLLIE_TEST_CHILD(shrink_repeat) {
   return 0;
 }
 
-// args: "file:<path>", rank, world, role ("member" | "join"). The members
+// args: "file:<path>" | "env", rank, world, role ("member" | "join"; under
+// collie-run --on-failure=replace, COLLIE_REPLACEMENT=1 makes a joiner of a
+// "member"), and optionally a folder for pid files. The members
 // train a toy model (a vector every step's all_reduce moves), admit
 // joiners at every step boundary and shrink when a rank dies; the first
 // growth sets the step they all stop at, 20 steps on. A joiner gets the
@@ -169,10 +173,14 @@ COLLIE_TEST_CHILD(shrink_repeat) {
 // time of its first completed step ("first_step_ns=").
 COLLIE_TEST_CHILD(grow_rank) {
   const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
-  const bool joiner = args.at(3) == "join";
+  const bool joiner = args.at(3) == "join" || process_env("COLLIE_REPLACEMENT").value_or("") == "1";
   InitOptions options = init_options(args.at(0), rank, world);
   options.join = joiner;
   init_process_group(options);
+  // Under collie-run: a pid file per rank (the first generation's), so
+  // that the test can kill one.
+  if (args.size() > 4 && process_env("COLLIE_REPLACEMENT").value_or("") != "1")
+    test::write_pid_file(args.at(4), get_rank());
   std::vector<double> model(1024, 0.0);
   // state[0]: the step; state[1]: the step to stop at (0: not yet set).
   std::vector<double> state(2, 0.0);

@@ -19,6 +19,7 @@
 #include "rendezvous/env/job_secret.h"
 #include "rendezvous/tcp_store/tcp_store.h"
 #include "test/faults/fault_harness.h"
+#include "test/support/pid_files.h"
 #include "test/support/temp_dir.h"
 
 using namespace collie;
@@ -290,4 +291,36 @@ TEST_CASE("a process without the job secret cannot join a running group",
   auto store = TcpStore::connect("127.0.0.1", server->port(),
                                  {.timeout = std::chrono::seconds(5), .secret = secret});
   CHECK(store->add("/worker/attempt_0/default_pg/socket/0/join/n", 0) == 0);
+}
+
+TEST_CASE("collie-run --on-failure=replace: a replacement joins the running job and it finishes",
+          "[faults][shrink][grow][launcher]") {
+  TempDir pids;
+  auto launcher =
+      Subprocess::spawn(collie_run_argv({"--standalone", "--nproc-per-node", "4", "--on-failure",
+                                         "replace", "--max-restarts", "1"},
+                                        "grow_rank", {"env", "0", "4", "member", pids.path()}),
+                        {.env = clean_env(), .new_process_group = true});
+  auto workers = wait_for_pid_files(pids.path(), 4, std::chrono::seconds(120));
+  for (int rank = 0; rank < 4; ++rank)
+    launcher.wait_for_output(str_cat("[rank", rank, "]: looping rank ", rank),
+                             std::chrono::seconds(120));
+  const int64_t fault_ns = monotonic_ns();
+  REQUIRE(::kill(workers[1], SIGKILL) == 0);
+  auto st = launcher.wait(std::chrono::seconds(120));
+  const std::string out = launcher.out(), err = launcher.err();
+  INFO(st.describe() << "\n" << out << err);
+  CHECK(st.exit_code == 0);
+  CHECK_THAT(err, Contains("failure seen: rank 1") && Contains("replacement started: rank 1"));
+  // The replacement (collie-run's rank 1 slot) joined as rank 3 of 4, and
+  // every rank ended with the same model.
+  CHECK_THAT(out, Contains("[rank1]: final rank=3 world=4") && Contains("[rank1]: first_step_ns="));
+  for (int rank : {0, 2, 3})
+    CHECK_THAT(out, Contains(str_cat("[rank", rank, "]: admitted world=4")));
+  CHECK(out.find("same=0") == std::string::npos);
+  const auto first = find_int(out.substr(out.find("[rank1]: first_step_ns=")), "first_step_ns");
+  REQUIRE(first.has_value());
+  record("collie-run --on-failure=replace: SIGKILL rank 1 of 4",
+         str_cat("the replacement's first step ", (*first - fault_ns) / 1000000,
+                 " ms after the kill, process start and the launcher's detection included"));
 }
