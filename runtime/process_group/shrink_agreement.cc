@@ -127,6 +127,10 @@ class Agreement {
       throw BackendError(str_cat("shrink: the store's value under \"", key,
                                  "\" is not a report: \"", value, "\""));
     reported_.insert(who[0]);
+    // A rank an earlier report excluded has no say: two sides of a cut
+    // network that both reach the store accuse each other, and the first
+    // to report keeps the group, rather than the union excluding all.
+    if (suspected_.count(who[0])) return;
     for (int s : decode(std::string_view(value).substr(colon + 1), key)) {
       if (s < 0 || s >= size_)
         throw BackendError(str_cat("shrink: rank ", who[0], " reported rank ", s,

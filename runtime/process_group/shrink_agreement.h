@@ -4,7 +4,10 @@
 // Ranks can disagree about who failed: rank 0 sees rank 1's connection close,
 // while rank 2 only hears of it from rank 0's abort frame and knows no
 // culprit. So each survivor reports what it saw, and the excluded set is the
-// union of the reports plus every rank that did not report by the deadline.
+// union of the reports plus every rank that did not report by the deadline;
+// the report of a rank that an earlier report excluded is not counted (when
+// the data network is cut but both sides reach the store, the side that
+// reports first stays, instead of each side excluding the other).
 // Keys, under `prefix` + "shrink/<attempt>/":
 //  * "n": every reporter adds 1 and gets its place i in the order of reports;
 //  * "order/<i>": "<rank>:<suspects>" (old ranks, comma-separated);

@@ -131,6 +131,29 @@ TEST_CASE("a retry agrees under fresh keys") {
   CHECK(second[1].decision->survivors == std::vector<int>{0, 1});
 }
 
+TEST_CASE("two sides of a cut network that both reach the store: the first to report stays") {
+  HashStore store;
+  // Ranks 0 and 1 cannot reach rank 2, nor it them; rank 0 reports first.
+  std::optional<Outcome> zero;
+  std::thread first([&] {
+    zero.emplace();
+    try {
+      zero->decision = agree_on_shrink(store, "g/", 0, 3, {2}, 0, Deadline(30s));
+    } catch (...) {
+      zero->error = std::current_exception();
+    }
+  });
+  store.wait({"g/shrink/0/order/1"}, 30s);
+  auto rest = agree(store, 3, {std::nullopt, std::vector<int>{2}, std::vector<int>{0, 1}}, 30s);
+  first.join();
+  REQUIRE_FALSE(zero->error);
+  CHECK(zero->decision->excluded == std::vector<int>{2});
+  REQUIRE_FALSE(rest[1].error);
+  CHECK(rest[1].decision->survivors == std::vector<int>{0, 1});
+  REQUIRE(rest[2].error);
+  CHECK_THAT(message(rest[2].error), Contains("rank 2 was left out"));
+}
+
 TEST_CASE("bad suspects are refused, naming the rank") {
   HashStore store;
   CHECK_THROWS_WITH(agree_on_shrink(store, "g/", 0, 3, {5}, 0, Deadline(1s)),
