@@ -57,19 +57,26 @@ namespace {
 // rank r's element i of iteration k: small integers, sums exact in float.
 float value(int rank, int64_t k, size_t i) { return static_cast<float>((rank + 1) + (i + k) % 7); }
 
-void all_reduce_once(int64_t k, Timeout timeout) {
+}  // namespace
+
+namespace collie::test {
+
+void checked_all_reduce(int64_t k, size_t n, Timeout timeout) {
   const int rank = get_rank(), world = get_world_size();
-  const size_t n = 1 << 18;
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = value(rank, k, i);
   get_default_group()->all_reduce(view(v.data(), n), {.timeout = timeout})->wait();
   for (size_t i = 0; i < n; i += 97) {
     float want = 0;
     for (int r = 0; r < world; ++r) want += value(r, k, i);
-    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " element ", i, " is ", v[i], ", expected ",
-                 want);
+    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " of ", n, " element ", i, " is ", v[i],
+                 ", expected ", want, " (rank ", rank, " of ", world, ")");
   }
 }
+
+}  // namespace collie::test
+
+namespace {
 
 void broadcast_once(int64_t k, Timeout timeout) {
   const int rank = get_rank();
@@ -113,7 +120,7 @@ COLLIE_TEST_CHILD(loop_rank) {
   try {
     for (int64_t k = 0;; ++k) {
       if (op == "all_reduce") {
-        all_reduce_once(k, call_timeout);
+        test::checked_all_reduce(k, 1 << 18, call_timeout);
       } else if (op == "broadcast") {
         broadcast_once(k, call_timeout);
       } else if (op == "barrier") {

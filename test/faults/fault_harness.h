@@ -74,4 +74,10 @@ uint16_t agent_store_port(const std::string& launcher_stderr);
 // line of stdout and flushes.
 void print_caught(const std::exception& e);
 
+// In a child: one all_reduce of `n` floats on the default group (rank r's
+// element i of call k is small integers, so sums are exact), every 97th
+// element checked against the sum of every rank's (Error naming the call,
+// element and ranks when wrong).
+void checked_all_reduce(int64_t k, size_t n, Timeout timeout);
+
 }  // namespace collie::test

@@ -22,22 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-float value(int rank, int64_t k, size_t i) { return static_cast<float>((rank + 1) + (i + k) % 7); }
-
-// One checked all_reduce of `n` floats on the default group.
-void checked_all_reduce(int64_t k, size_t n, Timeout timeout) {
-  const int rank = get_rank(), world = get_world_size();
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = value(rank, k, i);
-  get_default_group()->all_reduce(view(v.data(), n), {.timeout = timeout})->wait();
-  for (size_t i = 0; i < n; i += 97) {
-    float want = 0;
-    for (int r = 0; r < world; ++r) want += value(r, k, i);
-    COLLIE_CHECK(v[i] == want, "all_reduce #", k, " of ", n, " element ", i, " is ", v[i],
-                 ", expected ", want, " (rank ", rank, " of ", world, ")");
-  }
-}
-
 InitOptions init_options(const std::string& how, int rank, int world) {
   InitOptions options{.backend = "cpu", .timeout = std::chrono::seconds(60)};
   if (how.rfind("file:", 0) == 0) {
@@ -82,7 +66,7 @@ COLLIE_TEST_CHILD(shrink_rank) {
   const int old_rank = get_rank();
   try {
     for (int64_t k = 0;; ++k) {
-      checked_all_reduce(k, k % 2 ? 1 << 18 : 5, call_timeout);
+      test::checked_all_reduce(k, k % 2 ? 1 << 18 : 5, call_timeout);
       if (k == 3) {
         std::printf("looping rank %d\n", old_rank);
         std::fflush(stdout);
@@ -119,9 +103,9 @@ COLLIE_TEST_CHILD(shrink_rank) {
   old_group.reset();
   // The next step, on the new group: small (the leader path across hosts)
   // and large (the sliced one), every result checked.
-  checked_all_reduce(1000, 5, call_timeout);
+  test::checked_all_reduce(1000, 5, call_timeout);
   const int64_t next_ns = test::monotonic_ns();
-  checked_all_reduce(1001, 1 << 18, call_timeout);
+  test::checked_all_reduce(1001, 1 << 18, call_timeout);
   std::printf(
       "recovered old_rank=%d new_rank=%d new_size=%d excluded=%s shrunk_ns=%lld "
       "next_ns=%lld\n",
@@ -144,10 +128,10 @@ COLLIE_TEST_CHILD(shrink_repeat) {
   init_process_group(init_options(args.at(0), rank, world));
   size_t fds = 0, threads = 0, maps = 0;
   for (int i = 1; i <= shrinks; ++i) {
-    checked_all_reduce(i, i % 2 ? 1 << 16 : 3, 30s);
+    test::checked_all_reduce(i, i % 2 ? 1 << 16 : 3, 30s);
     shrink_group({}, {}, {.timeout = 30s});
     COLLIE_CHECK(get_world_size() == world, "generation ", i, " has ", get_world_size(), " ranks");
-    checked_all_reduce(i, 1 << 16, 30s);
+    test::checked_all_reduce(i, 1 << 16, 30s);
     if (i == 5) {
       fds = count_entries("/proc/self/fd");
       threads = count_entries("/proc/self/task");
