@@ -30,6 +30,7 @@
 // the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
 // buckets in device memory, AdamW on the device; evaluation and checkpoints
 // go through the host model, so checkpoints are the same files either way.
+#include <signal.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -39,6 +40,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <regex>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -89,6 +91,10 @@ struct Args {
   std::vector<int64_t> hidden = {256, 128};
   std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
   bool survive_failures = false;
+  // --kill-self-at RANK:EPOCH:STEP|end (tests): that rank SIGKILLs itself.
+  std::string kill_self_at;
+  int kill_rank = -1, kill_epoch = -1;
+  int64_t kill_step = -1;  // -1: before the epoch's end
   // Filled by run() and init_distributed_mode.
   Timeout timeout_ms = kUnsetTimeout;
   bool distributed = false;
@@ -389,6 +395,9 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
       std::vector<int64_t> pending;
       try {
         for (; done < plan.num_steps(); ++done) {
+          if (args.kill_rank == args.rank && args.kill_epoch == epoch &&
+              args.kill_step == static_cast<int64_t>(done))
+            raise(SIGKILL);
           in_flight = done;
           pending = plan.batch(done);
           nn::Batch batch = nn::collate(c.train_data, pending);
@@ -425,6 +434,8 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
         }
         // The end of the epoch. Every collective here can fail too; then the
         // survivors redo this part (the main process logs an epoch once).
+        if (args.kill_rank == args.rank && args.kill_epoch == epoch && args.kill_step == -1)
+          raise(SIGKILL);
         ProcessGroup& group = *c.group;
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -525,6 +536,20 @@ int run(Args& args) {
         "--device cpu --backend nccl: the nccl backend reduces CUDA buffers, but with --device "
         "cpu DDP's gradient buckets are host memory; use --backend cpu (or --device cuda)");
   }
+  if (!args.kill_self_at.empty()) {
+    const std::regex re("(\\d+):(\\d+):(\\d+|end)");
+    std::smatch m;
+    if (!args.survive_failures || !std::regex_match(args.kill_self_at, m, re))
+      throw InvalidArgument(str_cat("--kill-self-at ", args.kill_self_at,
+                                    ": expected RANK:EPOCH:STEP or RANK:EPOCH:end, with "
+                                    "--survive-failures"));
+    args.kill_rank = std::stoi(m[1]);
+    args.kill_epoch = std::stoi(m[2]);
+    args.kill_step = m[3] == "end" ? -1 : std::stoll(m[3]);
+  }
+  if (args.survive_failures && args.max_steps >= 0)
+    throw InvalidArgument(
+        "--survive-failures trains whole epochs (every sample once); drop --max-steps");
   if (args.survive_failures && cuda)
     throw InvalidArgument(
         "--survive-failures runs on --device cpu only (the nccl backend cannot shrink a group)");
@@ -700,6 +725,10 @@ int main(int argc, char** argv) {
                "go on when a rank dies: the survivors shrink the group, take the furthest "
                "one's state and reshard the rest of the epoch (--device cpu; needs a store "
                "that outlives the rank: file://, or collie-run's agent store)");
+  app.add_option("--kill-self-at", args.kill_self_at,
+                 "tests: RANK:EPOCH:STEP (or RANK:EPOCH:end) - that rank SIGKILLs itself before "
+                 "that step of its epoch plan (or the epoch's end); with --survive-failures")
+      ->group("Testing");
   app.add_option("--timeout", args.timeout,
                  "bounds the rendezvous and every collective: 90 (seconds), 90s, 5m, 1h "
                  "(default: COLLIE_TIMEOUT, else 30m)");

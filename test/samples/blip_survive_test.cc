@@ -222,3 +222,48 @@ TEST_CASE(
   }
   CHECK(compared > 4);
 }
+
+TEST_CASE(
+    "blip_train --survive-failures: a rank dies at an epoch's end; the survivors redo the end, "
+    "counting the dead rank's share of every step",
+    "[survive]") {
+  // Rank 2 SIGKILLs itself once its epoch-1 steps are done: the others fail
+  // in the end's statistics; every step completed, so nothing is retrained,
+  // and epoch 1 counts the dead rank's whole share (with world 4's padding).
+  TempDir dir;
+  auto procs = spawn_ranks(4, dir,
+                           {"--synthetic", "--synthetic-size", "2001", "--hidden", "32",
+                            "--batch-size", "8", "--print-freq", "1000", "--epochs", "3",
+                            "--kill-self-at", "2:1:end", "--output-dir", dir.file("out")});
+  auto victim = procs[2].wait(std::chrono::minutes(2));
+  CHECK(victim.signal == SIGKILL);
+  std::string checksum, all;
+  for (int rank : {0, 1, 3}) {
+    auto st = procs[rank].wait(std::chrono::minutes(2));
+    const std::string out = procs[rank].out();
+    INFO("rank " << rank << " " << st.describe() << "\n" << out << procs[rank].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(out, Contains("of 4: epoch 1 end failed"));
+    CHECK_THAT(out, Contains("lost rank(s) 2"));
+    CHECK_THAT(out, Contains("ms from the error to the end of the epoch"));
+    const std::string sum = checksum_of(out);
+    CHECK_THAT(sum, Contains(" of 3"));
+    if (checksum.empty()) checksum = sum;
+    CHECK(sum == checksum);
+    all += out;
+  }
+  const auto samples = epoch_samples(procs[0].out());
+  INFO(all);
+  REQUIRE(samples.size() == 3);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.distinct == 2001);
+    CHECK(s.missing == 0);
+    CHECK(s.repeated == (epoch < 2 ? 3 : 0));  // world 4's padding in epochs 0 and 1
+    CHECK(s.world == (epoch == 0 ? 4 : 3));
+  }
+  const auto log = lines_of(dir.file("out/log.txt"));
+  REQUIRE(log.size() == 3);
+  CHECK(json_number(log[1], "epoch") == 1);
+  CHECK(json_number(log[1], "world_size") == 3);
+}
