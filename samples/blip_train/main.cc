@@ -373,13 +373,17 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
   bool recovering = false;
   std::chrono::steady_clock::time_point error_at{};
   std::string recovery_note;
+  // The plan a recovery made for the next epoch (a leader already in it).
+  std::optional<nn::EpochPlan> carried;
   int epoch = start_epoch;
   while (epoch < args.epochs) {
     nn::DistributedSampler sampler(c.train_data.size(), get_world_size(), get_rank(),
                                    /*shuffle=*/true, args.seed);
     sampler.set_epoch(static_cast<uint64_t>(epoch));
     nn::cosine_lr_schedule(c.optimizer, epoch, args.epochs, args.lr, args.min_lr);
-    nn::EpochPlan plan(sampler, static_cast<size_t>(args.batch_size));
+    nn::EpochPlan plan =
+        carried ? *carried : nn::EpochPlan(sampler, static_cast<size_t>(args.batch_size));
+    carried.reset();
     counts.reset();
     MetricLogger logger;
     logger.meter("lr", 1, "{value:.6f}");
@@ -493,8 +497,19 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
                     std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
         print(force, str_cat("shrunk: ", recovery_note));
         if (agreed_epoch > epoch) {
-          // The leader already finished this epoch (its barrier): so did
-          // everyone's training; go on from the leader's epoch.
+          // The leader already finished this epoch (it passed the barrier,
+          // so everyone's training and end were done) and failed in the
+          // next one's first step, which it reshards from its plan of that
+          // epoch in the old world: do the same, and the same collectives.
+          COLLIE_CHECK(agreed == 0, "the leader is ", agreed, " samples into epoch ", agreed_epoch,
+                       " while this rank has not finished epoch ", epoch);
+          nn::DistributedSampler old(c.train_data.size(), r.old_world, r.old_rank,
+                                     /*shuffle=*/true, args.seed);
+          old.set_epoch(static_cast<uint64_t>(agreed_epoch));
+          carried = nn::EpochPlan(old, static_cast<size_t>(args.batch_size))
+                        .reshard(0, r.new_world, r.new_rank);
+          counts.reset();
+          counts.consolidate(*c.group, device);
           epoch = agreed_epoch;
           jumped = true;
           break;
