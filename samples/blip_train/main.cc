@@ -487,43 +487,32 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
         const Recovery r =
             recover(c.ddp, c.group, c.model, c.optimizer,
                     encode_progress(epoch, plan.consumed_after(done)), args.timeout_ms);
-        const int agreed_epoch = decode_epoch(r.progress);
-        const size_t agreed = decode_consumed(r.progress);
+        const ResumePoint next = resume_point(epoch, plan, done, r, c.train_data.size(), args.seed);
         recovery_note =
             str_cat("world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
                     join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
-                    ", leader new rank ", r.leader, " at epoch ", agreed_epoch, " sample ", agreed,
-                    ", ", r.state_bytes, " bytes of state in ",
+                    ", leader new rank ", r.leader, " at epoch ", next.epoch, " sample ",
+                    decode_consumed(r.progress), ", ", r.state_bytes, " bytes of state in ",
                     std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
         print(force, str_cat("shrunk: ", recovery_note));
-        if (agreed_epoch > epoch) {
-          // The leader already finished this epoch (it passed the barrier,
-          // so everyone's training and end were done) and failed in the
-          // next one's first step, which it reshards from its plan of that
-          // epoch in the old world: do the same, and the same collectives.
-          COLLIE_CHECK(agreed == 0, "the leader is ", agreed, " samples into epoch ", agreed_epoch,
-                       " while this rank has not finished epoch ", epoch);
-          nn::DistributedSampler old(c.train_data.size(), r.old_world, r.old_rank,
-                                     /*shuffle=*/true, args.seed);
-          old.set_epoch(static_cast<uint64_t>(agreed_epoch));
-          carried = nn::EpochPlan(old, static_cast<size_t>(args.batch_size))
-                        .reshard(0, r.new_world, r.new_rank);
+        if (next.next_epoch) {
+          // Nothing of this epoch is left to count; the next one starts
+          // with the leader's plan, and the same collectives as the leader.
           counts.reset();
           counts.consolidate(*c.group, device);
-          epoch = agreed_epoch;
+          carried = next.plan;
+          epoch = next.epoch;
           jumped = true;
           break;
         }
-        const size_t agreed_steps = plan.steps_for(agreed);
-        COLLIE_CHECK(agreed_steps <= done + 1, "survivors are more than one step apart");
         // My step in flight counts when the leader completed it: its
         // all_reduce summed my gradient.
-        if (in_flight != kNone && in_flight < agreed_steps) counts.add_mine(pending);
+        if (in_flight != kNone && in_flight < next.completed) counts.add_mine(pending);
         // The dead ranks' shares of the steps that completed, on everyone.
         for (int dead : r.excluded)
-          for (size_t k = 0; k < agreed_steps; ++k) counts.add_agreed(plan.batch_of(dead, k));
+          for (size_t k = 0; k < next.completed; ++k) counts.add_agreed(plan.batch_of(dead, k));
         counts.consolidate(*c.group, device);
-        plan = plan.reshard(agreed_steps, r.new_world, r.new_rank);
+        plan = next.plan;
         done = 0;
       }
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "nn/recovery.h"
 #include "nn/state_dict.h"
@@ -59,6 +60,28 @@ SampleCounts::Summary SampleCounts::summarize(ProcessGroup& group, nn::DeviceOps
     if (n > 1) s.repeated += n - 1;
   }
   return s;
+}
+
+ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, const Recovery& r,
+                         size_t dataset_len, uint64_t seed) {
+  const int agreed_epoch = decode_epoch(r.progress);
+  const size_t agreed = decode_consumed(r.progress);
+  if (agreed_epoch > epoch) {
+    COLLIE_CHECK(agreed_epoch == epoch + 1 && agreed == 0, "the leader is ", agreed,
+                 " samples into epoch ", agreed_epoch, " while this rank has not finished epoch ",
+                 epoch);
+    nn::DistributedSampler old(dataset_len, r.old_world, r.old_rank, /*shuffle=*/true, seed);
+    old.set_epoch(static_cast<uint64_t>(agreed_epoch));
+    return {agreed_epoch, nn::EpochPlan(old, plan.batch_size()).reshard(0, r.new_world, r.new_rank),
+            0, true};
+  }
+  COLLIE_CHECK(agreed_epoch == epoch, "the leader is in epoch ", agreed_epoch,
+               ", behind this rank's ", epoch);
+  const size_t completed = plan.steps_for(agreed);
+  COLLIE_CHECK(completed >= done && completed <= done + 1, "the leader completed ", completed,
+               " steps of this epoch's plan, this rank ", done,
+               ": survivors cannot be more than one step apart");
+  return {epoch, plan.reshard(completed, r.new_world, r.new_rank), completed, false};
 }
 
 Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,

@@ -72,6 +72,23 @@ struct Recovery {
   std::chrono::steady_clock::duration took{};
 };
 
+// Where a survivor goes on once the survivors agreed (r.progress, the
+// leader's): in the same epoch, the rest of `plan` after the steps the
+// leader completed, resharded over the new world; or, when the leader was
+// already in a later epoch (it passed this epoch's barrier, so every rank's
+// training and end were done, and it failed in that epoch's first step),
+// the leader's own plan of that epoch in the old world, resharded alike.
+// Every survivor gets the same steps. Throws Error when the agreement is
+// impossible (survivors more than a step apart).
+struct ResumePoint {
+  int epoch = 0;
+  nn::EpochPlan plan;
+  size_t completed = 0;     // steps of `plan` (the old one) that count
+  bool next_epoch = false;  // the leader was in a later epoch
+};
+ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, const Recovery& r,
+                         size_t dataset_len, uint64_t seed);
+
 // Shrinks the default group, moves `ddp` to it (`holder` keeps the group
 // alive for DDP), agrees on progress and broadcasts the leader's state.
 Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,

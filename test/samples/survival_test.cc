@@ -1,0 +1,99 @@
+// blip_train's recovery decisions without processes: after the survivors'
+// agreement every survivor must resume with the same steps, whether it was
+// behind the leader by a step or a whole epoch's end.
+#include <catch2/catch.hpp>
+
+#include "base/error.h"
+#include "nn/distributed_sampler.h"
+#include "nn/epoch_plan.h"
+#include "samples/blip_train/survival.h"
+
+using namespace collie;
+using namespace collie::samples;
+
+namespace {
+
+constexpr size_t kLen = 1001;  // padded by 3 in world 4
+constexpr uint64_t kSeed = 42;
+constexpr size_t kBatch = 8;
+
+nn::EpochPlan plan_for(int epoch, int world, int rank) {
+  nn::DistributedSampler s(kLen, world, rank, true, kSeed);
+  s.set_epoch(static_cast<uint64_t>(epoch));
+  return nn::EpochPlan(s, kBatch);
+}
+
+// Survivors old ranks 0, 2, 3 of 4 (rank 1 died), new ranks 0, 1, 2.
+Recovery recovery_for(int old_rank, int64_t progress) {
+  Recovery r;
+  r.old_world = 4;
+  r.old_rank = old_rank;
+  r.new_world = 3;
+  r.new_rank = old_rank == 0 ? 0 : old_rank - 1;
+  r.excluded = {1};
+  r.progress = progress;
+  return r;
+}
+
+// Every survivor's view of every new rank's steps is the same.
+void check_same_steps(const std::vector<ResumePoint>& points) {
+  for (const auto& p : points) {
+    CHECK(p.epoch == points[0].epoch);
+    REQUIRE(p.plan.num_steps() == points[0].plan.num_steps());
+    for (size_t k = 0; k < p.plan.num_steps(); ++k)
+      for (int j = 0; j < 3; ++j) CHECK(p.plan.batch_of(j, k) == points[0].plan.batch_of(j, k));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("progress orders epochs before the samples consumed in them") {
+  CHECK(decode_epoch(encode_progress(7, 123456)) == 7);
+  CHECK(decode_consumed(encode_progress(7, 123456)) == 123456);
+  CHECK(encode_progress(3, 0) > encode_progress(2, 60000));
+}
+
+TEST_CASE("survivors a step apart resume with the leader's steps, the step it completed kept") {
+  const int epoch = 2;
+  const size_t k = 5;  // old ranks 0 and 3 completed step 5, old rank 2 failed in it
+  const auto leader = plan_for(epoch, 4, 0);
+  const int64_t progress = encode_progress(epoch, leader.consumed_after(k + 1));
+  std::vector<ResumePoint> points;
+  for (int old_rank : {0, 2, 3}) {
+    const size_t done = old_rank == 2 ? k : k + 1;
+    points.push_back(resume_point(epoch, plan_for(epoch, 4, old_rank), done,
+                                  recovery_for(old_rank, progress), kLen, kSeed));
+    CHECK(points.back().completed == k + 1);
+    CHECK_FALSE(points.back().next_epoch);
+  }
+  check_same_steps(points);
+  // What is left: the real samples after the 6 completed global batches.
+  size_t left = 0;
+  for (size_t s = 0; s < points[0].plan.num_steps(); ++s)
+    left += points[0].plan.global_batch_size(s);
+  CHECK(left == kLen - (k + 1) * 4 * kBatch);
+  // A leader two steps ahead is impossible: refused, not guessed.
+  CHECK_THROWS_AS(
+      resume_point(epoch, plan_for(epoch, 4, 2), k - 1, recovery_for(2, progress), kLen, kSeed),
+      Error);
+}
+
+TEST_CASE("a survivor still at an epoch's end follows a leader into the next epoch's plan") {
+  // Old ranks 0 and 3 passed epoch 2's barrier and failed in epoch 3's
+  // first step; old rank 2 failed inside the barrier.
+  const int64_t progress = encode_progress(3, 0);
+  std::vector<ResumePoint> points;
+  for (int old_rank : {0, 2, 3}) {
+    const int epoch = old_rank == 2 ? 2 : 3;
+    const auto plan = plan_for(epoch, 4, old_rank);
+    const size_t done = old_rank == 2 ? plan.num_steps() : 0;
+    points.push_back(
+        resume_point(epoch, plan, done, recovery_for(old_rank, progress), kLen, kSeed));
+    CHECK(points.back().next_epoch == (old_rank == 2));
+  }
+  check_same_steps(points);
+  CHECK(points[0].epoch == 3);
+  // Epoch 3's first step is the old world's first global batch, re-dealt.
+  CHECK(points[0].plan.global_batch_size(0) == 4 * kBatch);
+  CHECK(points[0].plan.global_batch_size(1) == 3 * kBatch);
+}
