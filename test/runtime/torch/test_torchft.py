@@ -29,35 +29,49 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 from datetime import timedelta
 
 import pytest
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._C._distributed_c10d import ReduceOp, ReduceScatterOptions
+from torch.distributed import TCPStore
+from torch.distributed import _functional_collectives as funcol
+
+import harness
 
 try:
     import torchft  # noqa: F401
     import torchft.process_group_test as ft_tests  # needs parameterized
     from parameterized import parameterized
+
+    from collie_torch.torchft import ProcessGroupCollie
+    MISSING = None
 except ImportError as e:
-    _why = (f"torchft is not importable in {sys.executable} ({e}); "
-            f"{sys.executable} -m pip install torchft==0.2.0 parameterized")
+    MISSING = (f"torchft is not importable in {sys.executable} ({e}); "
+               f"{sys.executable} -m pip install torchft==0.2.0 parameterized")
+
+
+def require_torchft():
+    """Every test needs torchft: a skip naming what to install, or under
+    CI=true (where tools/collie.sh installs it) a failure."""
+    if MISSING is None:
+        return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"{_why} (CI=true: tools/collie.sh installs it, so it may not skip)",
+        pytest.fail(f"{MISSING} (CI=true: tools/collie.sh installs it, so it may not skip)",
                     pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+    pytest.skip(MISSING)
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-from torch._C._distributed_c10d import ReduceOp, ReduceScatterOptions  # noqa: E402
-from torch.distributed import TCPStore  # noqa: E402
-from torch.distributed import _functional_collectives as funcol  # noqa: E402
 
-from collie_torch.torchft import ProcessGroupCollie  # noqa: E402
+@pytest.fixture(autouse=True)
+def _torchft_is_there():
+    require_torchft()
 
-import harness  # noqa: E402
 
 WORKERS = os.path.join(harness.HERE, "workers_torchft.py")
-TORCHFT_VERSION = getattr(torchft, "__version__", None)
 
 
 def new_store():
@@ -181,96 +195,146 @@ def test_functional_collectives():
 # --- torchft's MultiPgBaseTest (ranks as threads), with collie --------------
 
 
-def run_reduce_scatter_test_cpu(pg, rank, tensor):
-    """torchft's run_reduce_scatter_test returns early on a CPU tensor (gloo
-    has no reduce_scatter); the same check on the CPU."""
-    world_sz = pg.size()
-    if world_sz < 2:
-        return
-    local_data = [torch.arange(r * world_sz + 1, r * world_sz + world_sz + 1,
-                               dtype=torch.float32) for r in range(world_sz)]
-    out = torch.zeros(world_sz, dtype=torch.float32)
-    opts = ReduceScatterOptions()
-    opts.reduceOp = ReduceOp.SUM
-    pg.reduce_scatter([out], [local_data], opts).wait()
-    expected = torch.arange(rank * world_sz + 1, rank * world_sz + world_sz + 1,
-                            dtype=torch.float32) * world_sz
-    torch.testing.assert_close(out, expected)
+if MISSING is not None:
+    class TestCollieMultiPg(unittest.TestCase):
+        """Stands for the class below when torchft is missing (its base
+        class is torchft's), so that its test id still runs and skips."""
+
+        def test_torchft_is_missing(self):
+            require_torchft()
+
+else:
+    def run_reduce_scatter_test_cpu(pg, rank, tensor):
+        """torchft's run_reduce_scatter_test returns early on a CPU tensor (gloo
+        has no reduce_scatter); the same check on the CPU."""
+        world_sz = pg.size()
+        if world_sz < 2:
+            return
+        local_data = [torch.arange(r * world_sz + 1, r * world_sz + world_sz + 1,
+                                   dtype=torch.float32) for r in range(world_sz)]
+        out = torch.zeros(world_sz, dtype=torch.float32)
+        opts = ReduceScatterOptions()
+        opts.reduceOp = ReduceOp.SUM
+        pg.reduce_scatter([out], [local_data], opts).wait()
+        expected = torch.arange(rank * world_sz + 1, rank * world_sz + world_sz + 1,
+                                dtype=torch.float32) * world_sz
+        torch.testing.assert_close(out, expected)
 
 
-COLLECTIVES = dict(ft_tests._COLLECTIVE_TO_FUNC, reduce_scatter=run_reduce_scatter_test_cpu)
-# parameterized.expand names the methods by index: a fixed order keeps the
-# names (the ctest entries) stable.
-COLLECTIVE_NAMES = sorted(COLLECTIVES)
+    COLLECTIVES = dict(ft_tests._COLLECTIVE_TO_FUNC, reduce_scatter=run_reduce_scatter_test_cpu)
+    # parameterized.expand names the methods by index: a fixed order keeps the
+    # names (the ctest entries) stable.
+    COLLECTIVE_NAMES = sorted(COLLECTIVES)
 
-# What torchft's resiliency test accepts (gloo's and nccl's words), and
-# collie's: the connection to the rank that shut down closed, or the 1 s
-# timeout passed.
-RESILIENCY_ERRORS = (r"(Connection closed by peer|timed out after|Timed out waiting|no error|"
-                     r"Read error|not equal|not close|process group not initialized|"
-                     r"closed unexpectedly|closed its communicator|refused|aborted|shut down|timed out)")
+    # What torchft's resiliency test accepts (gloo's and nccl's words), and
+    # collie's: the connection to the rank that shut down closed, or the 1 s
+    # timeout passed.
+    RESILIENCY_ERRORS = (r"(Connection closed by peer|timed out after|Timed out waiting|no error|"
+                         r"Read error|not equal|not close|process group not initialized|"
+                         r"closed unexpectedly|closed its communicator|refused|aborted|shut down|timed out)")
 
 
-class TestCollieMultiPg(ft_tests.MultiPgBaseTest):
-    """torchft's NormalGlooMultiPgTest with BACKEND collie: 3 ranks (threads),
-    one ProcessGroupCollie each, configured on one TCPStore."""
-    BACKEND = "collie"
-    WORLD_SIZE = 3
+    class TestCollieMultiPg(ft_tests.MultiPgBaseTest):
+        """torchft's NormalGlooMultiPgTest with BACKEND collie: 3 ranks (threads),
+        one ProcessGroupCollie each, configured on one TCPStore."""
+        BACKEND = "collie"
+        WORLD_SIZE = 3
 
-    @classmethod
-    def _create_pg(cls, backend):
-        assert backend == "collie"
-        return ProcessGroupCollie(timeout=timedelta(seconds=60))
+        @classmethod
+        def _create_pg(cls, backend):
+            assert backend == "collie"
+            return ProcessGroupCollie(timeout=timedelta(seconds=60))
 
-    def _run_parallel(self, collective, device="cpu"):
-        with _patched_collectives():
-            super()._run_parallel(collective, device)
+        def _run_parallel(self, collective, device="cpu"):
+            with _patched_collectives():
+                super()._run_parallel(collective, device)
 
-    @parameterized.expand(COLLECTIVE_NAMES)
-    def test_collective(self, collective):
-        self._run_parallel(collective, device="cpu")
+        @parameterized.expand(COLLECTIVE_NAMES)
+        def test_collective(self, collective):
+            self._run_parallel(collective, device="cpu")
 
-    @parameterized.expand(COLLECTIVE_NAMES)
-    def test_collective_with_resiliency(self, collective):
-        """torchft's _run_with_resiliency, with collie's messages accepted
-        too: all ranks reconfigure, the collective works, the last rank
-        shuts its group down, the others' next one raises (or, for a
-        send/recv between ranks 0 and 1, which does not involve it,
-        succeeds: torchft's 'no error')."""
-        test = COLLECTIVES[collective]
+        @parameterized.expand(COLLECTIVE_NAMES)
+        def test_collective_with_resiliency(self, collective):
+            """torchft's _run_with_resiliency, with collie's messages accepted
+            too: all ranks reconfigure, the collective works, the last rank
+            shuts its group down, the others' next one raises (or, for a
+            send/recv between ranks 0 and 1, which does not involve it,
+            succeeds: torchft's 'no error')."""
+            test = COLLECTIVES[collective]
 
-        def worker(pg, rank):
-            pg.set_timeout(timedelta(seconds=30))
-            fault_rank = self.WORLD_SIZE - 1
-            pg.configure(f"localhost:{self.store.port}/reconfig_{collective}", "0", rank,
-                         self.WORLD_SIZE)
-            test(pg, rank, torch.tensor([rank + 1]))
-            if rank == fault_rank:
-                pg.shutdown()
-                return f"Rank{rank} crashed"
-            pg.set_timeout(timedelta(seconds=1))
-            with self.assertRaisesRegex(Exception, RESILIENCY_ERRORS):
+            def worker(pg, rank):
+                pg.set_timeout(timedelta(seconds=30))
+                fault_rank = self.WORLD_SIZE - 1
+                pg.configure(f"localhost:{self.store.port}/reconfig_{collective}", "0", rank,
+                             self.WORLD_SIZE)
                 test(pg, rank, torch.tensor([rank + 1]))
-                raise RuntimeError("no error")
-            return f"Rank{rank} final success."
+                if rank == fault_rank:
+                    pg.shutdown()
+                    return f"Rank{rank} crashed"
+                pg.set_timeout(timedelta(seconds=1))
+                with self.assertRaisesRegex(Exception, RESILIENCY_ERRORS):
+                    test(pg, rank, torch.tensor([rank + 1]))
+                    raise RuntimeError("no error")
+                return f"Rank{rank} final success."
 
-        start = time.monotonic()
-        futs = [self.executor.submit(worker, self.pg_pool[r], r) for r in range(self.WORLD_SIZE)]
-        self._collect(futs)
-        # Nothing waits for the 30 s of the group that was alive.
-        assert time.monotonic() - start < 25
+            start = time.monotonic()
+            futs = [self.executor.submit(worker, self.pg_pool[r], r) for r in range(self.WORLD_SIZE)]
+            self._collect(futs)
+            # Nothing waits for the 30 s of the group that was alive.
+            assert time.monotonic() - start < 25
 
 
-class _patched_collectives:
-    """MultiPgBaseTest._run_parallel looks collectives up in torchft's table;
-    ours adds the CPU reduce_scatter."""
+    class _patched_collectives:
+        """MultiPgBaseTest._run_parallel looks collectives up in torchft's table;
+        ours adds the CPU reduce_scatter."""
 
-    def __enter__(self):
-        self._saved = ft_tests._COLLECTIVE_TO_FUNC
-        ft_tests._COLLECTIVE_TO_FUNC = COLLECTIVES
+        def __enter__(self):
+            self._saved = ft_tests._COLLECTIVE_TO_FUNC
+            ft_tests._COLLECTIVE_TO_FUNC = COLLECTIVES
 
-    def __exit__(self, *exc):
-        ft_tests._COLLECTIVE_TO_FUNC = self._saved
+        def __exit__(self, *exc):
+            ft_tests._COLLECTIVE_TO_FUNC = self._saved
+
+
+# --- torchft's ManagerIntegTest (replica groups as threads), with collie ----
+
+MANAGER_INTEG_TESTS = ["test_ddp_healthy", "test_ddp_recovery_0_async_quorum",
+                       "test_ddp_recovery_1_sync_quorum", "test_ddp_skip_init_sync",
+                       "test_ddp_recovery_multi_rank", "test_quorum_timeout",
+                       "test_manager_allreduce_1"]  # _1: CPU (_0 needs GPUs)
+
+
+@pytest.mark.parametrize("errors", ["raise", "report"])
+def test_torchft_manager_integ_tests(errors):
+    """torchft's own Manager integration tests (torchft/manager_integ_test.py:
+    an in-process lighthouse, 2-3 replica groups of 1-2 ranks as threads,
+    torchft's DDP, injected failures between steps, recovery by healing)
+    with every ProcessGroupGloo they make a ProcessGroupCollie. Their
+    managers listen on fixed ports (19530 + replica); here on port 0."""
+    from unittest import TestSuite, TextTestRunner
+    from unittest.mock import patch
+    import torchft.manager_integ_test as integ
+    from torchft.manager import Manager
+
+    made = []
+
+    def collie_group(*args, **kwargs):
+        made.append(ProcessGroupCollie(*args, errors=errors, **kwargs))
+        return made[-1]
+
+    class PortZeroManager(Manager):
+        def __init__(self, *args, port=None, **kwargs):
+            super().__init__(*args, port=0, **kwargs)
+
+    suite = TestSuite([integ.ManagerIntegTest(name) for name in MANAGER_INTEG_TESTS])
+    with patch.object(integ, "ProcessGroupGloo", collie_group), \
+            patch.object(integ, "Manager", PortZeroManager):
+        result = TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    problems = [f"{t.id()}:\n{tb}" for t, tb in result.errors + result.failures]
+    assert not problems, "\n".join(problems)
+    assert result.testsRun == len(MANAGER_INTEG_TESTS) and not result.skipped, result.skipped
+    assert made and all(type(p.backend()).__name__ == "BackendCollie"
+                        for p in made if p.backend() is not None)
 
 
 # --- a torchft training job with a replica SIGKILLed -----------------------

@@ -70,6 +70,7 @@ from . import _C
 
 __all__ = ["ProcessGroupCollie"]
 
+
 class ProcessGroupCollie(ProcessGroupWrapper):
     """A reconfigurable collie process group for torchft's Manager (its `pg`
     argument), in place of torchft's ProcessGroupGloo.
@@ -78,6 +79,10 @@ class ProcessGroupCollie(ProcessGroupWrapper):
         timeout: the deadline of the rendezvous of each configure (the
             TCPStore client's and collie's) and of every collective of the
             group (collie's default deadline; set_timeout changes it).
+        pg: torchft's: a torchft ProcessGroup to configure instead (then
+            this is a plain wrapper around it).
+        errors: "raise" or "report": how a failed collective reaches
+            torchft (see the module's text).
     """
 
     def __init__(self, timeout: timedelta = timedelta(seconds=60), pg=None,
