@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <regex>
 
@@ -91,10 +92,11 @@ struct Args {
   std::vector<int64_t> hidden = {256, 128};
   std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
   bool survive_failures = false;
-  // --kill-self-at RANK:EPOCH:STEP|end (tests): that rank SIGKILLs itself.
+  // --kill-self-at RANK:EPOCH:STEP|end|recover (tests): that rank SIGKILLs
+  // itself.
   std::string kill_self_at;
   int kill_rank = -1, kill_epoch = -1;
-  int64_t kill_step = -1;  // -1: before the epoch's end
+  int64_t kill_step = -1;  // -1: before the epoch's end, -2: in its first recovery
   // Filled by run() and init_distributed_mode.
   Timeout timeout_ms = kUnsetTimeout;
   bool distributed = false;
@@ -484,36 +486,76 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc)
                       in_flight != kNone ? str_cat("step ", in_flight, " of ", plan.num_steps())
                                          : std::string("end"),
                       " failed: ", e.what(), "; shrinking the group to the survivors"));
-        const Recovery r =
-            recover(c.ddp, c.group, c.model, c.optimizer,
-                    encode_progress(epoch, plan.consumed_after(done)), args.timeout_ms);
-        const ResumePoint next = resume_point(epoch, plan, done, r, c.train_data.size(), args.seed);
-        recovery_note =
-            str_cat("world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
-                    join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
-                    ", leader new rank ", r.leader, " at epoch ", next.epoch, " sample ",
-                    decode_consumed(r.progress), ", ", r.state_bytes, " bytes of state in ",
-                    std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
-        print(force, str_cat("shrunk: ", recovery_note));
-        if (next.next_epoch) {
-          // Nothing of this epoch is left to count; the next one starts
-          // with the leader's plan, and the same collectives as the leader.
-          counts.reset();
-          counts.consolidate(*c.group, device);
-          carried = next.plan;
-          epoch = next.epoch;
+        // The current group's members as ranks of `plan` (the dead ones'
+        // shares are rebuilt from it), and the dead so far.
+        std::vector<int> members(static_cast<size_t>(plan.num_replicas()));
+        std::iota(members.begin(), members.end(), 0);
+        std::vector<int> dead;
+        bool next_epoch = false;
+        // A failure during the recovery (another rank dying) starts it
+        // again on what is left; the state is committed once the leader's
+        // has arrived.
+        for (int attempt = 1;; ++attempt) {
+          try {
+            const bool kill_now = args.kill_rank == args.rank && args.kill_epoch == epoch &&
+                                  args.kill_step == -2 && attempt == 1;
+            const Recovery r = recover(
+                c.ddp, c.group, c.model, c.optimizer,
+                encode_progress(epoch, plan.consumed_after(done)), args.timeout_ms,
+                [&](const Recovery& shrunk) {
+                  std::vector<int> staying;
+                  for (int j = 0; j < shrunk.old_world; ++j) {
+                    const bool gone = std::find(shrunk.excluded.begin(), shrunk.excluded.end(),
+                                                j) != shrunk.excluded.end();
+                    (gone ? dead : staying).push_back(members.at(static_cast<size_t>(j)));
+                  }
+                  members = staying;
+                  if (kill_now) raise(SIGKILL);
+                });
+            const ResumePoint next =
+                resume_point(epoch, plan, done, r, c.train_data.size(), args.seed);
+            recovery_note = str_cat(
+                "world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
+                join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
+                ", leader new rank ", r.leader, " at epoch ", next.epoch, " sample ",
+                decode_consumed(r.progress), ", ", r.state_bytes, " bytes of state in ",
+                std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
+            print(force, str_cat("shrunk: ", recovery_note));
+            if (next.next_epoch) {
+              // Nothing of this epoch is left to count; the next one starts
+              // with the leader's plan of it.
+              counts.reset();
+              epoch = next.epoch;
+              next_epoch = true;
+            } else {
+              // My step in flight counts when the leader completed it: its
+              // all_reduce summed my gradient.
+              if (in_flight != kNone && in_flight < next.completed) counts.add_mine(pending);
+              // The dead ranks' shares of the steps that completed.
+              for (int d : dead)
+                for (size_t k = 0; k < next.completed; ++k) counts.add_agreed(plan.batch_of(d, k));
+            }
+            // Committed: this rank now holds the leader's state at `next`.
+            dead.clear();
+            in_flight = kNone;
+            plan = next.plan;
+            done = 0;
+            members.resize(static_cast<size_t>(plan.num_replicas()));
+            std::iota(members.begin(), members.end(), 0);
+            counts.consolidate(*c.group, device);
+            break;
+          } catch (const std::exception& again) {
+            if (!is_group_failure(again) || attempt >= 3) throw;
+            print(force, str_cat("rank ", get_rank(), " of ", get_world_size(),
+                                 ": the recovery failed too: ", again.what(),
+                                 "; shrinking the group again"));
+          }
+        }
+        if (next_epoch) {
+          carried = plan;
           jumped = true;
           break;
         }
-        // My step in flight counts when the leader completed it: its
-        // all_reduce summed my gradient.
-        if (in_flight != kNone && in_flight < next.completed) counts.add_mine(pending);
-        // The dead ranks' shares of the steps that completed, on everyone.
-        for (int dead : r.excluded)
-          for (size_t k = 0; k < next.completed; ++k) counts.add_agreed(plan.batch_of(dead, k));
-        counts.consolidate(*c.group, device);
-        plan = next.plan;
-        done = 0;
       }
     }
     if (!jumped) ++epoch;
@@ -541,15 +583,16 @@ int run(Args& args) {
         "cpu DDP's gradient buckets are host memory; use --backend cpu (or --device cuda)");
   }
   if (!args.kill_self_at.empty()) {
-    const std::regex re("(\\d+):(\\d+):(\\d+|end)");
+    const std::regex re("(\\d+):(\\d+):(\\d+|end|recover)");
     std::smatch m;
     if (!args.survive_failures || !std::regex_match(args.kill_self_at, m, re))
-      throw InvalidArgument(str_cat("--kill-self-at ", args.kill_self_at,
-                                    ": expected RANK:EPOCH:STEP or RANK:EPOCH:end, with "
-                                    "--survive-failures"));
+      throw InvalidArgument(
+          str_cat("--kill-self-at ", args.kill_self_at,
+                  ": expected RANK:EPOCH:STEP, RANK:EPOCH:end or RANK:EPOCH:recover, with "
+                  "--survive-failures"));
     args.kill_rank = std::stoi(m[1]);
     args.kill_epoch = std::stoi(m[2]);
-    args.kill_step = m[3] == "end" ? -1 : std::stoll(m[3]);
+    args.kill_step = m[3] == "end" ? -1 : m[3] == "recover" ? -2 : std::stoll(m[3]);
   }
   if (args.survive_failures && args.max_steps >= 0)
     throw InvalidArgument(
@@ -730,8 +773,9 @@ int main(int argc, char** argv) {
                "one's state and reshard the rest of the epoch (--device cpu; needs a store "
                "that outlives the rank: file://, or collie-run's agent store)");
   app.add_option("--kill-self-at", args.kill_self_at,
-                 "tests: RANK:EPOCH:STEP (or RANK:EPOCH:end) - that rank SIGKILLs itself before "
-                 "that step of its epoch plan (or the epoch's end); with --survive-failures")
+                 "tests: RANK:EPOCH:STEP|end|recover - that rank SIGKILLs itself before that "
+                 "step of its epoch plan, before the epoch's end, or in the epoch's first "
+                 "recovery once the group has shrunk; with --survive-failures")
       ->group("Testing");
   app.add_option("--timeout", args.timeout,
                  "bounds the rendezvous and every collective: 90 (seconds), 90s, 5m, 1h "

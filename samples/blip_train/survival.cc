@@ -70,7 +70,8 @@ ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, cons
     COLLIE_CHECK(agreed_epoch == epoch + 1 && agreed == 0, "the leader is ", agreed,
                  " samples into epoch ", agreed_epoch, " while this rank has not finished epoch ",
                  epoch);
-    nn::DistributedSampler old(dataset_len, r.old_world, r.old_rank, /*shuffle=*/true, seed);
+    nn::DistributedSampler old(dataset_len, plan.num_replicas(), plan.rank(), /*shuffle=*/true,
+                               seed);
     old.set_epoch(static_cast<uint64_t>(agreed_epoch));
     return {agreed_epoch, nn::EpochPlan(old, plan.batch_size()).reshard(0, r.new_world, r.new_rank),
             0, true};
@@ -85,8 +86,8 @@ ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, cons
 }
 
 Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,
-                 nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress,
-                 Timeout timeout) {
+                 nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress, Timeout timeout,
+                 const std::function<void(const Recovery&)>& on_shrunk) {
   const auto start = std::chrono::steady_clock::now();
   Recovery r;
   r.old_world = get_world_size();
@@ -99,6 +100,7 @@ Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>
   r.new_world = group->size();
   r.new_rank = group->rank();
   setup_for_distributed(r.new_rank == 0);
+  if (on_shrunk) on_shrunk(r);
   const nn::Agreement a = nn::agree_on_progress(*group, my_progress, timeout);
   r.progress = a.progress;
   r.leader = a.leader;

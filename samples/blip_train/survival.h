@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,7 +78,8 @@ struct Recovery {
 // leader completed, resharded over the new world; or, when the leader was
 // already in a later epoch (it passed this epoch's barrier, so every rank's
 // training and end were done, and it failed in that epoch's first step),
-// the leader's own plan of that epoch in the old world, resharded alike.
+// the leader's own plan of that epoch in the world `plan` was made for
+// (the leader's world when it started that epoch), resharded alike.
 // Every survivor gets the same steps. Throws Error when the agreement is
 // impossible (survivors more than a step apart).
 struct ResumePoint {
@@ -91,8 +93,12 @@ ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, cons
 
 // Shrinks the default group, moves `ddp` to it (`holder` keeps the group
 // alive for DDP), agrees on progress and broadcasts the leader's state.
+// `on_shrunk` runs once the new group is there, with the group fields
+// filled (who was left out), before the agreement: what a caller must
+// learn even when the rest fails (another rank dying) and it starts over.
 Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,
-                 nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress, Timeout timeout);
+                 nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress, Timeout timeout,
+                 const std::function<void(const Recovery&)>& on_shrunk = {});
 
 }  // namespace collie::samples
 

@@ -267,3 +267,46 @@ TEST_CASE(
   CHECK(json_number(log[1], "epoch") == 1);
   CHECK(json_number(log[1], "world_size") == 3);
 }
+
+TEST_CASE(
+    "blip_train --survive-failures: a second rank dies while the survivors recover; they shrink "
+    "again and the epoch still uses every sample once",
+    "[survive]") {
+  // Rank 0 is SIGKILLed in epoch 1; rank 3 SIGKILLs itself in the
+  // recovery, right after the first shrink, so ranks 1 and 2 fail in the
+  // agreement and recover again, as a group of 2.
+  TempDir dir;
+  auto procs = spawn_ranks(4, dir,
+                           {"--synthetic", "--synthetic-size", "2001", "--hidden", "32",
+                            "--batch-size", "8", "--print-freq", "1", "--epochs", "4",
+                            "--kill-self-at", "3:1:recover", "--output-dir", dir.file("out")});
+  procs[0].wait_for_output("Train Epoch: [1]  [20/63]", std::chrono::minutes(2));
+  procs[0].kill(SIGKILL);
+  procs[0].wait(std::chrono::seconds(30));
+  CHECK(procs[3].wait(std::chrono::minutes(2)).signal == SIGKILL);
+  std::string all = procs[0].out() + procs[3].out(), checksum;
+  for (int rank : {1, 2}) {
+    auto st = procs[rank].wait(std::chrono::minutes(2));
+    const std::string out = procs[rank].out();
+    INFO("rank " << rank << " " << st.describe() << "\n" << out << procs[rank].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(out, Contains("the recovery failed too"));
+    CHECK_THAT(out, Contains("world 3 -> 2 (lost rank(s) 2)"));
+    const std::string sum = checksum_of(out);
+    CHECK_THAT(sum, Contains(" of 2"));
+    if (checksum.empty()) checksum = sum;
+    CHECK(sum == checksum);
+    all += out;
+  }
+  const auto samples = epoch_samples(all);
+  INFO(all);
+  REQUIRE(samples.size() == 4);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.distinct == 2001);
+    CHECK(s.missing == 0);
+    // World 4 pads 3, the epoch of the failures none, world 2 pads 1.
+    CHECK(s.repeated == (epoch == 0 ? 3 : epoch == 1 ? 0 : 1));
+    CHECK(s.world == (epoch == 0 ? 4 : 2));
+  }
+}
