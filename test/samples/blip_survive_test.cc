@@ -136,15 +136,16 @@ TEST_CASE(
     "takes over the log and the failed epoch uses every sample once",
     "[survive]") {
   // 2001 samples: world 4 pads 3 (torch's sampler), world 3 pads none; the
-  // epoch of the failure drops the old padding and re-deals the rest.
+  // epoch of the failure drops the old padding and re-deals the rest. Rank
+  // 0 SIGKILLs itself before step 24 of epoch 1 (of 63, 32 samples each):
+  // the 1233 samples left are the failed step's 32, 50 steps of 24 and a
+  // last step of 1, where two of the three survivors have empty shares.
   TempDir dir;
-  auto procs =
-      spawn_ranks(4, dir,
-                  {"--synthetic", "--synthetic-size", "2001", "--hidden", "32", "--batch-size", "8",
-                   "--print-freq", "1", "--epochs", "4", "--output-dir", dir.file("out")});
-  procs[0].wait_for_output("Train Epoch: [1]  [20/63]", std::chrono::minutes(2));
-  procs[0].kill(SIGKILL);
-  procs[0].wait(std::chrono::seconds(30));
+  auto procs = spawn_ranks(4, dir,
+                           {"--synthetic", "--synthetic-size", "2001", "--hidden", "32",
+                            "--batch-size", "8", "--print-freq", "1", "--epochs", "4",
+                            "--kill-self-at", "0:1:24", "--output-dir", dir.file("out")});
+  CHECK(procs[0].wait(std::chrono::minutes(2)).signal == SIGKILL);
   std::string all = procs[0].out();
   std::string checksum;
   for (int rank : {1, 2, 3}) {
@@ -162,9 +163,11 @@ TEST_CASE(
   }
   const auto samples = epoch_samples(all);
   INFO(all);
-  // Rank 0 died after step 20 of epoch 1: the others failed in a step of it.
-  const bool failed_in_a_step = all.find("of 4: epoch 1 step") != std::string::npos;
+  // Rank 0 died before step 24 of epoch 1: the others failed in that step,
+  // which nobody completed, so it is redone.
+  const bool failed_in_a_step = all.find("of 4: epoch 1 step 24 of 63 failed") != std::string::npos;
   CHECK(failed_in_a_step);
+  CHECK_THAT(all, Contains("at epoch 1 sample 768,"));
   REQUIRE(samples.size() == 4);
   for (const auto& [epoch, s] : samples) {
     INFO("epoch " << epoch);
