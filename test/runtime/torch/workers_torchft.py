@@ -121,6 +121,7 @@ def main(role, replica_id, lighthouse, min_steps, kill_step, rejoin, out):
     continued_at = None  # the first step committed by 2 after that
     backends = set()
     together = 0  # steps committed by the 3 after the failure
+    seen_three = False  # a step of the 3 (the victim dies in one)
     while True:
         if time.monotonic() - start > DEADLINE_S:
             raise RuntimeError(f"{replica_id}: past the {DEADLINE_S:.0f} s deadline at step "
@@ -151,7 +152,11 @@ def main(role, replica_id, lighthouse, min_steps, kill_step, rejoin, out):
         b = pg.backend() if PG == "collie" else pg._pg._get_backend(torch.device("cpu"))
         if b is not None:
             backends.add(type(b).__name__)
-        if not committed and failed_at is None and step > 0:
+        if participants == 3:
+            seen_three = True
+        if not committed and failed_at is None and seen_three:
+            # Only a failure in or after a step of the 3 counts: the kill
+            # (which may come in the first step that the 3 take part in).
             failed_at = step
         if committed and failed_at is not None and continued_at is None and participants == 2:
             continued_at = step
