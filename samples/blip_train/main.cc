@@ -30,7 +30,6 @@
 // the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
 // buckets in device memory, AdamW on the device; evaluation and checkpoints
 // go through the host model, so checkpoints are the same files either way.
-#include <signal.h>
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -39,11 +38,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <regex>
 
-#include "base/check.h"
 #include "base/error.h"
 #include "base/parse_duration.h"
 #include "base/str_cat.h"
@@ -51,7 +48,6 @@
 #include "nn/data_loader.h"
 #include "nn/ddp.h"
 #include "nn/distributed_sampler.h"
-#include "nn/epoch_plan.h"
 #include "nn/loss.h"
 #include "nn/sequential.h"
 #include "rendezvous/env/launch_env.h"
@@ -142,11 +138,6 @@ nn::InMemoryDataset to_dataset(const ImageDataset& d) {
   std::vector<int64_t> labels(d.labels.begin(), d.labels.end());
   return nn::InMemoryDataset(std::move(inputs), std::move(labels));
 }
-
-struct EvalStats {
-  double acc = 0, loss = 0;
-  int64_t count = 0;
-};
 
 // Evaluates `indices` of `data` with the plain model. With dist_eval each
 // rank passes its sampler shard; `valid` tells how many of them are real
@@ -266,10 +257,6 @@ std::optional<RunLog> prepare_output(const Args& args, bool main_process, Proces
   throw Error(main_process ? error : "rank 0: " + error);
 }
 
-struct TrainStats {
-  double loss = 0, lr = 0, samples_per_s = 0;
-};
-
 TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
                            nn::Optimizer& optimizer, const nn::Dataset& data,
                            const nn::DistributedSampler& sampler, int epoch, const Args& args) {
@@ -344,223 +331,6 @@ void log_and_save(const Args& args, int epoch, const TrainStats& train, const Ev
     save_checkpoint((fs::path(args.output_dir) / "checkpoint_best.pth").string(), model, optimizer,
                     info);
   print("saved checkpoint", path);
-}
-
-// What train_surviving works on (the pieces run() made).
-struct SurvivalContext {
-  Args& args;
-  nn::DistributedDataParallel& ddp;
-  std::shared_ptr<ProcessGroup>& group;  // the group DDP runs on, kept alive
-  TrainModel& train_model;
-  nn::Sequential& model;
-  nn::AdamW& optimizer;
-  const nn::Dataset& train_data;
-  const nn::Dataset& test_data;
-  std::optional<RunLog>& log;
-};
-
-// --survive-failures: the epochs, each a plan of steps over the epoch's
-// global order (nn/epoch_plan.h). A failed collective anywhere in an epoch
-// (a step's all_reduce, the statistics, the barrier) shrinks the group to
-// the survivors, who take the furthest one's state and reshard what is left
-// of the epoch (survival.h; docs/nn.md, "Surviving a failure"). Returns the
-// last evaluation (the main process's).
-EvalStats train_surviving(SurvivalContext& c, int start_epoch, double& best_acc) {
-  Args& args = c.args;
-  nn::DeviceOps& device = c.train_model.ddp_model().ops();
-  SampleCounts counts(c.train_data.size());
-  EvalStats test{};
-  int last_logged = start_epoch - 1;  // by whichever rank was the main process
-  // When the failure being recovered from happened; none while all is well.
-  bool recovering = false;
-  std::chrono::steady_clock::time_point error_at{};
-  std::string recovery_note;
-  // The plan a recovery made for the next epoch (a leader already in it).
-  std::optional<nn::EpochPlan> carried;
-  int epoch = start_epoch;
-  while (epoch < args.epochs) {
-    nn::DistributedSampler sampler(c.train_data.size(), get_world_size(), get_rank(),
-                                   /*shuffle=*/true, args.seed);
-    sampler.set_epoch(static_cast<uint64_t>(epoch));
-    nn::cosine_lr_schedule(c.optimizer, epoch, args.epochs, args.lr, args.min_lr);
-    nn::EpochPlan plan =
-        carried ? *carried : nn::EpochPlan(sampler, static_cast<size_t>(args.batch_size));
-    carried.reset();
-    counts.reset();
-    MetricLogger logger;
-    logger.meter("lr", 1, "{value:.6f}");
-    logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
-    int64_t samples = 0;
-    const auto start = std::chrono::steady_clock::now();
-    size_t done = 0;  // steps of `plan` completed
-    bool jumped = false;
-    nn::Tensor grad;
-    for (;;) {
-      constexpr size_t kNone = ~size_t(0);
-      size_t in_flight = kNone;  // the step whose collective may fail
-      std::vector<int64_t> pending;
-      try {
-        for (; done < plan.num_steps(); ++done) {
-          if (args.kill_rank == args.rank && args.kill_epoch == epoch &&
-              args.kill_step == static_cast<int64_t>(done))
-            raise(SIGKILL);
-          in_flight = done;
-          pending = plan.batch(done);
-          nn::Batch batch = nn::collate(c.train_data, pending);
-          const nn::Tensor& logits = c.ddp.forward(batch.inputs);
-          float loss = 0;
-          if (pending.empty()) {
-            // A share with no sample (a last step with fewer samples than
-            // ranks): the step still runs everywhere, with zero gradients.
-            grad.resize({0, kNumClasses});
-          } else {
-            loss = nn::cross_entropy(logits, batch.labels, &grad);
-            const float weight = plan.batch_weight(done);
-            if (weight != 1.0f) grad.vector() *= weight;
-          }
-          c.train_model.zero_grad();
-          c.ddp.backward(grad);
-          c.train_model.step();
-          counts.add_mine(pending);
-          in_flight = kNone;
-          samples += static_cast<int64_t>(pending.size());
-          if (!pending.empty()) logger.update("loss", loss);
-          logger.update("lr", c.optimizer.lr());
-          if (recovering) {
-            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                std::chrono::steady_clock::now() - error_at);
-            print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
-                                 " ms from the error to the next completed step"));
-            recovering = false;
-          }
-          if ((done + 1) % static_cast<size_t>(std::max(1, args.print_freq)) == 0 ||
-              done + 1 == plan.num_steps())
-            print(str_cat("Train Epoch: [", epoch, "]  [", done + 1, "/", plan.num_steps(), "]  ",
-                          logger.str()));
-        }
-        // The end of the epoch. Every collective here can fail too; then the
-        // survivors redo this part (the main process logs an epoch once).
-        if (args.kill_rank == args.rank && args.kill_epoch == epoch && args.kill_step == -1)
-          raise(SIGKILL);
-        ProcessGroup& group = *c.group;
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        double throughput[1] = {static_cast<double>(samples) / seconds};
-        all_reduce_values(group, device, throughput);
-        MetricLogger synced = logger;
-        synced.synchronize_between_processes(group, device);
-        const SampleCounts::Summary s = counts.summarize(group, device);
-        print(str_cat("epoch ", epoch, " samples: trained ", s.trained, " distinct ", s.distinct,
-                      " of ", c.train_data.size(), " (missing ", s.missing, ", repeated ",
-                      s.repeated, ") world ", group.size()));
-        print(synced.global_avg_str());
-        c.train_model.sync_to_host();
-        nn::DistributedSampler test_sampler(c.test_data.size(), group.size(), group.rank(),
-                                            /*shuffle=*/false, args.seed);
-        test = evaluate_test_set(c.model, c.test_data, test_sampler, group.rank(), group.size(),
-                                 args, &group, device);
-        if (group.rank() == 0 && last_logged < epoch) {
-          if (!c.log && !args.output_dir.empty())  // the main process died: its log goes on
-            c.log.emplace((fs::path(args.output_dir) / "log.txt").string());
-          const TrainStats train{synced.at("loss").global_avg(), synced.at("lr").global_avg(),
-                                 throughput[0]};
-          log_and_save(args, epoch, train, test, group.size(), best_acc, *c.log, c.model,
-                       c.optimizer);
-        }
-        last_logged = std::max(last_logged, epoch);
-        if (recovering) {  // the failure was in this epoch's last step or its end
-          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::chrono::steady_clock::now() - error_at);
-          print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
-                               " ms from the error to the end of the epoch"));
-          recovering = false;
-        }
-        barrier();
-        break;
-      } catch (const std::exception& e) {
-        if (!is_group_failure(e)) throw;
-        if (!recovering) error_at = std::chrono::steady_clock::now();
-        recovering = true;
-        print(force,
-              str_cat("rank ", get_rank(), " of ", get_world_size(), ": epoch ", epoch, " ",
-                      in_flight != kNone ? str_cat("step ", in_flight, " of ", plan.num_steps())
-                                         : std::string("end"),
-                      " failed: ", e.what(), "; shrinking the group to the survivors"));
-        // The current group's members as ranks of `plan` (the dead ones'
-        // shares are rebuilt from it), and the dead so far.
-        std::vector<int> members(static_cast<size_t>(plan.num_replicas()));
-        std::iota(members.begin(), members.end(), 0);
-        std::vector<int> dead;
-        bool next_epoch = false;
-        // A failure during the recovery (another rank dying) starts it
-        // again on what is left; the state is committed once the leader's
-        // has arrived.
-        for (int attempt = 1;; ++attempt) {
-          try {
-            const bool kill_now = args.kill_rank == args.rank && args.kill_epoch == epoch &&
-                                  args.kill_step == -2 && attempt == 1;
-            const Recovery r = recover(
-                c.ddp, c.group, c.model, c.optimizer,
-                encode_progress(epoch, plan.consumed_after(done)), args.timeout_ms,
-                [&](const Recovery& shrunk) {
-                  std::vector<int> staying;
-                  for (int j = 0; j < shrunk.old_world; ++j) {
-                    const bool gone = std::find(shrunk.excluded.begin(), shrunk.excluded.end(),
-                                                j) != shrunk.excluded.end();
-                    (gone ? dead : staying).push_back(members.at(static_cast<size_t>(j)));
-                  }
-                  members = staying;
-                  if (kill_now) raise(SIGKILL);
-                });
-            const ResumePoint next =
-                resume_point(epoch, plan, done, r, c.train_data.size(), args.seed);
-            recovery_note = str_cat(
-                "world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
-                join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
-                ", leader new rank ", r.leader, " at epoch ", next.epoch, " sample ",
-                decode_consumed(r.progress), ", ", r.state_bytes, " bytes of state in ",
-                std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
-            print(force, str_cat("shrunk: ", recovery_note));
-            if (next.next_epoch) {
-              // Nothing of this epoch is left to count; the next one starts
-              // with the leader's plan of it.
-              counts.reset();
-              epoch = next.epoch;
-              next_epoch = true;
-            } else {
-              // My step in flight counts when the leader completed it: its
-              // all_reduce summed my gradient.
-              if (in_flight != kNone && in_flight < next.completed) counts.add_mine(pending);
-              // The dead ranks' shares of the steps that completed.
-              for (int d : dead)
-                for (size_t k = 0; k < next.completed; ++k) counts.add_agreed(plan.batch_of(d, k));
-            }
-            // Committed: this rank now holds the leader's state at `next`.
-            dead.clear();
-            in_flight = kNone;
-            plan = next.plan;
-            done = 0;
-            members.resize(static_cast<size_t>(plan.num_replicas()));
-            std::iota(members.begin(), members.end(), 0);
-            counts.consolidate(*c.group, device);
-            break;
-          } catch (const std::exception& again) {
-            if (!is_group_failure(again) || attempt >= 3) throw;
-            print(force, str_cat("rank ", get_rank(), " of ", get_world_size(),
-                                 ": the recovery failed too: ", again.what(),
-                                 "; shrinking the group again"));
-          }
-        }
-        if (next_epoch) {
-          carried = plan;
-          jumped = true;
-          break;
-        }
-      }
-    }
-    if (!jumped) ++epoch;
-  }
-  return test;
 }
 
 int run(Args& args) {
@@ -687,9 +457,38 @@ int run(Args& args) {
   }
   const bool surviving = args.survive_failures && args.distributed && !args.evaluate;
   if (surviving) {
-    SurvivalContext context{args,      *ddp,       ddp_group, *train_model, model,
-                            optimizer, train_data, test_data, log};
-    test = train_surviving(context, start_epoch, best_acc);
+    SurvivalContext context{
+        .options = {.epochs = args.epochs,
+                    .batch_size = static_cast<size_t>(args.batch_size),
+                    .seed = args.seed,
+                    .lr = args.lr,
+                    .min_lr = args.min_lr,
+                    .print_freq = args.print_freq,
+                    .timeout = args.timeout_ms,
+                    .launch_rank = args.rank,
+                    .kill_rank = args.kill_rank,
+                    .kill_epoch = args.kill_epoch,
+                    .kill_step = args.kill_step},
+        .ddp = *ddp,
+        .group = ddp_group,
+        .train_model = *train_model,
+        .model = model,
+        .optimizer = optimizer,
+        .train_data = train_data,
+        .evaluate =
+            [&](ProcessGroup& g) {
+              nn::DistributedSampler shard(test_data.size(), g.size(), g.rank(),
+                                           /*shuffle=*/false, args.seed);
+              return evaluate_test_set(model, test_data, shard, g.rank(), g.size(), args, &g,
+                                       device);
+            },
+        .log_epoch =
+            [&](int epoch, const TrainStats& train, const EvalStats& eval, int world) {
+              if (!log && !args.output_dir.empty())  // the main process died: its log goes on
+                log.emplace((fs::path(args.output_dir) / "log.txt").string());
+              log_and_save(args, epoch, train, eval, world, best_acc, *log, model, optimizer);
+            }};
+    test = train_surviving(context, start_epoch);
   }
   for (int epoch = start_epoch; epoch < args.epochs && !args.evaluate && !surviving; ++epoch) {
     train_sampler.set_epoch(static_cast<uint64_t>(epoch));

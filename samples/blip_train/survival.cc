@@ -1,12 +1,20 @@
 #include "samples/blip_train/survival.h"
 
+#include <signal.h>
+
 #include <algorithm>
+#include <numeric>
+#include <optional>
 
 #include "base/check.h"
 #include "base/error.h"
+#include "base/str_cat.h"
+#include "nn/distributed_sampler.h"
+#include "nn/loss.h"
 #include "nn/recovery.h"
 #include "nn/state_dict.h"
 #include "runtime/api/distributed.h"
+#include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
 
 namespace collie::samples {
@@ -123,4 +131,204 @@ uint64_t state_checksum(nn::Sequential& model, nn::AdamW& optimizer) {
   }
   return h;
 }
+}  // namespace collie::samples
+
+namespace collie::samples {
+
+// --survive-failures: the epochs, each a plan of steps over the epoch's
+// global order (nn/epoch_plan.h). A failed collective anywhere in an epoch
+// (a step's all_reduce, the statistics, the barrier) shrinks the group to
+// the survivors, who take the furthest one's state and reshard what is left
+// of the epoch (survival.h; docs/nn.md, "Surviving a failure"). Returns the
+// last evaluation (the main process's).
+EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
+  const SurvivalOptions& o = c.options;
+  nn::DeviceOps& device = c.train_model.ddp_model().ops();
+  SampleCounts counts(c.train_data.size());
+  EvalStats test{};
+  int last_logged = start_epoch - 1;  // by whichever rank was the main process
+  // When the failure being recovered from happened; none while all is well.
+  bool recovering = false;
+  std::chrono::steady_clock::time_point error_at{};
+  std::string recovery_note;
+  // The plan a recovery made for the next epoch (a leader already in it).
+  std::optional<nn::EpochPlan> carried;
+  int epoch = start_epoch;
+  while (epoch < o.epochs) {
+    nn::DistributedSampler sampler(c.train_data.size(), get_world_size(), get_rank(),
+                                   /*shuffle=*/true, o.seed);
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    nn::cosine_lr_schedule(c.optimizer, epoch, o.epochs, o.lr, o.min_lr);
+    nn::EpochPlan plan = carried ? *carried : nn::EpochPlan(sampler, o.batch_size);
+    carried.reset();
+    counts.reset();
+    MetricLogger logger;
+    logger.meter("lr", 1, "{value:.6f}");
+    logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
+    int64_t samples = 0;
+    const auto start = std::chrono::steady_clock::now();
+    size_t done = 0;  // steps of `plan` completed
+    bool jumped = false;
+    nn::Tensor grad;
+    for (;;) {
+      constexpr size_t kNone = ~size_t(0);
+      size_t in_flight = kNone;  // the step whose collective may fail
+      std::vector<int64_t> pending;
+      try {
+        for (; done < plan.num_steps(); ++done) {
+          if (o.kill_rank == o.launch_rank && o.kill_epoch == epoch &&
+              o.kill_step == static_cast<int64_t>(done))
+            raise(SIGKILL);
+          in_flight = done;
+          pending = plan.batch(done);
+          nn::Batch batch = nn::collate(c.train_data, pending);
+          const nn::Tensor& logits = c.ddp.forward(batch.inputs);
+          float loss = 0;
+          if (pending.empty()) {
+            // A share with no sample (a last step with fewer samples than
+            // ranks): the step still runs everywhere, with zero gradients.
+            grad.resize({0, kNumClasses});
+          } else {
+            loss = nn::cross_entropy(logits, batch.labels, &grad);
+            const float weight = plan.batch_weight(done);
+            if (weight != 1.0f) grad.vector() *= weight;
+          }
+          c.train_model.zero_grad();
+          c.ddp.backward(grad);
+          c.train_model.step();
+          counts.add_mine(pending);
+          in_flight = kNone;
+          samples += static_cast<int64_t>(pending.size());
+          if (!pending.empty()) logger.update("loss", loss);
+          logger.update("lr", c.optimizer.lr());
+          if (recovering) {
+            const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - error_at);
+            print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
+                                 " ms from the error to the next completed step"));
+            recovering = false;
+          }
+          if ((done + 1) % static_cast<size_t>(std::max(1, o.print_freq)) == 0 ||
+              done + 1 == plan.num_steps())
+            print(str_cat("Train Epoch: [", epoch, "]  [", done + 1, "/", plan.num_steps(), "]  ",
+                          logger.str()));
+        }
+        // The end of the epoch. Every collective here can fail too; then the
+        // survivors redo this part (the main process logs an epoch once).
+        if (o.kill_rank == o.launch_rank && o.kill_epoch == epoch && o.kill_step == -1)
+          raise(SIGKILL);
+        ProcessGroup& group = *c.group;
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        double throughput[1] = {static_cast<double>(samples) / seconds};
+        all_reduce_values(group, device, throughput);
+        MetricLogger synced = logger;
+        synced.synchronize_between_processes(group, device);
+        const SampleCounts::Summary s = counts.summarize(group, device);
+        print(str_cat("epoch ", epoch, " samples: trained ", s.trained, " distinct ", s.distinct,
+                      " of ", c.train_data.size(), " (missing ", s.missing, ", repeated ",
+                      s.repeated, ") world ", group.size()));
+        print(synced.global_avg_str());
+        c.train_model.sync_to_host();
+        test = c.evaluate(group);
+        if (group.rank() == 0 && last_logged < epoch)
+          c.log_epoch(epoch,
+                      {synced.at("loss").global_avg(), synced.at("lr").global_avg(), throughput[0]},
+                      test, group.size());
+        last_logged = std::max(last_logged, epoch);
+        if (recovering) {  // the failure was in this epoch's last step or its end
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - error_at);
+          print(force, str_cat("recovered: ", recovery_note, "; ", ms.count(),
+                               " ms from the error to the end of the epoch"));
+          recovering = false;
+        }
+        barrier();
+        break;
+      } catch (const std::exception& e) {
+        if (!is_group_failure(e)) throw;
+        if (!recovering) error_at = std::chrono::steady_clock::now();
+        recovering = true;
+        print(force,
+              str_cat("rank ", get_rank(), " of ", get_world_size(), ": epoch ", epoch, " ",
+                      in_flight != kNone ? str_cat("step ", in_flight, " of ", plan.num_steps())
+                                         : std::string("end"),
+                      " failed: ", e.what(), "; shrinking the group to the survivors"));
+        // The current group's members as ranks of `plan` (the dead ones'
+        // shares are rebuilt from it), and the dead so far.
+        std::vector<int> members(static_cast<size_t>(plan.num_replicas()));
+        std::iota(members.begin(), members.end(), 0);
+        std::vector<int> dead;
+        bool next_epoch = false;
+        // A failure during the recovery (another rank dying) starts it
+        // again on what is left; the state is committed once the leader's
+        // has arrived.
+        for (int attempt = 1;; ++attempt) {
+          try {
+            const bool kill_now = o.kill_rank == o.launch_rank && o.kill_epoch == epoch &&
+                                  o.kill_step == -2 && attempt == 1;
+            const Recovery r = recover(
+                c.ddp, c.group, c.model, c.optimizer,
+                encode_progress(epoch, plan.consumed_after(done)), o.timeout,
+                [&](const Recovery& shrunk) {
+                  std::vector<int> staying;
+                  for (int j = 0; j < shrunk.old_world; ++j) {
+                    const bool gone = std::find(shrunk.excluded.begin(), shrunk.excluded.end(),
+                                                j) != shrunk.excluded.end();
+                    (gone ? dead : staying).push_back(members.at(static_cast<size_t>(j)));
+                  }
+                  members = staying;
+                  if (kill_now) raise(SIGKILL);
+                });
+            const ResumePoint next =
+                resume_point(epoch, plan, done, r, c.train_data.size(), o.seed);
+            recovery_note = str_cat(
+                "world ", r.old_world, " -> ", r.new_world, " (lost rank(s) ",
+                join(r.excluded, ","), "), rank ", r.old_rank, " -> ", r.new_rank,
+                ", leader new rank ", r.leader, " at epoch ", next.epoch, " sample ",
+                decode_consumed(r.progress), ", ", r.state_bytes, " bytes of state in ",
+                std::chrono::duration_cast<std::chrono::milliseconds>(r.took).count(), " ms");
+            print(force, str_cat("shrunk: ", recovery_note));
+            if (next.next_epoch) {
+              // Nothing of this epoch is left to count; the next one starts
+              // with the leader's plan of it.
+              counts.reset();
+              epoch = next.epoch;
+              next_epoch = true;
+            } else {
+              // My step in flight counts when the leader completed it: its
+              // all_reduce summed my gradient.
+              if (in_flight != kNone && in_flight < next.completed) counts.add_mine(pending);
+              // The dead ranks' shares of the steps that completed.
+              for (int d : dead)
+                for (size_t k = 0; k < next.completed; ++k) counts.add_agreed(plan.batch_of(d, k));
+            }
+            // Committed: this rank now holds the leader's state at `next`.
+            dead.clear();
+            in_flight = kNone;
+            plan = next.plan;
+            done = 0;
+            members.resize(static_cast<size_t>(plan.num_replicas()));
+            std::iota(members.begin(), members.end(), 0);
+            counts.consolidate(*c.group, device);
+            break;
+          } catch (const std::exception& again) {
+            if (!is_group_failure(again) || attempt >= 3) throw;
+            print(force, str_cat("rank ", get_rank(), " of ", get_world_size(),
+                                 ": the recovery failed too: ", again.what(),
+                                 "; shrinking the group again"));
+          }
+        }
+        if (next_epoch) {
+          carried = plan;
+          jumped = true;
+          break;
+        }
+      }
+    }
+    if (!jumped) ++epoch;
+  }
+  return test;
+}
+
 }  // namespace collie::samples

@@ -24,11 +24,13 @@
 #include <vector>
 
 #include "nn/adamw.h"
+#include "nn/data_loader.h"
 #include "nn/ddp.h"
 #include "nn/device_ops.h"
 #include "nn/epoch_plan.h"
 #include "nn/sequential.h"
 #include "runtime/process_group/process_group.h"
+#include "samples/blip_train/train_model.h"
 
 namespace collie::samples {
 
@@ -99,6 +101,53 @@ ResumePoint resume_point(int epoch, const nn::EpochPlan& plan, size_t done, cons
 Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>& holder,
                  nn::Sequential& model, nn::AdamW& optimizer, int64_t my_progress, Timeout timeout,
                  const std::function<void(const Recovery&)>& on_shrunk = {});
+
+// What an epoch's evaluation and training gave (log.txt's numbers).
+struct EvalStats {
+  double acc = 0, loss = 0;
+  int64_t count = 0;
+};
+struct TrainStats {
+  double loss = 0, lr = 0, samples_per_s = 0;
+};
+
+struct SurvivalOptions {
+  int epochs = 10;
+  size_t batch_size = 64;  // per rank
+  uint64_t seed = 0;
+  double lr = 1e-3, min_lr = 0;
+  int print_freq = 50;
+  Timeout timeout = kUnsetTimeout;
+  // --kill-self-at (tests): the rank (as launched) that SIGKILLs itself, in
+  // which epoch, before which step (-1: before the epoch's end, -2: in its
+  // first recovery, once the group has shrunk).
+  int launch_rank = 0, kill_rank = -1, kill_epoch = -1;
+  int64_t kill_step = -1;
+};
+
+// What train_surviving works on (the pieces blip_train's run() made).
+struct SurvivalContext {
+  SurvivalOptions options;
+  nn::DistributedDataParallel& ddp;
+  std::shared_ptr<ProcessGroup>& group;  // the group DDP runs on, kept alive
+  TrainModel& train_model;
+  nn::Sequential& model;
+  nn::AdamW& optimizer;
+  const nn::Dataset& train_data;
+  // The epoch's evaluation on `group` (every rank calls it; the main
+  // process's result is the one that counts).
+  std::function<EvalStats(ProcessGroup& group)> evaluate;
+  // The main process's log line and checkpoints, once per epoch.
+  std::function<void(int epoch, const TrainStats&, const EvalStats&, int world)> log_epoch;
+};
+
+// --survive-failures: the epochs from `start_epoch`, each a plan of steps
+// over the epoch's global order (nn/epoch_plan.h). A failed collective
+// anywhere in an epoch (a step's all_reduce, the statistics, the barrier)
+// shrinks the group to the survivors, who take the furthest one's state and
+// reshard what is left of the epoch. Prints per epoch how often its samples
+// were trained on. Returns the last evaluation.
+EvalStats train_surviving(SurvivalContext& c, int start_epoch);
 
 }  // namespace collie::samples
 
