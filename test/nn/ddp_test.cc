@@ -318,7 +318,7 @@ TEST_CASE("no_sync accumulation equals one large batch", "[ddp]") {
 }
 
 TEST_CASE(
-    "DDP moves to the survivors' group after a rank leaves; the furthest survivor's state wins",
+    "DDP moves to the survivors' group after a rank leaves, and the furthest survivor's state wins",
     "[ddp]") {
   // 4 ranks for two steps, then 3 (shards of 3, then of 4, of the same
   // global batches): the one-process reference all the same.

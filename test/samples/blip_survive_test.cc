@@ -227,7 +227,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "blip_train --survive-failures: a rank dies at an epoch's end; the survivors redo the end, "
+    "blip_train --survive-failures: a rank dies at an epoch's end, the survivors redo the end, "
     "counting the dead rank's share of every step",
     "[survive]") {
   // Rank 2 SIGKILLs itself once its epoch-1 steps are done: the others fail
@@ -272,7 +272,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "blip_train --survive-failures: a second rank dies while the survivors recover; they shrink "
+    "blip_train --survive-failures: a second rank dies while the survivors recover: they shrink "
     "again and the epoch still uses every sample once",
     "[survive]") {
   // Rank 0 is SIGKILLed in epoch 1; rank 3 SIGKILLs itself in the
