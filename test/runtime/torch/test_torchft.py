@@ -7,10 +7,10 @@ ProcessGroupCollie in place of torchft's ProcessGroupGloo.
   torchft's MultiPgBaseTest (3 ranks as threads of this process, one
   ProcessGroupCollie each) over every collective, plus its resiliency test
   (a rank shuts its group down, the others' next collective fails, bounded
-  by a 1 s timeout). Unlike gloo, collie has reduce_scatter,
-  reduce_scatter_tensor_coalesced and alltoall_base, so none is skipped;
-  torchft's reduce_scatter check runs on CUDA only (gloo has none), so a
-  CPU copy of it is added.
+  by a 1 s timeout). torchft skips alltoall_base, reduce_scatter and
+  reduce_scatter_tensor_coalesced for gloo; none is skipped here, and
+  torchft's reduce_scatter check, which runs on CUDA only (gloo has none),
+  gets a CPU copy.
 - A torchft training job (workers_torchft.py): the `torchft_lighthouse`
   server, 3 replica groups (one process each) with torchft's Manager, DDP
   and OptimizerWrapper over ProcessGroupCollie; one replica is SIGKILLed in
@@ -91,7 +91,7 @@ def test_collie_apis():
     assert pg.getBackendName() == "torchft-collie"
     assert type(pg.backend()).__name__ == "BackendCollie"
     works = ft_tests._test_pg(pg, torch.tensor([2]))
-    # gloo refuses some of these; collie has them all.
+    # torchft's gloo wrapper refuses the two reduce_scatters; collie has them.
     assert sorted(works) == sorted([
         "allreduce", "allreduce_coalesced", "allgather", "allgather_into_tensor_coalesced",
         "alltoall_base", "barrier", "broadcast", "broadcast_one", "reduce_scatter",
@@ -135,8 +135,8 @@ def test_set_timeout_reaches_the_live_group():
 def test_errors_report_keeps_the_error_for_errored():
     """errors="report" (for torchft's DDP): a failed collective's wait()
     returns False instead of raising, errored() holds the error, the future
-    completes with it; the next configure clears it. errors="raise": wait()
-    raises."""
+    completes with it; the next configure clears it. (errors="raise",
+    wait() raising, is what TestCollieMultiPg's resiliency cases see.)"""
     store = new_store()
     pgs = [ProcessGroupCollie(timeout=timedelta(seconds=30), errors=e) for e in ("report", "raise")]
     outcome = {}

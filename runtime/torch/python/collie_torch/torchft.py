@@ -24,9 +24,9 @@ does (torchft/process_group.py), with collie's backend in gloo's place:
   one) as a CUSTOM backend.
 
 Every collective then runs on collie: torchft's wrapper forwards each
-`allreduce`, `allgather`, `broadcast`, ... to that ProcessGroup. Unlike
-gloo, collie has `reduce_scatter`, `reduce_scatter_tensor_coalesced` and
-`alltoall_base`, so they are not refused here. Two behaviours differ from
+`allreduce`, `allgather`, `broadcast`, ... to that ProcessGroup. torchft's
+gloo wrapper refuses `reduce_scatter` and `reduce_scatter_tensor_coalesced`
+(gloo has none); collie has them, so they are not refused here. Two behaviours differ from
 the gloo wrapper, because collie can do better than drop its reference:
 
 - `set_timeout` also changes the live group's deadline for its later
