@@ -85,6 +85,11 @@ setup_torch() {
       python3 -m venv "$venv"
       "$venv/bin/pip" install -q "torch==$v" numpy pytest
     fi
+    # torchft for test/runtime/torch/test_torchft.py (torchft 0.2.0: a cp311
+    # wheel, torch >= 2.7); parameterized is what torchft's own tests import.
+    if ! "$venv/bin/python" -c "import torchft, parameterized" 2>/dev/null; then
+      "$venv/bin/pip" install -q torchft==0.2.0 parameterized
+    fi
     echo "collie: building collie_torch for torch $v (pip install . into $venv)"
     "$venv/bin/pip" install -q --no-deps --force-reinstall . \
       --config-settings=build-dir="$BUILD_DIR/wheel-torch-$v" "${werror[@]}"
