@@ -7,7 +7,7 @@
 // therefore does not name the culprit. What does: the stopped rank is the
 // one that cannot answer. So a rank whose deadline passes sends a probe
 // frame to every peer before it fails, and reads every connection for a
-// short grace (probe_grace(): half the call's limit, at most 2 s). A live
+// short grace (probe_grace(): half the call's limit, at most 1 s). A live
 // rank is inside progress() (it is stuck in the same collective), reads the
 // probe as an unexpected frame where it expected data, and does the same:
 // sends its own probe to every peer (its answer) and reads for theirs. The
@@ -28,7 +28,7 @@ namespace {
 
 // Bounds of the timeout probe's grace (probe_grace()).
 constexpr auto kMinProbeGrace = std::chrono::milliseconds(20);
-constexpr auto kMaxProbeGrace = std::chrono::milliseconds(2000);
+constexpr auto kMaxProbeGrace = std::chrono::milliseconds(1000);
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::vector<std::string> parts;

@@ -27,7 +27,7 @@ namespace {
 
 void stop_one_rank_mid_all_reduce(int world, int stopped) {
   constexpr int kCallTimeoutMs = 2000;
-  // The probe's grace is half the call's limit (at most 2 s).
+  // The probe's grace is half the call's limit (at most 1 s).
   constexpr int kGraceMs = kCallTimeoutMs / 2;
   TempDir dir;
   auto procs = spawn_loop_ranks(world, dir.file("rdzv"), "all_reduce", kCallTimeoutMs);
