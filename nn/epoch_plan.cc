@@ -46,6 +46,24 @@ EpochPlan EpochPlan::reshard(size_t completed, int num_replicas, int rank) const
   return next;
 }
 
+EpochPlan EpochPlan::rest_from(size_t consumed, int num_replicas, int rank) const {
+  COLLIE_ARG_CHECK_GE(num_replicas, 1, "EpochPlan::rest_from num_replicas");
+  COLLIE_ARG_CHECK(rank >= 0 && rank < num_replicas, "EpochPlan::rest_from: rank ", rank,
+                   " is outside [0, ", num_replicas, ")");
+  COLLIE_ARG_CHECK(consumed <= order_->size(), "EpochPlan::rest_from: position ", consumed,
+                   " is past the epoch's ", order_->size());
+  EpochPlan next;
+  next.order_ = order_;
+  next.real_end_ = real_end_;
+  next.begin_ = std::min(consumed, real_end_);
+  next.end_ = real_end_;
+  next.batch_size_ = batch_size_;
+  next.replicas_ = num_replicas;
+  next.rank_ = rank;
+  next.first_ = std::min(next.end_ - next.begin_, batch_size_ * static_cast<size_t>(num_replicas));
+  return next;
+}
+
 size_t EpochPlan::num_steps() const {
   if (end_ == begin_) return 0;
   const size_t block = batch_size_ * static_cast<size_t>(replicas_);

@@ -44,6 +44,15 @@ class EpochPlan {
   // completed > num_steps().
   EpochPlan reshard(size_t completed, int num_replicas, int rank) const;
 
+  // The rest of the epoch from position `consumed` of the order (a step
+  // boundary: no step in flight), dealt over `num_replicas` ranks in global
+  // batches of num_replicas * batch_size, the padding dropped as in
+  // reshard(). What a group that grew (a replacement joined) trains: the
+  // members call it on their plan with consumed_after(done), the joiner on
+  // its own plan of the epoch (any world: the positions below
+  // sampler.real_size() are the same) with the position it was told.
+  EpochPlan rest_from(size_t consumed, int num_replicas, int rank) const;
+
   size_t num_steps() const;
   int num_replicas() const { return replicas_; }
   int rank() const { return rank_; }

@@ -24,7 +24,7 @@
 // and reshard the rest of the epoch so that every sample is still used once
 // (survival.h, nn/epoch_plan.h; docs/nn.md, "Surviving a failure"). Each
 // epoch then prints how often its samples were trained on, and each rank
-// the checksum of its final state.
+// the checksum of its final state. A replacement (--join) joins at a step.
 //
 // --device cuda trains the same MLP on the GPU of each rank (LOCAL_RANK):
 // the CUDA model (nn/cuda), DDP over the nccl backend with the gradient
@@ -88,6 +88,7 @@ struct Args {
   std::vector<int64_t> hidden = {256, 128};
   std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
   bool survive_failures = false;
+  bool join = false;  // --join or COLLIE_REPLACEMENT=1: a replacement joining the running job
   // --kill-self-at RANK:EPOCH:STEP|end|recover (tests): that rank SIGKILLs
   // itself.
   std::string kill_self_at;
@@ -119,9 +120,10 @@ void init_distributed_mode(Args& args) {
                       .init_method = args.dist_url,
                       .world_size = args.world_size,
                       .rank = args.rank,
-                      .timeout = args.timeout_ms});
-  barrier();
-  setup_for_distributed(args.rank == 0);
+                      .timeout = args.timeout_ms,
+                      .join = args.join});
+  if (!args.join) barrier();  // a joiner's group is the members': they are training
+  setup_for_distributed(get_rank() == 0);
 }
 
 std::string config_json(const Args& a) {
@@ -367,6 +369,9 @@ int run(Args& args) {
   if (args.survive_failures && args.max_steps >= 0)
     throw InvalidArgument(
         "--survive-failures trains whole epochs (every sample once); drop --max-steps");
+  args.join = args.join || started_as_replacement();
+  if (args.join && !args.survive_failures)
+    throw InvalidArgument("--join (COLLIE_REPLACEMENT=1) needs --survive-failures");
   if (args.survive_failures && cuda)
     throw InvalidArgument(
         "--survive-failures runs on --device cpu only (the nccl backend cannot shrink a group)");
@@ -434,12 +439,13 @@ int run(Args& args) {
   std::shared_ptr<ProcessGroup> ddp_group = args.distributed ? get_default_group() : nullptr;
   std::unique_ptr<nn::DistributedDataParallel> ddp;
   if (args.distributed)
-    ddp = std::make_unique<nn::DistributedDataParallel>(train_model->ddp_model(), *ddp_group);
+    ddp = std::make_unique<nn::DistributedDataParallel>(  // a joiner's state comes later
+        train_model->ddp_model(), *ddp_group, nn::DdpOptions{.broadcast_parameters = !args.join});
   nn::Sequential& model_without_ddp = model;
   print("model parameters:", model_without_ddp.num_parameters());
 
   const bool main_process = rank == 0;
-  ProcessGroup* group = ddp ? &ddp->group() : nullptr;
+  ProcessGroup* group = ddp && !args.join ? &ddp->group() : nullptr;  // a joiner's comes later
   nn::DeviceOps& device = train_model->ddp_model().ops();
   std::optional<RunLog> log = prepare_output(args, main_process, group, device);
 
@@ -465,11 +471,12 @@ int run(Args& args) {
                     .min_lr = args.min_lr,
                     .print_freq = args.print_freq,
                     .timeout = args.timeout_ms,
-                    .launch_rank = args.rank,
+                    .launch_rank = args.join ? -1 : args.rank,  // a replacement never kills
                     .kill_rank = args.kill_rank,
                     .kill_epoch = args.kill_epoch,
-                    .kill_step = args.kill_step},
-        .ddp = *ddp,
+                    .kill_step = args.kill_step,
+                    .joiner = args.join},
+        .ddp = ddp,
         .group = ddp_group,
         .train_model = *train_model,
         .model = model,
@@ -571,6 +578,9 @@ int main(int argc, char** argv) {
                "go on when a rank dies: the survivors shrink the group, take the furthest "
                "one's state and reshard the rest of the epoch (--device cpu; needs a store "
                "that outlives the rank: file://, or collie-run's agent store)");
+  app.add_flag(
+      "--join", args.join,
+      "join a running --survive-failures job (collie-run's replacements: COLLIE_REPLACEMENT=1)");
   app.add_option("--kill-self-at", args.kill_self_at,
                  "tests: RANK:EPOCH:STEP|end|recover - that rank SIGKILLs itself before that "
                  "step of its epoch plan, before the epoch's end, or in the epoch's first "

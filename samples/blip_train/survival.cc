@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 
@@ -21,6 +22,11 @@ namespace collie::samples {
 
 namespace {
 constexpr int kConsumedBits = 40;
+}
+
+bool started_as_replacement() {
+  const char* v = std::getenv("COLLIE_REPLACEMENT");
+  return v != nullptr && std::string(v) == "1";
 }
 
 bool is_group_failure(const std::exception& e) {
@@ -53,6 +59,15 @@ void SampleCounts::add_agreed(const std::vector<int64_t>& indices) {
 void SampleCounts::consolidate(ProcessGroup& group, nn::DeviceOps& device) {
   all_reduce_values(group, device, mine_);
   for (size_t i = 0; i < agreed_.size(); ++i) agreed_[i] += mine_[i];
+  std::fill(mine_.begin(), mine_.end(), 0.0);
+}
+
+void SampleCounts::admit(ProcessGroup& group, nn::DeviceOps& device) {
+  // Every member's agreed counts are alike: rank 0 brings them once.
+  if (group.rank() == 0)
+    for (size_t i = 0; i < agreed_.size(); ++i) mine_[i] += agreed_[i];
+  all_reduce_values(group, device, mine_);
+  agreed_.swap(mine_);
   std::fill(mine_.begin(), mine_.end(), 0.0);
 }
 
@@ -117,6 +132,35 @@ Recovery recover(nn::DistributedDataParallel& ddp, std::shared_ptr<ProcessGroup>
   return r;
 }
 
+Admission hand_over(SurvivalContext& c, int64_t my_progress) {
+  const Timeout timeout = c.options.timeout;
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<ProcessGroup> group = get_default_group();
+  if (my_progress >= 0) {
+    // The old DDP goes before the old group it refers to.
+    c.ddp.reset();
+    c.ddp = std::make_unique<nn::DistributedDataParallel>(
+        c.train_model.ddp_model(), *group, nn::DdpOptions{.broadcast_parameters = false});
+  }
+  c.group = group;
+  Admission a;
+  a.new_world = group->size();
+  a.new_rank = group->rank();
+  const nn::Agreement agreed = nn::agree_on_progress(*group, my_progress, timeout);
+  for (int64_t p : agreed.progress_of) {
+    if (p < 0) continue;
+    COLLIE_CHECK(p == agreed.progress, "the members admitted a replacement at different points: ",
+                 join(agreed.progress_of, ","));
+    ++a.old_world;
+  }
+  COLLIE_CHECK(agreed.leader == 0 && a.old_world >= 1, "a replacement joined a group of ",
+               a.old_world, " members whose rank 0 is not one: ", join(agreed.progress_of, ","));
+  a.progress = agreed.progress;
+  a.state_bytes = nn::broadcast_training_state(*group, 0, c.model, c.optimizer, timeout);
+  a.took = std::chrono::steady_clock::now() - start;
+  return a;
+}
+
 }  // namespace collie::samples
 
 namespace collie::samples {
@@ -154,6 +198,27 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
   // The plan a recovery made for the next epoch (a leader already in it).
   std::optional<nn::EpochPlan> carried;
   int epoch = start_epoch;
+  // A joiner's counts start at the join point, on top of the agreed ones
+  // it was handed: the first epoch must not reset them.
+  bool keep_counts = false;
+  if (o.joiner) {
+    const Admission a = hand_over(c, -1);
+    counts.admit(*c.group, device);
+    epoch = decode_epoch(a.progress);
+    const size_t consumed = decode_consumed(a.progress);
+    // The epoch's order below real_size() is the same in any world.
+    nn::DistributedSampler sampler(c.train_data.size(), a.new_world, a.new_rank,
+                                   /*shuffle=*/true, o.seed);
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    carried = nn::EpochPlan(sampler, o.batch_size).rest_from(consumed, a.new_world, a.new_rank);
+    last_logged = epoch - 1;
+    keep_counts = true;
+    print(force,
+          str_cat("joined: world ", a.old_world, " -> ", a.new_world, " as rank ", a.new_rank,
+                  " at epoch ", epoch, " sample ", consumed, ", ", a.state_bytes,
+                  " bytes of state in ",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(a.took).count(), " ms"));
+  }
   while (epoch < o.epochs) {
     nn::DistributedSampler sampler(c.train_data.size(), get_world_size(), get_rank(),
                                    /*shuffle=*/true, o.seed);
@@ -161,7 +226,8 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
     nn::cosine_lr_schedule(c.optimizer, epoch, o.epochs, o.lr, o.min_lr);
     nn::EpochPlan plan = carried ? *carried : nn::EpochPlan(sampler, o.batch_size);
     carried.reset();
-    counts.reset();
+    if (!keep_counts) counts.reset();
+    keep_counts = false;
     MetricLogger logger;
     logger.meter("lr", 1, "{value:.6f}");
     logger.meter("loss", 50, "{median:.4f} ({global_avg:.4f})");
@@ -176,13 +242,38 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
       std::vector<int64_t> pending;
       try {
         for (; done < plan.num_steps(); ++done) {
+          // Replacements waiting to join are admitted before every step;
+          // after a hand-over the members ask again, which is where the
+          // joiner's first step asks.
+          while (admit_joiners(o.timeout) > 0) {
+            const size_t consumed = plan.consumed_after(done);
+            try {
+              const Admission a = hand_over(c, encode_progress(epoch, consumed));
+              counts.admit(*c.group, device);
+              plan = plan.rest_from(consumed, a.new_world, a.new_rank);
+              done = 0;
+              print(force,
+                    str_cat("admitted: world ", a.old_world, " -> ", a.new_world, " at epoch ",
+                            epoch, " sample ", consumed, ", ", a.state_bytes, " bytes of state in ",
+                            std::chrono::duration_cast<std::chrono::milliseconds>(a.took).count(),
+                            " ms"));
+            } catch (const std::exception& e) {
+              // The plan and the counts are half handed over: no recovery
+              // can tell which shares completed.
+              if (!is_group_failure(e)) throw;
+              throw Error(str_cat("a rank failed while a replacement joined (epoch ", epoch,
+                                  " sample ", consumed,
+                                  "), which --survive-failures does not survive: ", e.what()));
+            }
+          }
+          if (done >= plan.num_steps()) break;
           if (o.kill_rank == o.launch_rank && o.kill_epoch == epoch &&
               o.kill_step == static_cast<int64_t>(done))
             raise(SIGKILL);
           in_flight = done;
           pending = plan.batch(done);
           nn::Batch batch = nn::collate(c.train_data, pending);
-          const nn::Tensor& logits = c.ddp.forward(batch.inputs);
+          const nn::Tensor& logits = c.ddp->forward(batch.inputs);
           float loss = 0;
           if (pending.empty()) {
             // A share with no sample (a last step with fewer samples than
@@ -194,7 +285,7 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
             if (weight != 1.0f) grad.vector() *= weight;
           }
           c.train_model.zero_grad();
-          c.ddp.backward(grad);
+          c.ddp->backward(grad);
           c.train_model.step();
           counts.add_mine(pending);
           in_flight = kNone;
@@ -268,7 +359,7 @@ EvalStats train_surviving(SurvivalContext& c, int start_epoch) {
             const bool kill_now = o.kill_rank == o.launch_rank && o.kill_epoch == epoch &&
                                   o.kill_step == -2 && attempt == 1;
             const Recovery r = recover(
-                c.ddp, c.group, c.model, c.optimizer,
+                *c.ddp, c.group, c.model, c.optimizer,
                 encode_progress(epoch, plan.consumed_after(done)), o.timeout,
                 [&](const Recovery& shrunk) {
                   std::vector<int> staying;

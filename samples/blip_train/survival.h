@@ -34,6 +34,10 @@
 
 namespace collie::samples {
 
+// COLLIE_REPLACEMENT=1: collie-run --on-failure replace started this process
+// in a dead worker's slot (init_process_group joins the running group).
+bool started_as_replacement();
+
 // A failure of the group (a dead or unreachable peer, a timeout, a group
 // broken or revoked by such a failure), which shrinking can get past; not a
 // bug such as a mismatched call.
@@ -56,6 +60,10 @@ class SampleCounts {
   // Folds every survivor's own counts into the agreed ones (collective),
   // so that a rank that dies later does not take them with it.
   void consolidate(ProcessGroup& group, nn::DeviceOps& device);
+  // The same once the group grew (collective on the grown group): rank 0
+  // adds the agreed counts, a joiner (holding none) adds nothing, and every
+  // rank, the joiner too, ends with the job's counts so far as agreed ones.
+  void admit(ProcessGroup& group, nn::DeviceOps& device);
   struct Summary {
     int64_t trained = 0, distinct = 0, missing = 0, repeated = 0;
   };
@@ -123,12 +131,16 @@ struct SurvivalOptions {
   // first recovery, once the group has shrunk).
   int launch_rank = 0, kill_rank = -1, kill_epoch = -1;
   int64_t kill_step = -1;
+  // A replacement (COLLIE_REPLACEMENT=1, --join): it was admitted into the
+  // running group and takes the hand-over before its first step.
+  bool joiner = false;
 };
 
 // What train_surviving works on (the pieces blip_train's run() made).
 struct SurvivalContext {
   SurvivalOptions options;
-  nn::DistributedDataParallel& ddp;
+  // Remade on the grown group when a replacement joins.
+  std::unique_ptr<nn::DistributedDataParallel>& ddp;
   std::shared_ptr<ProcessGroup>& group;  // the group DDP runs on, kept alive
   TrainModel& train_model;
   nn::Sequential& model;
@@ -145,8 +157,29 @@ struct SurvivalContext {
 // over the epoch's global order (nn/epoch_plan.h). A failed collective
 // anywhere in an epoch (a step's all_reduce, the statistics, the barrier)
 // shrinks the group to the survivors, who take the furthest one's state and
-// reshard what is left of the epoch. Prints per epoch how often its samples
-// were trained on. Returns the last evaluation.
+// reshard what is left of the epoch. Before every step the members admit
+// waiting replacements (admit_joiners): they hand them the state and
+// everyone trains the rest of the epoch in the grown world
+// (nn::EpochPlan::rest_from). Prints per epoch how often its samples were
+// trained on. Returns the last evaluation.
+// A replacement joining at a step boundary (runtime/api's admit_joiners has
+// replaced the default group by a bigger one): both sides of the hand-over,
+// collective on the grown group. A member (my_progress >= 0) wraps the
+// model in a new DDP on it (as the joiner's DDP was made there: its
+// construction checks the parameter shapes on every rank, collectively;
+// `c.group` keeps the group alive); then nn::agree_on_progress, where the
+// joiner states -1 and the members their (equal) progress, and
+// nn::broadcast_training_state from rank 0: the joiner ends with rank 0's
+// model, optimizer state and progress (epoch and position), from which it
+// makes the members' plan.
+struct Admission {
+  int old_world = 0, new_world = 0, new_rank = 0;
+  int64_t progress = 0;  // the members'
+  size_t state_bytes = 0;
+  std::chrono::steady_clock::duration took{};
+};
+Admission hand_over(SurvivalContext& c, int64_t my_progress);
+
 EvalStats train_surviving(SurvivalContext& c, int start_epoch);
 
 }  // namespace collie::samples

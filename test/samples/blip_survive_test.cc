@@ -6,12 +6,15 @@
 // optimizer state printed by each), and every epoch's samples counted by
 // dataset index (the dead rank's share included) - every sample exactly
 // once, but for torch's padding in epochs that ran in one world.
+// With collie-run --on-failure replace, a replacement joins the survivors
+// and the job ends with the world it started with.
 #include <signal.h>
 #include <catch2/catch.hpp>
 
 #include <map>
 #include <regex>
 
+#include "base/str_cat.h"
 #include "nn/state_dict.h"
 #include "test/samples/blip_job.h"
 #include "test/support/subprocess.h"
@@ -312,4 +315,74 @@ TEST_CASE(
     CHECK(s.repeated == (epoch == 0 ? 3 : epoch == 1 ? 0 : 1));
     CHECK(s.world == (epoch == 0 ? 4 : 2));
   }
+}
+
+TEST_CASE(
+    "blip_train --survive-failures under collie-run --on-failure replace: a rank SIGKILLed in "
+    "epoch 2, its replacement joins, 4 ranks finish 10 epochs of Fashion-MNIST, identical, every "
+    "sample once",
+    "[survive][replace]") {
+  // The real user path: collie-run starts the replacement in the dead
+  // worker's slot (COLLIE_REPLACEMENT=1), blip_train's init_process_group
+  // joins the running group, and the members admit it at their next step
+  // boundary: it gets rank 0's state and the epoch's position and everyone
+  // trains the rest of the epoch in the world of 4. 60000 divides by 3 and
+  // by 4: no epoch has padding, so every count is exact.
+  TempDir dir;
+  std::vector<std::string> argv{kCollieRun,         "--standalone",
+                                "--nproc-per-node", "4",
+                                "--on-failure",     "replace",
+                                "--max-restarts",   "1",
+                                kBlipTrain,         "--survive-failures",
+                                "--timeout",        "120",
+                                "--epochs",         "10",
+                                "--batch-size",     "64",
+                                "--print-freq",     "100",
+                                "--kill-self-at",   "1:2:100",
+                                "--output-dir",     dir.file("out")};
+  auto job = Subprocess::spawn(argv, without_launcher());
+  auto st = job.wait(std::chrono::minutes(5));
+  const std::string out = job.out(), err = job.err();
+  INFO(st.describe() << "\n" << out << err);
+  REQUIRE(st.ok());
+  CHECK_THAT(err, Contains("replacement started: rank 1"));
+  // The survivors shrank, then admitted the replacement, which joined as
+  // rank 3 of 4 in epoch 2 (or, on a slow machine, later).
+  for (int launched : {0, 2, 3}) {
+    CHECK_THAT(out,
+               Contains(str_cat("[rank", launched, "]: shrunk: world 4 -> 3 (lost rank(s) 1)")));
+    CHECK_THAT(out, Contains(str_cat("[rank", launched, "]: admitted: world 3 -> 4 at epoch ")));
+  }
+  CHECK_THAT(out, Contains("[rank1]: joined: world 3 -> 4 as rank 3 at epoch "));
+  // Every rank (the replacement included) ends bit-identical, in a world of 4.
+  static const std::regex sum_re(
+      "\\[rank(\\d+)\\]: final state checksum ([0-9a-f]{16}) rank (\\d+) of (\\d+)");
+  std::map<int, std::string> sums;  // by rank at the end
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), sum_re); it != std::sregex_iterator();
+       ++it) {
+    CHECK((*it)[4] == "4");
+    sums[std::stoi((*it)[3])] = (*it)[2];
+  }
+  REQUIRE(sums.size() == 4);
+  for (const auto& [rank, sum] : sums) CHECK(sum == sums.at(0));
+  CHECK(recovery_ms(out) >= 0);
+  // Rank 0 (never lost) counted every epoch's samples: each once.
+  const auto samples = epoch_samples(out);
+  REQUIRE(samples.size() == 10);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.of == 60000);
+    CHECK(s.trained == 60000);
+    CHECK(s.distinct == 60000);
+    CHECK(s.missing == 0);
+    CHECK(s.repeated == 0);
+    if (epoch < 2) CHECK(s.world == 4);
+  }
+  CHECK(samples.at(9).world == 4);
+  const auto log = lines_of(dir.file("out/log.txt"));
+  REQUIRE(log.size() == 10);
+  CHECK(json_number(log[9], "world_size") == 4);
+  CHECK(json_number(log[9], "test_count") == 10000);
+  WARN("survive with a replacement: final test accuracy " << json_field(log[9], "test_acc"));
+  CHECK(json_number(log[9], "test_acc") >= 0.885);
 }

@@ -97,3 +97,45 @@ TEST_CASE("a survivor still at an epoch's end follows a leader into the next epo
   CHECK(points[0].plan.global_batch_size(0) == 4 * kBatch);
   CHECK(points[0].plan.global_batch_size(1) == 3 * kBatch);
 }
+
+TEST_CASE(
+    "a replacement joining mid-epoch makes the members' plan of the rest from the position alone, "
+    "and the epoch still uses every sample once") {
+  // World 4 lost a rank at step 5 of epoch 2 (nobody completed it); the 3
+  // survivors trained 7 steps of their resharded plan, then admitted a
+  // replacement: new ranks 0-2 are the members, 3 the joiner.
+  const int epoch = 2;
+  const auto first = plan_for(epoch, 4, 0);
+  std::vector<nn::EpochPlan> shrunk;
+  for (int r = 0; r < 3; ++r) shrunk.push_back(first.reshard(5, 3, r));
+  const size_t done = 7;
+  const size_t consumed = shrunk[0].consumed_after(done);
+  std::vector<nn::EpochPlan> grown;
+  for (int r = 0; r < 3; ++r) grown.push_back(shrunk[r].rest_from(consumed, 4, r));
+  // The joiner knows the epoch and the position; its sampler's world (4)
+  // pads differently from the survivors' plan, which does not matter.
+  grown.push_back(plan_for(epoch, 4, 3).rest_from(consumed, 4, 3));
+  for (const auto& p : grown) {
+    REQUIRE(p.num_steps() == grown[0].num_steps());
+    CHECK(p.consumed_after(0) == consumed);
+    for (size_t k = 0; k < p.num_steps(); ++k)
+      for (int j = 0; j < 4; ++j) CHECK(p.batch_of(j, k) == grown[0].batch_of(j, k));
+  }
+  // Every sample once: the old world's 5 steps, the survivors' 7, the rest.
+  std::vector<int> uses(kLen, 0);
+  for (size_t k = 0; k < 5; ++k)
+    for (int j = 0; j < 4; ++j)
+      for (int64_t i : first.batch_of(j, k)) ++uses[static_cast<size_t>(i)];
+  for (size_t k = 0; k < done; ++k)
+    for (int j = 0; j < 3; ++j)
+      for (int64_t i : shrunk[0].batch_of(j, k)) ++uses[static_cast<size_t>(i)];
+  for (size_t k = 0; k < grown[0].num_steps(); ++k) {
+    if (k + 1 < grown[0].num_steps()) CHECK(grown[0].global_batch_size(k) == 4 * kBatch);
+    for (int j = 0; j < 4; ++j)
+      for (int64_t i : grown[0].batch_of(j, k)) ++uses[static_cast<size_t>(i)];
+  }
+  for (size_t i = 0; i < kLen; ++i) CHECK(uses[i] == 1);
+  // At the epoch's very end nothing is left; past the order is refused.
+  CHECK(grown[0].rest_from(kLen, 4, 0).num_steps() == 0);
+  CHECK_THROWS_AS(grown[0].rest_from(kLen + 100, 4, 0), InvalidArgument);
+}
