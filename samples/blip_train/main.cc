@@ -370,8 +370,8 @@ int run(Args& args) {
     throw InvalidArgument(
         "--survive-failures trains whole epochs (every sample once); drop --max-steps");
   args.join = args.join || started_as_replacement();
-  if (args.join && !args.survive_failures)
-    throw InvalidArgument("--join (COLLIE_REPLACEMENT=1) needs --survive-failures");
+  if (args.join && (!args.survive_failures || args.evaluate))
+    throw InvalidArgument("--join (COLLIE_REPLACEMENT=1) needs --survive-failures, not --evaluate");
   if (args.survive_failures && cuda)
     throw InvalidArgument(
         "--survive-failures runs on --device cpu only (the nccl backend cannot shrink a group)");

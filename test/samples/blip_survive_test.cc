@@ -386,3 +386,56 @@ TEST_CASE(
   WARN("survive with a replacement: final test accuracy " << json_field(log[9], "test_acc"));
   CHECK(json_number(log[9], "test_acc") >= 0.885);
 }
+
+TEST_CASE(
+    "blip_train --survive-failures --join over file://: a replacement started by hand joins the 3 "
+    "survivors and the 4 ranks end identical, every sample once",
+    "[survive][replace]") {
+  // The launcher's part done by the test: once rank 1 has SIGKILLed itself
+  // (epoch 2, before step 20 of 75), a process with its RANK and --join
+  // takes its place (40 short epochs: it joins long before the end). 2400
+  // samples divide by 3 and by 4: no padding.
+  TempDir dir;
+  const std::vector<std::string> args = {
+      "--synthetic", "--synthetic-size", "2400",         "--hidden", "32", "--batch-size",
+      "8",           "--print-freq",     "1000",         "--epochs", "40", "--kill-self-at",
+      "1:2:20",      "--output-dir",     dir.file("out")};
+  auto procs = spawn_ranks(4, dir, args);
+  CHECK(procs[1].wait(std::chrono::minutes(2)).signal == SIGKILL);
+  SpawnOptions o = without_launcher();
+  o.env["RANK"] = "1";
+  o.env["LOCAL_RANK"] = "1";
+  o.env["WORLD_SIZE"] = "4";
+  std::vector<std::string> argv{kBlipTrain,  "--dist-url", "file://" + dir.file("rdzv"),
+                                "--timeout", "120",        "--survive-failures",
+                                "--join"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  procs[1] = Subprocess::spawn(argv, o);
+  std::map<int, std::string> sums;
+  std::string all;
+  for (int launched : {0, 1, 2, 3}) {
+    auto st = procs[launched].wait(std::chrono::minutes(2));
+    const std::string out = procs[launched].out();
+    INFO("rank " << launched << " " << st.describe() << "\n" << out << procs[launched].err());
+    REQUIRE(st.ok());
+    CHECK_THAT(out, Contains(launched == 1 ? "joined: world 3 -> 4 as rank 3 at epoch "
+                                           : "admitted: world 3 -> 4 at epoch "));
+    std::smatch m;
+    static const std::regex re("final state checksum ([0-9a-f]{16}) rank (\\d+) of 4");
+    REQUIRE(std::regex_search(out, m, re));
+    sums[std::stoi(m[2])] = m[1];
+    all += out;
+  }
+  REQUIRE(sums.size() == 4);
+  for (const auto& [rank, sum] : sums) CHECK(sum == sums.at(0));
+  const auto samples = epoch_samples(procs[0].out());
+  INFO(all);
+  REQUIRE(samples.size() == 40);
+  for (const auto& [epoch, s] : samples) {
+    INFO("epoch " << epoch);
+    CHECK(s.trained == 2400);
+    CHECK(s.distinct == 2400);
+    CHECK(s.repeated == 0);
+  }
+  CHECK(samples.at(39).world == 4);
+}
