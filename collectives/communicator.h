@@ -188,11 +188,12 @@ class Communicator {
   // and must have the receive's size (else BackendError naming both).
   virtual std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) = 0;
 
-  // The ranks this rank saw fail (ascending): a peer whose connection
-  // closed without an abort frame or goodbye, whose connect failed, or that
-  // stayed silent through a timeout probe (Transport::failed_peers()).
-  // Thread-safe; what shrinking a group reports to the agreement.
-  virtual std::vector<int> failed_ranks() const = 0;
+  // The ranks this rank saw fail (ascending): a connect that failed, a
+  // rank silent through a timeout probe, and a rank whose connection closed
+  // without an abort frame or goodbye once its listener refuses a
+  // connection by `until` (Transport::failed_peers()). What shrinking a
+  // group reports to the agreement; only on a communicator no call runs on.
+  virtual std::vector<int> failed_ranks(Clock::time_point until) = 0;
   // Of `ranks`, those whose process is gone: their listener refuses a
   // connection by `until` (Transport::find_dead_peers()). Only on a
   // communicator no call runs on (shrink's agreement asks it about the

@@ -76,8 +76,8 @@ class SocketCommunicator final : public Communicator {
   std::vector<int> find_dead(const std::vector<int>& ranks, Clock::time_point until) override {
     return transport_ ? transport_->find_dead_peers(ranks, until) : std::vector<int>{};
   }
-  std::vector<int> failed_ranks() const override {
-    return transport_ ? transport_->failed_peers() : std::vector<int>{};
+  std::vector<int> failed_ranks(Clock::time_point until) override {
+    return transport_ ? transport_->failed_peers(until) : std::vector<int>{};
   }
   void abort() override {
     if (transport_) transport_->abort();

@@ -502,13 +502,21 @@ void Transport::report_slow_wait() {
   next_report_ = now + step;
 }
 
-void Transport::note_failed_peer(int peer) {
+void Transport::note_failed_peer(int peer, bool closed) {
   std::lock_guard lock(failed_mu_);
-  auto it = std::lower_bound(failed_peers_.begin(), failed_peers_.end(), peer);
-  if (it == failed_peers_.end() || *it != peer) failed_peers_.insert(it, peer);
+  auto& list = closed ? closed_peers_ : failed_peers_;
+  auto it = std::lower_bound(list.begin(), list.end(), peer);
+  if (it == list.end() || *it != peer) list.insert(it, peer);
 }
 
-std::vector<int> Transport::failed_peers() const {
+std::vector<int> Transport::failed_peers(Clock::time_point until) {
+  std::vector<int> closed;
+  {
+    std::lock_guard lock(failed_mu_);
+    for (int p : closed_peers_)
+      if (!std::binary_search(failed_peers_.begin(), failed_peers_.end(), p)) closed.push_back(p);
+  }
+  if (!closed.empty()) find_dead_peers(closed, until);
   std::lock_guard lock(failed_mu_);
   return failed_peers_;
 }

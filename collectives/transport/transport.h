@@ -218,16 +218,19 @@ class Transport {
   bool broken() const { return broken_.load(); }
   void abort();  // thread-safe
 
-  // The peers (world ranks, ascending) this rank saw fail: a connection
-  // that closed or reset without an abort frame or a goodbye (the process
-  // died), a connect that was refused or timed out, a peer that stayed
-  // silent through a timeout probe. A peer that relayed another's failure
-  // in an abort frame is alive and not listed. Data, not text: shrinking a
-  // group (runtime/process_group/shrink_agreement.h) reads it. Thread-safe.
-  std::vector<int> failed_peers() const;
+  // The peers (world ranks, ascending) this rank saw fail, as data, not
+  // text (shrinking a group reports them: runtime/process_group/
+  // shrink_agreement.h). Two kinds: a connect that was refused or timed
+  // out, and a peer silent through a timeout probe, count as they are; a
+  // connection that closed or reset without an abort frame or goodbye
+  // counts only if the peer's listener refuses a connection by `until`
+  // (find_dead_peers), since a live peer that aborted its communicator
+  // (shrink's SHRINK_ABORT, abort()) closes its connections the same way.
+  // A peer that relayed another's failure in an abort frame is alive and
+  // not listed. Not while a call runs on this transport.
+  std::vector<int> failed_peers(Clock::time_point until);
   // Of `peers` (world ranks), those whose process is gone by the test of
-  // PeerLinker::refusing(); they join failed_peers(). Thread-safe with
-  // respect to failed_peers(); not with a running call.
+  // PeerLinker::refusing(); they join failed_peers(). Not while a call runs.
   std::vector<int> find_dead_peers(const std::vector<int>& peers, Clock::time_point until);
 
  private:
@@ -344,10 +347,11 @@ class Transport {
   std::atomic<bool> broken_{false};
   std::atomic<bool> aborted_{false};
   std::string broken_reason_;
-  // failed_peers(): written on the failure path, read by another thread.
-  void note_failed_peer(int peer);
+  // failed_peers(): written on the failure path (`closed`: the connection
+  // closed, which failed_peers() confirms), read by another thread.
+  void note_failed_peer(int peer, bool closed = false);
   mutable std::mutex failed_mu_;
-  std::vector<int> failed_peers_;
+  std::vector<int> failed_peers_, closed_peers_;
   // After a probe: the bytes still owed to each peer (padding, the rest of
   // our probe), which notify_peers() sends ahead of the abort frame.
   bool probed_ = false;

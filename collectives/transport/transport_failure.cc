@@ -43,7 +43,7 @@ void Transport::on_hangup(Connection& c) {
   switch (c.absorb(&text)) {
     case RecvProblem::kAbort: fail_from_peer(c, text);
     case RecvProblem::kEof:
-      note_failed_peer(c.peer());
+      note_failed_peer(c.peer(), /*closed=*/true);
       fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
                                         " closed unexpectedly (the peer process exited, "
                                         "crashed or aborted)"));
@@ -134,14 +134,14 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
                                         "expected its data (did the ranks call different "
                                         "numbers of collectives?)"));
     case RecvProblem::kEof:
-      note_failed_peer(c.peer());
+      note_failed_peer(c.peer(), /*closed=*/true);
       fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
                                         " closed unexpectedly (the peer process exited, "
                                         "crashed or aborted)"));
     case RecvProblem::kError:
     case RecvProblem::kNone: break;
   }
-  note_failed_peer(c.peer());
+  note_failed_peer(c.peer(), /*closed=*/true);
   fail(ErrorKind::kNetwork,
        str_cat(context(), ": receiving from ", c.name(), " failed: ", std::strerror(err),
                " (the peer process exited, crashed or aborted)"));

@@ -122,7 +122,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
         other.push_back(str_cat(w.c->name(), " had closed its communicator"));
         break;
       case Connection::Skimmed::kGone:
-        note_failed_peer(w.c->peer());
+        note_failed_peer(w.c->peer(), /*closed=*/true);
         other.push_back(str_cat(w.c->name(), " closed its connection (exited or crashed)"));
         break;
       case Connection::Skimmed::kGarbled:

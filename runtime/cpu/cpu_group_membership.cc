@@ -17,6 +17,10 @@
 namespace collie {
 namespace {
 
+// How long shrink's liveness checks (a connect to a listener) may take
+// each: a refusal comes back at once, a cut link gives no answer.
+constexpr auto kLivenessCheck = std::chrono::milliseconds(500);
+
 // A joiner's answer: "<prefix>\n<rank>\n<size>\n<generation>".
 struct Admission {
   std::string prefix;
@@ -65,23 +69,26 @@ ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkO
   if (store_ == nullptr)
     throw InvalidArgument(str_cat("shrink on rank ", rank_, ": the group has no store"));
   const auto start = Clock::now();
-  const Deadline deadline(op_timeout(options.timeout));
   const std::string what = describe_what(group_name_, rank_, size_, generation_);
 
-  // Revoke: pending calls finish within the deadline (kDefault) or fail at
+  // Revoke: pending calls finish within the timeout (kDefault) or fail at
   // once (kAbort, or a group a failure already broke); later calls fail.
   if (options.mode == ShrinkMode::kAbort || queue_.broken()) {
     queue_.abort(std::make_exception_ptr(BackendError(str_cat(what, " was revoked by shrink"))),
                  [this] { abort_communicator(); });
   }
-  queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
+  queue_.shutdown(op_timeout(options.timeout), [this] { abort_communicator(); });
 
   // Agree on who is left out: what the caller names, and what this rank's
-  // connections saw fail.
+  // connections saw fail. The agreement has a budget of its own, so that a
+  // long drain cannot leave it none.
+  const Deadline deadline(op_timeout(options.timeout));
   std::vector<int> suspects(exclude.begin(), exclude.end());
   FindDead find_dead;
   if (communicator_) {
-    for (int r : communicator_->failed_ranks()) suspects.push_back(r);
+    for (int r :
+         communicator_->failed_ranks(std::min(deadline.when(), Clock::now() + kLivenessCheck)))
+      suspects.push_back(r);
     find_dead = [comm = communicator_.get()](const std::vector<int>& ranks,
                                              Clock::time_point until) {
       return comm->find_dead(ranks, until);
@@ -96,7 +103,7 @@ ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkO
   // a listener that accepts is how they tell this rank is alive). A broken
   // communicator closes without a goodbye; a healthy one says goodbye, so
   // that no peer takes it for a crash.
-  communicator_.reset();
+  release_communicator();
   ShrinkResult result;
   result.survivors = decision.survivors;
   result.excluded = decision.excluded;
@@ -165,7 +172,7 @@ GrowResult CpuProcessGroup::grow(Timeout timeout) {
   // Retire this generation: its calls are done (the broadcast above was
   // the last); a healthy communicator says goodbye as it closes.
   queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
-  communicator_.reset();
+  release_communicator();
   next.timeout = deadline.remaining();
   auto communicator = Communicator::connect(*store_, rank_, size, next);
   next.timeout = options_.timeout;

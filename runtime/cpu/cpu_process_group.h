@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -157,10 +158,20 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
-  // Makes a running call fail promptly; nothing once shrink released the
-  // communicator.
+  // Makes a running call fail promptly; nothing once shrink or grow
+  // released the communicator. From any thread (abort(), the queue).
   void abort_communicator() {
+    std::lock_guard lock(communicator_mu_);
     if (communicator_) communicator_->abort();
+  }
+  // Closes the connections, shared memory and listener of a generation
+  // that shrink or grow retired.
+  void release_communicator() {
+    std::unique_ptr<Communicator> old;
+    {
+      std::lock_guard lock(communicator_mu_);
+      old = std::move(communicator_);
+    }
   }
 
   const std::string group_name_;
@@ -176,7 +187,9 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   std::shared_ptr<Store> store_;
   std::atomic<AllReduceAlgorithm> all_reduce_algorithm_{AllReduceAlgorithm::kAuto};
   std::atomic<uint64_t> monitored_barriers_{0};
-  // Used only by the worker thread, except abort() (thread-safe).
+  // Used only by the worker thread, except abort() (thread-safe); reset
+  // (release_communicator) under communicator_mu_, which abort takes.
+  std::mutex communicator_mu_;
   std::unique_ptr<Communicator> communicator_;
   // Declared last: destroyed (and its worker joined) before the communicator.
   OpQueue queue_;

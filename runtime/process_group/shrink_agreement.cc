@@ -44,27 +44,40 @@ class Agreement {
     const auto start = Clock::now();
     report(suspects);
 
-    // Read the reports in order until every rank has reported or been
-    // reported, or the deadline passes. A rank nobody accounts for after
-    // kCheckAfter is checked on once: a dead one is reported.
-    int64_t read = 0;
-    bool checked = !find_dead;
-    while (!covered()) {
-      const auto left = deadline.remaining();
-      if (left.count() <= 0) break;
-      const std::string key = order_key(read + 1);
-      try {
-        store_.wait({key}, checked ? left : std::min<Timeout>(left, kCheckAfter));
-      } catch (const TimeoutError&) {
-        if (checked) break;  // the deadline: whoever has not reported is left out
-        checked = true;
-        std::vector<int> dead = find_dead(unaccounted(), deadline.when());
+    // Read the reports until every rank has reported or been reported, or
+    // the deadline passes. A rank nobody accounts for is checked on after
+    // kCheckAfter, then every second: a dead one is reported.
+    auto next_check = Clock::now() + kCheckAfter;
+    auto check_every = std::chrono::duration_cast<Clock::duration>(kCheckAfter);
+    for (;;) {
+      read_available();
+      if (covered() || deadline.expired()) break;
+      const auto now = Clock::now();
+      if (find_dead && now >= next_check) {
+        std::vector<int> dead =
+            find_dead(unaccounted(), std::min(deadline.when(), now + kLivenessCheck));
         if (!dead.empty()) report(dead);
+        check_every = std::min<Clock::duration>(check_every * 4, std::chrono::seconds(1));
+        next_check = Clock::now() + check_every;
         continue;
       }
-      take_report(key, to_string(store_.get(key)));
-      ++read;
+      // The next report: one whose place was taken is being written now
+      // (or its writer died between the two: a gap, read past); otherwise
+      // the next place to be taken.
+      const bool gap = first_unread_ <= places_;
+      auto until = std::min(deadline.when(), find_dead ? next_check : deadline.when());
+      if (gap) until = std::min(until, now + kGapWait);
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+      try {
+        store_.wait({order_key(gap ? first_unread_ : places_ + 1)},
+                    std::max(left, std::chrono::milliseconds(1)));
+      } catch (const TimeoutError&) {
+        // The deadline, a check due, or a gap: the loop decides.
+      }
     }
+    // Whatever arrived meanwhile counts, so that a rank whose deadline is
+    // spent still proposes from every report there is.
+    read_available();
 
     // Propose; the first proposal in the store is the decision.
     std::vector<int> proposal;
@@ -100,6 +113,10 @@ class Agreement {
   // rank checks whether it is dead: long enough for the survivors' own
   // reports to arrive on a loaded machine, short next to any timeout.
   static constexpr Timeout kCheckAfter{50};
+  // A liveness check's longest wait (a cut link answers nothing), and how
+  // long a place taken but not written is waited for before the reports
+  // after it are read.
+  static constexpr std::chrono::milliseconds kLivenessCheck{500}, kGapWait{20};
 
   std::string order_key(int64_t i) const { return str_cat(prefix_, "order/", i); }
 
@@ -108,6 +125,21 @@ class Agreement {
   void report(const std::vector<int>& suspects) {
     const int64_t place = store_.add(prefix_ + "n", 1);
     store_.set(order_key(place), str_cat(rank_, ":", encode(suspects)));
+  }
+
+  // Reads every report whose place is taken and that is written, in
+  // place order; places taken but not yet written are read later.
+  void read_available() {
+    places_ = store_.add(prefix_ + "n", 0);
+    while (first_unread_ <= places_ && read_.count(first_unread_)) ++first_unread_;
+    for (int64_t i = first_unread_; i <= places_; ++i) {
+      if (read_.count(i)) continue;
+      const std::string key = order_key(i);
+      if (!store_.check({key})) continue;
+      take_report(key, to_string(store_.get(key)));
+      read_.insert(i);
+    }
+    while (first_unread_ <= places_ && read_.count(first_unread_)) ++first_unread_;
   }
 
   std::vector<int> unaccounted() const {
@@ -157,6 +189,9 @@ class Agreement {
   const std::string prefix_;
   const int rank_, size_;
   std::set<int> reported_, suspected_;
+  std::set<int64_t> read_;                    // places read
+  int64_t places_ = 0;                        // places taken, as last read
+  int64_t first_unread_ = 1;                  // the lowest place not read
   std::map<int, std::vector<int>> accusers_;  // suspect -> who reported it
 };
 

@@ -4,6 +4,7 @@
 // the old group is revoked, and run the next all_reduce on the new group,
 // printing when it completed so that the parent can time the recovery.
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -220,4 +221,41 @@ COLLIE_TEST_CHILD(grow_rank) {
   std::fflush(stdout);
   destroy_process_group();
   return same ? 0 : 5;
+}
+
+// args: "file:<path>", rank, world. Rank 2 joins and then never calls
+// anything (a hung rank); ranks 0 and 1 each leave an all_reduce pending on
+// it and shrink it away with ShrinkMode::kAbort (torch's SHRINK_ABORT): the
+// abort closes their connections to each other too, which must not make
+// either take the other for dead.
+COLLIE_TEST_CHILD(abort_shrink_rank) {
+  const int rank = std::stoi(args.at(1)), world = std::stoi(args.at(2));
+  init_process_group(init_options(args.at(0), rank, world));
+  test::checked_all_reduce(0, 1 << 16, 30s);
+  std::printf("ready rank %d\n", rank);
+  std::fflush(stdout);
+  if (rank == 2)
+    for (;;) ::pause();
+  std::vector<float> pending(1 << 16, 1.0f);
+  auto work = get_default_group()->all_reduce(view(pending.data(), pending.size()));
+  std::vector<int> excluded;
+  bool pending_failed = false;
+  auto wait_pending = [&] {
+    try {
+      work->wait();
+    } catch (const Error&) {
+      pending_failed = true;
+    }
+  };
+  // Rank 1 shrinks only once its pending call failed, which rank 0's
+  // abort makes happen: rank 1 has then seen rank 0's connections close.
+  if (rank == 1) wait_pending();
+  shrink_group({2}, {}, {.mode = ShrinkMode::kAbort, .timeout = 30s}, &excluded);
+  if (rank == 0) wait_pending();
+  test::checked_all_reduce(1, 1 << 16, 30s);
+  std::printf("aborted rank=%d new_size=%d excluded=%s pending_failed=%d\n", get_rank(),
+              get_world_size(), join(excluded, ",").c_str(), pending_failed ? 1 : 0);
+  std::fflush(stdout);
+  destroy_process_group();
+  return 0;
 }

@@ -324,3 +324,24 @@ TEST_CASE("collie-run --on-failure=replace: a replacement joins the running job 
          str_cat("the replacement's first step ", (*first - fault_ns) / 1000000,
                  " ms after the kill, process start and the launcher's detection included"));
 }
+
+TEST_CASE("SHRINK_ABORT with calls pending: the aborting survivors do not take each other for dead",
+          "[faults][shrink]") {
+  TempDir dir;
+  constexpr int kWorld = 3;
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < kWorld; ++rank)
+    procs.push_back(Subprocess::spawn(
+        child_argv("abort_shrink_rank",
+                   {"file:" + dir.file("rdzv"), std::to_string(rank), std::to_string(kWorld)}),
+        {.env = clean_env()}));
+  for (int rank : {0, 1}) {
+    auto st = procs[rank].wait(std::chrono::seconds(90));
+    const std::string out = procs[rank].out();
+    INFO("rank " << rank << " " << st.describe() << "\n" << out << procs[rank].err());
+    REQUIRE(st.exit_code == 0);
+    CHECK_THAT(out, Contains(str_cat("aborted rank=", rank,
+                                     " new_size=2 excluded=2 "
+                                     "pending_failed=1")));
+  }
+}

@@ -98,7 +98,7 @@ class FakeCommunicator : public Communicator {
     run(str_cat("send_recv ", ops.size()), deadline);
     return std::vector<int>(ops.size(), -1);
   }
-  std::vector<int> failed_ranks() const override { return {}; }
+  std::vector<int> failed_ranks(Clock::time_point) override { return {}; }
   std::vector<int> find_dead(const std::vector<int>&, Clock::time_point) override { return {}; }
   bool broken() const override {
     std::lock_guard lock(control_->mu);

@@ -154,6 +154,34 @@ TEST_CASE("two sides of a cut network that both reach the store: the first to re
   CHECK_THAT(message(rest[2].error), Contains("rank 2 was left out"));
 }
 
+TEST_CASE("a report place taken but never written does not stall the others") {
+  HashStore store;
+  // A rank took place 1 and died before writing its report.
+  store.add("g/shrink/0/n", 1);
+  const auto start = Clock::now();
+  auto out = agree(store, 3, {std::vector<int>{}, std::vector<int>{}, std::vector<int>{}}, 30s);
+  CHECK(Clock::now() - start < 10s);  // not the 30 s deadline
+  for (auto& o : out) {
+    REQUIRE_FALSE(o.error);
+    CHECK(o.decision->excluded.empty());
+  }
+}
+
+TEST_CASE("a rank whose deadline is spent still proposes from the reports in the store") {
+  HashStore store;
+  // Ranks 0 and 1 reported; rank 2 arrives with no time left: it must not
+  // propose to exclude everyone it had no time to read.
+  std::thread a([&] { agree(store, 3, {std::vector<int>{}, std::nullopt, std::nullopt}, 30s); });
+  store.wait({"g/shrink/0/order/1"}, 30s);
+  std::thread b([&] { agree(store, 3, {std::nullopt, std::vector<int>{}, std::nullopt}, 30s); });
+  store.wait({"g/shrink/0/order/2"}, 30s);
+  auto late = agree(store, 3, {std::nullopt, std::nullopt, std::vector<int>{}}, 0s);
+  a.join();
+  b.join();
+  REQUIRE_FALSE(late[2].error);
+  CHECK(late[2].decision->excluded.empty());
+}
+
 TEST_CASE("bad suspects are refused, naming the rank") {
   HashStore store;
   CHECK_THROWS_WITH(agree_on_shrink(store, "g/", 0, 3, {5}, 0, Deadline(1s)),
