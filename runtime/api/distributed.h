@@ -120,8 +120,8 @@ Group shrink_group(std::vector<int> ranks_to_exclude = {}, const Group& group = 
 
 // The members' side of a replacement joining (InitOptions::join): every
 // member of the default group calls it at the same point (a step boundary).
-// When no process asked to join it costs one store round trip on rank 0 and
-// an 8-byte broadcast, and returns 0. Otherwise the default group is
+// When no process asked to join it costs two store round trips on rank 0
+// and an all_reduce of three integers, and returns 0. Otherwise the default group is
 // replaced by one with the joiners as its last ranks (the members keep
 // theirs) and it returns how many joined; hand them the state they need
 // (broadcast the model from rank 0). `timeout`: the group's when unset.

@@ -21,7 +21,10 @@ namespace {
 // each: a refusal comes back at once, a cut link gives no answer.
 constexpr auto kLivenessCheck = std::chrono::milliseconds(500);
 
-// A joiner's answer: "<prefix>\n<rank>\n<size>\n<generation>".
+// A joiner's admission, under "admit/<ticket>":
+// "<prefix>\n<rank>\n<size>\n<generation>". Its ticket is claimed first
+// ("claim/<ticket>": "claimed" by rank 0, or "withdrawn" by a joiner that
+// gave up; compare_set decides which came first).
 struct Admission {
   std::string prefix;
   int rank = -1, size = -1, generation = -1;
@@ -147,28 +150,40 @@ GrowResult CpuProcessGroup::grow(Timeout timeout) {
     throw InvalidArgument(str_cat("grow on rank ", rank_, ": the group has no store"));
   const Deadline deadline(op_timeout(timeout));
   const std::string keys = join_prefix();
-  // Rank 0 reads who asked; everyone learns it over the group.
-  int64_t asked[2] = {0, 0};  // admitted so far, tickets taken so far
+  // Rank 0 claims the tickets of the processes asking to join (one that
+  // gave up withdrew its ticket first, and is skipped) and every member
+  // learns the counts in an all_reduce: every member takes part, so one
+  // that died fails it everywhere before anything changes.
+  int64_t counts[3] = {0, 0, 0};  // admitted so far, tickets taken, tickets claimed now
+  std::vector<int64_t> claimed;
   if (rank_ == 0) {
-    asked[0] = store_->add(keys + "admitted", 0);
-    asked[1] = store_->add(keys + "n", 0);
+    counts[0] = store_->add(keys + "admitted", 0);
+    counts[1] = store_->add(keys + "n", 0);
+    for (int64_t t = counts[0] + 1; t <= counts[1]; ++t) {
+      // "claimed" again after an attempt that failed before admitting.
+      if (to_string(store_->compare_set(str_cat(keys, "claim/", t), Bytes{},
+                                        to_bytes("claimed"))) == "claimed")
+        claimed.push_back(t);
+    }
+    counts[2] = static_cast<int64_t>(claimed.size());
   }
-  broadcast(view(asked, 2), {.root = 0, .timeout = deadline.remaining(), .async_op = false})
+  all_reduce(view(counts, 3),
+             {.op = ReduceOp::kMax, .timeout = deadline.remaining(), .async_op = false})
       ->wait();
-  const int64_t joining = asked[1] - asked[0];
-  if (joining <= 0) return {};
+  if (counts[1] == counts[0]) return {};  // nobody asked
+  const int64_t joining = counts[2];
   const int size = size_ + static_cast<int>(joining);
   CommunicatorOptions next = options_;
   // The ticket count only grows, so this prefix is the group's first use.
-  next.store_prefix = str_cat(options_.store_prefix, "+j", asked[1]);
+  next.store_prefix = str_cat(options_.store_prefix, "+j", counts[1]);
   if (rank_ == 0) {
-    for (int64_t t = asked[0] + 1; t <= asked[1]; ++t) {
-      const Admission a{next.store_prefix, size_ + static_cast<int>(t - asked[0] - 1), size,
-                        generation_ + 1};
-      store_->set(str_cat(keys, "answer/", t), encode(a));
+    for (size_t i = 0; i < claimed.size(); ++i) {
+      const Admission a{next.store_prefix, size_ + static_cast<int>(i), size, generation_ + 1};
+      store_->set(str_cat(keys, "admit/", claimed[i]), encode(a));
     }
-    store_->add(keys + "admitted", joining);
+    store_->add(keys + "admitted", counts[1] - counts[0]);
   }
+  if (joining == 0) return {};  // every one that asked gave up
   // Retire this generation: its calls are done (the broadcast above was
   // the last); a healthy communicator says goodbye as it closes.
   queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
@@ -192,18 +207,23 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::join(const BackendContext& con
   const Deadline deadline(context.timeout);
   const std::string keys = str_cat("socket/", context.group_name, "/join/");
   const int64_t ticket = context.store->add(keys + "n", 1);
-  const std::string key = str_cat(keys, "answer/", ticket);
+  const std::string key = str_cat(keys, "admit/", ticket);
   COLLIE_LOG(kInfo) << "asking to join process group \"" << context.group_name << "\" (ticket "
                     << ticket << ")";
   try {
     context.store->wait({key}, deadline.remaining());
   } catch (const TimeoutError& e) {
-    throw TimeoutError(str_cat("join: no member of process group \"", context.group_name,
-                               "\" admitted this process (ticket ", ticket, ") ",
-                               deadline.describe(),
-                               ": the members admit joiners when they call grow "
-                               "(admit_joiners), at a step boundary; ",
-                               e.what()));
+    // Withdraw, unless a member claimed the ticket meanwhile: then the
+    // members are connecting with this process, and it must come.
+    if (to_string(context.store->compare_set(str_cat(keys, "claim/", ticket), Bytes{},
+                                             to_bytes("withdrawn"))) == "withdrawn")
+      throw TimeoutError(str_cat("join: no member of process group \"", context.group_name,
+                                 "\" admitted this process (ticket ", ticket, ") ",
+                                 deadline.describe(),
+                                 ": the members admit joiners when they call grow "
+                                 "(admit_joiners), at a step boundary; ",
+                                 e.what()));
+    context.store->wait({key}, context.timeout);
   }
   const Admission a = decode(to_string(context.store->get(key)), key);
   comm_options.store_prefix = a.prefix;

@@ -152,9 +152,11 @@ class Growable {
  public:
   virtual ~Growable() = default;
   // Collective among the members. Rank 0 looks in the store for processes
-  // asking to join (one store round trip) and tells the others over the
-  // group (an 8-byte broadcast): with none, it returns {nullptr, 0} and the
-  // group goes on. Otherwise this group is retired (its calls done; later
+  // asking to join (two store round trips) and claims their tickets (one
+  // each; a joiner that gave up withdrew its own first); every member
+  // learns the counts in an all_reduce of three integers, so a member that
+  // died fails it everywhere before anything changes. With nobody asking
+  // it returns {nullptr, 0} and the group goes on. Otherwise this group is retired (its calls done; later
   // calls fail) and every member and joiner connects the next generation
   // within `timeout` (the group's when unset): members keep their ranks,
   // joiners follow in the order they asked. The joiners hold no state:
