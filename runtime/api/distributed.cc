@@ -73,9 +73,13 @@ void init_process_group(const InitOptions& options) {
   const bool join = options.join || process_env("COLLIE_REPLACEMENT").value_or("") == "1";
   auto group = join ? join_process_group(spec, context) : create_process_group(spec, context);
   set_log_rank(group->rank());
+  // A joiner names its sub-groups as the members do: their count of
+  // new_group calls comes from rank 0 (admit_joiners sends it).
+  int64_t group_count = 1;
+  if (join) group->broadcast(view(&group_count, 1), {.root = 0, .async_op = false})->wait();
   COLLIE_LOG(kInfo) << "initialized the default process group: backend " << group->backend_name()
-                    << ", rank " << rdzv.rank << " of " << rdzv.world_size << " (" << rdzv.source
-                    << ")";
+                    << ", rank " << group->rank() << " of " << group->size() << " ("
+                    << (join ? "joined a running group, " : "") << rdzv.source << ")";
 
   std::lock_guard lock(s.mu);
   if (s.default_group) {
@@ -87,7 +91,7 @@ void init_process_group(const InitOptions& options) {
   s.backend = spec.text;
   s.route_host = rdzv.store_host;
   s.timeout = timeout;
-  s.group_count = 1;
+  s.group_count = static_cast<int>(group_count);
   s.sub_groups.clear();
 }
 
@@ -179,15 +183,23 @@ int admit_joiners(Timeout timeout) {
   GrowResult grown = growable->grow(timeout);
   if (grown.joined == 0) return 0;
   auto& s = state();
-  std::lock_guard lock(s.mu);
-  const BackendSpec spec = parse_backend_spec(s.backend);
-  auto group =
-      std::make_shared<PerDeviceProcessGroup>(grown.group->rank(), grown.group->size(), spec.text,
-                                              PerDeviceProcessGroup::Slot{grown.group, ""},
-                                              PerDeviceProcessGroup::Slot{nullptr, spec.cuda_why});
-  if (s.default_group != pg)
-    throw InvalidArgument("admit_joiners: the default group was replaced by another thread");
-  s.default_group = std::move(group);
+  std::shared_ptr<ProcessGroup> group;
+  int64_t group_count = 0;
+  {
+    std::lock_guard lock(s.mu);
+    const BackendSpec spec = parse_backend_spec(s.backend);
+    group = std::make_shared<PerDeviceProcessGroup>(
+        grown.group->rank(), grown.group->size(), spec.text,
+        PerDeviceProcessGroup::Slot{grown.group, ""},
+        PerDeviceProcessGroup::Slot{nullptr, spec.cuda_why});
+    if (s.default_group != pg)
+      throw InvalidArgument("admit_joiners: the default group was replaced by another thread");
+    s.default_group = group;
+    group_count = s.group_count;
+  }
+  // The joiners' init_process_group takes rank 0's count of new_group
+  // calls, so that the next new_group has one name everywhere.
+  group->broadcast(view(&group_count, 1), {.root = 0, .async_op = false})->wait();
   return grown.joined;
 }
 
