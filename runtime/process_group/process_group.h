@@ -156,11 +156,10 @@ class Growable {
   // each; a joiner that gave up withdrew its own first); every member
   // learns the counts in an all_reduce of three integers, so a member that
   // died fails it everywhere before anything changes. With nobody asking
-  // it returns {nullptr, 0} and the group goes on. Otherwise this group is retired (its calls done; later
-  // calls fail) and every member and joiner connects the next generation
-  // within `timeout` (the group's when unset): members keep their ranks,
-  // joiners follow in the order they asked. The joiners hold no state:
-  // broadcast it to them from a member.
+  // it returns {nullptr, 0} and the group goes on. Otherwise this group is retired (its calls done;
+  // later calls fail) and every member and joiner connects the next generation within `timeout`
+  // (the group's when unset): members keep their ranks, joiners follow in the order they asked. The
+  // joiners hold no state: broadcast it to them from a member.
   virtual GrowResult grow(Timeout timeout = kUnsetTimeout) = 0;
 };
 
