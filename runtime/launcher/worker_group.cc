@@ -109,20 +109,13 @@ int WorkerGroup::pick_root_cause(bool* all_exited) {
   // (a crash, the OOM killer, a kill -9) is then the likelier root cause:
   // its peers typically exit with an error because its sockets closed.
   int root = -1;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    if (!slot.proc->poll_exit()) {
-      *all_exited = false;
-      continue;
-    }
-    if (slot.recorded) continue;
-    slot.recorded = true;
+  for_each_new_exit(all_exited, [&](size_t i, Slot& slot) {
     if (!slot.proc->status().ok() && !slot.signalled && !stopping_) {
       const bool by_signal = slot.proc->status().signal != 0;
       if (root < 0 || (by_signal && slots_[static_cast<size_t>(root)].proc->status().signal == 0))
         root = static_cast<int>(i);
     }
-  }
+  });
   if (root < 0 || slots_[static_cast<size_t>(root)].proc->status().signal != 0) return root;
   // A worker that exited with an error because a peer's connection closed
   // can be seen exiting before that peer, killed by a signal, is: a

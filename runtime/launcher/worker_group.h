@@ -150,6 +150,22 @@ class WorkerGroup {
   // the index of the worker whose failure ends the attempt, or -1.
   // *all_exited says whether every worker has exited.
   int pick_root_cause(bool* all_exited);
+  // Polls every worker: clears *all_exited while one still runs, and calls
+  // on_exit(index, slot) once for each exit not recorded before (then
+  // recorded).
+  template <typename Fn>
+  void for_each_new_exit(bool* all_exited, Fn&& on_exit) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& slot = slots_[i];
+      if (!slot.proc->poll_exit()) {
+        *all_exited = false;
+        continue;
+      }
+      if (slot.recorded) continue;
+      slot.recorded = true;
+      on_exit(i, slot);
+    }
+  }
   // --on-failure shrink/replace (worker_survival.cc): records the exits
   // seen in this pass, says each as an event, and replaces a failed worker
   // while restarts are left; one with none left stops the group as a root

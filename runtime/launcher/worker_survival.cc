@@ -30,14 +30,7 @@ void WorkerGroup::survive_exits(bool* all_exited) {
     return std::count_if(slots_.begin(), slots_.end(),
                          [](const Slot& s) { return !s.proc->exited(); });
   };
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    if (!slot.proc->poll_exit()) {
-      *all_exited = false;
-      continue;
-    }
-    if (slot.recorded) continue;
-    slot.recorded = true;
+  for_each_new_exit(all_exited, [&](size_t i, Slot& slot) {
     const ExitStatus& status = slot.proc->status();
     const auto at = slot.proc->exit_time();
     const std::string who = describe_worker(slot.place, slot.proc->pid());
@@ -49,7 +42,7 @@ void WorkerGroup::survive_exits(bool* all_exited) {
       say_event(at, str_cat("worker exited: ", who, " with ", status.describe(),
                             slot.signalled ? " (stopped by collie-run)" : "", "; ", left,
                             left == 1 ? " worker" : " workers", " still running"));
-      continue;
+      return;
     }
     last_failure_.emplace(at, str_cat("rank ", slot.place.global_rank, " failed"));
     const std::string seen = str_cat("failure seen: ", who, " ended with ", status.describe());
@@ -60,7 +53,7 @@ void WorkerGroup::survive_exits(bool* all_exited) {
                                       : str_cat("the ", left, " other worker",
                                                 left == 1 ? " goes" : "s go", " on without it"),
                             " (--on-failure shrink)"));
-      continue;
+      return;
     }
     const int used = spec_.restarts_used + result_.replacements;
     if (used < spec_.env.max_restarts) {
@@ -68,14 +61,14 @@ void WorkerGroup::survive_exits(bool* all_exited) {
                             " of ", spec_.env.max_restarts, ")"));
       replace_worker(slot);
       *all_exited = false;
-      continue;
+      return;
     }
     say_event(at, str_cat(seen, "; no restart left for a replacement (--max-restarts ",
                           spec_.env.max_restarts, "): stopping the other workers"));
     result_.outcome = AttemptOutcome::kFailed;
     result_.first_failure = static_cast<int>(i);
     stop_all(SIGTERM);
-  }
+  });
 }
 
 void WorkerGroup::replace_worker(Slot& slot) {
