@@ -171,16 +171,18 @@ void WorkerGroup::kill_when_due() {
 void WorkerGroup::reap() {
   // Flush what is left, including a last line without a newline, and make
   // sure nothing a worker started outlives the attempt.
-  for (Slot& slot : slots_) {
-    flush_streams(slot);
-    slot.proc->signal_group(SIGKILL);
-    // Withdrawn while the zombie still holds the process group id.
-    if (spec_.guard) spec_.guard->withdraw(slot.proc->pid());
-    slot.proc->reap();
-    slot.proc->close_stdout();
-    slot.proc->close_stderr();
-    result_.workers.push_back(record(slot));
-  }
+  for (Slot& slot : slots_) result_.workers.push_back(retire(slot));
+}
+
+WorkerResult WorkerGroup::retire(Slot& slot) {
+  flush_streams(slot);
+  slot.proc->signal_group(SIGKILL);
+  // Withdrawn while the zombie still holds the process group id.
+  if (spec_.guard) spec_.guard->withdraw(slot.proc->pid());
+  slot.proc->reap();
+  slot.proc->close_stdout();
+  slot.proc->close_stderr();
+  return record(slot);
 }
 
 WorkerResult WorkerGroup::record(const Slot& slot) const {

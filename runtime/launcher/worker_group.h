@@ -150,6 +150,9 @@ class WorkerGroup {
   // the index of the worker whose failure ends the attempt, or -1.
   // *all_exited says whether every worker has exited.
   int pick_root_cause(bool* all_exited);
+  // Ends a worker's slot: its last output flushed, whatever it started
+  // killed, the process reaped and its streams closed; returns its record.
+  WorkerResult retire(Slot& slot);
   // Polls every worker: clears *all_exited while one still runs, and calls
   // on_exit(index, slot) once for each exit not recorded before (then
   // recorded).

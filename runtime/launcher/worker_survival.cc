@@ -73,15 +73,8 @@ void WorkerGroup::survive_exits(bool* all_exited) {
 
 void WorkerGroup::replace_worker(Slot& slot) {
   // The dead worker goes as at the end of an attempt: its last output, then
-  // whatever it started, then the zombie (withdrawn from the guard while it
-  // still holds its process group id).
-  flush_streams(slot);
-  slot.proc->signal_group(SIGKILL);
-  if (spec_.guard) spec_.guard->withdraw(slot.proc->pid());
-  slot.proc->reap();
-  slot.proc->close_stdout();
-  slot.proc->close_stderr();
-  result_.losses.push_back(record(slot));
+  // whatever it started, then the zombie.
+  result_.losses.push_back(retire(slot));
   ++result_.replacements;
 
   slot.replacement = true;
