@@ -13,6 +13,17 @@ target_compile_definitions(collie_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECA
 target_link_libraries(collie_asio INTERFACE Threads::Threads)
 install(TARGETS collie_asio EXPORT collieTargets)
 
+# nlohmann/json (header-only; Debian: nlohmann-json3-dev): every JSON collie
+# writes or reads (flight-recorder state, error records, traces).
+find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp PATHS /usr/include ${_collie_extra_includes})
+if(NOT NLOHMANN_JSON_INCLUDE_DIR)
+  message(FATAL_ERROR "nlohmann/json.hpp not found: install the Debian package nlohmann-json3-dev")
+endif()
+add_library(collie_json INTERFACE)
+target_include_directories(collie_json SYSTEM INTERFACE
+  $<BUILD_INTERFACE:${NLOHMANN_JSON_INCLUDE_DIR}>)
+install(TARGETS collie_json EXPORT collieTargets)
+
 # Eigen: Debian's package config (Eigen3::Eigen), else the carried headers.
 find_package(Eigen3 3.3 CONFIG QUIET)
 if(NOT TARGET Eigen3::Eigen)

@@ -29,7 +29,7 @@ BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 # Open MPI, PyTorch) are real dependencies of the tests and benches.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev
+  libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
   # python3-venv/-dev: the virtual environments with torch 2.x from PyPI that
   # collie_torch is built against and tested in. Debian's python3-torch

@@ -12,6 +12,7 @@
 #include "runtime/api/group_call.h"
 #include "runtime/api/init_rendezvous.h"
 #include "runtime/api/per_device_process_group.h"
+#include "runtime/process_group/flight_recorder.h"
 
 namespace collie {
 namespace {
@@ -71,8 +72,11 @@ void init_process_group(const InitOptions& options) {
   BackendContext context{default_store, rdzv.rank,         rdzv.world_size, timeout,
                          "0",           options.transport, rdzv.store_host};
   const bool join = options.join || process_env("COLLIE_REPLACEMENT").value_or("") == "1";
+  context.group_desc = "default_pg";
+  if (!join) FlightRecorder::get().set_global_rank(rdzv.rank);
   auto group = join ? join_process_group(spec, context) : create_process_group(spec, context);
   set_log_rank(group->rank());
+  FlightRecorder::get().set_global_rank(group->rank());
   // A joiner names its sub-groups as the members do: their count of
   // new_group calls comes from rank 0 (admit_joiners sends it).
   int64_t group_count = 1;
@@ -163,6 +167,7 @@ Group new_group(std::vector<int> ranks, Timeout timeout, const std::string& back
   auto store = std::make_shared<PrefixStore>(group_name, base_store);
   BackendContext context{store, group_rank, static_cast<int>(ranks.size()), timeout, group_name,
                          "",    route_host};
+  context.global_ranks = ranks;
   auto pg = create_process_group(spec, context);
   {
     std::lock_guard lock(s.mu);

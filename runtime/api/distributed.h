@@ -31,6 +31,7 @@
 #include "runtime/api/backend_registry.h"
 #include "runtime/api/group.h"
 #include "runtime/api/print.h"
+#include "runtime/process_group/flight_recorder.h"  // dump_flight_recorder()
 #include "runtime/process_group/process_group.h"
 #include "runtime/process_group/work.h"
 

@@ -131,9 +131,12 @@ ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkO
   auto communicator = Communicator::connect(*store_, decision.new_rank,
                                             static_cast<int>(decision.survivors.size()), next);
   next.timeout = options_.timeout;
-  auto group = std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_,
-                                                 group_name_, OpQueue::CallerPolicy::kOneAtATime,
-                                                 std::move(next), generation_ + 1);
+  std::vector<int> survivors_global;
+  for (int old_rank : decision.survivors)
+    survivors_global.push_back(global_ranks_.at(static_cast<size_t>(old_rank)));
+  auto group = std::make_shared<CpuProcessGroup>(
+      std::move(communicator), store_, timeout_, group_name_, OpQueue::CallerPolicy::kOneAtATime,
+      std::move(next), generation_ + 1, std::move(survivors_global), group_desc_);
   result.connected_after = Clock::now() - start;
   COLLIE_LOG(kInfo) << what << " shrank to "
                     << describe_what(group_name_, group->rank(), group->size(), generation_ + 1)
@@ -191,9 +194,11 @@ GrowResult CpuProcessGroup::grow(Timeout timeout) {
   next.timeout = deadline.remaining();
   auto communicator = Communicator::connect(*store_, rank_, size, next);
   next.timeout = options_.timeout;
-  auto group = std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_,
-                                                 group_name_, OpQueue::CallerPolicy::kOneAtATime,
-                                                 std::move(next), generation_ + 1);
+  // The joiners' ranks in the world are theirs to tell: the recorder lists
+  // the group as ranks 0..size-1.
+  auto group = std::make_shared<CpuProcessGroup>(
+      std::move(communicator), store_, timeout_, group_name_, OpQueue::CallerPolicy::kOneAtATime,
+      std::move(next), generation_ + 1, std::vector<int>{}, group_desc_);
   COLLIE_LOG(kInfo) << describe_what(group_name_, rank_, size_, generation_) << " admitted "
                     << joining << (joining == 1 ? " process" : " processes") << ": now "
                     << describe_what(group_name_, rank_, size, generation_ + 1);

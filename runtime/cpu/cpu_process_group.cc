@@ -11,6 +11,38 @@ namespace {
 
 std::string shape(const TensorView& t) { return str_cat(t.dtype, " x ", t.count); }
 
+// The transport as a literal (recorder entries outlive the group's strings).
+const char* transport_literal(const std::string& transport) {
+  if (transport == "tcp") return "tcp";
+  if (transport == "shm") return "shm";
+  return "auto";
+}
+
+std::vector<int> iota_ranks(int size) {
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) ranks[static_cast<size_t>(i)] = i;
+  return ranks;
+}
+
+// A recorded call failed: the recorder keeps its error and, unless the
+// caller passed a bad argument, dumps (and asks the other ranks to).
+void record_failure(uint64_t id, const std::string& group, const char* op) {
+  std::string what = "unknown exception";
+  bool bad_argument = false;
+  try {
+    throw;
+  } catch (const InvalidArgument& e) {
+    what = e.what();
+    bad_argument = true;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  FlightRecorder::get().failed(id, what);
+  if (!bad_argument)
+    dump_on_failure(str_cat(op, " on process group \"", group, "\" failed: ", what));
+}
+
 }  // namespace
 
 std::string CpuProcessGroup::describe_what(const std::string& group_name, int rank, int size,
@@ -42,18 +74,30 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
       Communicator::connect(*context.store, context.rank, context.size, comm_options);
   COLLIE_LOG(kInfo) << describe_what(context.group_name, context.rank, context.size, 0)
                     << " connected at " << communicator->address();
-  return std::make_shared<CpuProcessGroup>(std::move(communicator), context.store, context.timeout,
-                                           context.group_name, OpQueue::CallerPolicy::kOneAtATime,
-                                           std::move(comm_options));
+  auto group = std::make_shared<CpuProcessGroup>(
+      std::move(communicator), context.store, context.timeout, context.group_name,
+      OpQueue::CallerPolicy::kOneAtATime, std::move(comm_options), 0, context.global_ranks,
+      context.group_desc);
+  // Another rank's failure asks this one to dump its flight recorder through
+  // the store of the first group made (every rank's default group).
+  if (context.store) watch_for_dump_requests(context.store);
+  return group;
 }
 
 CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
                                  std::shared_ptr<Store> store, Timeout timeout,
                                  std::string group_name, OpQueue::CallerPolicy callers,
-                                 CommunicatorOptions options, int generation)
+                                 CommunicatorOptions options, int generation,
+                                 std::vector<int> global_ranks, std::string group_desc)
     : ProcessGroup(communicator->rank(), communicator->size()),
       group_name_(std::move(group_name)),
       timeout_(resolve_timeout(timeout)),
+      global_ranks_(global_ranks.empty() ? iota_ranks(size_) : std::move(global_ranks)),
+      group_desc_(!group_desc.empty()  ? std::move(group_desc)
+                  : group_name_ == "0" ? "default_pg"
+                                       : "undefined"),
+      fr_group_(FlightRecorder::get().register_group(
+          FrGroupInfo{group_name_, group_desc_, global_ranks_, "collie", rank_})),
       options_(std::move(options)),
       generation_(generation),
       store_(std::move(store)),
@@ -67,15 +111,60 @@ CallSite CpuProcessGroup::site(std::string_view op) const {
   return CallSite{op, rank_, group_name_, kBackendName};
 }
 
+FrCall CpuProcessGroup::fr_call(const char* op, const TensorView& in, uint32_t in_tensors,
+                                const TensorView& out, uint32_t out_tensors) const {
+  FrCall call;
+  call.op = op;
+  call.in_dtype = in.dtype;
+  call.out_dtype = out.dtype;
+  call.in_tensors = in_tensors;
+  call.out_tensors = out_tensors;
+  call.in_numel = static_cast<int64_t>(in.count);
+  call.out_numel = static_cast<int64_t>(out.count);
+  call.transport = transport_literal(options_.transport);
+  return call;
+}
+
 template <typename DetailsFn, typename Fn>
-std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const char* kind, DetailsFn&& details,
-                                               Timeout timeout, Fn&& op) {
+std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call,
+                                               DetailsFn&& details, Timeout timeout, Fn&& op) {
+  // Recorded when issued, started and completed (or failed) where it runs.
+  const uint64_t id = FlightRecorder::get().record(fr_group_, call, timeout.count());
+  auto recorded = [&] {
+    if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
+      return [id, op = std::forward<Fn>(op), group = &group_name_,
+              kind = call.op](const Deadline& deadline) mutable {
+        FlightRecorder& fr = FlightRecorder::get();
+        try {
+          fr.started(id);
+          op(deadline);
+        } catch (...) {
+          record_failure(id, *group, kind);
+          throw;
+        }
+        fr.completed(id);
+      };
+    } else {
+      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op](
+                 const Deadline& deadline, CompletionWork& work) mutable {
+        FlightRecorder& fr = FlightRecorder::get();
+        try {
+          fr.started(id);
+          op(deadline, work);
+        } catch (...) {
+          record_failure(id, *group, kind);
+          throw;
+        }
+        fr.completed(id);
+      };
+    }
+  }();
   if (async_op) {
-    return queue_.submit(kind, OpQueue::Details(std::forward<DetailsFn>(details)), timeout,
-                         OpQueue::to_op_fn(std::forward<Fn>(op)));
+    return queue_.submit(call.op, OpQueue::Details(std::forward<DetailsFn>(details)), timeout,
+                         OpQueue::to_op_fn(std::move(recorded)));
   }
-  return queue_.run_or_submit(kind, std::forward<DetailsFn>(details), timeout,
-                              std::forward<Fn>(op));
+  return queue_.run_or_submit(call.op, std::forward<DetailsFn>(details), timeout,
+                              std::move(recorded));
 }
 
 std::shared_ptr<Work> CpuProcessGroup::all_reduce(TensorView tensor,
@@ -86,8 +175,11 @@ std::shared_ptr<Work> CpuProcessGroup::all_reduce(TensorView tensor,
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   const AllReduceAlgorithm algorithm = all_reduce_algorithm_.load(std::memory_order_relaxed);
+  FrCall call = fr_call("all_reduce", tensor, 1, tensor, 1);
+  call.reduce_op = static_cast<int>(options.op);
+  call.algorithm = to_string(algorithm).data();
   return enqueue(
-      options.async_op, "all_reduce",
+      options.async_op, call,
       [tensor, op = options.op, algorithm] {
         return str_cat(shape(tensor), ", ", op, ", ", to_string(algorithm));
       },
@@ -105,9 +197,10 @@ std::shared_ptr<Work> CpuProcessGroup::broadcast(TensorView tensor,
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   int root = options.root;
+  FrCall call = fr_call("broadcast", tensor, 1, tensor, 1);
+  call.root = root;
   return enqueue(
-      options.async_op, "broadcast",
-      [tensor, root] { return str_cat(shape(tensor), ", root ", root); },
+      options.async_op, call, [tensor, root] { return str_cat(shape(tensor), ", root ", root); },
       op_timeout(options.timeout),
       [comm, tensor, root](const Deadline& deadline) { comm->broadcast(tensor, root, deadline); });
 }
@@ -116,7 +209,7 @@ std::shared_ptr<Work> CpuProcessGroup::barrier(const BarrierOptions& options) {
   check_timeout(site("barrier"), options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "barrier",
+      options.async_op, fr_call("barrier", TensorView{}, 0, TensorView{}, 0),
       [size = size_] { return str_cat(size, size == 1 ? " rank" : " ranks"); },
       op_timeout(options.timeout), [comm](const Deadline& deadline) { comm->barrier(deadline); });
 }
@@ -130,7 +223,8 @@ std::shared_ptr<Work> CpuProcessGroup::all_gather(TensorView output, TensorView 
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_gather", [input] { return shape(input); }, op_timeout(options.timeout),
+      options.async_op, fr_call("all_gather", input, 1, output, 1),
+      [input] { return shape(input); }, op_timeout(options.timeout),
       [comm, input, output](const Deadline& deadline) {
         comm->all_gather(input, output, deadline);
       });
@@ -146,9 +240,10 @@ std::shared_ptr<Work> CpuProcessGroup::reduce_scatter(TensorView output, TensorV
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   ReduceOp op = options.op;
+  FrCall call = fr_call("reduce_scatter", input, 1, output, 1);
+  call.reduce_op = static_cast<int>(op);
   return enqueue(
-      options.async_op, "reduce_scatter",
-      [output, op] { return str_cat(shape(output), " per rank, ", op); },
+      options.async_op, call, [output, op] { return str_cat(shape(output), " per rank, ", op); },
       op_timeout(options.timeout),
       [comm, input, output, op](const Deadline& deadline) {
         comm->reduce_scatter(input, output, op, deadline);
@@ -164,8 +259,9 @@ std::shared_ptr<Work> CpuProcessGroup::all_gather(std::span<const TensorView> ou
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_gather", [input] { return str_cat(shape(input), ", list"); },
-      op_timeout(options.timeout),
+      options.async_op,
+      fr_call("all_gather", input, 1, input, static_cast<uint32_t>(outputs.size())),
+      [input] { return str_cat(shape(input), ", list"); }, op_timeout(options.timeout),
       [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
           const Deadline& deadline) { comm->all_gather(input, out, deadline); });
 }
@@ -179,8 +275,10 @@ std::shared_ptr<Work> CpuProcessGroup::reduce_scatter(TensorView output,
   check_reduce_op(where, options.op, output.dtype);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
+  FrCall call = fr_call("reduce_scatter", output, static_cast<uint32_t>(inputs.size()), output, 1);
+  call.reduce_op = static_cast<int>(options.op);
   return enqueue(
-      options.async_op, "reduce_scatter",
+      options.async_op, call,
       [output, op = options.op] { return str_cat(shape(output), " per rank, ", op, ", list"); },
       op_timeout(options.timeout),
       [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
@@ -194,8 +292,11 @@ std::shared_ptr<Work> CpuProcessGroup::reduce(TensorView tensor, const ReduceOpt
   check_root(where, options.root, size_);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
+  FrCall call = fr_call("reduce", tensor, 1, tensor, 1);
+  call.reduce_op = static_cast<int>(options.op);
+  call.root = options.root;
   return enqueue(
-      options.async_op, "reduce",
+      options.async_op, call,
       [tensor, op = options.op, root = options.root] {
         return str_cat(shape(tensor), ", ", op, ", root ", root);
       },
@@ -214,8 +315,10 @@ std::shared_ptr<Work> CpuProcessGroup::gather(std::span<const TensorView> output
                     DeviceType::kCPU);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
+  FrCall call = fr_call("gather", input, 1, input, static_cast<uint32_t>(outputs.size()));
+  call.root = options.root;
   return enqueue(
-      options.async_op, "gather",
+      options.async_op, call,
       [input, root = options.root] { return str_cat(shape(input), ", root ", root); },
       op_timeout(options.timeout),
       [comm, input, root = options.root,
@@ -234,8 +337,10 @@ std::shared_ptr<Work> CpuProcessGroup::scatter(TensorView output,
                     DeviceType::kCPU);
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
+  FrCall call = fr_call("scatter", output, static_cast<uint32_t>(inputs.size()), output, 1);
+  call.root = options.root;
   return enqueue(
-      options.async_op, "scatter",
+      options.async_op, call,
       [output, root = options.root] { return str_cat(shape(output), ", root ", root); },
       op_timeout(options.timeout),
       [comm, output, root = options.root,
@@ -255,8 +360,10 @@ std::shared_ptr<Work> CpuProcessGroup::all_to_all(std::span<const TensorView> ou
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_to_all", [dtype = inputs[0].dtype] { return str_cat(dtype); },
-      op_timeout(options.timeout),
+      options.async_op,
+      fr_call("all_to_all", inputs[0], static_cast<uint32_t>(inputs.size()),
+              outputs.empty() ? inputs[0] : outputs[0], static_cast<uint32_t>(outputs.size())),
+      [dtype = inputs[0].dtype] { return str_cat(dtype); }, op_timeout(options.timeout),
       [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
        out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
         comm->all_to_all(in, out, deadline);
@@ -278,7 +385,7 @@ std::shared_ptr<Work> CpuProcessGroup::all_to_all_single(TensorView output, Tens
   check_timeout(where, options.timeout);
   auto* comm = communicator_.get();
   return enqueue(
-      options.async_op, "all_to_all_single",
+      options.async_op, fr_call("all_to_all_single", input, 1, output, 1),
       [dtype = input.dtype, from = input.count, to = output.count] {
         return str_cat(dtype, " x ", from, " -> ", to);
       },
@@ -333,8 +440,16 @@ std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, OpQueue::Details d
   const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
                      : ops[0].type == P2POpType::kIsend ? "send"
                                                         : "recv";
+  // torch's recorder names a batch of several "coalesced".
+  FrCall call =
+      fr_call(ops.size() == 1 ? kind : "coalesced", ops.empty() ? TensorView{} : ops[0].tensor, 1,
+              ops.empty() ? TensorView{} : ops[0].tensor, 1);
+  if (ops.size() == 1) {
+    call.p2p = true;
+    call.peer = ops[0].peer;
+  }
   auto* comm = communicator_.get();
-  return enqueue(async_op, kind, std::move(details), op_timeout(timeout),
+  return enqueue(async_op, call, std::move(details), op_timeout(timeout),
                  [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
                    const std::vector<int> sources = comm->send_recv(ops, deadline);
                    if (ops.size() == 1) work.set_source_rank(sources[0]);
@@ -352,7 +467,8 @@ void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) 
   const int rank = rank_, size = size_;
   const bool all = options.wait_all_ranks;
   enqueue(
-      false, "monitored_barrier", [seq] { return str_cat("#", seq); }, timeout,
+      false, fr_call("barrier", TensorView{}, 0, TensorView{}, 0),
+      [seq] { return str_cat("#", seq); }, timeout,
       [=](const Deadline&) {
         if (!store) throw InvalidArgument("monitored_barrier needs the group's store");
         collie::monitored_barrier(*store, prefix, rank, size, seq, timeout, all);

@@ -37,6 +37,7 @@
 #include "runtime/cpu/op_queue.h"
 #include "runtime/process_group/backend_context.h"
 #include "runtime/process_group/collective_checks.h"
+#include "runtime/process_group/flight_recorder.h"
 #include "runtime/process_group/process_group.h"
 
 namespace collie {
@@ -59,7 +60,8 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   CpuProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
                   Timeout timeout, std::string group_name,
                   OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime,
-                  CommunicatorOptions options = {}, int generation = 0);
+                  CommunicatorOptions options = {}, int generation = 0,
+                  std::vector<int> global_ranks = {}, std::string group_desc = {});
   // A process that joins a running group (a replacement for a failed
   // rank): asks the members through context.store (the group's, as
   // create() gets it; context.rank and context.size are ignored) and waits
@@ -152,9 +154,13 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   // `details` describes the call in its Work, formatted only on demand.
   // `op`: an OpQueue::OpFn, or a callable taking only the Deadline (see
   // OpQueue::run_or_submit). Defined in the .cc, its only user.
+  // `call` describes it to the flight recorder (call.op is its kind).
   template <typename DetailsFn, typename Fn>
-  std::shared_ptr<Work> enqueue(bool async_op, const char* kind, DetailsFn&& details,
+  std::shared_ptr<Work> enqueue(bool async_op, const FrCall& call, DetailsFn&& details,
                                 Timeout timeout, Fn&& op);
+  // The recorder's description of a call on this group's transport.
+  FrCall fr_call(const char* op, const TensorView& in, uint32_t in_tensors, const TensorView& out,
+                 uint32_t out_tensors) const;
   std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
@@ -176,6 +182,11 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
 
   const std::string group_name_;
   const Timeout timeout_;
+  // The members' ranks in the world and the group's description (the
+  // flight recorder's pg_config; shrink and grow pass them on).
+  const std::vector<int> global_ranks_;
+  const std::string group_desc_;
+  const int fr_group_;  // this group's pg_id in the flight recorder
   const CommunicatorOptions options_;
   const int generation_;
   // Shrinks tried on this group (each retry agrees under fresh keys).

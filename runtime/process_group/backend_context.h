@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/deadline.h"
 #include "rendezvous/store.h"
@@ -28,6 +29,11 @@ struct BackendContext {
   // under srun without a launcher no MASTER_ADDR is set. Empty: unknown
   // (a file:// store, a caller's store).
   std::string route_host;
+  // The members' ranks in the world, by group rank (the flight recorder's
+  // pg_config); empty: 0..size-1. And the group's description ("default_pg"
+  // for the world group; "": "undefined"), as torch's group_desc.
+  std::vector<int> global_ranks;
+  std::string group_desc;
 };
 
 }  // namespace collie
