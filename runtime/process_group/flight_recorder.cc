@@ -709,6 +709,9 @@ void dump_on_failure(const std::string& why) {
   }
   dump_flight_recorder(why);
   if (request == 0) return;
+  // collie-run asks every worker for its state itself when one fails.
+  if (const char* v = std::getenv("COLLIE_RUN_COLLECTS_DUMPS"); v && std::strcmp(v, "1") == 0)
+    return;
   // Give the others a moment to dump before this rank fails and its
   // launcher stops them (torch's watchdog waits the same way). Ranks that
   // fail too dump on their own and do not count here.

@@ -3,6 +3,8 @@
 #include <time.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -37,24 +39,47 @@ bool invariant_tsc() {
 
 std::atomic<bool> use_tsc{false};
 // realtime = base_ns + (ticks - base_ticks) * ns_per_tick
-double ns_per_tick = 1.0;
+std::atomic<double> ns_per_tick{1.0};
+// The first calibration sample: later anchors refine the rate against it,
+// over an ever longer baseline.
+Anchor origin;
 std::once_flag calibrated;
 
 }  // namespace
+
+#if defined(__x86_64__)
+// Both clocks read at one moment: a counter read on each side of the
+// clock's, kept only when nothing (a preemption, an interrupt) came between
+// them, so that the pair is good to a few hundred nanoseconds.
+static Anchor sample() {
+  Anchor best;
+  int64_t best_gap = INT64_MAX;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const int64_t before = static_cast<int64_t>(__rdtsc());
+    const int64_t ns = realtime_ns();
+    const int64_t after = static_cast<int64_t>(__rdtsc());
+    if (after - before < best_gap) {
+      best_gap = after - before;
+      best = {before + (after - before) / 2, ns};
+    }
+    if (best_gap < 2000) break;
+  }
+  return best;
+}
+#endif
 
 void calibrate() {
   std::call_once(calibrated, [] {
 #if defined(__x86_64__)
     if (!invariant_tsc()) return;
-    const int64_t t0 = static_cast<int64_t>(__rdtsc());
-    const int64_t n0 = realtime_ns();
-    int64_t n1 = n0, t1 = t0;
-    while (n1 - n0 < 1'000'000) {  // 1 ms: a rate good to ~1e-5
-      t1 = static_cast<int64_t>(__rdtsc());
-      n1 = realtime_ns();
+    const Anchor first = sample();
+    while (realtime_ns() - first.ns < 2'000'000) {  // 2 ms: a rate good to ~1e-4 at worst
     }
-    if (t1 <= t0) return;
-    ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
+    const Anchor second = sample();
+    if (second.ticks <= first.ticks || second.ns <= first.ns) return;
+    origin = first;
+    ns_per_tick.store(static_cast<double>(second.ns - first.ns) /
+                      static_cast<double>(second.ticks - first.ticks));
     use_tsc.store(true, std::memory_order_release);
 #endif
   });
@@ -68,19 +93,23 @@ int64_t now() {
 }
 
 Anchor anchor() {
-  Anchor a;
 #if defined(__x86_64__)
-  if (use_tsc.load(std::memory_order_acquire)) a.ticks = static_cast<int64_t>(__rdtsc());
+  if (use_tsc.load(std::memory_order_acquire)) {
+    const Anchor a = sample();
+    if (a.ns - origin.ns > 1'000'000'000)  // a second or more: a better rate
+      ns_per_tick.store(static_cast<double>(a.ns - origin.ns) /
+                        static_cast<double>(a.ticks - origin.ticks));
+    return a;
+  }
 #endif
-  a.ns = realtime_ns();
-  return a;
+  return {0, realtime_ns()};
 }
 
 int64_t to_realtime_ns(int64_t ticks, const Anchor& a) {
   if (!use_tsc.load(std::memory_order_acquire)) return ticks;
   // Anchored at a recent moment, so the rate's error (~1e-5) scales with
   // the entry's age, not the process's: a second-old entry is off ~10 us.
-  return a.ns - static_cast<int64_t>(static_cast<double>(a.ticks - ticks) * ns_per_tick);
+  return a.ns - static_cast<int64_t>(static_cast<double>(a.ticks - ticks) * ns_per_tick.load());
 }
 
 }  // namespace collie::fr_clock
