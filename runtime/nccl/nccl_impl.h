@@ -20,6 +20,7 @@
 #include "runtime/nccl/nccl_work.h"
 #include "runtime/process_group/call_log.h"
 #include "runtime/process_group/collective_checks.h"
+#include "runtime/process_group/flight_recorder.h"
 
 namespace collie {
 
@@ -33,6 +34,7 @@ struct NcclProcessGroup::Impl {
   std::shared_ptr<NcclComm> comm;
   std::shared_ptr<Store> store;
   std::shared_ptr<CallLog> calls = std::make_shared<CallLog>();
+  int fr_group = -1;  // this group's pg_id in the flight recorder
   std::unique_ptr<NcclWatchdog> watchdog;
   NcclOptions options;
   Timeout timeout{};
@@ -86,11 +88,17 @@ struct NcclProcessGroup::Impl {
     const uint64_t seq = launch.collective ? calls->issue(launch.signature) : 0;
     const uint64_t p2p = launch.collective ? 0 : ++p2p_seq;
     comm->with_comm([&](ncclComm_t c) { enqueue(c, deadline); });
+    // Recorded as started once launched (collie does not time NCCL's
+    // kernels); completed when the watchdog sees its event.
+    FlightRecorder& fr = FlightRecorder::get();
+    const uint64_t fr_id = fr.record(fr_group, fr_call(launch), deadline.limit().count());
+    fr.started(fr_id);
     cudaEvent_t done = events->take();
     cuda::check(cudaEventRecord(done, stream), "cudaEventRecord(nccl stream)");
     auto work = std::make_shared<NcclWork>(comm, events, done, deadline, launch.signature,
                                            blocking_wait || launch.synchronize, seq, p2p,
                                            launch.source_rank);
+    work->set_fr_id(fr_id);
     watchdog->watch(work);
     if (launch.synchronize)
       work->wait(kUnsetTimeout);
@@ -124,6 +132,10 @@ struct NcclProcessGroup::Impl {
     cuda::check(cudaStreamWaitEvent(caller, captured, 0), "cudaStreamWaitEvent(capture join)");
     return completed_work();
   }
+
+  // The recorder's description of a launch, read off its signature
+  // ("all_reduce(float32, 1024, sum)").
+  static FrCall fr_call(const Launch& launch);
 
   // Inside an enqueue: NCCL's result, settled (see NcclComm::settle_locked).
   void settle(ncclResult_t r, const char* op, const Deadline& deadline) {

@@ -60,6 +60,36 @@ ncclUniqueId exchange_unique_id(Store& store, const NcclComm& comm) {
 
 }  // namespace
 
+FrCall NcclProcessGroup::Impl::fr_call(const Launch& launch) {
+  // torch's op names, as literals: recorder entries outlive the launch.
+  static constexpr const char* kOps[] = {
+      "all_reduce", "broadcast", "barrier",    "all_gather",        "reduce_scatter", "reduce",
+      "gather",     "scatter",   "all_to_all", "all_to_all_single", "send",           "recv"};
+  const std::string_view sig = launch.signature;
+  const std::string_view name = sig.substr(0, sig.find('('));
+  FrCall call;
+  call.op = "coalesced";
+  for (const char* op : kOps)
+    if (name == op) call.op = op;
+  call.p2p = !launch.collective;
+  call.peer = launch.source_rank;
+  call.algorithm = "nccl";
+  call.transport = "nccl";
+  // "(float32, 1024, ...": the dtype and the count, when the signature has them.
+  const size_t open = sig.find('(');
+  if (open != std::string_view::npos) {
+    const std::string_view args = sig.substr(open + 1);
+    const size_t comma = args.find(", ");
+    if (auto dtype = parse_data_type(args.substr(0, comma))) {
+      call.in_dtype = call.out_dtype = *dtype;
+      call.in_tensors = call.out_tensors = 1;
+      if (comma != std::string_view::npos)
+        call.in_numel = call.out_numel = std::atoll(std::string(args.substr(comma + 2)).c_str());
+    }
+  }
+  return call;
+}
+
 ncclDataType_t to_nccl(DataType dtype) {
   switch (dtype) {
     case DataType::kFloat32: return ncclFloat32;
@@ -168,6 +198,12 @@ std::shared_ptr<NcclProcessGroup> NcclProcessGroup::create(std::shared_ptr<Store
   cuda::check(cudaMemset(impl->barrier_buffer, 0, sizeof(float)), "cudaMemset(barrier)");
   impl->watchdog = std::make_unique<NcclWatchdog>(impl->comm, store, impl->calls,
                                                   NcclWatchdog::options_from_env());
+  std::vector<int> ranks(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) ranks[static_cast<size_t>(r)] = r;
+  impl->fr_group = FlightRecorder::get().register_group(
+      {options.group_name, options.group_name == "0" ? "default_pg" : "undefined", std::move(ranks),
+       "nccl", rank});
+  watch_for_dump_requests(store);
   COLLIE_LOG(kInfo) << "nccl backend: rank " << rank << "/" << size << " on cuda:" << device
                     << ", NCCL " << nccl_version();
   return std::shared_ptr<NcclProcessGroup>(new NcclProcessGroup(rank, size, std::move(impl)));

@@ -9,6 +9,7 @@
 #include "base/logging.h"
 #include "base/str_cat.h"
 #include "runtime/cuda/cuda_device.h"
+#include "runtime/process_group/flight_recorder.h"
 
 namespace collie {
 
@@ -66,7 +67,15 @@ std::exception_ptr NcclWork::exception() const {
 
 void NcclWork::fail(std::exception_ptr error) {
   std::lock_guard lock(mu_);
-  if (!failure_) failure_ = std::move(error);
+  if (failure_) return;
+  failure_ = std::move(error);
+  try {
+    std::rethrow_exception(failure_);
+  } catch (const std::exception& e) {
+    FlightRecorder::get().failed(fr_id_, e.what());
+  } catch (...) {
+    FlightRecorder::get().failed(fr_id_, "unknown exception");
+  }
 }
 
 bool NcclWork::failed() const {
@@ -187,13 +196,16 @@ void NcclWatchdog::watch_loop() {
     std::erase_if(pending_, [&](const auto& w) {
       if (!w->is_completed()) return false;
       if (w->seq() > 0) calls_->complete(w->seq());
+      if (w->is_success()) FlightRecorder::get().completed(w->fr_id());
       return true;
     });
     for (const auto& w : pending_) {
       if (!w->deadline().expired()) continue;
       std::shared_ptr<NcclWork> late = w;
       lock.unlock();
-      comm_->abort(describe_timeout(*late), NcclFailure::kTimeout);
+      const std::string why = describe_timeout(*late);
+      dump_on_failure(why);  // this rank's flight recorder, and the others'
+      comm_->abort(why, NcclFailure::kTimeout);
       lock.lock();
       break;
     }

@@ -85,6 +85,9 @@ class NcclWork : public Work {
   std::string description() const;
   const Deadline& deadline() const { return deadline_; }
   uint64_t seq() const { return seq_; }
+  // Its flight-recorder entry (set once, before the watchdog sees it).
+  void set_fr_id(uint64_t id) { fr_id_ = id; }
+  uint64_t fr_id() const { return fr_id_; }
 
   bool is_completed() const override { return failed() || event_done(); }
   bool is_success() const override { return !failed() && event_done(); }
@@ -107,6 +110,7 @@ class NcclWork : public Work {
   const std::string signature_;
   const bool blocking_;
   const uint64_t seq_, p2p_seq_;
+  uint64_t fr_id_ = 0;
   const int source_rank_;
   mutable std::mutex mu_;
   std::exception_ptr failure_;
