@@ -129,14 +129,16 @@ template <typename DetailsFn, typename Fn>
 std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call,
                                                DetailsFn&& details, Timeout timeout, Fn&& op) {
   // Recorded when issued, started and completed (or failed) where it runs.
+  // A blocking call mostly runs at once, on this thread: its start is its
+  // issue, and completed() says so without another clock read.
   const uint64_t id = FlightRecorder::get().record(fr_group_, call, timeout.count());
   auto recorded = [&] {
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
-      return [id, op = std::forward<Fn>(op), group = &group_name_,
-              kind = call.op](const Deadline& deadline) mutable {
+      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op,
+              async_op](const Deadline& deadline) mutable {
         FlightRecorder& fr = FlightRecorder::get();
         try {
-          fr.started(id);
+          if (async_op) fr.started(id);
           op(deadline);
         } catch (...) {
           record_failure(id, *group, kind);
@@ -145,11 +147,11 @@ std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call
         fr.completed(id);
       };
     } else {
-      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op](
+      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op, async_op](
                  const Deadline& deadline, CompletionWork& work) mutable {
         FlightRecorder& fr = FlightRecorder::get();
         try {
-          fr.started(id);
+          if (async_op) fr.started(id);
           op(deadline, work);
         } catch (...) {
           record_failure(id, *group, kind);

@@ -36,6 +36,13 @@ constexpr auto kPollInterval = std::chrono::milliseconds(500);
 constexpr auto kAckWait = std::chrono::milliseconds(1500);
 constexpr const char* kDefaultDumpPrefix = "/tmp/collie_trace_rank_";
 
+// The ring's size: a power of two, so that a slot is found with a mask.
+size_t ring_size(size_t capacity) {
+  size_t n = 1;
+  while (n < capacity) n <<= 1;
+  return capacity == 0 ? 0 : n;
+}
+
 size_t capacity_from_env() {
   for (const char* name :
        {"COLLIE_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
@@ -131,8 +138,8 @@ FlightRecorder& FlightRecorder::get() {
 }
 
 FlightRecorder::FlightRecorder(size_t capacity)
-    : capacity_(capacity),
-      slots_(capacity ? std::make_unique<Slot[]>(capacity) : nullptr),
+    : capacity_(ring_size(capacity)),
+      slots_(capacity_ ? std::make_unique<Slot[]>(capacity_) : nullptr),
       groups_(std::make_unique<Group[]>(kMaxGroups)) {
   fr_clock::calibrate();
 }
@@ -140,8 +147,8 @@ FlightRecorder::FlightRecorder(size_t capacity)
 FlightRecorder::~FlightRecorder() = default;
 
 void FlightRecorder::reset(size_t capacity) {
-  capacity_ = capacity;
-  slots_ = capacity ? std::make_unique<Slot[]>(capacity) : nullptr;
+  capacity_ = ring_size(capacity);
+  slots_ = capacity_ ? std::make_unique<Slot[]>(capacity_) : nullptr;
   next_id_.store(0);
   std::lock_guard lock(g_groups_mu);
   g_errors.clear();
@@ -162,7 +169,7 @@ int FlightRecorder::register_group(FrGroupInfo info) {
 
 FlightRecorder::Slot* FlightRecorder::slot_for(uint64_t id) const {
   if (id == 0 || capacity_ == 0) return nullptr;
-  Slot* s = &slots_[(id - 1) % capacity_];
+  Slot* s = &slots_[(id - 1) & (capacity_ - 1)];
   return s->id.load(std::memory_order_relaxed) == id ? s : nullptr;
 }
 
@@ -170,7 +177,7 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   if (capacity_ == 0 || pg_id < 0) return 0;
   Group& g = groups_[pg_id];
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
-  Slot& s = slots_[(id - 1) % capacity_];
+  Slot& s = slots_[(id - 1) & (capacity_ - 1)];
   const uint64_t v = s.version.load(std::memory_order_relaxed);
   s.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -179,12 +186,17 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   s.started.store(0, std::memory_order_relaxed);
   s.completed.store(0, std::memory_order_relaxed);
   s.pg_id = pg_id;
-  s.op_id = g.ops.fetch_add(1, std::memory_order_relaxed) + 1;
+  // A group's calls are issued one at a time (record()'s contract): its
+  // counters have one writer, and need no read-modify-write.
+  s.op_id = g.ops.load(std::memory_order_relaxed) + 1;
+  g.ops.store(s.op_id, std::memory_order_relaxed);
   if (call.p2p) {
-    s.p2p_seq = g.p2p.fetch_add(1, std::memory_order_relaxed) + 1;
+    s.p2p_seq = g.p2p.load(std::memory_order_relaxed) + 1;
+    g.p2p.store(s.p2p_seq, std::memory_order_relaxed);
     s.collective_seq = g.collectives.load(std::memory_order_relaxed);
   } else {
-    s.collective_seq = g.collectives.fetch_add(1, std::memory_order_relaxed) + 1;
+    s.collective_seq = g.collectives.load(std::memory_order_relaxed) + 1;
+    g.collectives.store(s.collective_seq, std::memory_order_relaxed);
     s.p2p_seq = g.p2p.load(std::memory_order_relaxed);
   }
   s.call = call;
@@ -257,7 +269,7 @@ std::vector<FrEntry> FlightRecorder::entries() const {
   }
   const fr_clock::Anchor a = fr_clock::anchor();
   for (uint64_t id = first; id <= last; ++id) {
-    const Slot& s = slots_[(id - 1) % capacity_];
+    const Slot& s = slots_[(id - 1) & (capacity_ - 1)];
     for (int attempt = 0; attempt < 100; ++attempt) {
       const uint64_t v1 = s.version.load(std::memory_order_acquire);
       if (v1 & 1) continue;

@@ -82,7 +82,8 @@ struct FrEntry {
 class FlightRecorder {
  public:
   // The process's recorder. Its capacity is COLLIE_FR_BUFFER_SIZE, else
-  // TORCH_FR_BUFFER_SIZE, else 2000 entries; 0 turns it off.
+  // TORCH_FR_BUFFER_SIZE, else 2000 entries, rounded up to a power of two
+  // (2048); 0 turns it off.
   static FlightRecorder& get();
   explicit FlightRecorder(size_t capacity);
   ~FlightRecorder();
