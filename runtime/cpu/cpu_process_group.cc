@@ -131,7 +131,7 @@ std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call
   // Recorded when issued, started and completed (or failed) where it runs.
   // A blocking call mostly runs at once, on this thread: its start is its
   // issue, and completed() says so without another clock read.
-  const uint64_t id = FlightRecorder::get().record(fr_group_, call, timeout.count());
+  const uint64_t id = FlightRecorder::get().record(fr_group_, call, timeout.count(), !async_op);
   auto recorded = [&] {
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
       return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op,

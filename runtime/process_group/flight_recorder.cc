@@ -173,7 +173,7 @@ FlightRecorder::Slot* FlightRecorder::slot_for(uint64_t id) const {
   return s->id.load(std::memory_order_relaxed) == id ? s : nullptr;
 }
 
-uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_ms) {
+uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_ms, bool running) {
   if (capacity_ == 0 || pg_id < 0) return 0;
   Group& g = groups_[pg_id];
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -182,7 +182,8 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   s.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   s.id.store(id, std::memory_order_relaxed);
-  s.state.store(static_cast<uint8_t>(FrState::kScheduled), std::memory_order_relaxed);
+  s.state.store(static_cast<uint8_t>(running ? FrState::kStarted : FrState::kScheduled),
+                std::memory_order_relaxed);
   s.started.store(0, std::memory_order_relaxed);
   s.completed.store(0, std::memory_order_relaxed);
   s.pg_id = pg_id;
@@ -197,6 +198,7 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   } else {
     s.collective_seq = g.collectives.load(std::memory_order_relaxed) + 1;
     g.collectives.store(s.collective_seq, std::memory_order_relaxed);
+    if (running) g.last_started.store(s.collective_seq, std::memory_order_relaxed);
     s.p2p_seq = g.p2p.load(std::memory_order_relaxed);
   }
   s.call = call;
@@ -289,7 +291,9 @@ std::vector<FrEntry> FlightRecorder::entries() const {
       const int64_t started = s.started.load(std::memory_order_relaxed);
       const int64_t completed = s.completed.load(std::memory_order_relaxed);
       e.time_created_ns = fr_clock::to_realtime_ns(created, a);
-      e.time_started_ns = started ? fr_clock::to_realtime_ns(started, a) : 0;
+      e.time_started_ns = started                          ? fr_clock::to_realtime_ns(started, a)
+                          : e.state != FrState::kScheduled ? e.time_created_ns
+                                                           : 0;
       e.time_completed_ns = (completed && e.state == FrState::kCompleted)
                                 ? fr_clock::to_realtime_ns(completed, a)
                                 : 0;
@@ -500,7 +504,11 @@ int g_next_listener = 0;
 std::atomic<FrObserver> g_observer{nullptr};
 
 bool write_file(const std::string& path, const std::string& bytes) {
-  const std::string tmp = str_cat(path, ".tmp", ::getpid());
+  // Written beside it, then renamed: a reader never sees half a file. The
+  // temporary name holds neither the dump's prefix nor a trailing number,
+  // so that torchfrtrace skips one a killed process left behind.
+  const std::string tmp = str_cat(std::filesystem::path(path).parent_path().string(),
+                                  "/.collie-fr-", ::getpid(), ".part");
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return false;
@@ -508,7 +516,8 @@ bool write_file(const std::string& path, const std::string& bytes) {
     if (!out) return false;
   }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);  // readers never see half a file
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
   return !ec;
 }
 

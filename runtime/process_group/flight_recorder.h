@@ -103,10 +103,12 @@ class FlightRecorder {
   // The default group's size (the first group's when none is "default_pg").
   int world_size() const;
 
-  // Records a call of group `pg_id` as scheduled and returns its id (0 when
-  // the recorder is off). Each group's calls are numbered in issue order:
-  // record() must be called in the order the group's calls are issued.
-  uint64_t record(int pg_id, const FrCall& call, int64_t timeout_ms);
+  // Records a call of group `pg_id` as scheduled (`running`: started, at
+  // its issue: a blocking call run on the caller's thread) and returns its
+  // id (0 when the recorder is off). Each group's calls are numbered in
+  // issue order: record() must be called in the order the group's calls
+  // are issued, one at a time.
+  uint64_t record(int pg_id, const FrCall& call, int64_t timeout_ms, bool running = false);
   // The call started running (not needed when it ran as soon as issued:
   // completed() marks it started too).
   void started(uint64_t id);
