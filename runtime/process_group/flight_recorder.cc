@@ -643,9 +643,11 @@ void run_dump_thread() {
       seen = t.requests_seen;
     }
     if (!store) continue;
-    int64_t now_requests;
+    int64_t now_requests = 0;
     try {
-      now_requests = store->add(kDumpRequestKey, 0);
+      // check() first: polling must not create the key in a store whose
+      // keys a program counts (num_keys).
+      if (store->check({kDumpRequestKey})) now_requests = store->add(kDumpRequestKey, 0);
     } catch (const std::exception&) {
       std::lock_guard lock(t.mu);  // the store is gone (its host exited): stop asking it
       t.store.reset();
