@@ -6,7 +6,11 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <stdlib.h>
+
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -185,6 +189,35 @@ TEST_CASE("the state names each group's last completed and pending calls", "[fr]
   CHECK(g["pending"][0]["state"] == "started");
   CHECK(g["pending"][0]["waited_ms"].get<double>() >= 20.0);
   CHECK(g["pending"][0]["waited_ms"].get<double>() < 5000.0);
+}
+
+TEST_CASE("dump_flight_recorder() and SIGUSR2 write this rank's dump and state", "[fr]") {
+  TempDir dir;
+  ::setenv("TORCH_FR_DUMP_TEMP_FILE", dir.file("trace_").c_str(), 1);
+  ::setenv("COLLIE_FR_STATE_DIR", dir.path().c_str(), 1);
+  FlightRecorder& fr = FlightRecorder::get();
+  fr.set_global_rank(7);
+  const int pg = fr.register_group({"9", "undefined", {7}, "collie", 0});
+  fr.completed(fr.record(pg, all_reduce_call(16), 1000));
+  CHECK(dump_flight_recorder() == dir.file("trace_7"));
+  CHECK(std::filesystem::exists(dir.file("trace_7")));
+  CHECK(std::filesystem::exists(dir.file("rank7.json")));
+  std::filesystem::remove(dir.file("trace_7"));
+  // The signal: the dump thread writes it (register_group started it).
+  ::raise(SIGUSR2);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(dir.file("trace_7")) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(10ms);  // polling for the file the thread writes
+  CHECK(std::filesystem::exists(dir.file("trace_7")));
+  const std::string out = python(R"(
+import pickle, sys
+d = pickle.load(open(sys.argv[1], "rb"))
+print([e["profiling_name"] for e in d["entries"] if e["process_group"][0] == "9"])
+)",
+                                 dir.file("trace_7"));
+  CHECK(out == "['collie:all_reduce']\n");
+  ::unsetenv("TORCH_FR_DUMP_TEMP_FILE");
+  ::unsetenv("COLLIE_FR_STATE_DIR");
 }
 
 }  // namespace
