@@ -69,4 +69,9 @@ void PrefixStore::multi_set(const std::vector<std::string>& keys,
   store_->multi_set(join_keys(keys), values);
 }
 
+std::shared_ptr<Store> PrefixStore::clone(Timeout timeout) {
+  auto inner = store_->clone(timeout);
+  return inner ? std::make_shared<PrefixStore>(prefix_, std::move(inner)) : nullptr;
+}
+
 }  // namespace collie

@@ -45,6 +45,8 @@ class PrefixStore : public Store {
   void set_timeout(Timeout timeout) override { store_->set_timeout(timeout); }
 
   const std::string& prefix() const { return prefix_; }
+  // The same prefix over a clone of the store below; nullptr when it has none.
+  std::shared_ptr<Store> clone(Timeout timeout) override;
   const std::shared_ptr<Store>& underlying() const { return store_; }
 
  private:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,12 @@ class Store {
 
   // Virtual so that a wrapper (PrefixStore) can report and change the
   // timeout of the store it wraps, which is the one its calls actually use.
+  // A connection of its own to the same store, whose calls give up after
+  // `timeout`: for a thread whose calls must neither disturb nor wait
+  // behind this connection's (the flight recorder's dump thread). nullptr:
+  // this kind of store has none (the file and in-process stores).
+  virtual std::shared_ptr<Store> clone(Timeout timeout) { return nullptr; }
+
   virtual Timeout timeout() const { return timeout_; }
   virtual void set_timeout(Timeout timeout) { timeout_ = resolve_timeout(timeout); }
 

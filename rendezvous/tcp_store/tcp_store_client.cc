@@ -40,6 +40,12 @@ TcpStoreClient::TcpStoreClient(std::string host, uint16_t port, const TcpStoreOp
   open(Deadline(timeout_));
 }
 
+std::shared_ptr<Store> TcpStoreClient::clone(Timeout timeout) {
+  TcpStoreOptions options = options_;
+  options.timeout = resolve_timeout(timeout);
+  return std::make_shared<TcpStoreClient>(host_, port_, options);
+}
+
 TcpStoreClient::~TcpStoreClient() {
   // Close our socket before the server (if we host it) stops.
   socket_.close();

@@ -19,6 +19,8 @@ class TcpStoreClient final : public TcpStore {
   TcpStoreClient(std::string host, uint16_t port, const TcpStoreOptions& options,
                  std::unique_ptr<TcpStoreServer> server = nullptr);
   ~TcpStoreClient() override;
+  // A new client of the same server, with the same secret.
+  std::shared_ptr<Store> clone(Timeout timeout) override;
 
   void set(const std::string& key, std::span<const uint8_t> value) override;
   using Store::set;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +35,8 @@ constexpr const char* kDumpedKey = "collie/flight_recorder/dumped/";  // + reque
 // every kPollInterval) before it goes on to fail.
 constexpr auto kPollInterval = std::chrono::milliseconds(500);
 constexpr auto kAckWait = std::chrono::milliseconds(1500);
+// Each call of the dump thread's own store connection gives up after this.
+constexpr auto kStoreCallLimit = std::chrono::seconds(2);
 constexpr const char* kDefaultDumpPrefix = "/tmp/collie_trace_rank_";
 
 // The ring's size: a power of two, so that a slot is found with a mask.
@@ -598,6 +601,12 @@ struct DumpThread {
   std::chrono::steady_clock::time_point last_failure_dump{};
   bool failure_dumped = false;
   int64_t acked = 0;  // requests up to this one are answered by a dump of ours
+  // dump_on_failure's request to the other ranks, made on the dump thread
+  // (a store that died with its host blocks a call for its whole timeout;
+  // the failing caller waits at most kAckWait): pending until the thread
+  // took it, done when the others dumped or it gave up.
+  bool request_pending = false, request_done = false;
+  std::condition_variable request_cv;
 };
 
 DumpThread& dump_thread() {
@@ -605,9 +614,12 @@ DumpThread& dump_thread() {
   return *t;
 }
 
+// The pipe's bytes: a dump (SIGUSR2), or a failure's request to the others.
+constexpr char kSignalByte = 'S', kRequestByte = 'R';
+
 void on_sigusr2(int) {
   const int saved = errno;
-  const char byte = 1;
+  const char byte = kSignalByte;
   [[maybe_unused]] ssize_t n = ::write(dump_thread().pipe_wr, &byte, 1);
   errno = saved;
 }
@@ -624,15 +636,61 @@ void ack_up_to(Store& store, int64_t n) {
   for (int64_t r = from; r <= n; ++r) store.add(str_cat(kDumpedKey, r), 1);
 }
 
+// dump_on_failure's request, on the dump thread: asks the other ranks
+// through the store, then waits up to kAckWait for their dumps (answering
+// the requests of ranks failing at the same time meanwhile).
+void send_request(Store& store) {
+  DumpThread& t = dump_thread();
+  const auto until = std::chrono::steady_clock::now() + kAckWait;
+  try {
+    const int64_t request = store.add(kDumpRequestKey, 1);
+    {
+      std::lock_guard lock(t.mu);
+      t.requests_seen = std::max(t.requests_seen, request);  // not a request for this rank
+    }
+    const int64_t world = FlightRecorder::get().world_size();
+    const std::string key = str_cat(kDumpedKey, request);
+    ack_up_to(store, request);
+    while (std::chrono::steady_clock::now() < until) {
+      ack_up_to(store, store.add(kDumpRequestKey, 0));
+      if (store.add(key, 0) >= world) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the store
+    }
+  } catch (const std::exception& e) {
+    COLLIE_LOG(kWarn) << "flight recorder: could not ask the other ranks to dump: " << e.what();
+  }
+}
+
 void run_dump_thread() {
   DumpThread& t = dump_thread();
+  // This thread's malloc arena, now: made on its first allocation, it would
+  // otherwise appear as new mappings whenever that comes.
+  void* volatile warm = std::malloc(256);
+  std::free(warm);
   for (;;) {
     pollfd p{t.pipe_rd, POLLIN, 0};
     const int n = ::poll(&p, 1, static_cast<int>(kPollInterval.count()));
     if (n > 0) {
       char buf[64];
-      [[maybe_unused]] ssize_t r = ::read(t.pipe_rd, buf, sizeof buf);
-      dump_flight_recorder("SIGUSR2");
+      const ssize_t r = ::read(t.pipe_rd, buf, sizeof buf);
+      bool signalled = false, request = false;
+      for (ssize_t i = 0; i < r; ++i) {
+        signalled |= buf[i] == kSignalByte;
+        request |= buf[i] == kRequestByte;
+      }
+      if (signalled) dump_flight_recorder("SIGUSR2");
+      if (request) {
+        std::shared_ptr<Store> store;
+        {
+          std::lock_guard lock(t.mu);
+          store = t.store;
+          t.request_pending = false;
+        }
+        if (store) send_request(*store);
+        std::lock_guard lock(t.mu);
+        t.request_done = true;
+        t.request_cv.notify_all();
+      }
       continue;
     }
     std::shared_ptr<Store> store;
@@ -704,52 +762,55 @@ void install_dump_signal() {
 void watch_for_dump_requests(std::shared_ptr<Store> store) {
   install_dump_signal();
   DumpThread& t = dump_thread();
+  {
+    std::lock_guard lock(t.mu);
+    if (t.store || !store) return;
+  }
+  // A connection of the thread's own: sharing the group's would let its
+  // polls take the error a failure leaves on the connection (a store that
+  // died) from the call that must report it, and wait behind that call.
+  std::shared_ptr<Store> own;
+  try {
+    own = store->clone(kStoreCallLimit);
+  } catch (const std::exception& e) {
+    COLLIE_LOG(kInfo) << "flight recorder: no connection of its own to the store (" << e.what()
+                      << "): another rank's failure will not ask this one to dump";
+  }
+  if (!own) return;  // a file or in-process store: collie-run asks the workers instead
   std::lock_guard lock(t.mu);
-  if (t.store || !store) return;
-  t.store = std::move(store);
+  if (!t.store) t.store = std::move(own);
 }
 
 void dump_on_failure(const std::string& why) {
   DumpThread& t = dump_thread();
-  std::shared_ptr<Store> store;
+  bool ask;
   {
     std::lock_guard lock(t.mu);
     const auto now = std::chrono::steady_clock::now();
     if (t.failure_dumped && now - t.last_failure_dump < kFailureDumpInterval) return;
     t.failure_dumped = true;
     t.last_failure_dump = now;
-    store = t.store;
-  }
-  int64_t request = 0;
-  if (store) {
-    try {
-      request = store->add(kDumpRequestKey, 1);
-      std::lock_guard lock(t.mu);
-      t.requests_seen = std::max(t.requests_seen, request);  // not a request for this rank
-    } catch (const std::exception& e) {
-      COLLIE_LOG(kWarn) << "flight recorder: could not ask the other ranks to dump: " << e.what();
+    ask = t.store != nullptr && t.pipe_wr >= 0;
+    if (ask) {
+      t.request_pending = true;
+      t.request_done = false;
     }
   }
+  if (ask) {
+    const char byte = kRequestByte;
+    ask = ::write(t.pipe_wr, &byte, 1) == 1;
+  }
   dump_flight_recorder(why);
-  if (request == 0) return;
+  if (!ask) return;
   // collie-run asks every worker for its state itself when one fails.
   if (const char* v = std::getenv("COLLIE_RUN_COLLECTS_DUMPS"); v && std::strcmp(v, "1") == 0)
     return;
   // Give the others a moment to dump before this rank fails and its
-  // launcher stops them (torch's watchdog waits the same way). Ranks that
-  // fail too dump on their own and do not count here.
-  // Ranks failing at the same time answer each other's requests here.
-  const int64_t world = FlightRecorder::get().world_size();
-  const auto until = std::chrono::steady_clock::now() + kAckWait;
-  try {
-    const std::string key = str_cat(kDumpedKey, request);
-    while (std::chrono::steady_clock::now() < until) {
-      ack_up_to(*store, store->add(kDumpRequestKey, 0));
-      if (store->add(key, 0) >= world) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the store
-    }
-  } catch (const std::exception&) {
-  }
+  // launcher stops them (torch's watchdog waits the same way): at most
+  // kAckWait, whatever the store does.
+  std::unique_lock lock(t.mu);
+  t.request_cv.wait_for(lock, kAckWait + std::chrono::milliseconds(100),
+                        [&] { return t.request_done; });
 }
 
 }  // namespace collie
