@@ -92,6 +92,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   }
   const int local_ranks = boot.local_ranks;
   TransportOptions topts;
+  topts.group_name = options.store_prefix;
   topts.spin = boot.local_ranks > cores ? options.oversubscribed_spin : options.spin;
   topts.busy_poll = boot.local_ranks > cores ? std::chrono::microseconds(0) : options.busy_poll;
   topts.report_after = std::chrono::duration_cast<std::chrono::milliseconds>(options.report_after);

@@ -33,6 +33,7 @@ Transport::Transport(int rank, int size, uint32_t group,
     : rank_(rank),
       size_(size),
       group_(group),
+      group_name_(options.group_name),
       connections_(std::move(connections)),
       linker_(std::move(linker)),
       spin_(options.spin),
@@ -87,10 +88,12 @@ Connection& Transport::link_slow(int peer) {
       c->attach(std::move(channel), address);
     } catch (const TimeoutError& e) {
       note_failed_peer(peer);
-      fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()));
+      fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()),
+           Blame{FailureCause::kTimeout, {culprit(*c)}});
     } catch (const Error& e) {
       note_failed_peer(peer);
-      fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()));
+      fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()),
+           Blame{FailureCause::kNetwork, {culprit(*c)}});
     }
   }
   return *c;

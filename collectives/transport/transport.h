@@ -18,6 +18,8 @@
 // sockets for writing and throws. Peers learn of the failure from the abort
 // frame or, if the process died, from the socket's EOF; either way within
 // one poll of it happening, whichever connection they were waiting on.
+// The first failure is also written as data (base/error_record.h): the
+// cause and the peers it blames, for the launcher to read.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,7 @@
 #include <vector>
 
 #include "base/deadline.h"
+#include "base/error_record.h"
 #include "base/types.h"
 #include "base/unique_fd.h"
 #include "collectives/transport/connection.h"
@@ -86,6 +89,8 @@ struct TransportOptions {
   std::chrono::milliseconds report_after = std::chrono::seconds(30);
   // Shared-memory waits sleep on futex words (Connection::set_futex_wait).
   bool futex_wait = true;
+  // The group's name in the error record of a failure ("socket/0").
+  std::string group_name;
 };
 
 class Transport {
@@ -264,13 +269,25 @@ class Transport {
     return c.p2p_frame_open() || (inbox_.wants(c.peer()) && p2p_blocked_[c.peer()] != call_.seq);
   }
   void wait_for_io();  // poll() until something happens or the deadline
+  // A failure as data (base/error_record.h): its cause and the peers it
+  // blames (ranks of this transport, with their addresses).
+  struct Blame {
+    FailureCause cause = FailureCause::kBackend;
+    std::vector<FailureCulprit> culprits;
+  };
+  static Blame blame_of(ErrorKind kind);  // no culprit, the cause the kind implies
+  static FailureCulprit culprit(const Connection& c);
+  [[noreturn]] void fail(ErrorKind kind, const std::string& message, Blame blame);
+  // The first failure's error record (fail_impl()).
+  void record_failure(ErrorKind kind, const std::string& message, const Blame& blame) const;
+
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
   void on_hangup(Connection& c);            // an idle connection's peer hung up
   void on_unexpected_input(Connection& c);  // data where nothing is posted
   [[noreturn]] void fail_mismatch(const Connection& c, const WireHeader& h);
   void notify_peers(ErrorKind kind, const std::string& text);
   [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message,
-                              const std::string& forward);
+                              const std::string& forward, const Blame& blame);
   [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
   [[noreturn]] void fail_timeout();
   // "receive from rank 2 (...) (1 message(s) outstanding)" for every
@@ -286,17 +303,19 @@ class Transport {
   void arm_report();
   void report_slow_wait();
 
-  // The timeout probe (transport_failure.cc): a rank whose deadline passed,
+  // The timeout probe (transport_probe.cc): a rank whose deadline passed,
   // or that reads a peer's probe, sends a probe to every peer and reads
   // every connection for theirs for a short grace. Returns the verdict for
-  // the error message: who answered, who stayed silent (the hung ranks).
-  std::string probe_peers(const Connection* trigger);
+  // the error message: who answered, who stayed silent (the hung ranks,
+  // also put in *silent as data).
+  std::string probe_peers(const Connection* trigger, std::vector<FailureCulprit>* silent);
   [[noreturn]] void fail_probed(Connection& c, const WireHeader& probe);
   std::chrono::milliseconds probe_grace() const;
 
   const int rank_;
   const int size_;
   const uint32_t group_;
+  const std::string group_name_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::unique_ptr<PeerLinker> linker_;
   int awaiting_ = 0;  // connections waiting for their peer to connect

@@ -44,9 +44,10 @@ void Transport::on_hangup(Connection& c) {
     case RecvProblem::kAbort: fail_from_peer(c, text);
     case RecvProblem::kEof:
       note_failed_peer(c.peer(), /*closed=*/true);
-      fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
-                                        " closed unexpectedly (the peer process exited, "
-                                        "crashed or aborted)"));
+      fail(ErrorKind::kNetwork,
+           str_cat(context(), ": the connection to ", c.name(),
+                   " closed unexpectedly (the peer process exited, crashed or aborted)"),
+           Blame{FailureCause::kPeerClosed, {culprit(c)}});
     default: break;  // a goodbye, or the rest has not arrived yet
   }
 }
@@ -79,7 +80,8 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
     fail(ErrorKind::kBackend,
          str_cat(context(), ": received a message from ", c.name(),
                  " that does not belong to this group (magic ", h.magic, ", group ", h.group,
-                 ", expected ", kWireMagic, ", ", group_, ")"));
+                 ", expected ", kWireMagic, ", ", group_, ")"),
+         Blame{FailureCause::kMismatch, {culprit(c)}});
   }
   // A peer that is already past our call is one symptom; another peer's
   // frame of this very call, waiting unread, usually names the real culprit.
@@ -110,7 +112,8 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
   fail(ErrorKind::kBackend,
        str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
                ", rank ", rank_, " called ", call_.describe_with_seq(),
-               " (every rank must call the same collectives in the same order)"));
+               " (every rank must call the same collectives in the same order)"),
+       Blame{FailureCause::kMismatch, {culprit(c)}});
 }
 
 void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
@@ -124,31 +127,38 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
              str_cat(context(), ": ", c.name(), " sent a ", h.payload_bytes,
                      "-byte message where a different size was expected: are the "
                      "CommunicatorOptions (segment_bytes, small_message_bytes) the same on "
-                     "every rank?"));
+                     "every rank?"),
+             Blame{FailureCause::kMismatch, {culprit(c)}});
       }
       fail_mismatch(c, h);
     case RecvProblem::kAbort: fail_from_peer(c, c.read_abort_text());
     case RecvProblem::kGoodbye:
-      fail(ErrorKind::kNetwork, str_cat(context(), ": ", c.name(),
-                                        " closed its communicator while this rank still "
-                                        "expected its data (did the ranks call different "
-                                        "numbers of collectives?)"));
+      fail(ErrorKind::kNetwork,
+           str_cat(context(), ": ", c.name(),
+                   " closed its communicator while this rank still expected its data (did the "
+                   "ranks call different numbers of collectives?)"),
+           Blame{FailureCause::kMismatch, {culprit(c)}});
     case RecvProblem::kEof:
       note_failed_peer(c.peer(), /*closed=*/true);
-      fail(ErrorKind::kNetwork, str_cat(context(), ": the connection to ", c.name(),
-                                        " closed unexpectedly (the peer process exited, "
-                                        "crashed or aborted)"));
+      fail(ErrorKind::kNetwork,
+           str_cat(context(), ": the connection to ", c.name(),
+                   " closed unexpectedly (the peer process exited, crashed or aborted)"),
+           Blame{FailureCause::kPeerClosed, {culprit(c)}});
     case RecvProblem::kError:
     case RecvProblem::kNone: break;
   }
   note_failed_peer(c.peer(), /*closed=*/true);
   fail(ErrorKind::kNetwork,
        str_cat(context(), ": receiving from ", c.name(), " failed: ", std::strerror(err),
-               " (the peer process exited, crashed or aborted)"));
+               " (the peer process exited, crashed or aborted)"),
+       Blame{FailureCause::kPeerClosed, {culprit(c)}});
 }
 
 void Transport::fail_from_peer(Connection& c, const std::string& text) {
   const auto kind = static_cast<ErrorKind>(c.received_header().error_kind);
+  // The peer only relays: it is alive (it sent the notice), so it is no
+  // culprit. Whom this rank's own probe finds silent is.
+  Blame blame{FailureCause::kPeerFailed, {}};
   // A peer's timeout blames whom it waited for, which may itself be waiting
   // on the rank that really hangs (in a ring, rank 1 waits on rank 0, which
   // waits on a stopped rank 2). Our own outstanding operations are the next
@@ -165,10 +175,13 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
     // behind a frame we had already looked at, and the hang-up came first):
     // probe now, so that this rank too names the silent ones from its own
     // view rather than only the sender's.
-    if (!probed_) merged += str_cat("; rank ", rank_, " probed: ", probe_peers(&c));
-    fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged);
+    if (!probed_) {
+      merged += str_cat("; rank ", rank_, " probed: ", probe_peers(&c, &blame.culprits));
+      if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
+    }
+    fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged, blame);
   }
-  fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", text), text);
+  fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", text), text, blame);
 }
 
 std::vector<std::string> Transport::waiting_for(const Connection* except) const {
@@ -218,8 +231,10 @@ void Transport::fail_timeout() {
   // The limit as it stood when the deadline passed, not after the probe.
   const std::string head = str_cat(context(), " timed out ", deadline_->describe(),
                                    "; still waiting to ", join(waiting, ", "));
-  const std::string verdict = probe_peers(nullptr);
-  fail(ErrorKind::kTimeout, str_cat(head, "; ", verdict));
+  Blame blame{FailureCause::kTimeout, {}};
+  const std::string verdict = probe_peers(nullptr, &blame.culprits);
+  if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
+  fail(ErrorKind::kTimeout, str_cat(head, "; ", verdict), std::move(blame));
 }
 
 void Transport::fail_probed(Connection& c, const WireHeader& probe) {
@@ -230,15 +245,35 @@ void Transport::fail_probed(Connection& c, const WireHeader& probe) {
                                 probe.call().describe_with_seq());
   if (!waiting.empty())
     message += str_cat("; this rank was still waiting to ", join(waiting, ", "));
-  message += str_cat("; ", probe_peers(&c));
-  fail_impl(ErrorKind::kTimeout, message, message);
+  Blame blame{FailureCause::kTimeout, {}};
+  message += str_cat("; ", probe_peers(&c, &blame.culprits));
+  if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
+  fail_impl(ErrorKind::kTimeout, message, message, blame);
 }
 
 void Transport::fail_aborted() {
-  fail(ErrorKind::kBackend, str_cat(context(), ": the communicator was aborted (abort() called)"));
+  fail(ErrorKind::kBackend, str_cat(context(), ": the communicator was aborted (abort() called)"),
+       Blame{FailureCause::kAborted, {}});
 }
 
 void Transport::fail(ErrorKind kind, const std::string& message) {
+  fail(kind, message, blame_of(kind));
+}
+
+Transport::Blame Transport::blame_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kTimeout: return {FailureCause::kTimeout, {}};
+    case ErrorKind::kNetwork: return {FailureCause::kNetwork, {}};
+    case ErrorKind::kBackend: break;
+  }
+  return {FailureCause::kBackend, {}};
+}
+
+FailureCulprit Transport::culprit(const Connection& c) {
+  return {.rank = c.peer(), .global_rank = -1, .address = c.address()};
+}
+
+void Transport::fail(ErrorKind kind, const std::string& message, Blame blame) {
   // A socket error is often the echo of a peer's failure (it broke, told
   // us, and exited before we read the news): prefer its explanation.
   if (kind == ErrorKind::kNetwork && !broken_.load()) {
@@ -251,16 +286,38 @@ void Transport::fail(ErrorKind kind, const std::string& message) {
       }
     }
   }
-  fail_impl(kind, message, message);
+  fail_impl(kind, message, message, blame);
 }
 
-void Transport::fail_impl(ErrorKind kind, const std::string& message, const std::string& forward) {
+void Transport::fail_impl(ErrorKind kind, const std::string& message, const std::string& forward,
+                          const Blame& blame) {
   if (!broken_.exchange(true) || broken_reason_.empty()) {
     broken_reason_ = message;
     COLLIE_LOG(kInfo) << "communicator broken: " << message;
+    record_failure(kind, message, blame);
     notify_peers(kind, forward);
   }
   throw_error(kind, message);
+}
+
+void Transport::record_failure(ErrorKind kind, const std::string& message,
+                               const Blame& blame) const {
+  ErrorRecord r;
+  switch (kind) {
+    case ErrorKind::kTimeout: r.error_type = "TimeoutError"; break;
+    case ErrorKind::kNetwork: r.error_type = "NetworkError"; break;
+    case ErrorKind::kBackend: r.error_type = "BackendError"; break;
+  }
+  r.message = message;
+  r.cause = blame.cause;
+  r.group_rank = rank_;
+  r.group_size = size_;
+  r.group = group_name_;
+  r.call = in_p2p_ ? describe_p2p() : call_.describe();
+  r.seq = in_p2p_ ? -1 : static_cast<int64_t>(call_.seq);
+  r.culprits = blame.culprits;
+  // The process's error file (TORCHELASTIC_ERROR_FILE), first failure wins.
+  collie::record_failure(std::move(r));
 }
 
 void Transport::notify_peers(ErrorKind kind, const std::string& text) {

@@ -46,7 +46,8 @@ std::chrono::milliseconds Transport::probe_grace() const {
   return std::clamp<std::chrono::milliseconds>(half, kMinProbeGrace, kMaxProbeGrace);
 }
 
-std::string Transport::probe_peers(const Connection* trigger) {
+std::string Transport::probe_peers(const Connection* trigger,
+                                   std::vector<FailureCulprit>* silent_out) {
   probed_ = true;
   const auto grace = probe_grace();
   const auto until = Clock::now() + grace;
@@ -117,6 +118,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
         note_failed_peer(w.c->peer());
         silent.push_back(w.c->peer());
         silent_names.push_back(str_cat(w.c->peer(), " (", w.c->address(), ")"));
+        silent_out->push_back(culprit(*w.c));
         break;
       case Connection::Skimmed::kGoodbye:
         other.push_back(str_cat(w.c->name(), " had closed its communicator"));
@@ -151,6 +153,7 @@ std::string Transport::probe_peers(const Connection* trigger) {
         note_failed_peer(p);
         silent.push_back(p);
         silent_names.push_back(str_cat(p, " (", it->second, ")"));
+        silent_out->push_back({.rank = p, .global_rank = -1, .address = it->second});
       }
     }
   }

@@ -3,6 +3,7 @@
 #include <exception>
 #include <optional>
 
+#include "base/error_record.h"
 #include "base/str_cat.h"
 #include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_events.h"
@@ -47,6 +48,10 @@ class Agent {
   // failure summary if this node's workers had failed.
   int rendezvous_error_status(const std::exception_ptr& error);
   void close(const std::string& outcome);
+  // Like torchrun's agent: the root cause's error record, copied into
+  // collie-run's own TORCHELASTIC_ERROR_FILE when it was given one (a
+  // record of its own when the root cause left none).
+  void record_job_failure(const std::string& reason);
   void say_line(const std::string& line) {
     if (!line.empty()) say_(line + "\n");
   }
@@ -97,6 +102,7 @@ int Agent::run() {
       say_line(str_cat("collie-run: job failed: ", reason, ", with no restart left after ",
                        result_.replacements, " replacement", result_.replacements == 1 ? "" : "s",
                        " (--on-failure replace, --max-restarts ", options_.max_restarts, ")"));
+      record_job_failure(reason);
       close(str_cat("failed: ", reason));
       return 1;
     }
@@ -104,6 +110,7 @@ int Agent::run() {
       say_line(str_cat("collie-run: job failed after ", failures + 1, " ", words.failed_round,
                        failures == 0 ? "" : "s", " (--max-restarts ", options_.max_restarts,
                        "): ", reason));
+      record_job_failure(reason);
       close(str_cat("failed: ", reason));
       return 1;
     }
@@ -220,6 +227,27 @@ int Agent::rendezvous_error_status(const std::exception_ptr& error) {
     say_(str_cat(e.what(), "\n"));
     return 1;
   }
+}
+
+void Agent::record_job_failure(const std::string& reason) {
+  ErrorRecord record;
+  const int root = result_.first_failure;
+  if (result_.outcome == AttemptOutcome::kFailed && root >= 0 &&
+      root < static_cast<int>(result_.workers.size()) &&
+      result_.workers[static_cast<size_t>(root)].error_record)
+    record = *result_.workers[static_cast<size_t>(root)].error_record;
+  if (record.message.empty()) {
+    record = ErrorRecord{};
+    record.error_type = "ChildFailedError";
+    record.message = str_cat("collie-run: job failed: ", reason);
+    if (result_.culprit) {
+      record.cause = FailureCause::kTimeoutUnresponsive;
+      record.culprits = {{.rank = result_.culprit->rank,
+                          .global_rank = result_.culprit->rank,
+                          .address = result_.culprit->address}};
+    }
+  }
+  record_failure(std::move(record));
 }
 
 void Agent::close(const std::string& outcome) {

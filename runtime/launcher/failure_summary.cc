@@ -56,7 +56,7 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
         out += str_cat("root cause: ", who, ended);
         break;
       }
-      out += str_cat("root cause: ", describe_culprit(r), "\n  e.g. ", r.culprit->line, "\n");
+      out += str_cat("root cause: ", describe_culprit(r), "\n  e.g. ", r.culprit->message, "\n");
       out += w.place.global_rank == r.culprit->rank ? str_cat("it", ended)
                                                     : str_cat("first to exit here: ", who, ended);
       break;
@@ -69,6 +69,10 @@ std::string format_failure_summary(const AttemptResult& r, const SummaryContext&
                      " and stopped the workers\n");
       break;
     case AttemptOutcome::kSucceeded: break;
+  }
+  if (r.outcome == AttemptOutcome::kFailed && !r.hang_analysis.empty()) {
+    out += "the flight recorders (collie-run asked every worker when the first failed):\n";
+    for (const std::string& line : r.hang_analysis) out += str_cat("  ", line, "\n");
   }
   out += "------------------------------------------------------------------------------\n";
   out += " rank  local  node  pid       result                     time\n";
@@ -133,7 +137,8 @@ std::string describe_failure(const AttemptResult& r, int node_rank, const std::s
 
 std::string describe_culprit(const AttemptResult& r) {
   const NamedCulprit& c = *r.culprit;
-  std::string who = str_cat("rank ", c.rank, " (on another node)");
+  std::string who =
+      str_cat("rank ", c.rank, " (", c.address.empty() ? "" : c.address + ", ", "on another node)");
   std::string state;
   for (const WorkerResult& w : r.workers) {
     if (w.place.global_rank != c.rank) continue;
@@ -145,7 +150,7 @@ std::string describe_culprit(const AttemptResult& r) {
   }
   const bool one = c.named_by.size() == 1;
   return str_cat(who, " stopped responding: rank", one ? " " : "s ", join(c.named_by, ","),
-                 " named it in ", one ? "its error" : "their errors", state);
+                 " named it in ", one ? "its error record" : "their error records", state);
 }
 
 }  // namespace collie::launcher

@@ -25,7 +25,7 @@ struct SummaryContext {
 std::string format_failure_summary(const AttemptResult& result, const SummaryContext& context);
 
 // "rank 2 (local rank 2, pid 42) stopped responding: ranks 0,1 named it in
-// their errors"; result.culprit must be set.
+// their error records"; result.culprit must be set.
 std::string describe_culprit(const AttemptResult& result);
 
 // What this node reports to the others: "rank 3 (local rank 1 on node 1,

@@ -15,6 +15,9 @@ constexpr const char* kFooter = R"(Examples:
       two nodes; node 0 hosts the store, global rank = node_rank * 8 + local rank
   collie-run --max-restarts 3 --log-dir /tmp/logs --tee 3 ./train
       restart the whole group up to 3 times; logs in /tmp/logs/none/attempt_N/RANK/
+  collie-run --status 4242
+      what the workers of the collie-run with pid 4242 are doing: each group's last
+      completed and pending calls, and which ranks never entered a call others wait in
   collie-run --rdzv-backend c10d --rdzv-endpoint node0:29400 --rdzv-id job7 --nnodes 2:4 \
              --max-restarts 3 --nproc-per-node 8 ./train
       elastic: on every node alike; starts with 2-4 nodes, restarts when one fails or joins

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/launcher/fr_status.h"
 #include "runtime/launcher/job_secret_setup.h"
 #include "runtime/launcher/launch_options.h"
 #include "runtime/launcher/launcher.h"
@@ -16,6 +17,16 @@ int main(int argc, char** argv) {
   // supervision of the workers); writes to it just fail.
   ::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv, argv + argc);
+  // `collie-run --status PID`: what the workers of the running collie-run
+  // PID are doing (docs/troubleshooting.md); launches nothing.
+  if (args.size() >= 2 && args[1] == "--status") {
+    if (args.size() != 3 || args[2].find_first_not_of("0123456789") != std::string::npos) {
+      collie::launcher::write_all(STDERR_FILENO,
+                                  "usage: collie-run --status PID (a running collie-run's pid)\n");
+      return 2;
+    }
+    return collie::launcher::run_status_query(static_cast<pid_t>(std::stol(args[2])));
+  }
   auto parsed = collie::launcher::parse_launch_options(args);
   if (!parsed.options) {
     collie::launcher::write_all(parsed.exit_code == 0 ? STDOUT_FILENO : STDERR_FILENO,

@@ -1,12 +1,19 @@
 #include "runtime/launcher/worker_group.h"
 
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
 #include "base/error.h"
 #include "base/str_cat.h"
+#include "runtime/launcher/fr_status.h"
 #include "runtime/launcher/orphan_guard.h"
 #include "runtime/launcher/signal_relay.h"
 
@@ -32,6 +39,16 @@ bool in_stopped_state(pid_t pid) {
 AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_check) {
   result_.start_time = std::chrono::system_clock::now();
   result_.on_failure = spec_.on_failure;
+  make_error_dir();
+  struct RemoveErrorDir {
+    WorkerGroup* group;
+    ~RemoveErrorDir() { group->remove_error_dir(); }
+  } remove_error_dir_at_exit{this};
+  make_state_dir();
+  struct RemoveStateDir {
+    WorkerGroup* group;
+    ~RemoveStateDir() { group->remove_state_dir(); }
+  } remove_state_dir_at_exit{this};
   start();
   last_remote_ = Clock::now();
   // Supervise until every worker is reaped.
@@ -44,6 +61,7 @@ AttemptResult WorkerGroup::run(SignalRelay& relay, const RemoteCheck& remote_che
     } else if (const int root = pick_root_cause(&all_exited); root >= 0) {
       result_.outcome = AttemptOutcome::kFailed;
       result_.first_failure = root;
+      analyse_failure();
       stop_all(SIGTERM);
     }
     check_remote(remote_check);
@@ -66,6 +84,7 @@ void WorkerGroup::start() {
                   .local_world_size = s.nproc,
                   .group_rank = s.node_rank,
                   .group_world_size = s.nnodes};
+    slot.error_file = str_cat(error_dir_, "/rank_", slot.place.global_rank, ".json");
     open_streams(slot);
   }
   for (Slot& slot : slots_) spawn(slot);
@@ -82,11 +101,63 @@ void WorkerGroup::spawn(Slot& slot) {
                        .path = s.program_path,
                        .announce_fd = s.guard ? s.guard->fd() : -1};
   for (const auto& [k, v] : worker_variables(slot.place, s.env)) options.env[k] = v;
+  // Always the worker's own file, as torchrun does (a TORCHELASTIC_ERROR_FILE
+  // collie-run itself was given is its own: the agent's, not the workers').
+  options.env["TORCHELASTIC_ERROR_FILE"] = slot.error_file;
+  // Where each worker's flight recorder writes its state (fr_status.h); the
+  // launcher collects the states itself, so a failing worker need not wait
+  // for the others' dumps before it exits.
+  if (!state_dir_.empty()) {
+    options.env["COLLIE_FR_STATE_DIR"] = state_dir_;
+    options.env["COLLIE_RUN_COLLECTS_DUMPS"] = "1";
+  }
   // A replacement joins the running group; no other worker may think it
   // does because collie-run itself runs with the variable set.
   options.env[kReplacementVariable] =
       slot.replacement ? std::optional<std::string>("1") : std::nullopt;
   slot.proc = std::make_unique<ChildProcess>(ChildProcess::spawn(argv, options));
+  write_worker_list();
+}
+
+void WorkerGroup::make_state_dir() {
+  state_dir_ = fr_state_dir(::getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir_, ec);
+  if (ec) {  // the job runs; only its live query and hang analysis are lost
+    std::fprintf(stderr, "collie-run: cannot create %s (%s): no live query or hang analysis\n",
+                 state_dir_.c_str(), ec.message().c_str());
+    state_dir_.clear();
+  }
+}
+
+void WorkerGroup::remove_state_dir() {
+  if (state_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(state_dir_, ec);
+  state_dir_.clear();
+}
+
+void WorkerGroup::write_worker_list() {
+  if (state_dir_.empty()) return;
+  std::vector<WorkerPid> pids;
+  for (const Slot& slot : slots_)
+    if (slot.proc) pids.push_back({slot.place.global_rank, slot.proc->pid()});
+  write_worker_pids(state_dir_, pids);
+}
+
+void WorkerGroup::analyse_failure() {
+  if (state_dir_.empty()) return;
+  std::vector<WorkerPid> pids;
+  std::vector<int> ranks;
+  for (const Slot& slot : slots_) {
+    // A worker that is exiting wrote its state when it failed.
+    const bool exiting = slot.proc->exited() || slot.proc->dying();
+    pids.push_back({slot.place.global_rank, exiting ? -1 : slot.proc->pid()});
+    ranks.push_back(slot.place.global_rank);
+  }
+  // Bounded: a worker whose dump thread cannot run (SIGSTOP) never answers.
+  request_states(state_dir_, pids, std::chrono::milliseconds(1000));
+  result_.hang_analysis = analyse_hang(state_dir_, ranks);
 }
 
 void WorkerGroup::take_signals(SignalRelay& relay) {
@@ -182,7 +253,10 @@ WorkerResult WorkerGroup::retire(Slot& slot) {
   slot.proc->reap();
   slot.proc->close_stdout();
   slot.proc->close_stderr();
-  return record(slot);
+  WorkerResult result = record(slot);
+  // A replacement starts with no record of its own.
+  std::remove(slot.error_file.c_str());
+  return result;
 }
 
 WorkerResult WorkerGroup::record(const Slot& slot) const {
@@ -193,7 +267,25 @@ WorkerResult WorkerGroup::record(const Slot& slot) const {
           .replacement = slot.replacement,
           .stopped_by_launcher = slot.signalled,
           .was_stopped = slot.was_stopped,
-          .stderr_tail = slot.err->tail()};
+          .stderr_tail = slot.err->tail(),
+          .error_record = read_error_record(slot.error_file)};
+}
+
+void WorkerGroup::make_error_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl =
+      str_cat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/collie-run-errors-XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw Error(str_cat("collie-run: cannot create a folder for the workers' error files in ",
+                        tmpl.substr(0, tmpl.rfind('/')), ": ", std::strerror(errno)));
+  error_dir_ = tmpl;
+}
+
+void WorkerGroup::remove_error_dir() {
+  if (error_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(error_dir_, ec);
+  error_dir_.clear();
 }
 
 }  // namespace collie::launcher

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/child_process.h"
+#include "base/error_record.h"
 #include "runtime/launcher/on_failure.h"
 #include "runtime/launcher/worker_env.h"
 #include "runtime/launcher/worker_stream.h"
@@ -55,11 +56,13 @@ struct GroupSpec {
   OrphanGuard* guard = nullptr;
 };
 
-// A rank the failed workers' errors name as unresponsive (culprit.h).
+// A rank the failed workers' error records name as unresponsive
+// (culprit.h).
 struct NamedCulprit {
   int rank = -1;
-  std::vector<int> named_by;  // the failed workers whose errors name it, ascending
-  std::string line;           // one such error line, for the summary
+  std::string address;        // as the records give it
+  std::vector<int> named_by;  // the failed workers whose records name it, ascending
+  std::string message;        // one such record's message, for the summary
 };
 
 struct WorkerResult {
@@ -71,6 +74,8 @@ struct WorkerResult {
   bool stopped_by_launcher = false;  // signalled by us before it exited
   bool was_stopped = false;          // in the stopped state (SIGSTOP) when we signalled it
   std::deque<std::string> stderr_tail;
+  // What the worker wrote to its TORCHELASTIC_ERROR_FILE (base/error_record.h).
+  std::optional<ErrorRecord> error_record;
 };
 
 enum class AttemptOutcome {
@@ -88,9 +93,13 @@ struct AttemptResult {
   bool store_lost = false;    // kRemoteFailed because the agent store went away
   std::chrono::system_clock::time_point start_time;
   std::vector<WorkerResult> workers;
-  // kFailed: the rank the workers' errors name, when that is not the first
-  // to fail (blame_named_culprit()).
+  // kFailed: the rank the workers' error records name, when that is not
+  // the first to fail (blame_named_culprit()).
   std::optional<NamedCulprit> culprit;
+  // kFailed: what the workers' flight recorders said when the first one
+  // failed (fr_status.h, analyse_hang): which ranks never entered the call
+  // the others wait in. Empty when nothing waits or no worker answered.
+  std::vector<std::string> hang_analysis;
   // Log files that could not be written (each already reported on stderr).
   std::vector<std::string> log_errors;
   // --on-failure shrink or replace: the workers whose failure the others
@@ -125,6 +134,7 @@ class WorkerGroup {
     WorkerPlace place;
     std::unique_ptr<WorkerStream> out, err;
     std::unique_ptr<ChildProcess> proc;
+    std::string error_file;    // its TORCHELASTIC_ERROR_FILE
     bool replacement = false;  // started in a dead worker's place
     bool signalled = false;
     bool was_stopped = false;
@@ -189,8 +199,23 @@ class WorkerGroup {
   // and reaps it, into result_.workers.
   void reap();
   void flush_streams(Slot& slot);
-  // What a reaped worker leaves in the result.
+  // What a reaped worker leaves in the result, its error record included.
   WorkerResult record(const Slot& slot) const;
+  // The folder of the workers' flight-recorder states (COLLIE_FR_STATE_DIR:
+  // fr_state_dir(), found by `collie-run --status PID`) and its "workers"
+  // list, rewritten whenever a worker starts.
+  void make_state_dir();
+  void remove_state_dir();
+  void write_worker_list();
+  // Asks the workers for their states and keeps the analysis (kFailed).
+  void analyse_failure();
+  std::string state_dir_;
+  // The workers' error files (TORCHELASTIC_ERROR_FILE): one per worker in
+  // a folder of the attempt's own, removed with them once the attempt is
+  // over.
+  void make_error_dir();
+  void remove_error_dir();
+  std::string error_dir_;
 
   GroupSpec spec_;
   std::vector<Slot> slots_;

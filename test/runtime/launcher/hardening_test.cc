@@ -15,7 +15,6 @@
 
 #include "base/error.h"
 #include "base/str_cat.h"
-#include "runtime/launcher/culprit.h"
 #include "runtime/launcher/failure_summary.h"
 #include "runtime/launcher/host_limits.h"
 #include "test/runtime/launcher/launcher_harness.h"
@@ -212,51 +211,6 @@ TEST_CASE("a full disk under --log-dir fails loudly and loses no line",
     CHECK(seen.size() == static_cast<size_t>(lines));
     CHECK_THAT(file + out, Contains(str_cat("partial last line of rank ", r)));
   }
-}
-
-TEST_CASE("the error lines' named rank is found in collie's timeout verdicts",
-          "[launcher][blame]") {
-  CHECK(ranks_named_unresponsive(
-            "rank 0 failed: all_reduce(float32, 262144, sum, ring) as op #6 on "
-            "rank 0 timed out "
-            "after 2.00s (limit 2.00s); still waiting to receive from rank 2 "
-            "(127.0.0.1:50195) (3 "
-            "message(s) outstanding); ranks 0,1 answered a timeout probe, rank 2 "
-            "(127.0.0.1:50195) did not within 1.00s: it is stopped, hung or "
-            "unreachable (or "
-            "outside any collective call)") == std::vector<int>{2});
-  CHECK(ranks_named_unresponsive("ranks 0,3 answered a timeout probe, ranks 1 ([::1]:5), 2 "
-                                 "(10.0.0.2:7) did not within 1.00s: they are stopped, hung or "
-                                 "unreachable") == std::vector<int>{1, 2});
-  CHECK(ranks_named_unresponsive("rank 4 (h:1) did not answer a timeout probe within 1.00s: it is "
-                                 "stopped, hung or unreachable") == std::vector<int>{4});
-  CHECK(ranks_named_unresponsive("rank 3 (h:1) closed its connection (exited or crashed)").empty());
-  CHECK(ranks_named_unresponsive("Connection reset by peer").empty());
-
-  AttemptResult r;
-  r.outcome = AttemptOutcome::kFailed;
-  r.first_failure = 0;
-  for (int rank = 0; rank < 3; ++rank) {
-    WorkerResult w;
-    w.place.global_rank = w.place.local_rank = rank;
-    w.exit.exit_code = rank == 2 ? -1 : 1;
-    w.exit.signal = rank == 2 ? SIGKILL : 0;
-    w.stopped_by_launcher = rank == 2;
-    w.was_stopped = rank == 2;
-    if (rank < 2)
-      w.stderr_tail.push_back(str_cat("rank ", rank,
-                                      " failed: ranks 0,1 answered a timeout probe, "
-                                      "rank 2 (a:1) did not within 1.00s: it is stopped, hung or "
-                                      "unreachable"));
-    r.workers.push_back(w);
-  }
-  blame_named_culprit(r);
-  REQUIRE(r.culprit);
-  CHECK(r.first_failure == 2);
-  CHECK(r.culprit->named_by == std::vector<int>{0, 1});
-  CHECK_THAT(describe_culprit(r), Contains("rank 2 (local rank 2, pid -1) stopped responding: "
-                                           "ranks 0,1 named it in their errors; it was in the "
-                                           "stopped state"));
 }
 
 TEST_CASE("a SIGSTOPped worker is the root cause, as every survivor says", "[launcher][blame]") {
