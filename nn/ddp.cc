@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "base/str_cat.h"
+#include "runtime/process_group/timeline.h"
 
 namespace collie::nn {
 
@@ -172,13 +173,18 @@ const Tensor& DistributedDataParallel::forward(const Tensor& input) {
   // evaluation forward that is never followed by backward costs nothing.
   reducer_->prepare_for_backward();
   input_ = &input;
+  const int64_t start = timeline::enabled() ? timeline::now_ns() : 0;
   model_.forward(input, output_);
+  if (start != 0) timeline::span("ddp", "forward", start, timeline::now_ns(), {}, "ddp");
   return output_;
 }
 
 void DistributedDataParallel::backward(const Tensor& grad_output) {
   COLLIE_ARG_CHECK(input_ != nullptr, "DistributedDataParallel::backward before forward");
   const Tensor* input = std::exchange(input_, nullptr);
+  // Timeline: the module's backward (during which the buckets' all_reduces
+  // start), then the wait for the all_reduces still running.
+  const int64_t start = timeline::enabled() ? timeline::now_ns() : 0;
   try {
     model_.backward(*input, output_, grad_output);
   } catch (...) {
@@ -188,7 +194,12 @@ void DistributedDataParallel::backward(const Tensor& grad_output) {
     throw;
   }
   backward_compute_end_ = Clock::now();
+  const int64_t compute_end = start != 0 ? timeline::now_ns() : 0;
   reducer_->finalize_backward();
+  if (start != 0) {
+    timeline::span("ddp", "backward", start, compute_end, {}, "ddp");
+    timeline::span("ddp", "wait for all_reduces", compute_end, timeline::now_ns(), {}, "ddp");
+  }
 }
 
 }  // namespace collie::nn

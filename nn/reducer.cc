@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/str_cat.h"
+#include "runtime/process_group/timeline.h"
 
 namespace collie::nn {
 
@@ -114,6 +115,7 @@ void Reducer::prepare_for_backward() {
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.params.size();
     bucket.work.reset();
+    bucket.trace_launched_ns = bucket.trace_completed_ns = 0;
   }
   next_to_launch_ = 0;
   armed_ = true;
@@ -124,6 +126,7 @@ void Reducer::mark_ready(size_t param) {
   COLLIE_CHECK(!ready_[param], "DDP: parameter ", names_[param], " (index ", param,
                ") was marked ready twice in one backward");
   ready_[param] = true;
+  if (timeline::enabled()) note_completions();
   Bucket& bucket = buckets_[bucket_of_[param]];
   if (--bucket.pending == 0) launch_ready_buckets();
 }
@@ -138,6 +141,7 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_++];
     model_.ops().with_compute_stream([&] {
+      if (timeline::enabled()) bucket.trace_launched_ns = timeline::now_ns();
       if (group_->size() > 1) model_.ops().scale(bucket.data.data(), bucket.data.size(), scale);
       bucket.launched_at = Clock::now();
       AllReduceOptions options;
@@ -145,6 +149,33 @@ void Reducer::launch_ready_buckets() {
       options.timeout = options_.timeout;
       bucket.work = group_->all_reduce(bucket.storage.view(), options);
     });
+  }
+}
+
+void Reducer::note_completions() {
+  for (size_t b = 0; b < next_to_launch_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.work && bucket.trace_completed_ns == 0 && bucket.work->is_completed())
+      bucket.trace_completed_ns = timeline::now_ns();
+  }
+}
+
+void Reducer::trace_buckets() {
+  // One track per bucket: their all_reduces overlap each other (a bucket
+  // launches while the one before it is still being reduced). A span runs
+  // from the launch (the scale, the queue) to the all_reduce's completion
+  // as the flight recorder saw it (on a GPU: the device's), else to when
+  // this reducer saw it complete (the next gradient hook, or the wait).
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    if (bucket.trace_launched_ns == 0) continue;
+    const auto bytes = static_cast<int64_t>(bucket.data.size() * sizeof(float));
+    timeline::span_until_all_reduce(str_cat("ddp bucket ", b), str_cat("bucket ", b, " all_reduce"),
+                                    bucket.trace_launched_ns, bucket.trace_completed_ns, bytes,
+                                    {{"bucket", static_cast<int64_t>(b)},
+                                     {"bytes", bytes},
+                                     {"params", static_cast<int64_t>(bucket.params.size())}},
+                                    "ddp");
   }
 }
 
@@ -169,6 +200,8 @@ void Reducer::finalize_backward() {
   // wait for the collective: the optimizer step queued next reads the
   // averages. On a CPU it is wait().
   std::exception_ptr error;
+  const bool tracing = timeline::enabled();
+  if (tracing) note_completions();
   model_.ops().with_compute_stream([&] {
     for (auto& bucket : buckets_) {
       if (!bucket.work) continue;
@@ -177,8 +210,10 @@ void Reducer::finalize_backward() {
       } catch (...) {
         if (!error) error = std::current_exception();
       }
+      if (tracing && bucket.trace_completed_ns == 0) bucket.trace_completed_ns = timeline::now_ns();
     }
   });
+  if (tracing) trace_buckets();
   const bool all_launched = next_to_launch_ == buckets_.size();
   next_to_launch_ = 0;
   if (error) std::rethrow_exception(error);

@@ -71,6 +71,10 @@ class Reducer {
     size_t pending = 0;           // gradients not yet ready this backward
     std::shared_ptr<Work> work;
     Clock::time_point launched_at{};
+    // With a timeline recording (runtime/process_group/timeline.h): when
+    // the all_reduce was launched and when the reducer saw it complete
+    // (CLOCK_REALTIME ns; 0: not yet), for the bucket's span.
+    int64_t trace_launched_ns = 0, trace_completed_ns = 0;
   };
 
   // Buckets `model`'s parameters (registration order, names for errors) on
@@ -113,6 +117,11 @@ class Reducer {
  private:
   void mark_ready(size_t param);
   void launch_ready_buckets();
+  // Timeline: stamps the launched buckets whose all_reduce has completed
+  // since the last look (a non-blocking check of each); then, at the end of
+  // a backward, records each bucket's span.
+  void note_completions();
+  void trace_buckets();
   // Waits for every launched bucket and forgets its Work; logs errors with
   // `log_prefix` (nullptr: silently).
   void wait_all_ignoring_errors(const char* log_prefix) noexcept;

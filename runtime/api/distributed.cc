@@ -13,6 +13,7 @@
 #include "runtime/api/init_rendezvous.h"
 #include "runtime/api/per_device_process_group.h"
 #include "runtime/process_group/flight_recorder.h"
+#include "runtime/process_group/timeline.h"
 
 namespace collie {
 namespace {
@@ -84,6 +85,11 @@ void init_process_group(const InitOptions& options) {
   COLLIE_LOG(kInfo) << "initialized the default process group: backend " << group->backend_name()
                     << ", rank " << group->rank() << " of " << group->size() << " ("
                     << (join ? "joined a running group, " : "") << rdzv.source << ")";
+
+  // COLLIE_TRACE=FILE: the job's timeline (collective, as this call is);
+  // destroy_process_group writes it. A joiner's job is already recording.
+  if (auto trace = process_env("COLLIE_TRACE"); trace && !trace->empty() && !join)
+    timeline::start(*trace, group->rank(), group->size(), default_store);
 
   std::lock_guard lock(s.mu);
   if (s.default_group) {
@@ -250,6 +256,7 @@ void destroy_process_group(const Group& group) {
     if (group.process_group()) group.process_group()->shutdown();
     return;
   }
+  timeline::finish();  // collective, while the store and the peers are there; off: nothing
   auto& s = state();
   std::shared_ptr<ProcessGroup> world;
   std::vector<std::weak_ptr<ProcessGroup>> subs;

@@ -52,6 +52,7 @@
 #include "nn/sequential.h"
 #include "rendezvous/env/launch_env.h"
 #include "runtime/api/distributed.h"
+#include "runtime/process_group/timeline.h"
 #include "samples/blip_train/checkpoint.h"
 #include "samples/blip_train/fashion_mnist.h"
 #include "samples/blip_train/metric_logger.h"
@@ -87,6 +88,7 @@ struct Args {
   int64_t max_steps = -1;  // per epoch, for quick runs
   std::vector<int64_t> hidden = {256, 128};
   std::string timeout;  // --timeout, else COLLIE_TIMEOUT, else 30 min
+  std::string trace;    // --trace FILE: the job's timeline (COLLIE_TRACE)
   bool survive_failures = false;
   bool join = false;  // --join or COLLIE_REPLACEMENT=1: a replacement joining the running job
   // --kill-self-at RANK:EPOCH:STEP|end|recover (tests): that rank SIGKILLs
@@ -276,7 +278,8 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
       {.header = str_cat("Train Epoch: [", epoch, "]"),
        .total = steps,
        .print_freq = args.print_freq},
-      [&](int64_t) {
+      [&](int64_t step) {
+        const int64_t step_start = timeline::enabled() ? timeline::now_ns() : 0;
         auto t0 = std::chrono::steady_clock::now();
         auto batch = loader.next();
         double data_time =
@@ -290,6 +293,9 @@ TrainStats train_one_epoch(nn::DistributedDataParallel* ddp, TrainModel& model,
         else
           model.backward(grad);
         model.step();
+        if (step_start != 0)
+          timeline::span("step", str_cat("step ", step), step_start, timeline::now_ns(),
+                         {{"epoch", epoch}, {"step", step}}, "step");
         samples += static_cast<int64_t>(batch->labels.size());
         logger.update("loss", loss);
         logger.update("lr", optimizer.lr());
@@ -377,7 +383,13 @@ int run(Args& args) {
         "--survive-failures runs on --device cpu only (the nccl backend cannot shrink a group)");
   args.timeout_ms = timeout_from_flag_or_env(args.timeout);
   args.output_dir = output_dir_for(args.output_dir, args.resume, args.evaluate);
+  // --trace: init_process_group starts the timeline (what COLLIE_TRACE
+  // does in any program) and destroy_process_group writes it; alone, this
+  // process records and writes it.
+  if (!args.trace.empty()) ::setenv("COLLIE_TRACE", args.trace.c_str(), 1);
   init_distributed_mode(args);
+  const char* trace = std::getenv("COLLIE_TRACE");
+  if (!args.distributed && trace != nullptr && *trace != '\0') timeline::start(trace, 0, 1);
   const int rank = args.distributed ? get_rank() : 0;
   const int world = args.distributed ? get_world_size() : 1;
   args.world_size = world;
@@ -529,7 +541,11 @@ int run(Args& args) {
   ddp.reset();
   ddp_group.reset();
   train_model.reset();
-  if (args.distributed) destroy_process_group();
+  const bool tracing = timeline::enabled();
+  if (args.distributed) destroy_process_group();  // writes the timeline (rank 0)
+  timeline::finish();                             // alone: writes it
+  if (tracing && trace != nullptr)
+    print(str_cat("timeline written to ", fs::absolute(trace).string()));
   return 0;
 }
 
@@ -586,6 +602,9 @@ int main(int argc, char** argv) {
                  "step of its epoch plan, before the epoch's end, or in the epoch's first "
                  "recovery once the group has shrunk; with --survive-failures")
       ->group("Testing");
+  app.add_option("--trace", args.trace,
+                 "write the job's timeline to FILE (Chrome trace / Perfetto JSON: every "
+                 "collective, DDP's buckets, the steps; rank 0 writes it; as COLLIE_TRACE=FILE)");
   app.add_option("--timeout", args.timeout,
                  "bounds the rendezvous and every collective: 90 (seconds), 90s, 5m, 1h "
                  "(default: COLLIE_TIMEOUT, else 30m)");
