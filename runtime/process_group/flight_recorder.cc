@@ -46,6 +46,15 @@ size_t ring_size(size_t capacity) {
   return capacity == 0 ? 0 : n;
 }
 
+// torch's switch for its recorder's durations, and collie's.
+bool timing_from_env() {
+  for (const char* name : {"COLLIE_FR_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING"}) {
+    const char* v = std::getenv(name);
+    if (v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0)) return true;
+  }
+  return false;
+}
+
 size_t capacity_from_env() {
   for (const char* name :
        {"COLLIE_FR_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
@@ -121,7 +130,17 @@ struct FlightRecorder::Slot {
   FrCall call;
   int64_t created = 0;
   int64_t timeout_ms = 0;
+  // Its times are fr_clock ticks (timing on) or CLOCK_REALTIME_COARSE ns.
+  bool precise = false;
 };
+
+namespace {
+// A slot's clock, and its times in CLOCK_REALTIME nanoseconds.
+int64_t slot_now(bool precise) { return precise ? fr_clock::now() : fr_clock::coarse_now(); }
+int64_t slot_ns(int64_t t, bool precise, const fr_clock::Anchor& a) {
+  return precise ? fr_clock::to_realtime_ns(t, a) : t;
+}
+}  // namespace
 
 struct FlightRecorder::Group {
   FrGroupInfo info;
@@ -142,6 +161,7 @@ FlightRecorder& FlightRecorder::get() {
 
 FlightRecorder::FlightRecorder(size_t capacity)
     : capacity_(ring_size(capacity)),
+      timing_(timing_from_env()),
       slots_(capacity_ ? std::make_unique<Slot[]>(capacity_) : nullptr),
       groups_(std::make_unique<Group[]>(kMaxGroups)) {
   fr_clock::calibrate();
@@ -181,6 +201,7 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   Group& g = groups_[pg_id];
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
   Slot& s = slots_[(id - 1) & (capacity_ - 1)];
+  __builtin_prefetch(&slots_[id & (capacity_ - 1)], 1);  // the next call's slot
   const uint64_t v = s.version.load(std::memory_order_relaxed);
   s.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -205,7 +226,8 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
     s.p2p_seq = g.p2p.load(std::memory_order_relaxed);
   }
   s.call = call;
-  s.created = fr_clock::now();
+  s.precise = timing_.load(std::memory_order_relaxed);
+  s.created = slot_now(s.precise);
   s.timeout_ms = timeout_ms;
   s.version.store(v + 2, std::memory_order_release);
   return id;
@@ -214,7 +236,7 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
 void FlightRecorder::started(uint64_t id) {
   Slot* s = slot_for(id);
   if (s == nullptr) return;
-  s->started.store(fr_clock::now(), std::memory_order_relaxed);
+  s->started.store(slot_now(s->precise), std::memory_order_relaxed);
   s->state.store(static_cast<uint8_t>(FrState::kStarted), std::memory_order_release);
   if (!s->call.p2p && s->pg_id >= 0)
     groups_[s->pg_id].last_started.store(s->collective_seq, std::memory_order_relaxed);
@@ -223,7 +245,7 @@ void FlightRecorder::started(uint64_t id) {
 void FlightRecorder::completed(uint64_t id) {
   Slot* s = slot_for(id);
   if (s == nullptr) return;
-  const int64_t now = fr_clock::now();
+  const int64_t now = slot_now(s->precise);
   if (s->started.load(std::memory_order_relaxed) == 0)
     s->started.store(s->created, std::memory_order_relaxed);
   s->completed.store(now, std::memory_order_relaxed);
@@ -236,8 +258,8 @@ void FlightRecorder::completed(uint64_t id) {
   if (FrObserver observer = detail_fr_observer()) {
     const uint64_t seq = s->call.p2p ? s->p2p_seq : s->collective_seq;
     const fr_clock::Anchor a = fr_clock::anchor();
-    observer(g.info, s->call, seq, fr_clock::to_realtime_ns(s->started.load(), a),
-             fr_clock::to_realtime_ns(now, a), true);
+    observer(g.info, s->call, seq, slot_ns(s->started.load(), s->precise, a),
+             slot_ns(now, s->precise, a), true);
   }
 }
 
@@ -256,8 +278,8 @@ void FlightRecorder::failed(uint64_t id, const std::string& error) {
     const Group& g = groups_[s->pg_id];
     const uint64_t seq = s->call.p2p ? s->p2p_seq : s->collective_seq;
     const fr_clock::Anchor a = fr_clock::anchor();
-    observer(g.info, s->call, seq, fr_clock::to_realtime_ns(s->started.load(), a),
-             fr_clock::to_realtime_ns(fr_clock::now(), a), false);
+    observer(g.info, s->call, seq, slot_ns(s->started.load(), s->precise, a),
+             slot_ns(slot_now(s->precise), s->precise, a), false);
   }
 }
 
@@ -287,19 +309,19 @@ std::vector<FrEntry> FlightRecorder::entries() const {
       e.call = s.call;
       e.timeout_ms = s.timeout_ms;
       const int64_t created = s.created;
+      e.timed = s.precise;
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.version.load(std::memory_order_relaxed) != v1) continue;
       if (e.record_id != id) break;  // rewritten since: a newer entry
       e.state = static_cast<FrState>(s.state.load(std::memory_order_acquire));
       const int64_t started = s.started.load(std::memory_order_relaxed);
       const int64_t completed = s.completed.load(std::memory_order_relaxed);
-      e.time_created_ns = fr_clock::to_realtime_ns(created, a);
-      e.time_started_ns = started                          ? fr_clock::to_realtime_ns(started, a)
+      e.time_created_ns = slot_ns(created, e.timed, a);
+      e.time_started_ns = started                          ? slot_ns(started, e.timed, a)
                           : e.state != FrState::kScheduled ? e.time_created_ns
                                                            : 0;
-      e.time_completed_ns = (completed && e.state == FrState::kCompleted)
-                                ? fr_clock::to_realtime_ns(completed, a)
-                                : 0;
+      e.time_completed_ns =
+          (completed && e.state == FrState::kCompleted) ? slot_ns(completed, e.timed, a) : 0;
       if (e.state == FrState::kFailed) {
         auto it = errors.find(id);
         if (it != errors.end()) e.error = it->second;
@@ -391,7 +413,7 @@ std::string FlightRecorder::dump_pickle(bool include_collectives, bool only_acti
       w.str(profiling_name(g, e.call));
       w.str("time_created_ns");
       w.integer(e.time_created_ns);
-      if (e.time_completed_ns) {
+      if (e.time_completed_ns && e.timed) {
         w.str("duration_ms");
         w.real(static_cast<double>(e.time_completed_ns - e.time_started_ns) / 1e6);
       }
@@ -473,7 +495,8 @@ std::string FlightRecorder::state_json() const {
       if (e.call.root >= 0) j["root"] = e.call.root;
       if (!e.error.empty()) j["error"] = e.error;
       if (e.state == FrState::kCompleted) {
-        j["duration_ms"] = static_cast<double>(e.time_completed_ns - e.time_started_ns) / 1e6;
+        if (e.timed)
+          j["duration_ms"] = static_cast<double>(e.time_completed_ns - e.time_started_ns) / 1e6;
         last_completed = std::move(j);
       } else {
         j["waited_ms"] = static_cast<double>(now - e.time_created_ns) / 1e6;
@@ -527,7 +550,11 @@ bool write_file(const std::string& path, const std::string& bytes) {
 }  // namespace
 
 FrObserver detail_fr_observer() { return g_observer.load(std::memory_order_relaxed); }
-void set_fr_observer(FrObserver observer) { g_observer.store(observer); }
+void set_fr_observer(FrObserver observer) {
+  // An observer (the timeline) needs every call's own times.
+  if (observer) FlightRecorder::get().set_timing(true);
+  g_observer.store(observer);
+}
 
 int add_dump_listener(std::function<void()> listener) {
   std::lock_guard lock(g_listeners_mu);

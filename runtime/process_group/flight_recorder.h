@@ -76,7 +76,8 @@ struct FrEntry {
   int64_t time_started_ns = 0;    // 0: not started
   int64_t time_completed_ns = 0;  // 0: not completed (or failed)
   int64_t timeout_ms = 0;
-  std::string error;  // kFailed: the error's message
+  std::string error;   // kFailed: the error's message
+  bool timed = false;  // its times are precise (timing on), not the kernel tick's
 };
 
 class FlightRecorder {
@@ -92,6 +93,14 @@ class FlightRecorder {
   // already recorded are dropped. Not while calls are being recorded.
   void reset(size_t capacity);
   size_t capacity() const { return capacity_; }
+  // Timing: whether calls recorded from now on read a precise clock (the
+  // time stamp counter: 15 ns a read in a VM) for their times and durations,
+  // instead of the kernel's coarse one (1-4 ms steps, 5 ns a read), which
+  // is enough to say how long a call has waited. Off by default, as torch's
+  // TORCH_NCCL_ENABLE_TIMING; COLLIE_FR_ENABLE_TIMING=1 (or torch's) and an
+  // observer (the timeline) turn it on.
+  void set_timing(bool on) { timing_.store(on, std::memory_order_relaxed); }
+  bool timing() const { return timing_.load(std::memory_order_relaxed); }
   bool enabled() const { return capacity_ > 0; }
 
   // A group's id in the entries (pg_id). Called once per group; groups are
@@ -136,6 +145,7 @@ class FlightRecorder {
   Slot* slot_for(uint64_t id) const;
 
   size_t capacity_ = 0;
+  std::atomic<bool> timing_{false};
   std::unique_ptr<Slot[]> slots_;
   std::atomic<uint64_t> next_id_{0};
   std::atomic<int> global_rank_{-1};

@@ -85,6 +85,12 @@ void calibrate() {
   });
 }
 
+int64_t coarse_now() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
 int64_t now() {
 #if defined(__x86_64__)
   if (use_tsc.load(std::memory_order_relaxed)) return static_cast<int64_t>(__rdtsc());
