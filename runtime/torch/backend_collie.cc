@@ -14,6 +14,7 @@
 #include "rendezvous/prefix_store.h"
 #include "runtime/cpu/cpu_process_group.h"
 #include "runtime/process_group/backend_context.h"
+#include "runtime/process_group/flight_recorder.h"
 #include "runtime/torch/collie_work.h"
 #include "runtime/torch/torch_store.h"
 
@@ -28,10 +29,22 @@ using ::c10d::OpType;
 // once, as NCCL's does inside a group (torch's Python wrappers wait on
 // every blocking call, coalesced or not); the results are there once the
 // Work endCoalescing returns has been waited for.
+//
+// Its completion key is its own; the batch's Work runs the completion hooks
+// for it when the batch succeeds.
 class DeferredWork final : public ::c10d::Work {
  public:
   DeferredWork(int rank, OpType type, std::vector<at::Tensor> outputs)
       : Work(rank, type), outputs_(std::move(outputs)) {}
+  uint64_t completion_key() const { return key_; }
+#ifdef C10D_BACKEND_HAS_HOOKS
+  uint64_t getCompletionKey() const override { return key_; }
+#endif
+  float getDuration() const override {
+    auto b = batch();
+    TORCH_CHECK(b, "collie: getDuration() on an operation of an open coalescing block");
+    return b->getDuration();
+  }
   void attach(c10::intrusive_ptr<::c10d::Work> batch) {
     std::lock_guard lock(mutex_);
     batch_ = std::move(batch);
@@ -72,8 +85,23 @@ class DeferredWork final : public ::c10d::Work {
     return batch_;
   }
   const std::vector<at::Tensor> outputs_;
+  const uint64_t key_ = next_completion_key();
   c10::intrusive_ptr<::c10d::Work> batch_;
 };
+
+// A collective that failed (collie::Error: a timeout, a mismatch, a lost
+// peer), not a call refused for its arguments.
+bool failed_collective(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument&) {
+    return false;
+  } catch (const Error&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 void run_here(const std::function<void()>& wait) { wait(); }
 std::atomic<BackendCollie::Blocking> g_blocking{&run_here};
@@ -85,6 +113,13 @@ std::set<BackendCollie*> g_live;
 }  // namespace
 
 void BackendCollie::set_blocking(Blocking blocking) { g_blocking.store(blocking); }
+
+bool BackendCollie::torch_recorder_attached() {
+  std::lock_guard lock(g_live_mu);
+  for (BackendCollie* b : g_live)
+    if (b->torch_dumps_->load()) return true;
+  return false;
+}
 
 void BackendCollie::quiesce_all(std::chrono::milliseconds grace) {
   g_blocking.load()([grace] {
@@ -100,7 +135,13 @@ void BackendCollie::quiesce_all(std::chrono::milliseconds grace) {
 
 c10::intrusive_ptr<BackendCollie> BackendCollie::create(
     const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size, Timeout timeout,
-    const std::string& group_name) {
+    Identity who) {
+  // A list that does not fit the group says nothing: the group's own ranks.
+  if (static_cast<int>(who.global_ranks.size()) != size) {
+    who.global_ranks.clear();
+    for (int r = 0; r < size; ++r) who.global_ranks.push_back(r);
+  }
+  const std::string group_name = who.group_name;
   auto collie_store = std::make_shared<TorchStore>(store);
   BackendContext context;
   context.store = collie_store;
@@ -108,6 +149,16 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::create(
   context.size = size;
   context.timeout = resolve_timeout(timeout);
   context.group_name = group_name;
+  // What collie's flight recorder files this group's calls under (its
+  // profiling names are "collie:<op>").
+  context.group_desc = who.group_desc;
+  context.global_ranks = who.global_ranks;
+  // The dump is named after this process's rank in the world. (The cpu
+  // backend watches the first group's store for other ranks' requests to
+  // dump: the world group's, which torch creates first.)
+  FlightRecorder& recorder = FlightRecorder::get();
+  if (who.group_desc == "default_pg" || recorder.global_rank() < 0)
+    recorder.set_global_rank(who.global_ranks[rank]);
   auto cpu = CpuProcessGroup::create(context);
   std::string why_not;
   auto cuda = make_cuda_path({.store = std::make_shared<PrefixStore>("cuda/", collie_store),
@@ -116,19 +167,21 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::create(
                               .timeout = context.timeout,
                               .group_name = group_name},
                              &why_not);
-  return c10::make_intrusive<BackendCollie>(std::move(cpu), std::move(cuda), std::move(why_not),
-                                            store, context.timeout, group_name);
+  auto backend = c10::make_intrusive<BackendCollie>(
+      std::move(cpu), std::move(cuda), std::move(why_not), store, context.timeout, std::move(who));
+  backend->setGroupDesc(backend->who_.group_desc);
+  return backend;
 }
 
 BackendCollie::BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
                              std::string no_cuda_reason, c10::intrusive_ptr<::c10d::Store> store,
-                             Timeout timeout, std::string group_name)
+                             Timeout timeout, Identity who)
     : Backend(cpu->rank(), cpu->size()),
       cpu_(std::move(cpu)),
       cuda_(std::move(cuda)),
       no_cuda_reason_(std::move(no_cuda_reason)),
       store_(std::move(store)),
-      group_name_(std::move(group_name)),
+      who_(std::move(who)),
       timeout_ms_(resolve_timeout(timeout).count()),
       queue_(std::make_shared<WorkQueue>()) {
   std::lock_guard lock(g_live_mu);
@@ -140,13 +193,69 @@ BackendCollie::~BackendCollie() {
     std::lock_guard lock(g_live_mu);
     g_live.erase(this);
   }
+  {
+    std::lock_guard lock(listener_mu_);
+    if (dump_listener_ >= 0) remove_dump_listener(dump_listener_);
+    dump_listener_ = -1;
+  }
   shutdown();
 }
 
 c10::intrusive_ptr<::c10d::Backend::Options> BackendCollie::getBackendOptions() {
   auto options = c10::make_intrusive<Options>(kBackendName, Timeout(timeout_ms_.load()));
-  options->group_name = group_name_;
+  options->group_name = who_.group_name;
+  options->group_desc = getGroupDesc();
+  for (int r : who_.global_ranks) options->global_ranks_in_group.push_back(r);
   return options;
+}
+
+#ifdef C10D_BACKEND_HAS_HOOKS
+void BackendCollie::registerCompletionHook(int64_t hook_id, ::c10d::CompletionHook hook) {
+  TORCH_CHECK(hook, "collie: registerCompletionHook(", hook_id, ") with an empty hook");
+  const bool added = completion_hooks_->add(
+      hook_id, [hook = std::move(hook)](uint64_t key, std::optional<float> ms) {
+        hook(::c10d::CompletionHookArgs{key, ms});
+      });
+  TORCH_CHECK(added, "collie: completion hook ", hook_id, " is already registered on group \"",
+              who_.group_name, "\"");
+  update_dump_listener();
+}
+
+void BackendCollie::unregisterCompletionHook(int64_t hook_id) {
+  const bool removed = completion_hooks_->remove(hook_id);
+  update_dump_listener();
+  TORCH_CHECK(removed, "collie: no completion hook ", hook_id, " is registered on group \"",
+              who_.group_name, "\"");
+}
+
+void BackendCollie::registerAbortHook(int64_t hook_id, ::c10d::AbortHook hook) {
+  TORCH_CHECK(hook, "collie: registerAbortHook(", hook_id, ") with an empty hook");
+  TORCH_CHECK(abort_hooks_->add(hook_id, std::move(hook)), "collie: abort hook ", hook_id,
+              " is already registered on group \"", who_.group_name, "\"");
+  update_dump_listener();
+}
+
+void BackendCollie::unregisterAbortHook(int64_t hook_id) {
+  const bool removed = abort_hooks_->remove(hook_id);
+  update_dump_listener();
+  TORCH_CHECK(removed, "collie: no abort hook ", hook_id, " is registered on group \"",
+              who_.group_name, "\"");
+}
+#endif
+
+// One listener per group that torch's recorder is attached to. It holds
+// the hooks (not the group), so a dump that races the group's destruction
+// runs them safely.
+void BackendCollie::update_dump_listener() {
+  std::lock_guard lock(listener_mu_);
+  const bool want = !abort_hooks_->empty() && !completion_hooks_->empty();
+  if (want && dump_listener_ < 0) {
+    dump_listener_ = add_dump_listener([hooks = abort_hooks_] { hooks->run(); });
+  } else if (!want && dump_listener_ >= 0) {
+    remove_dump_listener(dump_listener_);
+    dump_listener_ = -1;
+  }
+  torch_dumps_->store(want);
 }
 
 void BackendCollie::setTimeout(std::chrono::milliseconds timeout) {
@@ -170,7 +279,8 @@ CudaPath& BackendCollie::cuda_path(const Site& where) {
   return *cuda_;
 }
 
-c10::intrusive_ptr<::c10d::Work> BackendCollie::launch(Launch call, Body body) {
+c10::intrusive_ptr<::c10d::Work> BackendCollie::launch(Launch call, Body body,
+                                                       std::vector<uint64_t> also_completed) {
   if (call.type != OpType::BARRIER && call.type != OpType::SEND && call.type != OpType::RECV &&
       call.type != OpType::RECVANYSOURCE)
     sequence_.fetch_add(1, std::memory_order_relaxed);
@@ -183,14 +293,19 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::launch(Launch call, Body body) {
     }
   }
   if (call.device.is_cuda()) return cuda_path(site(call.op)).launch(std::move(call), body);
-  return run_cpu(std::move(call), std::move(body));
+  return run_cpu(std::move(call), std::move(body), std::move(also_completed));
 }
 
-c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body) {
+c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
+                                                        std::vector<uint64_t> also_completed) {
   const bool async = call.async;
   auto work = c10::make_intrusive<CollieWork>(rank_, call.type, call.op, std::move(call.outputs),
-                                              async ? queue_ : std::weak_ptr<WorkQueue>());
-  auto task = [work, body = std::move(body), group = cpu_]() noexcept {
+                                              async ? queue_ : std::weak_ptr<WorkQueue>(),
+                                              completion_hooks_);
+  work->set_also_completed(std::move(also_completed));
+  auto task = [work, body = std::move(body), group = cpu_, aborts = abort_hooks_,
+               torch_dumps = torch_dumps_]() noexcept {
+    work->start();
     std::exception_ptr error;
     try {
       // Copies into and out of staging buffers are no part of any autograd
@@ -203,6 +318,10 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body) 
     } catch (...) {
       error = std::current_exception();
     }
+    // The dump listener has run the abort hooks already when torch's
+    // recorder is attached (collie's cpu backend dumps on the failure).
+    if (error && !aborts->empty() && !torch_dumps->load() && failed_collective(error))
+      aborts->run();
     work->complete(error);
   };
   if (async)
@@ -284,8 +403,11 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::endCoalescing() {
     }
     return last;
   };
+  std::vector<uint64_t> keys;
+  for (auto& step : *steps)
+    keys.push_back(static_cast<DeferredWork*>(step.work.get())->completion_key());
   // Nothing was issued: a completed Work, as torch's gloo gives.
-  auto work = launch(std::move(batch), std::move(body));
+  auto work = launch(std::move(batch), std::move(body), std::move(keys));
   for (auto& step : *steps) static_cast<DeferredWork*>(step.work.get())->attach(work);
   return work;
 }
@@ -300,12 +422,17 @@ c10::intrusive_ptr<::c10d::Backend> BackendCollie::split(
       throw InvalidArgument(str_cat(site("split"), ": ranks must be distinct group ranks below ",
                                     size_, " in increasing order; got ", join(ranks, ", ")));
   const Timeout t = opts ? Timeout(opts->timeout) : Timeout(timeout_ms_.load());
-  const std::string name =
-      opts && !opts->group_name.empty() ? opts->group_name : str_cat(group_name_, ":split");
-  auto child =
-      create(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), t, name);
-  if (opts) child->setGroupDesc(opts->group_desc);
-  return child;
+  Identity who;
+  who.group_name =
+      opts && !opts->group_name.empty() ? opts->group_name : str_cat(who_.group_name, ":split");
+  if (opts && !opts->group_desc.empty()) who.group_desc = opts->group_desc;
+  if (opts && opts->global_ranks_in_group.size() == ranks.size()) {
+    for (uint64_t r : opts->global_ranks_in_group) who.global_ranks.push_back(static_cast<int>(r));
+  } else {
+    for (int r : ranks) who.global_ranks.push_back(who_.global_ranks[r]);
+  }
+  return create(store, static_cast<int>(me - ranks.begin()), static_cast<int>(ranks.size()), t,
+                std::move(who));
 }
 
 bool BackendCollie::can_shrink() const { return !cuda_ || !cuda_->has_communicator(); }
@@ -334,7 +461,7 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::shrink_to(
                             : Timeout(timeout_ms_.load());
   const std::string name = opts_override && !opts_override->group_name.empty()
                                ? std::string(opts_override->group_name)
-                               : group_name_;
+                               : who_.group_name;
   ShrinkOptions options;
   options.mode = shrink_flags == kShrinkAbort ? ShrinkMode::kAbort : ShrinkMode::kDefault;
   options.exact = true;  // torch numbers the new group from the caller's list
@@ -373,8 +500,13 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::shrink_to(
                               .timeout = limit,
                               .group_name = name},
                              &why_not);
-  auto child = c10::make_intrusive<BackendCollie>(std::move(group), std::move(cuda),
-                                                  std::move(why_not), store_, limit, name);
+  Identity who{name, getGroupDesc(), {}};
+  std::vector<bool> gone(size_, false);
+  for (int r : exclude) gone[r] = true;
+  for (int r = 0; r < size_; ++r)
+    if (!gone[r]) who.global_ranks.push_back(who_.global_ranks[r]);
+  auto child = c10::make_intrusive<BackendCollie>(
+      std::move(group), std::move(cuda), std::move(why_not), store_, limit, std::move(who));
   child->setGroupDesc(getGroupDesc());
   return child;
 }
@@ -384,8 +516,8 @@ void BackendCollie::setSequenceNumberForGroup() {}
 uint64_t BackendCollie::getSequenceNumberForGroup() { return sequence_.load(); }
 
 void BackendCollie::abort() {
-  const std::string reason = str_cat("process group \"", group_name_, "\" (collie, rank ", rank_,
-                                     " of ", size_, ") was aborted (abort() called)");
+  const std::string reason = str_cat("process group \"", who_.group_name, "\" (collie, rank ",
+                                     rank_, " of ", size_, ") was aborted (abort() called)");
   cpu_->abort(reason);
   if (cuda_) cuda_->abort(reason);
 }

@@ -18,6 +18,16 @@
 // batch_isend_irecv (what torch's batch_isend_irecv and _coalescing_manager
 // use). docs/torch.md maps every method onto collie.
 //
+// Under torch 2.15 (C10D_BACKEND_HAS_HOOKS), torch's own flight recorder
+// (c10d::FlightRecorderHook, attached to every collie group) records
+// collie's calls: the completion hooks tell it when each one completed and
+// how long it ran (CollieWork), and the abort hooks run when collie detects
+// a failed collective (a timeout, a mismatch, a lost peer: collie's flight
+// recorder's dump listener), so that torch writes the dump. Without them
+// (torch 2.11, or TORCH_FR_BUFFER_SIZE=0) collie's own recorder writes it
+// (runtime/process_group/flight_recorder.h; docs/torch.md, "Flight
+// recorder").
+//
 // torch.distributed.shrink_group (torch 2.11 and later) reaches shrink():
 // the survivors of a failed rank agree through the group's store on whom to
 // leave out and continue in a new BackendCollie (CpuProcessGroup::shrink).
@@ -50,6 +60,7 @@
 
 #include "base/deadline.h"
 #include "runtime/process_group/process_group.h"
+#include "runtime/torch/collie_work.h"
 #include "runtime/torch/cuda_path.h"
 #include "runtime/torch/launch.h"
 #include "runtime/torch/torch_tensors.h"
@@ -65,16 +76,26 @@ class BackendCollie final : public ::c10d::Backend {
  public:
   static constexpr const char* kBackendName = "collie";
 
+  // Who a group is, for the flight recorders: torch's group name ("0",
+  // "1", ...), its description ("default_pg", "undefined", a user's) and its
+  // members' ranks in the world, by group rank.
+  struct Identity {
+    std::string group_name;
+    std::string group_desc = "undefined";
+    std::vector<int> global_ranks;
+  };
+
   // Collective (every member calls it): rendezvous through torch's `store`
   // (already prefixed for this group) and connect collie's cpu backend
   // within `timeout`, which is also every operation's default deadline.
+  // `who.global_ranks` empty: 0..size-1.
   static c10::intrusive_ptr<BackendCollie> create(const c10::intrusive_ptr<::c10d::Store>& store,
                                                   int rank, int size, Timeout timeout,
-                                                  const std::string& group_name);
+                                                  Identity who);
 
   BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_ptr<CudaPath> cuda,
                 std::string no_cuda_reason, c10::intrusive_ptr<::c10d::Store> store,
-                Timeout timeout, std::string group_name);
+                Timeout timeout, Identity who);
   // Runs what was issued (each operation is bounded by its deadline), then
   // shuts the collie groups down.
   ~BackendCollie() override;
@@ -184,6 +205,26 @@ class BackendCollie final : public ::c10d::Backend {
   }
 #endif
 
+#ifdef C10D_BACKEND_HAS_HOOKS
+  // torch 2.15's hooks (Hooks.hpp). A completion hook runs once per Work
+  // that completed successfully, on the thread that ran it, with no lock
+  // of this backend held. Abort hooks run when an operation of this group
+  // fails (a timeout, a mismatch, a lost peer; not a refused argument, nor
+  // abort(), which a caller asked for), and, while torch's recorder is
+  // attached, on every dump of collie's flight recorder (a failure of
+  // another group, another rank's request): its abort hook writes torch's
+  // dump, in place of collie's.
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t hook_id, ::c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t hook_id) override;
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hook_id, ::c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hook_id) override;
+#endif
+  // Whether torch's flight recorder is attached to a live group: then a
+  // dump is torch's (collie_torch.dump_flight_recorder).
+  static bool torch_recorder_attached();
+
   // Breaks the group at once, from any thread: a call blocked in a
   // collective returns with an error within milliseconds (the peers see the
   // connection close), and every later call fails.
@@ -212,7 +253,8 @@ class BackendCollie final : public ::c10d::Backend {
   // call, and for the tests.
   collie::ProcessGroup& cpu_group();
   const WorkQueue& queue() const { return *queue_; }
-  const std::string& group_name() const { return group_name_; }
+  const std::string& group_name() const { return who_.group_name; }
+  const Identity& identity() const { return who_; }
   // The default deadline of the next operation (the group's timeout, or
   // what setTimeout set).
   std::chrono::milliseconds default_timeout() const {
@@ -220,11 +262,20 @@ class BackendCollie final : public ::c10d::Backend {
   }
 
  private:
-  Site site(const char* op) const { return Site{op, rank_, group_name_}; }
+  Site site(const char* op) const { return Site{op, rank_, who_.group_name}; }
   Timeout timeout(std::chrono::milliseconds requested) const;
   // Runs (or, while coalescing, keeps) one operation on its device's path.
-  c10::intrusive_ptr<::c10d::Work> launch(Launch call, Body body);
-  c10::intrusive_ptr<::c10d::Work> run_cpu(Launch call, Body body);
+  // `also_completed`: the completion keys of the Works of a coalescing
+  // block the operation runs, which complete with it.
+  c10::intrusive_ptr<::c10d::Work> launch(Launch call, Body body,
+                                          std::vector<uint64_t> also_completed = {});
+  c10::intrusive_ptr<::c10d::Work> run_cpu(Launch call, Body body,
+                                           std::vector<uint64_t> also_completed);
+  // While torch's recorder is attached to this group (it registered both a
+  // completion and an abort hook: FlightRecorderHook; HealthCheckHook
+  // registers an abort hook alone), collie's flight recorder runs the abort
+  // hooks on a dump instead of writing its own (add_dump_listener).
+  void update_dump_listener();
   CudaPath& cuda_path(const Site& where);
   // send/recv/recvAnysource: one collie P2POp, alone or in a coalesced batch.
   c10::intrusive_ptr<::c10d::Work> point_to_point(const Site& where, ::c10d::OpType type,
@@ -252,7 +303,7 @@ class BackendCollie final : public ::c10d::Backend {
   std::unique_ptr<CudaPath> cuda_;
   const std::string no_cuda_reason_;
   const c10::intrusive_ptr<::c10d::Store> store_;
-  const std::string group_name_;
+  const Identity who_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> sequence_{0};
   // Shared with the Works (weakly), which run queued tasks when waited for.
@@ -260,6 +311,15 @@ class BackendCollie final : public ::c10d::Backend {
   std::mutex coalescing_mu_;
   bool coalescing_ = false;
   std::vector<Deferred> deferred_;
+  // torch's hooks; the Works and the dump listener hold them too.
+  const std::shared_ptr<CompletionHooks> completion_hooks_ = std::make_shared<CompletionHooks>();
+  const std::shared_ptr<AbortHooks> abort_hooks_ = std::make_shared<AbortHooks>();
+  std::mutex listener_mu_;
+  int dump_listener_ = -1;  // guarded by listener_mu_
+  // Whether the listener is registered (read by the tasks, which run the
+  // abort hooks on a failure themselves when it is not).
+  const std::shared_ptr<std::atomic<bool>> torch_dumps_ =
+      std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace collie::torch_adapter

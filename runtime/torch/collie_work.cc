@@ -4,9 +4,22 @@
 
 #include "base/deadline.h"
 #include "base/error.h"
+#include "base/logging.h"
 #include "base/str_cat.h"
 
 namespace collie::torch_adapter {
+
+uint64_t next_completion_key() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+void log_hook_error(const char* what) noexcept {
+  try {
+    COLLIE_LOG(kWarn) << "collie_torch: a torch hook raised (ignored): " << what;
+  } catch (...) {
+  }
+}
 
 std::exception_ptr as_torch_error(std::exception_ptr error) {
   if (!error) return error;
@@ -23,10 +36,19 @@ std::exception_ptr as_torch_error(std::exception_ptr error) {
 }
 
 CollieWork::CollieWork(int rank, ::c10d::OpType type, const char* op,
-                       std::vector<at::Tensor> outputs, std::weak_ptr<WorkQueue> queue)
-    : Work(rank, type), op_(op), outputs_(std::move(outputs)), queue_(std::move(queue)) {}
+                       std::vector<at::Tensor> outputs, std::weak_ptr<WorkQueue> queue,
+                       std::shared_ptr<const CompletionHooks> hooks)
+    : Work(rank, type),
+      op_(op),
+      outputs_(std::move(outputs)),
+      queue_(std::move(queue)),
+      hooks_(std::move(hooks)) {}
+
+void CollieWork::start() noexcept { started_ = std::chrono::steady_clock::now(); }
 
 void CollieWork::complete(std::exception_ptr error) noexcept {
+  const std::chrono::duration<float, std::milli> ran = std::chrono::steady_clock::now() - started_;
+  if (!error) duration_ms_.store(ran.count(), std::memory_order_relaxed);
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard lock(mutex_);
@@ -35,7 +57,21 @@ void CollieWork::complete(std::exception_ptr error) noexcept {
     future = future_;
   }
   cv_.notify_all();
+  // After completed_ is set: torch's post-hook registers the key and then
+  // asks isCompleted(), so a completion is seen by one or the other. Before
+  // the future's callbacks, which may run for long (DDP's comm hooks).
+  if (!error && hooks_ && !hooks_->empty()) {
+    hooks_->run(key_, ran.count());
+    for (uint64_t key : also_completed_) hooks_->run(key, ran.count());
+  }
   if (future) settle(*future);
+}
+
+float CollieWork::getDuration() const {
+  const float ms = duration_ms_.load(std::memory_order_relaxed);
+  TORCH_CHECK(ms >= 0, "collie: getDuration() on ", op_, " #", ticket_, " of rank ", rank_,
+              ", which has not completed successfully");
+  return ms;
 }
 
 int CollieWork::sourceRank() const {

@@ -25,7 +25,9 @@
 #include "base/logging.h"
 #include "base/str_cat.h"
 #include "runtime/api/build_info.h"
+#include "runtime/process_group/flight_recorder.h"
 #include "runtime/torch/backend_collie.h"
+#include "runtime/torch/timeline_bindings.h"
 
 #ifndef COLLIE_TORCH_BUILT_FOR
 #define COLLIE_TORCH_BUILT_FOR "unknown"
@@ -37,19 +39,30 @@ namespace collie::torch_adapter {
 namespace {
 
 // torch's creator call: `opts` is a c10d _DistributedBackendOptions (store,
-// group_rank, group_size, timeout, group_id); `pg_options` is unused.
+// group_rank, group_size, timeout, group_id, global_ranks_in_group: empty
+// for the world); `pg_options` is unused. `group_desc`: what torch will
+// name the group (collie_torch's Python creator finds it), for the flight
+// recorder.
 c10::intrusive_ptr<BackendCollie> create_backend(const py::object& opts,
-                                                 const py::object& /*pg_options*/) {
+                                                 const py::object& /*pg_options*/,
+                                                 const std::optional<std::string>& group_desc) {
   auto store = opts.attr("store").cast<c10::intrusive_ptr<::c10d::Store>>();
   const int rank = opts.attr("group_rank").cast<int>();
   const int size = opts.attr("group_size").cast<int>();
   const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
       opts.attr("timeout").cast<std::chrono::duration<double>>());
-  const std::string group_name = opts.attr("group_id").cast<std::string>();
+  BackendCollie::Identity who;
+  who.group_name = opts.attr("group_id").cast<std::string>();
+  if (group_desc && !group_desc->empty()) who.group_desc = *group_desc;
+  if (py::hasattr(opts, "global_ranks_in_group"))
+    who.global_ranks = opts.attr("global_ranks_in_group").cast<std::vector<int>>();
   // The rendezvous blocks; other Python threads may run meanwhile.
   py::gil_scoped_release no_gil;
   if (log_rank() < 0) set_log_rank(rank);
-  return BackendCollie::create(store, rank, size, timeout, group_name);
+  const std::string group_name = who.group_name;
+  auto backend = BackendCollie::create(store, rank, size, timeout, std::move(who));
+  start_timeline_from_env(store, rank, size, group_name);  // COLLIE_TRACE
+  return backend;
 }
 
 void without_gil(const std::function<void()>& wait) {
@@ -140,7 +153,8 @@ PYBIND11_MODULE(_C, m) {
           "How many CPU operations ran on a calling thread (blocking calls, helping waiters) "
           "and how many on the group's worker thread.");
 
-  m.def("_create_backend", &create_backend, py::arg("opts"), py::arg("pg_options") = py::none());
+  m.def("_create_backend", &create_backend, py::arg("opts"), py::arg("pg_options") = py::none(),
+        py::arg("group_desc") = py::none());
   m.def("_time_allreduce", &time_allreduce, py::arg("backend"), py::arg("tensor"), py::arg("iters"),
         py::arg("path"));
   m.def("_work_exception", &work_exception, py::arg("work"),
@@ -153,6 +167,17 @@ PYBIND11_MODULE(_C, m) {
       py::arg("grace_s"),
       "At exit: let every live group finish its operations (at most grace_s), then abort the "
       "rest.");
+  // The flight recorder (collie_torch.dump_flight_recorder()).
+  m.def("_torch_recorder_attached", &BackendCollie::torch_recorder_attached,
+        "Whether torch's FlightRecorderHook is attached to a live collie group (torch 2.15).");
+  m.def(
+      "_dump_flight_recorder",
+      [](const std::string& why) {
+        py::gil_scoped_release no_gil;
+        return collie::dump_flight_recorder(why);
+      },
+      py::arg("why"), "Writes collie's own flight recorder dump now; returns its path.");
+  add_timeline_bindings(m);  // collie_torch.timeline
   m.def("build_info", &collie::build_info, "collie's version and optional parts");
   m.attr("BACKEND_NAME") = BackendCollie::kBackendName;
   m.attr("TORCH_BUILT_FOR") = COLLIE_TORCH_BUILT_FOR;

@@ -16,10 +16,13 @@
 // headers.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +90,27 @@ class TorchStore final : public Store {
     int64_t n = 0;
     call("num_keys", "", [&] { n = store_->getNumKeys(); });
     return n;
+  }
+
+  // A connection of its own (torch's clone(): a TCPStore client, under the
+  // same prefixes) whose calls wait at most `timeout`: the flight
+  // recorder's dump thread polls it for other ranks' requests to dump.
+  // nullptr for a FileStore, whose clone would count as one more user of
+  // the file (torch deletes it when the last user is destroyed), and for a
+  // store torch cannot clone.
+  std::shared_ptr<Store> clone(Timeout timeout) override {
+    try {
+      c10::intrusive_ptr<::c10d::Store> base = store_;
+      if (auto* prefixed = dynamic_cast<::c10d::PrefixStore*>(base.get()))
+        base = prefixed->getUnderlyingNonPrefixStore();
+      if (dynamic_cast<::c10d::FileStore*>(base.get()) != nullptr) return nullptr;
+      auto copy = store_->clone();
+      if (!copy) return nullptr;
+      copy->setTimeout(resolve_timeout(timeout));
+      return std::make_shared<TorchStore>(std::move(copy));
+    } catch (const std::exception&) {
+      return nullptr;
+    }
   }
 
   // The torch store's own timeout is the one its blocking calls use.

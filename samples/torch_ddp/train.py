@@ -17,9 +17,12 @@ torch program, from an environment that has torch 2.x and collie_torch:
 
 --backend gloo runs the very same loop on torch's gloo backend, for
 comparison; --comm-hook fp16 or bf16 compresses the gradients with DDP's
-compression hooks. The model and schedule are blip_train's
+compression hooks; --trace FILE writes the job's timeline (every collective
+collie ran, each step and its forward, backward and optimizer step) as one
+Chrome trace / Perfetto file. The model and schedule are blip_train's
 (samples/blip_train): an MLP 784-256-128-10, AdamW, cosine learning rate.
 """
+import contextlib
 import datetime
 import json
 import os
@@ -41,6 +44,8 @@ def get_args():
     p = utils.common_args(__doc__.split("\n")[0], epochs=10, lr=1e-3, output_dir="output/torch_ddp")
     p.add_argument("--comm-hook", default="none", choices=["none", "fp16", "bf16"],
                    help="DDP's gradient compression hook")
+    p.add_argument("--trace", default="", metavar="FILE",
+                   help="write the job's timeline to FILE (collie_torch.timeline; rank 0 writes it)")
     return p.parse_args()
 
 
@@ -58,6 +63,17 @@ class MLP(nn.Module):
 
 # --- training ---------------------------------------------------------------
 
+class _NoTimeline:
+    """Stands in for collie_torch.timeline without --trace."""
+
+    @staticmethod
+    def step_span(*args, **kwargs):
+        return contextlib.nullcontext()
+
+
+timeline = _NoTimeline
+
+
 def train_one_epoch(model, loader, optimizer, epoch, args):
     model.train()
     header = f"Train Epoch: [{epoch}]"
@@ -66,10 +82,14 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
     for i, (images, labels) in enumerate(loader):
         if 0 <= args.max_steps <= i:
             break
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()  # DDP all_reduces the gradient buckets here
-        optimizer.step()
+        with timeline.step_span(f"step {i}", epoch=epoch, step=i):
+            with timeline.step_span("forward", cat="train", epoch=epoch, step=i):
+                loss = F.cross_entropy(model(images), labels)
+            optimizer.zero_grad()
+            with timeline.step_span("backward", cat="train", epoch=epoch, step=i):
+                loss.backward()  # DDP all_reduces the gradient buckets here
+            with timeline.step_span("optimizer", cat="train", epoch=epoch, step=i):
+                optimizer.step()
         loss_sum, steps, samples = loss_sum + loss.item(), steps + 1, samples + len(labels)
         if i % args.print_freq == 0:
             print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
@@ -88,6 +108,10 @@ def train_one_epoch(model, loader, optimizer, epoch, args):
 
 def main(args):
     utils.init_distributed_mode(args, datetime.timedelta(seconds=args.timeout))
+    if args.trace:
+        global timeline
+        import collie_torch.timeline as timeline
+        timeline.start(args.trace)
     torch.set_num_threads(args.threads)
     seed = args.seed + get_rank()
     torch.manual_seed(seed)
@@ -147,6 +171,10 @@ def main(args):
 
     total = str(datetime.timedelta(seconds=int(time.time() - start_time)))
     print(f"Training time {total}")
+    if args.trace:
+        wrote = timeline.finish()
+        if wrote:
+            print(f"timeline written to {os.path.abspath(wrote)}")
     if args.distributed:
         dist.destroy_process_group()
 
