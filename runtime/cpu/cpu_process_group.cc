@@ -96,6 +96,7 @@ CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
       group_desc_(!group_desc.empty()  ? std::move(group_desc)
                   : group_name_ == "0" ? "default_pg"
                                        : "undefined"),
+      fr_transport_(transport_literal(options_.transport)),
       fr_group_(FlightRecorder::get().register_group(
           FrGroupInfo{group_name_, group_desc_, global_ranks_, "collie", rank_})),
       options_(std::move(options)),
@@ -121,7 +122,7 @@ FrCall CpuProcessGroup::fr_call(const char* op, const TensorView& in, uint32_t i
   call.out_tensors = out_tensors;
   call.in_numel = static_cast<int64_t>(in.count);
   call.out_numel = static_cast<int64_t>(out.count);
-  call.transport = transport_literal(options_.transport);
+  call.transport = fr_transport_;
   return call;
 }
 

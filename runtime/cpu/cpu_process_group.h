@@ -186,7 +186,8 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   // flight recorder's pg_config; shrink and grow pass them on).
   const std::vector<int> global_ranks_;
   const std::string group_desc_;
-  const int fr_group_;  // this group's pg_id in the flight recorder
+  const char* const fr_transport_;  // options_.transport, as the recorder's literal
+  const int fr_group_;              // this group's pg_id in the flight recorder
   const CommunicatorOptions options_;
   const int generation_;
   // Shrinks tried on this group (each retry agrees under fresh keys).

@@ -120,19 +120,20 @@ const char* torch_dtype_name(DataType dtype) {
 // bumps it to even; a reader copies the fields between two equal, even
 // reads of it. The id of the entry the slot holds tells a completion
 // whether its entry is still there (the ring may have wrapped).
-struct FlightRecorder::Slot {
-  std::atomic<uint64_t> version{0};
-  std::atomic<uint64_t> id{0};
+struct alignas(64) FlightRecorder::Slot {
+  // Two cache lines: what a call writes when it is issued and completes.
+  std::atomic<uint32_t> version{0};
   std::atomic<uint8_t> state{0};
-  std::atomic<int64_t> started{0}, completed{0};  // fr_clock ticks; 0: not yet
-  int pg_id = -1;
-  uint64_t collective_seq = 0, p2p_seq = 0, op_id = 0;
-  FrCall call;
+  bool precise = false;  // its times are fr_clock ticks (timing on), else coarse ns
+  uint16_t pg_id = 0;
+  std::atomic<uint64_t> id{0};
+  std::atomic<int64_t> started{0}, completed{0};  // 0: not yet
   int64_t created = 0;
-  int64_t timeout_ms = 0;
-  // Its times are fr_clock ticks (timing on) or CLOCK_REALTIME_COARSE ns.
-  bool precise = false;
+  uint64_t collective_seq = 0, p2p_seq = 0;  // op_id is their sum
+  int32_t timeout_ms = 0;
+  FrCall call;
 };
+static_assert(sizeof(FrCall) == 64, "FrCall's fields are ordered to leave no padding");
 
 namespace {
 // A slot's clock, and its times in CLOCK_REALTIME nanoseconds.
@@ -144,7 +145,7 @@ int64_t slot_ns(int64_t t, bool precise, const fr_clock::Anchor& a) {
 
 struct FlightRecorder::Group {
   FrGroupInfo info;
-  std::atomic<uint64_t> ops{0}, collectives{0}, p2p{0};
+  std::atomic<uint64_t> collectives{0}, p2p{0};
   // pg_status: the last collective enqueued, started, completed.
   std::atomic<uint64_t> last_started{0}, last_completed{0};
 };
@@ -201,8 +202,10 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   Group& g = groups_[pg_id];
   const uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed) + 1;
   Slot& s = slots_[(id - 1) & (capacity_ - 1)];
-  __builtin_prefetch(&slots_[id & (capacity_ - 1)], 1);  // the next call's slot
-  const uint64_t v = s.version.load(std::memory_order_relaxed);
+  Slot* next = &slots_[id & (capacity_ - 1)];  // the next call's slot, into the cache
+  __builtin_prefetch(next, 1);
+  __builtin_prefetch(reinterpret_cast<const char*>(next) + 64, 1);
+  const uint32_t v = s.version.load(std::memory_order_relaxed);
   s.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   s.id.store(id, std::memory_order_relaxed);
@@ -210,11 +213,9 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
                 std::memory_order_relaxed);
   s.started.store(0, std::memory_order_relaxed);
   s.completed.store(0, std::memory_order_relaxed);
-  s.pg_id = pg_id;
+  s.pg_id = static_cast<uint16_t>(pg_id);
   // A group's calls are issued one at a time (record()'s contract): its
   // counters have one writer, and need no read-modify-write.
-  s.op_id = g.ops.load(std::memory_order_relaxed) + 1;
-  g.ops.store(s.op_id, std::memory_order_relaxed);
   if (call.p2p) {
     s.p2p_seq = g.p2p.load(std::memory_order_relaxed) + 1;
     g.p2p.store(s.p2p_seq, std::memory_order_relaxed);
@@ -228,7 +229,7 @@ uint64_t FlightRecorder::record(int pg_id, const FrCall& call, int64_t timeout_m
   s.call = call;
   s.precise = timing_.load(std::memory_order_relaxed);
   s.created = slot_now(s.precise);
-  s.timeout_ms = timeout_ms;
+  s.timeout_ms = static_cast<int32_t>(std::min<int64_t>(timeout_ms, INT32_MAX));
   s.version.store(v + 2, std::memory_order_release);
   return id;
 }
@@ -238,7 +239,7 @@ void FlightRecorder::started(uint64_t id) {
   if (s == nullptr) return;
   s->started.store(slot_now(s->precise), std::memory_order_relaxed);
   s->state.store(static_cast<uint8_t>(FrState::kStarted), std::memory_order_release);
-  if (!s->call.p2p && s->pg_id >= 0)
+  if (!s->call.p2p)
     groups_[s->pg_id].last_started.store(s->collective_seq, std::memory_order_relaxed);
 }
 
@@ -298,14 +299,14 @@ std::vector<FrEntry> FlightRecorder::entries() const {
   for (uint64_t id = first; id <= last; ++id) {
     const Slot& s = slots_[(id - 1) & (capacity_ - 1)];
     for (int attempt = 0; attempt < 100; ++attempt) {
-      const uint64_t v1 = s.version.load(std::memory_order_acquire);
+      const uint32_t v1 = s.version.load(std::memory_order_acquire);
       if (v1 & 1) continue;
       FrEntry e;
       e.record_id = s.id.load(std::memory_order_relaxed);
       e.pg_id = s.pg_id;
       e.collective_seq_id = s.collective_seq;
       e.p2p_seq_id = s.p2p_seq;
-      e.op_id = s.op_id;
+      e.op_id = s.collective_seq + s.p2p_seq;
       e.call = s.call;
       e.timeout_ms = s.timeout_ms;
       const int64_t created = s.created;

@@ -40,17 +40,18 @@ namespace collie {
 
 // What one call is. Every field is a value or a string literal: filling it
 // allocates nothing.
+// (64 bytes: the fields are ordered so that it has no padding.)
 struct FrCall {
-  const char* op = "";  // torch's op name: "all_reduce", "send", "recv", "barrier"...
-  bool p2p = false;     // send/recv: numbered by p2p_seq_id
-  int peer = -1;        // send: the destination; recv: the source (-1: any)
-  DataType in_dtype = DataType::kFloat32, out_dtype = DataType::kFloat32;
-  uint32_t in_tensors = 0, out_tensors = 0;  // how many tensors each side has
-  int64_t in_numel = 0, out_numel = 0;       // elements per tensor
-  int root = -1;                             // broadcast/reduce/gather/scatter
-  int reduce_op = -1;                        // a ReduceOp's value, or -1
+  const char* op = "";                       // torch's op name: "all_reduce", "send", "barrier"...
   const char* algorithm = "";                // "ring", "small", "nccl"...
   const char* transport = "";                // "shm", "tcp", "nccl"...
+  int64_t in_numel = 0, out_numel = 0;       // elements per tensor
+  uint32_t in_tensors = 0, out_tensors = 0;  // how many tensors each side has
+  int peer = -1;                             // send: the destination; recv: the source (-1: any)
+  int root = -1;                             // broadcast/reduce/gather/scatter
+  int reduce_op = -1;                        // a ReduceOp's value, or -1
+  DataType in_dtype = DataType::kFloat32, out_dtype = DataType::kFloat32;
+  bool p2p = false;  // send/recv: numbered by p2p_seq_id
 };
 
 // One group as the recorder knows it (torch's pg_config entry).
