@@ -96,7 +96,7 @@ CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
       group_desc_(!group_desc.empty()  ? std::move(group_desc)
                   : group_name_ == "0" ? "default_pg"
                                        : "undefined"),
-      fr_transport_(transport_literal(options_.transport)),
+      fr_transport_(transport_literal(options.transport)),
       fr_group_(FlightRecorder::get().register_group(
           FrGroupInfo{group_name_, group_desc_, global_ranks_, "collie", rank_})),
       options_(std::move(options)),
