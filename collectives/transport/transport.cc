@@ -224,9 +224,13 @@ bool Transport::push_sends(Connection& c) {
     // a broken pipe (a send posted after abort() starts here, before any
     // progress() could look).
     if (aborted_.load()) fail_aborted();
+    // A write that fails (EPIPE, ECONNRESET) says the same as a read that
+    // finds the connection closed: the peer is gone. Which of the two a
+    // survivor sees first is a race, so both blame it alike.
     fail(ErrorKind::kNetwork,
          str_cat(context(), ": sending to ", c.name(), " failed: ", std::strerror(err),
-                 " (the peer process exited, crashed or aborted)"));
+                 " (the peer process exited, crashed or aborted)"),
+         Blame{FailureCause::kPeerClosed, {culprit(c)}});
   }
   completed_ += c.sends_completed() - before;
   return r > 0;

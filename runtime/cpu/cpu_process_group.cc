@@ -28,19 +28,22 @@ std::vector<int> iota_ranks(int size) {
 // caller passed a bad argument, dumps (and asks the other ranks to).
 void record_failure(uint64_t id, const std::string& group, const char* op) {
   std::string what = "unknown exception";
-  bool bad_argument = false;
+  bool bad_argument = false, timeout = false;
   try {
     throw;
   } catch (const InvalidArgument& e) {
     what = e.what();
     bad_argument = true;
+  } catch (const TimeoutError& e) {
+    what = e.what();
+    timeout = true;
   } catch (const std::exception& e) {
     what = e.what();
   } catch (...) {
   }
   FlightRecorder::get().failed(id, what);
   if (!bad_argument)
-    dump_on_failure(str_cat(op, " on process group \"", group, "\" failed: ", what));
+    dump_on_failure(str_cat(op, " on process group \"", group, "\" failed: ", what), timeout);
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ void NcclWatchdog::watch_loop() {
       std::shared_ptr<NcclWork> late = w;
       lock.unlock();
       const std::string why = describe_timeout(*late);
-      dump_on_failure(why);  // this rank's flight recorder, and the others'
+      dump_on_failure(why, true);  // this rank's flight recorder, and the others'
       comm_->abort(why, NcclFailure::kTimeout);
       lock.lock();
       break;

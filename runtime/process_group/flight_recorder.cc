@@ -809,7 +809,7 @@ void watch_for_dump_requests(std::shared_ptr<Store> store) {
   if (!t.store) t.store = std::move(own);
 }
 
-void dump_on_failure(const std::string& why) {
+void dump_on_failure(const std::string& why, bool wait_for_others) {
   DumpThread& t = dump_thread();
   bool ask;
   {
@@ -829,7 +829,7 @@ void dump_on_failure(const std::string& why) {
     ask = ::write(t.pipe_wr, &byte, 1) == 1;
   }
   dump_flight_recorder(why);
-  if (!ask) return;
+  if (!ask || !wait_for_others) return;
   // collie-run asks every worker for its state itself when one fails.
   if (const char* v = std::getenv("COLLIE_RUN_COLLECTS_DUMPS"); v && std::strcmp(v, "1") == 0)
     return;

@@ -161,7 +161,11 @@ std::string dump_flight_recorder(const std::string& why = "on demand");
 // A collective failed (timeout, mismatch, a broken peer): dumps this
 // process's recorder (at most once in kFailureDumpInterval) and asks every
 // other rank watching the same store (watch_for_dump_requests) to dump too.
-void dump_on_failure(const std::string& why);
+// `wait_for_others`: a timeout, where the others are alive and one of them
+// may be hung outside any call: wait (at most 1.5 s, not under collie-run)
+// for their dumps before this rank fails. Other failures (a lost peer, a
+// mismatch) fail the others too, and each dumps on its own.
+void dump_on_failure(const std::string& why, bool wait_for_others = false);
 
 // Starts the process's dump thread (once; register_group() does): SIGUSR2
 // dumps (installed only when the program has no handler of its own).
