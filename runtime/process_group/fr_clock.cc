@@ -16,11 +16,13 @@
 namespace collie::fr_clock {
 namespace {
 
-int64_t realtime_ns() {
+int64_t clock_ns(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(clock, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
+
+int64_t realtime_ns() { return clock_ns(CLOCK_REALTIME); }
 
 // The counter is used only when it ticks at one rate in every state and on
 // every core; the flags say so.
@@ -85,11 +87,7 @@ void calibrate() {
   });
 }
 
-int64_t coarse_now() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
+int64_t coarse_now() { return clock_ns(CLOCK_REALTIME_COARSE); }
 
 int64_t now() {
 #if defined(__x86_64__)
