@@ -125,18 +125,26 @@ int track_locked(State& s, std::string_view name) {
   return id;
 }
 
+// Whether an event may be added: the timeline is on and not full (a full
+// one counts the event as dropped). On true, `lock` holds s.mu.
+bool room_for_event(State& s, std::unique_lock<std::mutex>& lock) {
+  if (!s.on.load(std::memory_order_relaxed)) return false;
+  lock = std::unique_lock(s.mu);
+  if (!s.on.load(std::memory_order_relaxed)) return false;
+  if (s.events.size() >= kMaxEvents) {
+    ++s.dropped;
+    return false;
+  }
+  return true;
+}
+
 // The flight recorder's observer: one span per completed or failed call,
 // on its group's track.
 void on_call(const FrGroupInfo& group, const FrCall& call, uint64_t seq, int64_t start_ns,
              int64_t end_ns, bool ok) {
   State& s = state();
-  if (!s.on.load(std::memory_order_relaxed)) return;
-  std::lock_guard lock(s.mu);
-  if (!s.on.load(std::memory_order_relaxed)) return;
-  if (s.events.size() >= kMaxEvents) {
-    ++s.dropped;
-    return;
-  }
+  std::unique_lock<std::mutex> lock;
+  if (!room_for_event(s, lock)) return;
   int track = -1;
   for (const auto& [info, id] : s.recent_groups)
     if (info == &group) track = id;
@@ -512,13 +520,8 @@ namespace {
 void add_span(std::string_view track, std::string_view name, int64_t start_ns, int64_t end_ns,
               std::span<const Arg> args, const char* cat, int64_t until_all_reduce_bytes) {
   State& s = state();
-  if (!s.on.load(std::memory_order_relaxed)) return;
-  std::lock_guard lock(s.mu);
-  if (!s.on.load(std::memory_order_relaxed)) return;
-  if (s.events.size() >= kMaxEvents) {
-    ++s.dropped;
-    return;
-  }
+  std::unique_lock<std::mutex> lock;
+  if (!room_for_event(s, lock)) return;
   Event& e = s.events.add();
   e.track = track_locked(s, track);
   e.name = name;
