@@ -4,21 +4,26 @@
 # there is one. This is the part of a job script that torchrun leaves to the
 # user and that a restarted or elastic job needs: collie-run (like torchrun)
 # starts every attempt with the same command line, and the program itself
-# must find where the last attempt got to. With --epochs N among the
-# arguments, a checkpoint of the last epoch means there is nothing left to
-# train, and it exits 0.
+# must find where the last attempt got to. With --epochs N (or --epochs=N)
+# among the arguments, a checkpoint of the last epoch means there is nothing
+# left to train, and it exits 0.
 #
 #   collie-run --max-restarts 3 ... examples/resume_latest.sh /runs/j7 build/bin/blip_train --epochs 10
 set -eu
 out=$1
 prog=$2
 shift 2
+# The one option read here, in both of the forms the programs accept.
 epochs=""
 prev=""
 for arg in "$@"; do
-  if [ "$prev" = "--epochs" ]; then epochs=$arg; fi
+  case $prev in --epochs) epochs=$arg ;; esac
+  case $arg in --epochs=*) epochs=${arg#--epochs=} ;; esac
   prev=$arg
 done
+case $epochs in
+  *[!0-9]*) echo "resume_latest: --epochs '$epochs' is not a number of epochs" >&2; exit 2 ;;
+esac
 latest=""
 epoch=-1
 # The highest epoch number, compared as a number: a glob sorts as text, and

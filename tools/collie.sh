@@ -18,12 +18,19 @@
 #   CI             "true": build with -Werror, and no test but the GPU ones may skip
 #   COLLIE_NPROC   ranks for the main job (default 4; global batch stays 256)
 #   COLLIE_EPOCHS  epochs for the main job (default 10)
+#   COLLIE_MAIN_OUTPUT  the main job's output folder, emptied at its start
+#                  (default: output/blip_train in the clone)
+# One `main` at a time per output folder: a second one started while the
+# first runs stops at once, naming the first (lock_main). The file can also
+# be sourced (the tests of test/build/ do) to call its functions: sourcing
+# runs no command.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+MAIN_OUTPUT=${COLLIE_MAIN_OUTPUT:-$ROOT/output/blip_train}
 
 # Debian packages collie needs to build, test and benchmark. The peers (Gloo,
 # Open MPI, PyTorch) are real dependencies of the tests and benches.
@@ -49,7 +56,9 @@ PACKAGES=(
 install_packages() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    # Not `dpkg-query | grep -q`: grep -q exits at the first match, and
+    # under pipefail a writer it leaves behind fails with SIGPIPE (141).
+    if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then
       missing+=("$p")
     fi
   done
@@ -68,6 +77,40 @@ TORCH_VERSIONS=${COLLIE_TORCH_VERSIONS:-"2.11.0 2.15.0"}
 VENV_ROOT=${COLLIE_VENV_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/collie}
 TORCH_VENVS=()
 
+# Whether the virtual environment $1 has a pip that runs. Every pip call is
+# `python -m pip`: bin/pip may be missing, or a script whose #! names an
+# interpreter that is gone, while the module works, and the other way round.
+venv_pip_ok() {
+  "$1/bin/python" -m pip --version >/dev/null 2>&1
+}
+
+# Whether torch $2, numpy and pytest import in the virtual environment $1.
+torch_imports() {
+  "$1/bin/python" -c "import sys, torch, numpy, pytest; sys.exit(torch.__version__.split('+')[0] != '$2')" 2>/dev/null
+}
+
+# Whether $1 is a usable torch $2 environment: those import, and pip runs.
+torch_venv_ok() {
+  torch_imports "$1" "$2" && venv_pip_ok "$1"
+}
+
+# Gives the virtual environment $1, whose python runs, a working pip again
+# with ensurepip, keeping what it has installed (torch's gigabytes).
+repair_pip() {
+  "$1/bin/python" -m ensurepip --upgrade >/dev/null 2>&1 && venv_pip_ok "$1"
+}
+
+# Makes $1 a new virtual environment, with a pip that runs.
+new_venv() {
+  rm -rf "$1"
+  mkdir -p "$(dirname "$1")"
+  python3 -m venv "$1"
+  if ! venv_pip_ok "$1"; then
+    echo "collie: $1/bin/python -m pip --version fails in a new virtual environment (is python3-venv installed?)" >&2
+    return 1
+  fi
+}
+
 # One virtual environment per torch release: torch (its Linux wheels are CUDA
 # builds that run on a CPU), numpy and pytest from PyPI, then collie_torch
 # itself, built by `pip install .` against that torch. The environments
@@ -78,20 +121,25 @@ setup_torch() {
   [[ "${CI:-}" == "true" ]] && werror=(--config-settings=cmake.define.COLLIE_WERROR=ON)
   for v in $TORCH_VERSIONS; do
     venv=$VENV_ROOT/venv-torch-$v
-    if ! "$venv/bin/python" -c "import sys, torch, numpy, pytest; sys.exit(torch.__version__.split('+')[0] != '$v')" 2>/dev/null; then
-      echo "collie: creating $venv (torch $v from PyPI)"
-      rm -rf "$venv"
-      mkdir -p "$VENV_ROOT"
-      python3 -m venv "$venv"
-      "$venv/bin/pip" install -q "torch==$v" numpy pytest
+    if ! torch_venv_ok "$venv" "$v"; then
+      # Only pip broken (torch imports): repaired in place. Anything else:
+      # a new environment, as a broken torch would stay broken under a
+      # `pip install` that finds it installed.
+      if torch_imports "$venv" "$v" && repair_pip "$venv"; then
+        echo "collie: repaired pip in $venv (python -m ensurepip)"
+      else
+        echo "collie: creating $venv (torch $v from PyPI)"
+        new_venv "$venv"
+        "$venv/bin/python" -m pip install -q "torch==$v" numpy pytest
+      fi
     fi
     # torchft for test/runtime/torch/test_torchft.py (torchft 0.2.0: a cp311
     # wheel, torch >= 2.7); parameterized is what torchft's own tests import.
     if ! "$venv/bin/python" -c "import torchft, parameterized" 2>/dev/null; then
-      "$venv/bin/pip" install -q torchft==0.2.0 parameterized
+      "$venv/bin/python" -m pip install -q torchft==0.2.0 parameterized
     fi
-    echo "collie: building collie_torch for torch $v (pip install . into $venv)"
-    "$venv/bin/pip" install -q --no-deps --force-reinstall . \
+    echo "collie: building collie_torch for torch $v (python -m pip install . into $venv)"
+    "$venv/bin/python" -m pip install -q --no-deps --force-reinstall . \
       --config-settings=build-dir="$BUILD_DIR/wheel-torch-$v" "${werror[@]}"
     TORCH_VENVS+=("$venv")
   done
@@ -101,11 +149,12 @@ build() {
   local jobs
   jobs=$(nproc)
   # CI builds with -Werror: a new warning fails the run.
-  local werror=OFF
-  [[ "${CI:-}" == "true" ]] && werror=ON
+  local cmake_werror=OFF
+  [[ "${CI:-}" == "true" ]] && cmake_werror=ON
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    # shellcheck disable=SC2086  # CMAKE_ARGS is a list of words on purpose
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-      -DCOLLIE_WERROR="$werror" ${CMAKE_ARGS:-}
+      -DCOLLIE_WERROR="$cmake_werror" ${CMAKE_ARGS:-}
   fi
   # The torch tests run in every environment setup_torch made.
   local venvs
@@ -114,15 +163,50 @@ build() {
   cmake --build "$BUILD_DIR" -j "$jobs"
 }
 
+# The main job's lock: an exclusive flock(1) on a file next to its output
+# folder, .<folder>.lock (output/.blip_train.lock), taken before anything
+# else and held on fd 9 until the job ends, by its programs too (collie-run
+# and blip_train inherit it: a job whose script was killed still holds it).
+# A second `main` fails at once, naming the first; it removes nothing. The
+# file holds the holder's PID; it is never deleted (a new file would be a
+# second lock).
+lock_main() {
+  local lock
+  lock=$(dirname "$MAIN_OUTPUT")/.$(basename "$MAIN_OUTPUT").lock
+  mkdir -p "$(dirname "$lock")"
+  exec 9>>"$lock"  # >>: opening it must not erase the holder's line
+  local rc=0
+  flock -n 9 || rc=$?
+  if ((rc > 1)); then
+    echo "collie: flock -n on $lock failed (exit $rc)" >&2
+    exit 1
+  elif ((rc == 1)); then  # another process holds it
+    local holder pid
+    holder=$(head -c 200 "$lock" 2>/dev/null) || true
+    pid=${holder#PID }
+    pid=${pid%% *}
+    if [[ -z $holder ]]; then
+      holder="a run that has not written its PID yet"
+    elif ! kill -0 "$pid" 2>/dev/null; then
+      holder="$holder; that process has ended, but a program it started still holds the lock: fuser -v $lock names it"
+    fi
+    echo "collie: another 'tools/collie.sh main' is running with output in $MAIN_OUTPUT: $holder." >&2
+    echo "collie: this one stops without touching it; run again when that one has ended (it holds $lock)." >&2
+    exit 1
+  fi
+  printf 'PID %s (tools/collie.sh main, started %s)\n' "$BASHPID" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$lock"
+}
+
 run_main() {
   # The BLIP-style training sample on Fashion-MNIST: $nproc ranks on the CPU
   # socket backend under collie-run, which hosts the store (nothing else to
   # start). Prints the final test accuracy and where logs/checkpoints are.
+  # Called under lock_main: no other main job writes the folder it empties.
   local nproc=${COLLIE_NPROC:-4} epochs=${COLLIE_EPOCHS:-10}
-  rm -rf "$ROOT/output/blip_train"  # a fresh log.txt per run
+  rm -rf "$MAIN_OUTPUT"  # a fresh log.txt per run
   "$BUILD_DIR/bin/collie-run" --standalone --nproc-per-node "$nproc" --local-ranks-filter 0 \
     "$BUILD_DIR/bin/blip_train" --backend socket --epochs "$epochs" \
-    --batch-size $((256 / nproc)) --print-freq 100 --output-dir "$ROOT/output/blip_train"
+    --batch-size $((256 / nproc)) --print-freq 100 --output-dir "$MAIN_OUTPUT"
 }
 
 run_tests() {
@@ -133,8 +217,14 @@ run_tests() {
   ctest --output-on-failure -j "$jobs" --timeout 600 ${CTEST_ARGS:-}
 }
 
+# Sourced (by a test): the functions only.
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
+
 case "${1:-}" in
-  main) install_packages; setup_torch; build; run_main ;;
+  # The lock first, so that a second main fails at once. The installation
+  # and the build run without fd 9: a daemon that apt-get starts (munge,
+  # slurmd) must not keep the lock after the job.
+  main) lock_main; install_packages 9>&-; setup_torch 9>&-; build 9>&-; run_main ;;
   test) install_packages; setup_torch; build; run_tests ;;
   install) install_packages; setup_torch ;;
   build) install_packages; setup_torch; build ;;

@@ -13,11 +13,22 @@
 
 namespace collie {
 
+namespace {
+constexpr int64_t kTorchrunRdzvPort = 29400;  // torchrun --rdzv-endpoint's default
+constexpr int64_t kTorchMasterPort = 29500;   // torch's MASTER_PORT default
+}  // namespace
+
 uint16_t slurm_port(const std::string& job_id) {
   // SLURM_JOB_ID may be an array job's "123_4" in some tools' hands; the
   // variable itself is always the numeric id.
   const int64_t id = detail::parse_non_negative("SLURM_JOB_ID", job_id);
-  return static_cast<uint16_t>(10000 + id % 20000);
+  const int64_t port = 10000 + id % 20000;
+  // Not torch's defaults, which another job on the node may well use:
+  // torchrun's rendezvous port and torch's MASTER_PORT go to the two ports
+  // above the range, which no other id gets.
+  if (port == kTorchrunRdzvPort) return 30000;
+  if (port == kTorchMasterPort) return 30001;
+  return static_cast<uint16_t>(port);
 }
 
 SlurmPlacement slurm_placement(const EnvLookup& env) {

@@ -48,7 +48,9 @@ SlurmPlacement slurm_placement(const EnvLookup& env = process_env);
 
 // The store's port for SLURM job `job_id`: 10000 + id % 20000, below the
 // kernel's ephemeral range, so that two jobs sharing a node rarely collide
-// and every task computes the same port without talking. Throws
+// and every task computes the same port without talking; but never torch's
+// defaults, 29400 (torchrun's --rdzv-endpoint) and 29500 (MASTER_PORT),
+// which become 30000 and 30001 (no other id's port). Throws
 // InvalidArgument for a job id that is not a number.
 uint16_t slurm_port(const std::string& job_id);
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 
 #include "base/error.h"
 #include "rendezvous/env/cluster_env.h"
@@ -99,6 +100,16 @@ TEST_CASE("srun collie-run: one launcher per node finds node 0 and the port", "[
   CHECK(slurm_port("0") == 10000);
   CHECK(slurm_port("19999") == 29999);
   CHECK(slurm_port("20000") == 10000);
+  // torch's default ports are skipped: another job on the node may use them.
+  CHECK(slurm_port("19400") == 30000);  // not 29400, torchrun's rendezvous
+  CHECK(slurm_port("39500") == 30001);  // not 29500, torch's MASTER_PORT
+  CHECK(slurm_port("19401") == 29401);
+  std::set<uint16_t> ports;
+  for (int id = 0; id < 20000; ++id) ports.insert(slurm_port(std::to_string(id)));
+  CHECK(ports.size() == 20000);  // one port per id in a period: no new collisions
+  CHECK(ports.count(29400) == 0);
+  CHECK(ports.count(29500) == 0);
+  CHECK(*ports.rbegin() == 30001);  // below the kernel's ephemeral range (32768)
   CHECK_THROWS_WITH(slurm_port("12_3"), Contains("SLURM_JOB_ID='12_3'"));
 }
 
