@@ -16,6 +16,7 @@
 #include "base/socket_io.h"
 #include "base/str_cat.h"
 #include "collectives/transport/shm/futex.h"
+#include "collectives/transport/shm/memory_headroom.h"
 #include "collectives/transport/shm/shm_ring.h"
 
 namespace collie {
@@ -50,22 +51,31 @@ constexpr size_t kBellsOffset = sizeof(SegmentHeader);
 constexpr size_t kControlOffset = kBellsOffset + sizeof(Bells);
 constexpr size_t kDataOffset = kControlOffset + 2 * sizeof(ShmRingControl);
 
-// The set-up messages on the pair's socket.
+// The set-up messages on the pair's socket. Every byte of each is set
+// (no padding, no field left as it was), and an address of this process
+// (the probe word's) goes only to a peer that needs it: the connector's
+// with a segment it offers, the acceptor's with an answer that mapped and
+// proved that segment and read the connector's probe word. A refused or
+// forged offer gets zeros back, never an address that would undo ASLR.
 struct Offer {  // connector -> acceptor, with the memfd (or none: status != 0)
   uint32_t magic;
-  uint32_t status;  // 0: a segment is attached
+  uint32_t status;  // kOfferAttached: a segment is attached
   uint64_t ring_bytes;
-  uint64_t probe_address;  // where the connector's probe word lives
+  uint64_t probe_address;  // where the connector's probe word lives (0 without a segment)
   uint64_t probe_value;
 };
-struct Answer {  // acceptor -> connector, then the connector's verdict back
+constexpr uint32_t kOfferAttached = 0;
+constexpr uint32_t kOfferNone = 1;      // no segment: making it failed
+constexpr uint32_t kOfferNoMemory = 2;  // no segment: it would not fit in the memory limit
+struct Answer {                         // acceptor -> connector, then the connector's verdict back
   uint32_t magic;
   uint32_t status;  // 0: mapped and proven
   uint32_t cma;     // 1: this side read the other's probe word with process_vm_readv
   uint32_t reserved;
-  uint64_t probe_address;
+  uint64_t probe_address;  // 0 unless status is 0 and cma is 1
   uint64_t probe_value;
 };
+static_assert(sizeof(Offer) == 32 && sizeof(Answer) == 32, "no padding on the wire");
 
 // The word each process's peers read to find out whether cross-memory
 // attach works between them.
@@ -401,6 +411,47 @@ Mapping map_segment(int fd, size_t bytes, std::string* why) {
   return Mapping(p, bytes);
 }
 
+// A memfd of `bytes` with every page reserved, or none with *why and
+// *status (kOfferNone, kOfferNoMemory) set. The pages are charged to this
+// process's memory cgroup, and past its memory.max the kernel does not fail
+// the reservation: its OOM killer SIGKILLs a rank. So the room under every
+// limit is checked first (memory_headroom.h), under the limiting cgroup's
+// lock, held until the pages are reserved (and no longer: never while
+// waiting for a peer), so that the other local ranks count them.
+UniqueFd reserve_segment(size_t bytes, size_t ring_bytes, const Deadline& deadline,
+                         std::string* why, uint32_t* status) {
+  MemoryHeadroom room = memory_headroom();
+  const CgroupReservationLock lock(room.cgroup_dir, deadline);
+  if (lock.held()) room = memory_headroom();
+  if (std::string no_room = shm_memory_refusal(bytes, ring_bytes, room); !no_room.empty()) {
+    *why = std::move(no_room);
+    *status = kOfferNoMemory;
+    return UniqueFd();
+  }
+  *status = kOfferNone;
+  // memfd: the segment has no name anywhere, so nothing can be left behind
+  // in /dev/shm, whoever dies when.
+  UniqueFd memfd(::memfd_create("collie-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!memfd) {
+    *why = str_cat("memfd_create failed: ", std::strerror(errno));
+    return UniqueFd();
+  }
+  if (::ftruncate(memfd.get(), static_cast<off_t>(bytes)) != 0) {
+    *why = str_cat("sizing the ", bytes, "-byte segment failed: ", std::strerror(errno));
+    return UniqueFd();
+  }
+  // The pages now, not at first touch: memory a memfd cannot get is a
+  // fallback to the socket here, not a SIGBUS mid-collective. /dev/shm's
+  // size does not apply.
+  if (const int e = ::posix_fallocate(memfd.get(), 0, static_cast<off_t>(bytes)); e != 0) {
+    *why = str_cat("reserving the ", bytes, "-byte segment's memory failed: ", std::strerror(e),
+                   " (the memory cgroup's limit, or RAM; COLLIE_SHM_BYTES makes the rings "
+                   "smaller)");
+    return UniqueFd();
+  }
+  return memfd;
+}
+
 }  // namespace
 
 size_t shm_segment_bytes(size_t ring_bytes) { return kDataOffset + 2 * ring_bytes; }
@@ -408,28 +459,16 @@ size_t shm_segment_bytes(size_t ring_bytes) { return kDataOffset + 2 * ring_byte
 std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const Deadline& deadline,
                                      const std::string& who, std::string* why) {
   const size_t bytes = shm_segment_bytes(ring_bytes);
-  Offer offer{kOfferMagic, 1, ring_bytes, reinterpret_cast<uint64_t>(probe_address()),
-              probe_word()};
-  // memfd: the segment has no name anywhere, so nothing can be left behind
-  // in /dev/shm, whoever dies when.
-  UniqueFd memfd(::memfd_create("collie-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  Offer offer{kOfferMagic, kOfferNone, ring_bytes, 0, 0};
+  UniqueFd memfd = reserve_segment(bytes, ring_bytes, deadline, why, &offer.status);
   Mapping mapping;
   uint64_t nonce = 0;
-  if (!memfd) {
-    *why = str_cat("memfd_create failed: ", std::strerror(errno));
-  } else if (::ftruncate(memfd.get(), static_cast<off_t>(bytes)) != 0) {
-    *why = str_cat("sizing the ", bytes, "-byte segment failed: ", std::strerror(errno));
-  } else if (const int e = ::posix_fallocate(memfd.get(), 0, static_cast<off_t>(bytes)); e != 0) {
-    // The pages now, not at first touch: memory a memfd cannot get (RAM, the
-    // memory cgroup's limit) is a fallback to the socket here, not a SIGBUS
-    // or an OOM kill mid-collective. /dev/shm's size does not apply.
-    *why = str_cat("reserving the ", bytes, "-byte segment's memory failed: ", std::strerror(e),
-                   " (the memory cgroup's limit, or RAM; COLLIE_SHM_BYTES makes the rings "
-                   "smaller)");
-  } else if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    *why = str_cat("sealing the segment failed: ", std::strerror(errno));
-  } else {
-    mapping = map_segment(memfd.get(), bytes, why);
+  if (memfd) {
+    if (::fcntl(memfd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      *why = str_cat("sealing the segment failed: ", std::strerror(errno));
+    } else {
+      mapping = map_segment(memfd.get(), bytes, why);
+    }
   }
   if (mapping.get()) {
     nonce = probe_word() ^ static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -437,9 +476,12 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
     (void)header;
     new (mapping.get() + kBellsOffset) Bells;
     new (mapping.get() + kControlOffset) ShmRingControl[2];
-    offer.status = 0;
+    offer.status = kOfferAttached;
+    offer.probe_address = reinterpret_cast<uint64_t>(probe_address());
+    offer.probe_value = probe_word();
   }
-  send_with_fd(socket.get(), offer, offer.status == 0 ? memfd.get() : -1, deadline, who);
+  send_with_fd(socket.get(), offer, offer.status == kOfferAttached ? memfd.get() : -1, deadline,
+               who);
   memfd.reset();  // the mapping keeps the segment alive
   Answer answer{};
   recv_exact_or_throw(socket.get(), &answer, sizeof answer, deadline, who, "shared-memory answer");
@@ -454,7 +496,9 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
     *why = str_cat(who, " answered, but its proof is not in the segment (not the same memory)");
   } else {
     verdict.status = 0;
-    verdict.cma = cma_reads(pid, answer.probe_address, answer.probe_value) ? 1 : 0;
+    // An acceptor that could not read our probe word sent no address of its
+    // own: cross-memory attach needs both directions.
+    verdict.cma = answer.cma && cma_reads(pid, answer.probe_address, answer.probe_value) ? 1 : 0;
   }
   send_exact(socket.get(), &verdict, sizeof verdict, deadline, who, "shared-memory verdict");
   if (verdict.status != 0) return nullptr;
@@ -468,10 +512,16 @@ std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
   Offer offer{};
   UniqueFd memfd = recv_with_fd(socket.get(), &offer, deadline, who);
   const pid_t pid = peer_pid_of(socket.get());
-  Answer answer{kOfferMagic, 1, 0, 0, reinterpret_cast<uint64_t>(probe_address()), probe_word()};
+  // Zeros until the segment is proven: a refused offer learns nothing.
+  Answer answer{kOfferMagic, 1, 0, 0, 0, 0};
   Mapping mapping;
   size_t ring_bytes = 0;
-  if (offer.magic != kOfferMagic || offer.status != 0 || !memfd) {
+  if (offer.magic == kOfferMagic && offer.status == kOfferNoMemory) {
+    *why = str_cat(who, " reserved no shared-memory segment: its rings of ",
+                   format_memory_bytes(offer.ring_bytes),
+                   " would not fit in its memory limit (its WARN names the limit; "
+                   "COLLIE_SHM_BYTES makes the rings smaller)");
+  } else if (offer.magic != kOfferMagic || offer.status != kOfferAttached || !memfd) {
     *why = str_cat(who, " offered no shared-memory segment");
   } else if (offer.ring_bytes < kShmRingMinBytes || offer.ring_bytes % kShmLineBytes != 0 ||
              offer.ring_bytes > (size_t{1} << 34)) {
@@ -490,6 +540,12 @@ std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
       header->proof.store(header->nonce ^ kProofMagic);
       answer.status = 0;
       answer.cma = cma_reads(pid, offer.probe_address, offer.probe_value) ? 1 : 0;
+      // Our address only for a peer whose memory we could read: one we
+      // cannot read gets no cross-memory attach either way.
+      if (answer.cma) {
+        answer.probe_address = reinterpret_cast<uint64_t>(probe_address());
+        answer.probe_value = probe_word();
+      }
     }
   }
   send_exact(socket.get(), &answer, sizeof answer, deadline, who, "shared-memory answer");

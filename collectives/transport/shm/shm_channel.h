@@ -24,9 +24,11 @@ inline constexpr size_t kDefaultShmRingBytes = size_t{1} << 20;
 size_t shm_segment_bytes(size_t ring_bytes);
 
 // The two halves of a pair's set-up on its connected Unix socket (after the
-// hello). The connector creates the segment and sends it; the acceptor maps
-// it and proves it by writing the connector's nonce back into it; both
-// probe cross-memory attach. Each returns the channel (which takes the
+// hello). The connector creates the segment and sends it (or, when the
+// segment would not fit under its memory cgroup's limit or the machine's
+// available memory, memory_headroom.h, sends none and says so); the
+// acceptor maps it and proves it by writing the connector's nonce back into
+// it; both probe cross-memory attach. Each returns the channel (which takes the
 // socket), or null with *why set when shared memory does not work for this
 // pair: the caller then keeps the socket as a socket channel and logs why.
 // Throws only on a failure of the socket itself (the peer died).
