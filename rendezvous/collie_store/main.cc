@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
                  "one closes the oldest)")
       ->check(whole_number_in(1, collie::kMaxConnectionsLimit))
       ->capture_default_str();
+  app.add_option("--max-reply-bytes", options.max_reply_bytes,
+                 "Memory unsent replies may hold beyond the store's values (0: 256 MiB or 4 x "
+                 "--max-value-bytes, the larger); past it the clients holding the most, which do "
+                 "not read their replies, are dropped")
+      ->check(whole_number_in(0, uint64_t{1} << 50))
+      ->capture_default_str();
   double handshake_s = std::chrono::duration<double>(options.handshake_timeout).count();
   app.add_option("--handshake-timeout", handshake_s,
                  "With COLLIE_JOB_SECRET: seconds a connection has to prove it")

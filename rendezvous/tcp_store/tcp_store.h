@@ -47,6 +47,15 @@ struct TcpStoreServerOptions {
   // strangers cannot hold the job's slots (docs/security.md).
   size_t max_unauthenticated = 1024;
   Timeout handshake_timeout = std::chrono::seconds(10);
+  // Memory that unsent replies may hold beyond the store's own keys and
+  // values: values overwritten or deleted, key lists outdated, queue
+  // elements popped, while a reply still carries them, plus the replies'
+  // own encoded bytes (docs/security.md). A client that does not read its
+  // replies is not read either past 1 MiB unsent; when the whole server
+  // passes this budget, the clients holding the most are dropped, worst
+  // first, each with a WARN line. 0: max(256 MiB, 4 * max_value_bytes);
+  // else at least 1 MiB.
+  size_t max_reply_bytes = 0;
   // The job secret clients must prove (docs/security.md); unset:
   // COLLIE_JOB_SECRET. A default JobSecret() means no authentication.
   std::optional<JobSecret> secret;

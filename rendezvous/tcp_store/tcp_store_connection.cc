@@ -32,6 +32,16 @@ StoreConnection::StoreConnection(ConnectionId id, asio::ip::tcp::socket socket,
   peer_ = ec ? std::string("?") : str_cat(peer.address().to_string(), ":", peer.port());
   if (const StoreAuthPolicy* policy = owner_.auth_policy(); policy && policy->secret)
     auth_ = std::make_unique<StoreAuthGate>(*policy);
+  ledger_ = owner_.reply_ledger();
+  out_.track(ledger_);
+}
+
+void StoreConnection::account() {
+  if (!ledger_) return;
+  const size_t now = out_.owned_size();
+  if (now > accounted_) ledger_->add_owned(now - accounted_);
+  if (now < accounted_) ledger_->remove_owned(accounted_ - now);
+  accounted_ = now;
 }
 
 void StoreConnection::start() { read(); }
@@ -93,6 +103,7 @@ void StoreConnection::on_read(std::error_code ec, size_t n) {
 void StoreConnection::pump() {
   process();
   flush();
+  account();
   read();
 }
 
@@ -173,12 +184,14 @@ void StoreConnection::send(ReplyQueue reply) {
   if (closed_) return;
   out_.splice(std::move(reply));
   flush();
+  account();
 }
 
 void StoreConnection::resume() {
   if (closed_ || closing_) return;
   blocked_ = false;
   pump();
+  owner_.activity();
 }
 
 void StoreConnection::flush() {
@@ -208,6 +221,7 @@ void StoreConnection::flush() {
                              return;
                            }
                            self->pump();
+                           self->owner_.activity();
                          });
       return;
     }
@@ -240,9 +254,21 @@ void StoreConnection::drop(const std::string& why, LogLevel level) {
   flush();  // closes once the queue is empty
 }
 
+void StoreConnection::abandon(const std::string& why) {
+  if (closed_) return;
+  // Not drop(): what is queued would never be read.
+  COLLIE_LOG(kWarn) << "TcpStoreServer " << owner_.address() << ": dropping connection from "
+                    << peer_ << ": " << why;
+  close();
+}
+
 void StoreConnection::close() {
   if (closed_) return;
   closed_ = true;
+  // What was not sent never will be: let go of it now, not when the last
+  // handler holding this connection runs.
+  out_.clear();
+  account();
   std::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

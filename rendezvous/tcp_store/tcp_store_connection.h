@@ -10,7 +10,11 @@
 // holds more than one capped request; replies refer to stored values rather
 // than copying them (tcp_store_reply.h); and while more than
 // kReplyHighWater bytes of replies are unsent, no further request is read
-// or applied, whatever its kind, until the client has read them.
+// or applied, whatever its kind, until the client has read them
+// (back-pressure: one such client holds at most kReplyHighWater plus one
+// reply). Across connections, the server's ReplyLedger counts what unsent
+// replies alone keep alive, and the server drops the worst holders when it
+// passes the budget (tcp_store_server.cc).
 #pragma once
 
 #include <asio.hpp>
@@ -41,6 +45,8 @@ class StoreConnectionOwner {
   virtual void activity() {}
   // Who may talk to this server (rendezvous/tcp_store/store_auth.h); none by default.
   virtual const StoreAuthPolicy* auth_policy() const { return nullptr; }
+  // Where the connection's unsent replies are counted; none by default.
+  virtual ReplyLedger* reply_ledger() { return nullptr; }
 };
 
 class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
@@ -61,6 +67,13 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   void refuse(uint8_t notice, const std::string& why, LogLevel level = LogLevel::kWarn);
   void close();
   const std::string& peer() const { return peer_; }
+  // Bytes that this connection's unsent replies alone keep alive
+  // (ReplyQueue::held).
+  size_t held_reply_bytes(const ReplyLedger& ledger) const { return out_.held(ledger); }
+  size_t unsent_reply_bytes() const { return out_.size(); }
+  // Closes at once, discarding what is unsent (the server's reply budget
+  // is spent); logs `why` at WARN.
+  void abandon(const std::string& why);
 
  private:
   // Applies what is buffered, sends what is queued, reads more: each step
@@ -78,6 +91,8 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   // Sends what is queued, then closes; logs `why` at `level`.
   void drop(const std::string& why, LogLevel level = LogLevel::kWarn);
   bool output_full() const { return out_.size() > kReplyHighWater; }
+  // Brings the ledger's count of this connection's own reply bytes up to date.
+  void account();
 
   ConnectionId id_;
   asio::ip::tcp::socket socket_;
@@ -87,9 +102,11 @@ class StoreConnection : public std::enable_shared_from_this<StoreConnection> {
   Bytes in_;  // in_[begin_, end_) is received, unparsed input
   size_t begin_ = 0;
   size_t end_ = 0;
-  size_t need_ = 0;               // don't re-parse before end_ - begin_ reaches this
-  ReplyQueue out_;                // replies not yet written
-  bool write_in_flight_ = false;  // waiting for the socket to become writable
+  size_t need_ = 0;                // don't re-parse before end_ - begin_ reaches this
+  ReplyQueue out_;                 // replies not yet written
+  ReplyLedger* ledger_ = nullptr;  // the owner's, if it counts replies
+  size_t accounted_ = 0;           // out_'s own bytes, as the ledger counts them
+  bool write_in_flight_ = false;   // waiting for the socket to become writable
   bool read_in_flight_ = false;
   bool blocked_ = false;  // a GET is parked: later requests wait behind it
   bool closing_ = false;  // dropped: send what is queued, then close

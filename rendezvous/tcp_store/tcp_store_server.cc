@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "base/error.h"
 #include "base/host_port.h"
@@ -37,6 +39,15 @@ void close_on_exec(int fd) {
 
 using asio::ip::tcp;
 
+// The default budget for unsent replies (TcpStoreServerOptions::max_reply_bytes).
+constexpr size_t kDefaultReplyBudget = size_t{256} << 20;
+
+std::string format_mib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
 class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOwner {
  public:
   explicit TcpStoreServerImpl(const TcpStoreServerOptions& options)
@@ -48,7 +59,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
         sweep_timer_(io_),
         state_([this](ConnectionId id, ReplyQueue reply,
                       bool resumed) { deliver(id, std::move(reply), resumed); },
-               options.max_value_bytes),
+               options.max_value_bytes, &ledger_),
+        reply_budget_(options.max_reply_bytes
+                          ? options.max_reply_bytes
+                          : std::max(kDefaultReplyBudget, 4 * options.max_value_bytes)),
         slots_({.max_connections = options.max_connections,
                 .max_unauthenticated = options.max_unauthenticated,
                 .handshake_timeout = options.handshake_timeout,
@@ -93,8 +107,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   }
   bool admit(ConnectionId id) override { return slots_.admit(id); }
   void activity() override {
+    enforce_reply_budget();
     if (++activity_ % 16 == 0 && acceptor_.is_open()) drain_accept_queue();
   }
+  ReplyLedger* reply_ledger() override { return &ledger_; }
 
  private:
   void bind() {
@@ -270,6 +286,38 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     }
   }
 
+  // When unsent replies hold more than the budget beyond the store's own
+  // values, drops the connections that hold the most, worst first, until
+  // they are back under it. Back-pressure has already stopped reading each
+  // of them (a client that reads its replies holds little of this: what
+  // it is sent is mostly the store's current values, which cost nothing
+  // extra), so these are clients that ask and do not read while the store
+  // changes under them: they would hold it for as long as they liked.
+  void enforce_reply_budget() {
+    if (ledger_.total() <= reply_budget_) return;
+    ledger_.sweep();
+    if (ledger_.total() <= reply_budget_) return;
+    struct Holder {
+      size_t bytes;
+      std::shared_ptr<StoreConnection> connection;
+    };
+    std::vector<Holder> holders;
+    for (const auto& [id, c] : connections_) {
+      if (const size_t held = c->held_reply_bytes(ledger_)) holders.push_back({held, c});
+    }
+    std::sort(holders.begin(), holders.end(),
+              [](const Holder& a, const Holder& b) { return a.bytes > b.bytes; });
+    for (const Holder& h : holders) {
+      if (ledger_.total() <= reply_budget_) break;
+      const size_t total = ledger_.total();
+      h.connection->abandon(str_cat(
+          "it does not read its replies, and they hold ", h.bytes, " bytes (", format_mib(h.bytes),
+          ") that the store does not, the most of any client (", h.connection->unsent_reply_bytes(),
+          " bytes unsent); unsent replies hold ", total,
+          " bytes in all, over the server's budget of ", reply_budget_, " (max_reply_bytes)"));
+    }
+  }
+
   // A parked request completed: send its reply on its own connection.
   void deliver(ConnectionId id, ReplyQueue reply, bool resumed) {
     auto it = connections_.find(id);
@@ -280,6 +328,10 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
     if (resumed) asio::post(io_, [c = it->second] { c->resume(); });
   }
 
+  // What unsent replies hold beyond the store's values: declared before
+  // everything that may hold a reply (the loop's handlers, the state), so
+  // that it outlives them.
+  ReplyLedger ledger_;
   TcpStoreServerOptions options_;
   StoreAuthPolicy auth_;
   std::string bound_host_;  // numeric, as bound (no brackets)
@@ -291,6 +343,7 @@ class TcpStoreServerImpl final : public TcpStoreServer, public StoreConnectionOw
   asio::steady_timer retry_timer_;
   asio::steady_timer sweep_timer_;
   TcpStoreState state_;
+  const size_t reply_budget_;
   ConnectionSlots slots_;
   size_t unproven_closed_ = 0;  // since the last WARN about them
   bool warned_unproven_ = false;
@@ -312,6 +365,9 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const TcpStoreServerOption
                      kMaxConnectionsLimit);
   check_option_range("TcpStoreServerOptions::max_unauthenticated", options.max_unauthenticated, 1,
                      kMaxConnectionsLimit);
+  if (options.max_reply_bytes)
+    check_option_range("TcpStoreServerOptions::max_reply_bytes", options.max_reply_bytes,
+                       size_t{1} << 20, uint64_t{1} << 50);
   check_option_range("TcpStoreServerOptions::handshake_timeout (ms)",
                      static_cast<uint64_t>(std::max<int64_t>(0, options.handshake_timeout.count())),
                      1, 3'600'000);

@@ -35,7 +35,9 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       // reported as `expected` (torch's "lie"), and nothing changes.
       auto it = map_.find(keys[0]);
       if (it == map_.end() && !values[0].empty()) {
-        reply.value(std::make_shared<const Bytes>(std::move(values[0])));
+        auto expected = std::make_shared<const Bytes>(std::move(values[0]));
+        reply.value(expected);
+        retire(std::move(expected));  // the reply's alone
       } else if (it == map_.end() || *it->second == values[0]) {
         auto desired = std::make_shared<Bytes>(std::move(values[1]));
         reply.value(desired);
@@ -65,16 +67,8 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
                                  " (max_value_bytes); it stays as it was"));
       if (it == map_.end()) {
         write(keys[0], std::move(values[0]));
-      } else if (it->second.use_count() == 1) {
-        it->second->insert(it->second->end(), values[0].begin(), values[0].end());
-        wake(keys[0]);
       } else {
-        // A reply still being sent holds the old value: leave it as it is.
-        auto grown = std::make_shared<Bytes>();
-        grown->reserve(it->second->size() + values[0].size());
-        grown->assign(it->second->begin(), it->second->end());
-        grown->insert(grown->end(), values[0].begin(), values[0].end());
-        write(keys[0], std::move(grown));
+        append(keys[0], it->second, values[0]);
       }
       return Outcome::kDone;
     }
@@ -129,8 +123,13 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       return Outcome::kDone;
 
     case Op::kDeleteKey: {
-      const size_t erased = map_.erase(keys[0]);
-      if (erased) key_list_.reset();
+      auto it = map_.find(keys[0]);
+      const size_t erased = it == map_.end() ? 0 : 1;
+      if (erased) {
+        retire(std::move(it->second));
+        map_.erase(it);
+        forget_key_list();
+      }
       Writer(reply.fields()).i64(static_cast<int64_t>(erased));
       return Outcome::kDone;
     }
@@ -149,8 +148,10 @@ TcpStoreState::Outcome TcpStoreState::handle(ConnectionId connection,
       auto it = queues_.find(keys[0]);
       Writer(reply.fields()).i64(it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
       if (it == queues_.end()) return Outcome::kDone;
-      reply.value(std::move(it->second.front()));
+      SharedValue popped = std::move(it->second.front());
       it->second.pop_front();
+      reply.value(popped);
+      retire(std::move(popped));  // the reply's alone
       if (it->second.empty()) queues_.erase(it);
       return Outcome::kDone;
     }
@@ -222,6 +223,31 @@ void TcpStoreState::append_key_list(ReplyQueue& reply) {
   reply.encoded(key_list_);
 }
 
+void TcpStoreState::append(const std::string& key, std::shared_ptr<Bytes>& value,
+                           std::span<const uint8_t> tail) {
+  Bytes& bytes = *value;
+  if (value.use_count() == 1 || bytes.size() + tail.size() <= bytes.capacity()) {
+    // Nobody else holds it, or it has room: replies that refer to it send
+    // only the bytes they were given, and those stay where they are (no
+    // reallocation below capacity).
+    bytes.insert(bytes.end(), tail.begin(), tail.end());
+    wake(key);
+    return;
+  }
+  // Full, and a reply still being sent holds it: a new buffer, with room
+  // to grow (up to the cap), so that the next APPENDs need no copy.
+  const size_t size = bytes.size() + tail.size();
+  auto grown = std::make_shared<Bytes>();
+  grown->reserve(std::min(std::max(size, 2 * bytes.size()), std::max(size, max_value_bytes_)));
+  grown->assign(bytes.begin(), bytes.end());
+  grown->insert(grown->end(), tail.begin(), tail.end());
+  write(key, std::move(grown));
+}
+
+void TcpStoreState::retire(SharedValue buffer) {
+  if (ledger_) ledger_->retire(std::move(buffer));
+}
+
 void TcpStoreState::drop(ConnectionId connection) {
   auto it = parked_.find(connection);
   if (it == parked_.end()) return;
@@ -244,7 +270,13 @@ void TcpStoreState::write(const std::string& key, std::shared_ptr<Bytes> value) 
 }
 
 void TcpStoreState::store(const std::string& key, std::shared_ptr<Bytes> value) {
-  if (map_.insert_or_assign(key, std::move(value)).second) key_list_.reset();
+  auto [it, inserted] = map_.try_emplace(key);
+  if (inserted) {
+    forget_key_list();
+  } else if (it->second != value) {
+    retire(std::move(it->second));
+  }
+  it->second = std::move(value);
 }
 
 void TcpStoreState::wake(const std::string& key) {

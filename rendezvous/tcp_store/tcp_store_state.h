@@ -19,13 +19,20 @@
 //
 // Values are stored as shared buffers: a reply carries a reference to the
 // value it reads (rendezvous/tcp_store/tcp_store_reply.h), so building a reply never
-// copies a large value, however many replies ask for it.
+// copies a large value, however many replies ask for it. An APPEND grows a
+// value in place, even while replies refer to it (each sends only the bytes
+// it was given, which never change), and copies it only when its buffer
+// is full: then into one twice as large, so that an APPEND + GET per
+// request cannot pin a copy of the value per request. Every buffer the
+// state lets go of while replies still hold it is handed to the
+// ReplyLedger, which counts it against the server's reply budget.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,8 +53,11 @@ class TcpStoreState {
 
   // `max_value_bytes`: no APPEND grows a value past it (the server's
   // --max-value-bytes, which also caps what one request carries).
-  explicit TcpStoreState(Deliver deliver, size_t max_value_bytes = size_t{64} << 20)
-      : deliver_(std::move(deliver)), max_value_bytes_(max_value_bytes) {}
+  // `ledger`, when given, learns of every buffer the state lets go of (it
+  // must outlive the state's replies).
+  explicit TcpStoreState(Deliver deliver, size_t max_value_bytes = size_t{64} << 20,
+                         ReplyLedger* ledger = nullptr)
+      : deliver_(std::move(deliver)), max_value_bytes_(max_value_bytes), ledger_(ledger) {}
 
   enum class Outcome {
     kDone,     // answered (reply appended) or needs no answer
@@ -100,11 +110,18 @@ class TcpStoreState {
                   ReplyQueue& reply);
   // LIST_KEYS's reply: the key count, then every key, sorted.
   void append_key_list(ReplyQueue& reply);
+  // APPEND to the stored value `value` of `key`.
+  void append(const std::string& key, std::shared_ptr<Bytes>& value, std::span<const uint8_t> tail);
+  // Lets go of a buffer, telling the ledger when replies still hold it.
+  void retire(SharedValue buffer);
+  // The key list is outdated (a key was added or deleted).
+  void forget_key_list() { retire(std::move(key_list_)); }
 
   Deliver deliver_;
   const size_t max_value_bytes_;
+  ReplyLedger* ledger_ = nullptr;
   // shared_ptr<Bytes>, not <const Bytes>: APPEND grows a value in place
-  // when no reply holds it.
+  // (past the bytes any reply refers to).
   std::unordered_map<std::string, std::shared_ptr<Bytes>> map_;
   std::unordered_map<std::string, std::deque<SharedValue>> queues_;  // never empty
   std::unordered_map<ConnectionId, Parked> parked_;
