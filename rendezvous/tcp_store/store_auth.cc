@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/str_cat.h"
+#include "rendezvous/tcp_store/store_protocol.h"
 
 namespace collie {
 namespace {
@@ -13,6 +14,12 @@ constexpr size_t kAuth2Bytes = 1 + kNonceBytes + 32;  // 65
 constexpr size_t kAuth3Bytes = 32;
 constexpr const char* kServerLabel = "collie store server v1";
 constexpr const char* kClientLabel = "collie store client v1";
+// A 2.x client's opening: VALIDATE (type, u32 magic) and PING (type, u32
+// nonce), which torch's TCPStore and collie's client send together.
+constexpr size_t kV2HelloBytes = 10;
+constexpr const char* kSecretRequired =
+    ": this store requires the job secret (docs/security.md; torch clients need collie-run "
+    "--store-compat or COLLIE_STORE_COMPAT=1, which opens the store to anyone who can reach it)";
 
 uint32_t get_u32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
@@ -27,6 +34,19 @@ std::string describe_first_message(std::span<const uint8_t> in) {
     return "a collie client without COLLIE_JOB_SECRET (dialect probe), or a torch 1.13 client";
   if (b <= 0x08) return "a torch 1.13 client (or another client without the job secret)";
   return str_cat("not a TCPStore client (first byte 0x", to_hex({&b, 1}), ")");
+}
+
+bool is_v2_validate(std::span<const uint8_t> in) {
+  return in.size() >= 5 && in[0] == static_cast<uint8_t>(store_protocol::V2Query::kValidate) &&
+         get_u32(in.data() + 1) == store_protocol::kValidationMagic;
+}
+
+// torch's TCPStore PINGs with its pid as the nonce, below 2^22 (Linux's
+// pid_max limit), so its top byte is 0; collie's client never sends a
+// nonce whose top byte is 0 (tcp_store_client.cc), and is told why it is
+// refused by the notice instead.
+bool is_torch_ping(std::span<const uint8_t> in) {
+  return in[5] == static_cast<uint8_t>(store_protocol::V2Query::kPing) && in[9] == 0;
 }
 
 }  // namespace
@@ -46,12 +66,27 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
           step.status = S::kDone;
           return step;
         }
+        if (is_v2_validate(in)) {
+          if (in.size() < kV2HelloBytes) {
+            step.need = kV2HelloBytes;
+            return step;
+          }
+          if (is_torch_ping(in)) {
+            // torch's TCPStore retries a connection whose VALIDATE or PING
+            // fails for its whole timeout (30 minutes in init_process_group),
+            // silently; a failed request after them it raises at once. So
+            // its PING is answered (which tells it nothing but that this is
+            // a TCPStore) and its first request is refused.
+            step.reply.assign(in.begin() + 6, in.begin() + kV2HelloBytes);
+            step.consumed = kV2HelloBytes;
+            step.status = S::kProgress;
+            state_ = State::kTorchAnswered;
+            return step;
+          }
+        }
         step.status = S::kRefuse;
         step.reply.push_back(kStoreRefusedSecretRequired);
-        step.error =
-            str_cat(describe_first_message(in),
-                    ": this store requires the job secret (docs/security.md; torch clients "
-                    "need collie-run --store-compat or COLLIE_STORE_COMPAT=1)");
+        step.error = str_cat(describe_first_message(in), kSecretRequired);
         return step;
       }
       if (in.size() < kAuth1Bytes) {
@@ -93,6 +128,19 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
       state_ = State::kDone;
       authenticated_ = true;
       Bytes().swap(transcript_);
+      return step;
+    }
+    case State::kTorchAnswered: {
+      if (in.empty()) {
+        step.need = 1;
+        return step;
+      }
+      // No answer: the close makes torch raise "Connection was likely
+      // closed" from this request, in the worker's init_process_group.
+      step.status = S::kRefuse;
+      step.error = str_cat(
+          "a torch 2.x client (VALIDATE) without the job secret, refused at its first request",
+          kSecretRequired);
       return step;
     }
     case State::kDone: step.status = S::kDone; return step;

@@ -17,6 +17,10 @@
 // address, every connection that does not open this way (torch 2.x and
 // 1.13 clients, collie clients without a secret), unless it runs in torch
 // compatibility mode, where such connections are served unauthenticated.
+// A torch 2.x client is refused at its first request, after its PING is
+// answered: torch retries a failed VALIDATE/PING for its whole timeout (30
+// minutes under init_process_group), but raises at once when a request
+// fails.
 #pragma once
 
 #include <cstdint>
@@ -85,7 +89,9 @@ class StoreAuthGate {
   Step feed(std::span<const uint8_t> in);
 
  private:
-  enum class State { kFirst, kProof, kDone };
+  // kTorchAnswered: a torch 2.x client without the secret got its PING
+  // answered; its first request is refused (see feed()).
+  enum class State { kFirst, kProof, kTorchAnswered, kDone };
   const StoreAuthPolicy& policy_;
   State state_ = State::kFirst;
   bool authenticated_ = false;

@@ -2,7 +2,9 @@
 // thread of collie-run) logs why it refused a worker once, among what may be
 // dozens of "Connection reset by peer" lines from the workers; a log tap
 // (set_log_tap) keeps the first warning that names --store-compat, and the
-// summary ends with it.
+// summary ends with it. When that warning refuses a torch client, the
+// launcher finds the worker holding the connection and says at once which
+// rank it is and what to do (socket_owner.h); that line comes first.
 #pragma once
 
 #include <string>

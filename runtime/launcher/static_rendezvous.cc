@@ -76,11 +76,64 @@ std::unique_ptr<StaticRendezvous> StaticRendezvous::start(const StaticRendezvous
                                r->port_, " within ", format_duration(o.timeout), ": ", e.what(),
                                hint));
   }
+  if (o.nnodes > 1) {
+    // The beats go over a connection of their own, from a thread of their
+    // own (node_heartbeat.h). Its requests are small and answered at once:
+    // one that takes longer than this means the store is gone.
+    TcpStoreOptions beat_options;
+    beat_options.timeout = std::max<Timeout>(
+        std::chrono::seconds(10),
+        std::chrono::duration_cast<Timeout>(o.heartbeat.interval * o.heartbeat.misses));
+    std::vector<std::string> keys;
+    for (int i = 0; i < o.nnodes; ++i) keys.push_back(r->key(str_cat("node/", i, "/alive")));
+    if (o.node_rank == 0) r->watch_ = std::make_unique<HeartbeatWatch>(keys, 0, o.heartbeat);
+    r->heartbeat_ =
+        std::make_unique<NodeHeartbeat>(TcpStore::connect(connect_host, r->port_, beat_options),
+                                        keys[o.node_rank], o.heartbeat.interval);
+  }
   return r;
 }
 
 StaticRendezvous::~StaticRendezvous() {
+  heartbeat_.reset();
   if (server_) server_->stop();
+}
+
+std::string StaticRendezvous::describe_node(int node) {
+  std::string host;
+  try {
+    const std::string k = key(str_cat("node/", node));
+    if (store_->check({k})) {
+      const std::string value = to_string(store_->get(k));  // "<nproc> <hostname>"
+      if (size_t space = value.find(' '); space != std::string::npos)
+        host = value.substr(space + 1);
+    }
+  } catch (const Error&) {
+  }
+  return host.empty() ? str_cat("node ", node) : str_cat("node ", node, " (host ", host, ")");
+}
+
+std::optional<std::string> StaticRendezvous::gone_node() {
+  if (options_.nnodes == 1) return std::nullopt;
+  if (!watch_) {
+    // Only node 0 reads every counter (nnodes - 1 requests a second, on its
+    // own machine); the others read its verdict, once a beat.
+    const auto now = std::chrono::steady_clock::now();
+    if (last_verdict_look_ && now - *last_verdict_look_ < options_.heartbeat.interval)
+      return std::nullopt;
+    last_verdict_look_ = now;
+    if (!store_->check({key("gone")})) return std::nullopt;
+    return to_string(store_->get(key("gone")));
+  }
+  std::optional<HeartbeatWatch::Silent> silent = watch_->look(*store_);
+  if (!silent) return std::nullopt;
+  const std::string reason = str_cat(
+      "the launcher of ", describe_node(silent->node), " is gone: it sent no heartbeat for ",
+      format_duration(silent->silent_for), " (limit ", format_duration(watch_->limit()),
+      "; it was killed, or its machine or network failed), and a static job cannot go "
+      "on without it");
+  store_->compare_set(key("gone"), {}, as_span(reason));  // for the other nodes
+  return reason;
 }
 
 void StaticRendezvous::join() {
@@ -128,6 +181,9 @@ void StaticRendezvous::barrier(const std::string& name, const std::string& what)
   Deadline deadline(options_.timeout);
   Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(50)});
   while (!store_->check({key(name + "/done")})) {
+    if (std::optional<std::string> gone = gone_node())
+      throw NetworkError(str_cat("collie-run: node ", options_.node_rank, " stops waiting for all ",
+                                 n, " nodes to ", what, ": ", *gone));
     if (int sig = interrupt_check_ ? interrupt_check_() : 0)
       throw RendezvousInterrupted(
           sig, str_cat("collie-run: node ", options_.node_rank,
@@ -174,7 +230,12 @@ std::optional<std::string> StaticRendezvous::recorded_failure() {
 std::optional<RoundEnd> StaticRendezvous::check() {
   if (options_.nnodes == 1) return std::nullopt;
   std::optional<std::string> failure = recorded_failure();
-  if (!failure) return std::nullopt;
+  if (!failure) {
+    failure = gone_node();
+    if (!failure) return std::nullopt;
+    report_failure(*failure);  // the first report wins: every node names the same cause
+    failure = recorded_failure().value_or(*failure);
+  }
   return RoundEnd{.reason = *failure};
 }
 
@@ -193,11 +254,16 @@ void StaticRendezvous::close(const std::string& /*outcome*/) {
   int64_t count = store_->add(key("exit/count"), 1);
   if (count == options_.nnodes) store_->set(key("exit/done"), "1");
   if (!server_) return;
+  // The job is over either way: a node that vanished (gone silent) must
+  // not hold the store up for long.
+  const Deadline deadline(std::chrono::duration_cast<Timeout>(kExitWait));
+  Backoff backoff({.initial = std::chrono::milliseconds(1), .max = std::chrono::milliseconds(50)});
   try {
-    store_->wait({key("exit/done")}, std::chrono::duration_cast<Timeout>(kExitWait));
-  } catch (const TimeoutError&) {
-    // The job is over either way; a node that vanished must not hold us.
+    while (!store_->check({key("exit/done")}) && !deadline.expired() && !gone_node())
+      backoff.sleep(deadline);
+  } catch (const Error&) {
   }
+  heartbeat_.reset();
   server_->stop();
 }
 

@@ -16,6 +16,13 @@
 //   attempt/<N>/failed    the first failure any node reported during attempt N
 //   attempt/<N>/end/...   barrier: every node's workers of attempt N are done
 //   exit/...              node 0 keeps the store up until every node left
+//   node/<i>/alive        node i's heartbeat counter (node_heartbeat.h)
+//   gone                  node 0's verdict: which launcher stopped beating
+//
+// With several nodes every launcher beats, and node 0 watches the beats, so
+// that a launcher that is gone (SIGKILLed, its machine lost) ends the job
+// within seconds, named, on every other node, instead of holding them at
+// the next barrier for the whole --rdzv-timeout.
 //
 // A barrier is add(<name>/count, 1) by each node; the node that brings it to
 // nnodes sets <name>/done, which everyone waits for under the rendezvous
@@ -30,6 +37,7 @@
 #include <string>
 
 #include "rendezvous/store.h"
+#include "runtime/launcher/node_heartbeat.h"
 #include "runtime/launcher/rendezvous.h"
 
 namespace collie {
@@ -51,6 +59,9 @@ struct StaticRendezvousOptions {
   // What the job secret was derived from, if it was: added to a failed
   // connection's message, since every node must derive it alike.
   std::string secret_source;
+  // How often each launcher beats, and how many beats one may miss before
+  // the others count it as gone.
+  HeartbeatOptions heartbeat;
 };
 
 class StaticRendezvous : public Rendezvous {
@@ -93,6 +104,10 @@ class StaticRendezvous : public Rendezvous {
   std::string key(const std::string& k) const;
   // The reason recorded for the current attempt, if any.
   std::optional<std::string> recorded_failure();
+  // Why the job cannot go on when another node's launcher stopped beating.
+  std::optional<std::string> gone_node();
+  // "node 1 (host h)", with the hostname once the node registered it.
+  std::string describe_node(int node);
 
   StaticRendezvousOptions options_;
   std::unique_ptr<TcpStoreServer> server_;
@@ -107,6 +122,10 @@ class StaticRendezvous : public Rendezvous {
   int attempt_ = -1;
   bool closed_ = false;
   std::function<int()> interrupt_check_;
+  std::unique_ptr<HeartbeatWatch> watch_;  // node 0 of several
+  // Nodes > 0: when they last looked for node 0's verdict ("gone").
+  std::optional<std::chrono::steady_clock::time_point> last_verdict_look_;  // several nodes only
+  std::unique_ptr<NodeHeartbeat> heartbeat_;  // after store_, before server_ stops
 };
 
 }  // namespace collie::launcher

@@ -172,13 +172,35 @@ TEST_CASE("the store's gate refuses a forged proof byte by byte", "[security][st
   CHECK(step.status == StoreAuthGate::Step::Status::kRefuse);
   CHECK_FALSE(gate.done());
 
-  // A torch 2.x VALIDATE, refused in secure mode and passed through in
-  // compatibility mode without consuming anything.
+  // A torch 2.x VALIDATE: in secure mode the gate waits for its PING,
+  // answers it (torch retries a failed PING for its whole timeout, but
+  // raises at once on a failed request) and refuses the first request;
+  // passed through in compatibility mode without consuming anything.
   const std::vector<uint8_t> validate{0x00, 0xCE, 0xF7, 0x85, 0x3C};
   StoreAuthGate secure(policy);
   step = secure.feed(validate);
+  CHECK(step.status == StoreAuthGate::Step::Status::kNeedMore);
+  CHECK(step.need == 10);
+  std::vector<uint8_t> torch_hello = validate;
+  torch_hello.insert(torch_hello.end(), {13, 0x39, 0x30, 0x01, 0x00});  // PING, its pid
+  step = secure.feed(torch_hello);
+  REQUIRE(step.status == StoreAuthGate::Step::Status::kProgress);
+  CHECK(step.consumed == 10);
+  CHECK(step.reply == std::vector<uint8_t>{0x39, 0x30, 0x01, 0x00});
+  CHECK_FALSE(secure.done());
+  const std::vector<uint8_t> add{4, 5, 0, 0, 0, 0, 0, 0, 0, 'i', 'n', 'i', 't', '/'};
+  step = secure.feed(add);
   CHECK(step.status == StoreAuthGate::Step::Status::kRefuse);
+  CHECK(step.reply.empty());
   CHECK_THAT(step.error, Contains("torch 2.x client"));
+  CHECK_THAT(step.error, Contains("--store-compat"));
+  // collie's client (its PING nonce's top byte is never 0) gets the notice.
+  std::vector<uint8_t> collie_hello = validate;
+  collie_hello.insert(collie_hello.end(), {13, 0x2A, 0x12, 0x5a, 0x5b});
+  StoreAuthGate secure2(policy);
+  step = secure2.feed(collie_hello);
+  CHECK(step.status == StoreAuthGate::Step::Status::kRefuse);
+  CHECK(step.reply == std::vector<uint8_t>{kStoreRefusedSecretRequired});
   StoreAuthPolicy compat{policy.secret, true};
   StoreAuthGate lenient(compat);
   step = lenient.feed(validate);
