@@ -113,6 +113,13 @@ struct CommunicatorOptions {
   static CommunicatorOptions from_env();
 };
 
+// A batch of point-to-point ops posted by Communicator::post_p2p.
+struct P2PBatch {
+  virtual ~P2PBatch() = default;
+  bool done = false;
+  std::vector<int> sources;  // per op, once done: a receive's sender (-1: a send)
+};
+
 class Communicator {
  public:
   // Listens, publishes this rank's record under the store prefix and waits
@@ -187,6 +194,21 @@ class Communicator {
   // from (-1 for sends). Messages are matched by (peer, tag) in FIFO order,
   // and must have the receive's size (else BackendError naming both).
   virtual std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) = 0;
+  // The same, posted without waiting: the batch moves during every later
+  // call of this communicator (collectives included, whose order it does
+  // not enter) and while wait_p2p() drives it. Its buffers must stay valid
+  // until p2p_done() or cancel_p2p(). Checks the ops first (a refused batch
+  // posts nothing). The default runs send_recv(), done at once.
+  virtual std::shared_ptr<P2PBatch> post_p2p(std::span<const P2POp> ops, const Deadline& deadline);
+  // Whether `batch` is done; then batch.sources is set. Only where calls
+  // run (the thread of the call in progress, or between calls).
+  virtual bool p2p_done(P2PBatch& batch) { return batch.done; }
+  // Drives the connections until `batch` is done (throws like a call).
+  virtual void wait_p2p(P2PBatch& batch, const Deadline& deadline);
+  // Moves posted batches a step without waiting.
+  virtual void poll_p2p(const Deadline& deadline) { (void)deadline; }
+  // Gives every posted batch up (the group failed or goes away).
+  virtual void cancel_p2p() {}
 
   // The ranks this rank saw fail (ascending): a connect that failed, a
   // rank silent through a timeout probe, and a rank whose connection closed

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "base/parse_duration.h"
 #include "base/str_cat.h"
@@ -49,5 +50,22 @@ CommunicatorOptions CommunicatorOptions::from_env(CommunicatorOptions o) {
 }
 
 CommunicatorOptions CommunicatorOptions::from_env() { return from_env(CommunicatorOptions()); }
+
+}  // namespace collie
+
+namespace collie {
+
+std::shared_ptr<P2PBatch> Communicator::post_p2p(std::span<const P2POp> ops,
+                                                 const Deadline& deadline) {
+  auto batch = std::make_shared<P2PBatch>();
+  batch->sources = send_recv(ops, deadline);
+  batch->done = true;
+  return batch;
+}
+
+void Communicator::wait_p2p(P2PBatch& batch, const Deadline& deadline) {
+  (void)deadline;
+  COLLIE_CHECK(batch.done, "a point-to-point batch of a communicator that runs them at once");
+}
 
 }  // namespace collie

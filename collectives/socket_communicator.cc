@@ -466,8 +466,53 @@ void SocketCommunicator::all_to_all(std::span<const TensorView> in, std::span<co
   collie::all_to_all(*transport_, config_, sends, recvs);
 }
 
-std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
-                                               const Deadline& deadline) {
+namespace {
+
+// A batch on the transport (the batch of a one-rank group is done at once).
+struct TransportBatch final : P2PBatch {
+  std::shared_ptr<Transport::P2PRequest> request;
+};
+
+}  // namespace
+
+std::shared_ptr<P2PBatch> SocketCommunicator::post_p2p(std::span<const P2POp> ops,
+                                                       const Deadline& deadline) {
+  check_p2p(ops);
+  auto batch = std::make_shared<TransportBatch>();
+  if (ops.empty()) {
+    batch->done = true;
+    return batch;
+  }
+  batch->request = transport_->start_p2p(ops, deadline);
+  p2p_done(*batch);
+  return batch;
+}
+
+bool SocketCommunicator::p2p_done(P2PBatch& batch) {
+  if (batch.done) return true;
+  auto& b = static_cast<TransportBatch&>(batch);
+  if (!transport_->p2p_done(*b.request)) return false;
+  b.sources = Transport::p2p_sources(*b.request);
+  b.done = true;
+  b.request.reset();
+  return true;
+}
+
+void SocketCommunicator::wait_p2p(P2PBatch& batch, const Deadline& deadline) {
+  if (batch.done) return;
+  transport_->wait_p2p(*static_cast<TransportBatch&>(batch).request, deadline);
+  p2p_done(batch);
+}
+
+void SocketCommunicator::poll_p2p(const Deadline& deadline) {
+  if (transport_) transport_->poll_p2p(deadline);
+}
+
+void SocketCommunicator::cancel_p2p() {
+  if (transport_) transport_->cancel_p2p();
+}
+
+void SocketCommunicator::check_p2p(std::span<const P2POp> ops) const {
   constexpr const char* kWhat = "send/recv";
   if (transport_) transport_->check_usable(kWhat);
   for (const P2POp& op : ops) {
@@ -479,6 +524,11 @@ std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
     COLLIE_ARG_CHECK(op.peer != rank_, kWhat, ": rank ", rank_,
                      recv ? " cannot receive from itself" : " cannot send to itself");
   }
+}
+
+std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
+                                               const Deadline& deadline) {
+  check_p2p(ops);
   if (ops.empty()) return {};
   std::vector<int> sources;
   transport_->run_p2p(ops, deadline, &sources);

@@ -71,6 +71,11 @@ class SocketCommunicator final : public Communicator {
   void all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
                   const Deadline& deadline) override;
   std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) override;
+  std::shared_ptr<P2PBatch> post_p2p(std::span<const P2POp> ops, const Deadline& deadline) override;
+  bool p2p_done(P2PBatch& batch) override;
+  void wait_p2p(P2PBatch& batch, const Deadline& deadline) override;
+  void poll_p2p(const Deadline& deadline) override;
+  void cancel_p2p() override;
 
   bool broken() const override { return transport_ && transport_->broken(); }
   std::vector<int> find_dead(const std::vector<int>& ranks, Clock::time_point until) override {
@@ -84,6 +89,8 @@ class SocketCommunicator final : public Communicator {
   }
 
  private:
+  // send/recv's checks of its ops (peers, tensors), for send_recv and post_p2p.
+  void check_p2p(std::span<const P2POp> ops) const;
   // Numbers the call and starts it on the transport (throws at once when
   // broken). Returns the call for size-1 groups too.
   CallInfo begin(CallInfo call, const Deadline& deadline);

@@ -45,6 +45,7 @@ Transport::Transport(int rank, int size, uint32_t group,
       peeked_seq_(size, 0),
       inbox_(size),
       p2p_sent_(size, 0),
+      p2p_until_(size, 0),
       p2p_blocked_(size, UINT64_MAX) {
   for (auto& c : connections_) {
     if (!c) continue;
@@ -179,9 +180,11 @@ void Transport::begin(const CallInfo& call, const Deadline& deadline, bool linki
 void Transport::rebase(bool check) {
   for (int p = 0; p < size_; ++p) {
     if (!connections_[p]) continue;
-    COLLIE_CHECK(!check || (!connections_[p]->send_pending() && !connections_[p]->recv_pending()),
+    const Connection& c = *connections_[p];
+    COLLIE_CHECK(!check || (!call_sends_pending(c) && !c.recv_pending()),
                  "operations left over from the previous call or step");
-    send_base_[p] = connections_[p]->sends_completed();
+    // Point-to-point sends still queued go out first: not this call's.
+    send_base_[p] = c.sends_completed() + p2p_sends_queued(c);
     recv_base_[p] = connections_[p]->recvs_completed();
   }
 }
@@ -298,9 +301,9 @@ std::string Transport::context() const {
 }
 
 bool Transport::pending() const {
-  if (inbox_.has_pending()) return true;
+  if (waiting_ != nullptr) return !p2p_done(*waiting_);
   for (auto& c : connections_)
-    if (c && (c->send_pending() || c->recv_pending())) return true;
+    if (c && (c->recv_pending() || (c->send_pending() && call_sends_pending(*c)))) return true;
   return false;
 }
 

@@ -202,13 +202,46 @@ class Transport {
   // "rank 3 (10.0.0.7:41234)"
   std::string peer_name(int peer) const { return conn(world(peer)).name(); }
 
-  // Point-to-point (transport_p2p.cc): posts every send and receive of
-  // `ops` at once (a receive's peer may be kAnySource), outside the
-  // collectives' sequence, and returns when all are done; sources[i] is who
-  // sent op i's message (receives; -1 for sends). Messages that arrive
-  // before their receive, during any call, wait in the inbox. Throws like a
-  // collective; a timeout names the peers still owing a message or not
-  // taking one (there is no probe: the other ranks are not in this call).
+  // Point-to-point (transport_p2p.cc), outside the collectives' sequence.
+  // A batch of sends and receives that start_p2p() posted: its receives
+  // wait in the inbox, its sends in their connections' queues (ahead of any
+  // later collective's), and both move during every later call of this
+  // transport, collective or not, until done. The buffers must stay valid
+  // until then (or until the transport is destroyed).
+  struct P2PRequest {
+    std::vector<P2POp> ops;  // start_p2p's copy (empty: the caller's)
+    size_t op_count = 0;
+    std::vector<P2PInbox::Recv> recvs;  // sized once: the inbox points into it
+    std::vector<size_t> recv_op;        // recvs[k] is ops[recv_op[k]]
+    struct Send {
+      int peer;
+      uint64_t completed;  // the connection's sends_completed() once it is out
+    };
+    std::vector<Send> sends;
+  };
+  // Checks and posts every op of `ops` (a receive's peer may be kAnySource)
+  // and returns at once. Checks come first: a refused batch posts nothing.
+  // `deadline` bounds the connects to new peers.
+  std::shared_ptr<P2PRequest> start_p2p(std::span<const P2POp> ops, const Deadline& deadline);
+  // Whether every op of `r` is done (the transport's thread only).
+  bool p2p_done(const P2PRequest& r) const;
+  // Who sent each op's message (receives; -1 for sends), once done.
+  static std::vector<int> p2p_sources(const P2PRequest& r);
+  // start_p2p's posting, of `ops` into `r` (r.ops is left alone: `ops`
+  // must outlive r's receives).
+  void post_p2p(P2PRequest& r, std::span<const P2POp> ops, const Deadline& deadline);
+  // Drives every connection until `r` is done. Throws like a collective; a
+  // timeout names the peers still owing a message or not taking one (there
+  // is no probe: the other ranks are not in this call).
+  // `ops` names the ops in messages when r.ops is empty.
+  void wait_p2p(const P2PRequest& r, const Deadline& deadline, std::span<const P2POp> ops = {});
+  // One pass over the connections that moves posted point-to-point ops,
+  // without waiting (a poll between calls).
+  void poll_p2p(const Deadline& deadline);
+  // Drops every posted receive: their batches are given up (the group
+  // failed or is going away) and their buffers may go.
+  void cancel_p2p();
+  // start_p2p + wait_p2p; sources[i] as p2p_sources().
   void run_p2p(std::span<const P2POp> ops, const Deadline& deadline, std::vector<int>* sources);
 
   // Blocks until at least one posted operation completes (returns at once
@@ -258,8 +291,20 @@ class Transport {
   }
   Connection& link_slow(int peer);
   void accept_arrivals();
-  bool progress_all();   // one non-blocking pass; true if bytes moved
-  bool pending() const;  // any posted operation (collective or p2p) not done
+  bool progress_all();  // one non-blocking pass; true if bytes moved
+  // Any operation of the running call not done: the collective's sends and
+  // receives, or wait_p2p()'s batch.
+  bool pending() const;
+  // Point-to-point sends still queued on `c` (ahead of any collective's,
+  // which queue behind them), of p2p_until_.
+  uint64_t p2p_sends_queued(const Connection& c) const {
+    const uint64_t done = c.sends_completed();
+    const uint64_t until = p2p_until_[c.peer()];
+    return until > done ? until - done : 0;
+  }
+  bool call_sends_pending(const Connection& c) const {
+    return c.sends_queued() > p2p_sends_queued(c);
+  }
   // Point-to-point reads on a connection with no receive posted (p2p frames
   // at its head go to the inbox); true if bytes moved.
   bool progress_p2p_reads(Connection& c);
@@ -381,8 +426,13 @@ class Transport {
   // collective).
   P2PInbox inbox_;
   std::vector<uint64_t> p2p_sent_;
+  // p2p_until_[p]: the connection's sends_completed() once every p2p send
+  // queued on it is out (those sends are a prefix of its queue: a call's
+  // own sends are out before the call ends).
+  std::vector<uint64_t> p2p_until_;
   bool in_p2p_ = false;
   std::span<const P2POp> p2p_ops_;
+  const P2PRequest* waiting_ = nullptr;  // wait_p2p()'s batch
   std::string describe_p2p() const;
   // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
   // (a later collective's data): nothing behind it can be read before that

@@ -1,8 +1,10 @@
-// Transport's point-to-point operations (see transport.h, run_p2p, and
+// Transport's point-to-point operations (see transport.h, start_p2p, and
 // p2p_inbox.h). A send is a kP2P frame queued on the peer's connection like
 // any message; a receive is posted in the inbox, and the connections it may
-// come from are read while it waits. Neither touches the collectives'
-// sequence numbers: only the two ranks of a message take part in it.
+// come from are read during every call until it is done. Neither touches
+// the collectives' sequence numbers: only the two ranks of a message take
+// part in it, and a batch posted before a collective is still moving
+// during it and after it.
 #include <algorithm>
 
 #include "base/error.h"
@@ -13,6 +15,7 @@ namespace collie {
 
 std::string Transport::describe_p2p() const {
   const std::span<const P2POp> ops = p2p_ops_;
+  if (ops.empty()) return "send/recv";
   auto one = [](const P2POp& op) {
     const bool send = op.type == P2POpType::kIsend;
     return str_cat(send ? "send to " : "recv from ",
@@ -25,16 +28,31 @@ std::string Transport::describe_p2p() const {
   return str_cat("batch_isend_irecv [", join(parts, ", "), "]");
 }
 
-void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
-                        std::vector<int>* sources) {
+std::shared_ptr<Transport::P2PRequest> Transport::start_p2p(std::span<const P2POp> ops,
+                                                            const Deadline& deadline) {
   check_usable("send/recv");
-  deadline_ = &deadline;
+  auto r = std::make_shared<P2PRequest>();
+  r->ops.assign(ops.begin(), ops.end());
+  post_p2p(*r, r->ops, deadline);
+  return r;
+}
+
+void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
+                         const Deadline& deadline) {
+  // Everything is checked before anything is posted: a refused batch must
+  // leave no receive behind pointing at its buffers.
+  for (const P2POp& op : ops) {
+    const size_t bytes = op.tensor.nbytes();
+    if (op.type == P2POpType::kIsend && bytes > UINT32_MAX)
+      throw InvalidArgument(str_cat("send/recv on rank ", rank_, ": a send of ", bytes,
+                                    " bytes to rank ", op.peer,
+                                    " is larger than one message may be (4 GiB - 1 bytes); split "
+                                    "it into several sends"));
+  }
+  P2PRequest* r = &request;
+  r->op_count = ops.size();
+  deadline_ = &deadline;  // for the connects
   next_report_ = {};
-  in_p2p_ = true;
-  p2p_ops_ = ops;
-  sources->assign(ops.size(), -1);
-  // Receives first, so that a message already buffered is taken before the
-  // sends go out; the vector is sized once, so the inbox may keep pointers.
   // Lazy connections: every peer of the batch is linked first (a receive
   // from any source links every peer, since any may send).
   for (const P2POp& op : ops) {
@@ -45,45 +63,86 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
     for (int p = 0; p < size_; ++p)
       if (p != rank_) link(p);
   }
-  std::vector<P2PInbox::Recv> recvs;
-  recvs.reserve(ops.size());
-  std::vector<size_t> recv_op;
+  // Receives first, so that a message already buffered is taken before the
+  // sends go out; the vector is sized once, so the inbox may keep pointers.
+  size_t receives = 0;
+  for (const P2POp& op : ops) receives += op.type == P2POpType::kIrecv;
+  r->recvs.reserve(receives);
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     if (op.type != P2POpType::kIrecv) continue;
-    recvs.push_back(P2PInbox::Recv{op.peer, op.tag, op.tensor.data, op.tensor.nbytes()});
-    recv_op.push_back(i);
-    if (!inbox_.post(&recvs.back()))
+    r->recvs.push_back(P2PInbox::Recv{op.peer, op.tag, op.tensor.data, op.tensor.nbytes()});
+    r->recv_op.push_back(i);
+    if (!inbox_.post(&r->recvs.back())) {
+      in_p2p_ = true;
+      p2p_ops_ = ops;
       fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+    }
   }
-  struct SendTarget {
-    Connection* c;
-    uint64_t completed;  // the connection's sends_completed() once ours are out
-  };
-  std::vector<SendTarget> sends;
   for (const P2POp& op : ops) {
     if (op.type != P2POpType::kIsend) continue;
-    const size_t bytes = op.tensor.nbytes();
-    if (bytes > UINT32_MAX)
-      throw InvalidArgument(
-          str_cat(context(), ": a message of ", bytes, " bytes is larger than one frame (4 GiB)"));
     Connection& c = link(op.peer);
     c.post_send(WireHeader::p2p(group_, ++p2p_sent_[op.peer], op.tag, op.tensor.dtype,
-                                op.tensor.count, static_cast<uint32_t>(bytes)),
+                                op.tensor.count, static_cast<uint32_t>(op.tensor.nbytes())),
                 op.tensor.data);
-    sends.push_back(SendTarget{&c, c.sends_completed() + c.sends_queued()});
+    const uint64_t out = c.sends_completed() + c.sends_queued();
+    p2p_until_[op.peer] = out;
+    r->sends.push_back(P2PRequest::Send{op.peer, out});
   }
-  auto done = [&] {
-    for (const auto& r : recvs)
-      if (!r.done) return false;
-    for (const auto& s : sends)
-      if (s.c->sends_completed() < s.completed) return false;
-    return true;
-  };
-  while (!done()) progress();
-  for (size_t k = 0; k < recvs.size(); ++k) (*sources)[recv_op[k]] = recvs[k].source;
-  in_p2p_ = false;
+}
+
+bool Transport::p2p_done(const P2PRequest& r) const {
+  for (const auto& recv : r.recvs)
+    if (!recv.done) return false;
+  for (const auto& s : r.sends)
+    if (conn(s.peer).sends_completed() < s.completed) return false;
+  return true;
+}
+
+std::vector<int> Transport::p2p_sources(const P2PRequest& r) {
+  std::vector<int> sources(r.op_count, -1);
+  for (size_t k = 0; k < r.recvs.size(); ++k) sources[r.recv_op[k]] = r.recvs[k].source;
+  return sources;
+}
+
+void Transport::wait_p2p(const P2PRequest& r, const Deadline& deadline,
+                         std::span<const P2POp> ops) {
+  check_usable("send/recv");
+  deadline_ = &deadline;
+  next_report_ = {};
+  in_p2p_ = true;
+  p2p_ops_ = ops.empty() ? std::span<const P2POp>(r.ops) : ops;
+  waiting_ = &r;
+  struct Reset {
+    Transport& t;
+    ~Reset() {
+      t.waiting_ = nullptr;
+      t.in_p2p_ = false;
+      t.p2p_ops_ = {};
+    }
+  } reset{*this};
+  while (!p2p_done(r)) progress();
+}
+
+void Transport::cancel_p2p() { inbox_.clear(); }
+
+void Transport::poll_p2p(const Deadline& deadline) {
+  if (broken_.load()) return;
+  if (aborted_.load()) fail_aborted();
+  deadline_ = &deadline;
+  in_p2p_ = true;
   p2p_ops_ = {};
+  progress_all();
+  in_p2p_ = false;
+}
+
+void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
+                        std::vector<int>* sources) {
+  check_usable("send/recv");
+  P2PRequest r;  // on the stack: a blocking call's ops outlive it
+  post_p2p(r, ops, deadline);
+  wait_p2p(r, deadline, ops);
+  *sources = p2p_sources(r);
 }
 
 bool Transport::progress_p2p_reads(Connection& c) {
@@ -106,7 +165,7 @@ void Transport::on_p2p_blocked(Connection& c) {
       if (h.is_probe(group_)) fail_probed(c, h);
       fail_mismatch(c, h);
     case FrameType::kGoodbye:
-      if (inbox_.wants_exactly(c.peer()))
+      if (waiting_ != nullptr && inbox_.wants_exactly(c.peer()))
         fail(ErrorKind::kNetwork, str_cat(context(), ": ", c.name(),
                                           " closed its communicator while this rank still "
                                           "waited for its message"));
@@ -116,7 +175,9 @@ void Transport::on_p2p_blocked(Connection& c) {
       // sent one) is behind that collective's data: this rank cannot reach
       // it before it calls the collective, which it will not do before this
       // receive completes. The two ranks issued them in different orders.
-      if (inbox_.wants_exactly(c.peer()))
+      // Only while this rank waits for point-to-point ops: in a collective
+      // the data may be this very call's, read by its own receives.
+      if (waiting_ != nullptr && inbox_.wants_exactly(c.peer()))
         fail(ErrorKind::kBackend,
              str_cat(context(), ": ", c.name(), " sent data of ", h.call().describe_with_seq(),
                      " ahead of the message this rank waits for: the two ranks issued that "

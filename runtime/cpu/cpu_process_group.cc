@@ -107,9 +107,17 @@ CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
       store_(std::move(store)),
       communicator_(std::move(communicator)),
       queue_(describe_what(group_name_, rank_, size_, generation_), callers,
-             [this] { abort_communicator(); }) {}
+             [this] { abort_communicator(); }) {
+  p2p_link_->owner = this;
+}
 
-CpuProcessGroup::~CpuProcessGroup() { shutdown(); }
+CpuProcessGroup::~CpuProcessGroup() {
+  {
+    std::lock_guard lock(p2p_link_->mu);
+    p2p_link_->owner = nullptr;
+  }
+  shutdown();
+}
 
 CallSite CpuProcessGroup::site(std::string_view op) const {
   return CallSite{op, rank_, group_name_, kBackendName};
@@ -138,30 +146,34 @@ std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call
   const uint64_t id = FlightRecorder::get().record(fr_group_, call, timeout.count(), !async_op);
   auto recorded = [&] {
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
-      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op,
+      return [id, op = std::forward<Fn>(op), self = this, kind = call.op,
               async_op](const Deadline& deadline) mutable {
         FlightRecorder& fr = FlightRecorder::get();
         try {
           if (async_op) fr.started(id);
           op(deadline);
         } catch (...) {
-          record_failure(id, *group, kind);
+          record_failure(id, self->group_name_, kind);
+          self->after_failure(std::current_exception());
           throw;
         }
         fr.completed(id);
+        if (!self->outstanding_.empty()) self->reap_p2p();
       };
     } else {
-      return [id, op = std::forward<Fn>(op), group = &group_name_, kind = call.op, async_op](
+      return [id, op = std::forward<Fn>(op), self = this, kind = call.op, async_op](
                  const Deadline& deadline, CompletionWork& work) mutable {
         FlightRecorder& fr = FlightRecorder::get();
         try {
           if (async_op) fr.started(id);
           op(deadline, work);
         } catch (...) {
-          record_failure(id, *group, kind);
+          record_failure(id, self->group_name_, kind);
+          self->after_failure(std::current_exception());
           throw;
         }
         fr.completed(id);
+        if (!self->outstanding_.empty()) self->reap_p2p();
       };
     }
   }();
@@ -455,11 +467,90 @@ std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, OpQueue::Details d
     call.peer = ops[0].peer;
   }
   auto* comm = communicator_.get();
-  return enqueue(async_op, call, std::move(details), op_timeout(timeout),
-                 [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
-                   const std::vector<int> sources = comm->send_recv(ops, deadline);
-                   if (ops.size() == 1) work.set_source_rank(sources[0]);
-                 });
+  if (!async_op) {
+    // Posted and waited for in one op: what is posted before it moves too.
+    return enqueue(false, call, std::move(details), op_timeout(timeout),
+                   [comm, ops = std::move(ops)](const Deadline& deadline, CompletionWork& work) {
+                     const std::vector<int> sources = comm->send_recv(ops, deadline);
+                     if (ops.size() == 1) work.set_source_rank(sources[0]);
+                   });
+  }
+  // The op posts the batch; the P2PWork completes when the batch is done,
+  // whichever later op (or wait) moves its last byte.
+  auto describe = [details, kind, seq = queue_.submitted() + 1] {
+    return str_cat(kind, " #", seq, " (", details(), ")");
+  };
+  auto work = std::make_shared<P2PWork>(std::move(describe), p2p_link_, op_timeout(timeout));
+  const bool single_recv = ops.size() == 1 && ops[0].type == P2POpType::kIrecv;
+  auto post =
+      enqueue(true, call, std::move(details), op_timeout(timeout),
+              [this, comm, ops = std::move(ops), work, single_recv](const Deadline& deadline) {
+                auto batch = comm->post_p2p(ops, deadline);
+                outstanding_.push_back(Outstanding{work, std::move(batch), single_recv});
+              });
+  work->set_post(std::move(post));
+  return work;
+}
+
+void CpuProcessGroup::reap_p2p() {
+  auto* comm = communicator_.get();
+  std::erase_if(outstanding_, [comm](Outstanding& o) {
+    if (!comm->p2p_done(*o.batch)) return false;
+    if (o.single_recv) o.work->set_source_rank(o.batch->sources[0]);
+    o.work->mark_completed();
+    return true;
+  });
+}
+
+void CpuProcessGroup::after_failure(std::exception_ptr error) {
+  if (!outstanding_.empty() && communicator_ && communicator_->broken())
+    fail_outstanding(std::move(error));
+}
+
+void CpuProcessGroup::fail_outstanding(std::exception_ptr error) {
+  if (outstanding_.empty()) return;
+  if (communicator_) communicator_->cancel_p2p();
+  for (auto& o : outstanding_) o.work->mark_completed(error);
+  outstanding_.clear();
+}
+
+std::shared_ptr<Work> CpuProcessGroup::drive(const std::shared_ptr<P2PWork>& work,
+                                             Timeout timeout) {
+  auto* comm = communicator_.get();
+  return queue_.run_or_submit</*kLocal=*/true>(
+      "send/recv wait", [work] { return work->description(); }, timeout,
+      [this, comm, work](const Deadline& deadline) {
+        try {
+          for (auto& o : outstanding_) {
+            if (o.work != work) continue;
+            comm->wait_p2p(*o.batch, deadline);
+            break;
+          }
+        } catch (...) {
+          after_failure(std::current_exception());
+          throw;
+        }
+        reap_p2p();
+      });
+}
+
+std::exception_ptr CpuProcessGroup::poll() {
+  if (auto error = queue_.broken_error()) return error;
+  if (poll_queued_.exchange(true)) return nullptr;
+  auto* comm = communicator_.get();
+  queue_.submit_local(
+      "send/recv poll", [] { return std::string(); }, op_timeout(kUnsetTimeout),
+      OpQueue::to_op_fn([this, comm](const Deadline& deadline) {
+        poll_queued_.store(false);
+        try {
+          comm->poll_p2p(deadline);
+        } catch (...) {
+          after_failure(std::current_exception());
+          throw;
+        }
+        reap_p2p();
+      }));
+  return nullptr;
 }
 
 void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) {
@@ -489,6 +580,9 @@ void CpuProcessGroup::abort(const std::string& reason) {
 void CpuProcessGroup::shutdown(Timeout timeout) {
   check_timeout(site("shutdown"), timeout);
   queue_.shutdown(resolve_timeout(timeout, timeout_), [this] { abort_communicator(); });
+  fail_outstanding(std::make_exception_ptr(
+      BackendError(str_cat(describe_what(group_name_, rank_, size_, generation_),
+                           " was shut down before the point-to-point operation completed"))));
 }
 
 }  // namespace collie

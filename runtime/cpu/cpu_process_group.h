@@ -30,11 +30,13 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/str_cat.h"
 #include "collectives/all_reduce_algorithm.h"
 #include "collectives/communicator.h"
 #include "rendezvous/store.h"
 #include "runtime/cpu/op_queue.h"
+#include "runtime/cpu/p2p_work.h"
 #include "runtime/process_group/backend_context.h"
 #include "runtime/process_group/collective_checks.h"
 #include "runtime/process_group/flight_recorder.h"
@@ -42,7 +44,7 @@
 
 namespace collie {
 
-class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable {
+class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable, private P2POwner {
  public:
   static constexpr const char* kBackendName = "cpu";
 
@@ -164,6 +166,26 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
+  // Point-to-point batches posted and not done yet (p2p_work.h). Touched
+  // only where the group's ops run (one at a time), and after shutdown.
+  struct Outstanding {
+    std::shared_ptr<P2PWork> work;
+    std::shared_ptr<P2PBatch> batch;
+    bool single_recv;  // a recv: its Work carries the sender's rank
+  };
+  std::vector<Outstanding> outstanding_;
+  // Completes the outstanding batches that are done (after every op).
+  void reap_p2p();
+  // After an op failed: if the communicator is broken, so is every
+  // outstanding batch (failed with `error`).
+  void after_failure(std::exception_ptr error);
+  void fail_outstanding(std::exception_ptr error);
+  // P2POwner.
+  std::shared_ptr<Work> drive(const std::shared_ptr<P2PWork>& work, Timeout timeout) override;
+  std::exception_ptr poll() override;
+  std::atomic<bool> poll_queued_{false};
+  const std::shared_ptr<P2PLink> p2p_link_ = std::make_shared<P2PLink>();
+
   // Makes a running call fail promptly; nothing once shrink or grow
   // released the communicator. From any thread (abort(), the queue).
   void abort_communicator() {
@@ -173,6 +195,8 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable 
   // Closes the connections, shared memory and listener of a generation
   // that shrink or grow retired.
   void release_communicator() {
+    fail_outstanding(std::make_exception_ptr(
+        BackendError("the group was shrunk or grown before a point-to-point operation completed")));
     std::unique_ptr<Communicator> old;
     {
       std::lock_guard lock(communicator_mu_);

@@ -181,8 +181,9 @@ void OpQueue::check_one_caller(const char* kind, const Details& details) {
   throw BackendError(message);
 }
 
-std::shared_ptr<Work> OpQueue::submit(const char* kind, Details details, Timeout timeout, OpFn op) {
-  check_one_caller(kind, details);
+std::shared_ptr<Work> OpQueue::submit_impl(const char* kind, Details details, Timeout timeout,
+                                           OpFn op, bool check_caller) {
+  if (check_caller) check_one_caller(kind, details);
   std::exception_ptr refusal;
   std::shared_ptr<CompletionWork> work;
   {

@@ -68,7 +68,13 @@ class OpQueue {
   // (Deadline::from_first_use; a one-step op that never waits long reads
   // no clock). When the queue is broken or
   // shut down, the returned Work has already failed.
-  std::shared_ptr<Work> submit(const char* kind, Details details, Timeout timeout, OpFn op);
+  std::shared_ptr<Work> submit(const char* kind, Details details, Timeout timeout, OpFn op) {
+    return submit_impl(kind, std::move(details), timeout, std::move(op), true);
+  }
+  // submit for an op of this rank alone (see run_or_submit's kLocal).
+  std::shared_ptr<Work> submit_local(const char* kind, Details details, Timeout timeout, OpFn op) {
+    return submit_impl(kind, std::move(details), timeout, std::move(op), false);
+  }
   // Like submit, but when nothing is queued or running it runs `op` right
   // here on the caller's thread (the worker holds back anything submitted
   // meanwhile, so issue order is kept) and returns a completed Work. For
@@ -79,15 +85,19 @@ class OpQueue {
   // sets nothing on its Work). The latter runs inline as it is: nothing is
   // type-erased or allocated, a success returns completed_work(), and
   // `details` is formatted only if the op fails. Queued, both become OpFns.
-  template <typename DetailsFn, typename Fn>
+  //
+  // kLocal: an op of this rank alone, in no order the ranks share (waiting
+  // for posted point-to-point ops): exempt from kOneAtATime's check, so a
+  // thread may wait while another issues calls.
+  template <bool kLocal = false, typename DetailsFn, typename Fn>
   std::shared_ptr<Work> run_or_submit(const char* kind, DetailsFn&& details, Timeout timeout,
                                       Fn&& op) {
     uint64_t seq = 0;
     if (!begin_inline(&seq)) {
-      return submit(kind, Details(std::forward<DetailsFn>(details)), timeout,
-                    to_op_fn(std::forward<Fn>(op)));
+      return submit_impl(kind, Details(std::forward<DetailsFn>(details)), timeout,
+                         to_op_fn(std::forward<Fn>(op)), !kLocal);
     }
-    mark_inline_caller(kind, seq);
+    if constexpr (!kLocal) mark_inline_caller(kind, seq);
     if constexpr (std::is_invocable_v<Fn&, const Deadline&>) {
       std::exception_ptr error;
       try {
@@ -163,6 +173,8 @@ class OpQueue {
   // How long the worker leaves the queue to a waiter that stopped helping.
   static constexpr std::chrono::microseconds kHandBack{500};
 
+  std::shared_ptr<Work> submit_impl(const char* kind, Details details, Timeout timeout, OpFn op,
+                                    bool check_caller);
   void run_worker();
   // The Work of submission number `seq`, described lazily.
   std::shared_ptr<CompletionWork> make_work(const char* kind, uint64_t seq, Details details);

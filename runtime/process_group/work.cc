@@ -90,13 +90,27 @@ void CompletionWork::set_source_rank(int rank) {
 }
 
 void CompletionWork::mark_completed(std::exception_ptr error) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
     std::lock_guard lock(mu_);
     if (completed_) return;
     error_ = std::move(error);
     completed_.store(true, std::memory_order_release);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  for (auto& callback : callbacks) callback(error_);
+}
+
+void CompletionWork::on_completed(std::function<void(std::exception_ptr)> callback) {
+  {
+    std::lock_guard lock(mu_);
+    if (!completed_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(error_);
 }
 
 }  // namespace collie

@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/deadline.h"
 
@@ -96,8 +97,12 @@ class CompletionWork : public Work {
 
   int source_rank() const override;
 
-  // Completes the work (error == nullptr for success) and wakes waiters.
+  // Completes the work (error == nullptr for success) and wakes waiters,
+  // then runs the callbacks of on_completed(). Only the first call counts.
   void mark_completed(std::exception_ptr error = nullptr);
+  // Runs `callback(error)` once the work completes: here and now if it has,
+  // else on the thread that completes it (which must not wait for long).
+  void on_completed(std::function<void(std::exception_ptr)> callback);
   // For a receive: who sent the message; set before mark_completed().
   void set_source_rank(int rank);
   // Who may run this Work's operation on a thread that waits for it (set
@@ -115,6 +120,7 @@ class CompletionWork : public Work {
   std::atomic<bool> completed_{false};
   std::exception_ptr error_;
   int source_rank_ = -1;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // guarded by mu_
   std::weak_ptr<WorkHelper> helper_;
 };
 

@@ -36,6 +36,7 @@ ContractBackend contract_backend() {
     b.on_gpu = true;
     b.any_source = false;
     b.tag_matching = false;
+    b.early_receives = false;
     b.exact_avg = false;
     return b;
   }
@@ -493,7 +494,69 @@ class Matrix {
       expect("recv by tag (tag 8) " + tag, got8.read(), part_data(dt, 7, left, 8), dt);
       expect("recv by tag (tag 9) " + tag, got9.read(), part_data(dt, 7, left, 9), dt);
     }
+    if (b_.early_receives) early_receives(dt);
     any_source(dt);
+  }
+
+  // Receives posted before the sends and collectives they must not wait
+  // for, as pipeline schedules and halo exchanges post them.
+  void early_receives(DataType dt) {
+    const int right = (r_ + 1) % P_, left = (r_ + P_ - 1) % P_;
+    const size_t n = 517;
+    const std::string tag = str_cat(dt, " n=", n);
+    // irecv from the left, then a blocking send to the right, then wait:
+    // every rank posts its receive first, so each send must go out while
+    // the receive before it is still open.
+    {
+      Buffer out = buffer(part_data(dt, n, r_, 20), dt), in = buffer(filler(dt, n), dt);
+      auto q = pg_.recv(in.view(), left, P2POptions{20, kUnsetTimeout, true});
+      pg_.send(out.view(), right, P2POptions{20, kUnsetTimeout, false})->wait();
+      q->wait();
+      if (q->source_rank() != left)
+        throw std::runtime_error(where(str_cat("early irecv: source_rank() ", q->source_rank())));
+      expect("irecv posted before the send " + tag, in.read(), part_data(dt, n, left, 20), dt);
+    }
+    // An irecv still open across a collective: irecv, all_reduce, then the
+    // send that feeds the neighbour's receive, then wait.
+    {
+      Buffer out = buffer(part_data(dt, n, r_, 21), dt), in = buffer(filler(dt, n), dt);
+      auto int32_bytes = [](int32_t v) {
+        std::vector<uint8_t> b(3 * sizeof(int32_t));
+        for (int i = 0; i < 3; ++i) std::memcpy(b.data() + i * sizeof(int32_t), &v, sizeof v);
+        return b;
+      };
+      Buffer sum = buffer(int32_bytes(r_ + 1), DataType::kInt32);
+      auto q = pg_.recv(in.view(), left, P2POptions{21, kUnsetTimeout, true});
+      pg_.all_reduce(sum.view(), AllReduceOptions{ReduceOp::kSum, kUnsetTimeout, false})->wait();
+      auto s = pg_.send(out.view(), right, P2POptions{21, kUnsetTimeout, true});
+      q->wait();
+      s->wait();
+      expect("irecv open across an all_reduce " + tag, in.read(), part_data(dt, n, left, 21), dt);
+      expect("the all_reduce beside the open irecv", sum.read(), int32_bytes(P_ * (P_ + 1) / 2),
+             DataType::kInt32);
+    }
+    // A refused batch posts nothing: its receive must not take the next
+    // message meant for a later receive.
+    {
+      std::vector<uint8_t> huge_bytes(1);
+      Buffer small = buffer(filler(dt, n), dt);
+      const TensorView huge{huge_bytes.data(), (size_t{1} << 32) + 64, DataType::kUInt8};
+      const std::vector<P2POp> ops{{P2POpType::kIrecv, small.view(), left, 22},
+                                   {P2POpType::kIsend, huge, right, 22}};
+      bool refused = false;
+      try {
+        pg_.batch_isend_irecv(ops)->wait();
+      } catch (const InvalidArgument& e) {
+        refused = std::string(e.what()).find("4 GiB") != std::string::npos;
+        if (!refused) throw std::runtime_error(where(str_cat("4 GiB send refusal: ", e.what())));
+      }
+      if (!refused) throw std::runtime_error(where("a send of over 4 GiB was not refused"));
+      Buffer out = buffer(part_data(dt, n, r_, 22), dt), in = buffer(filler(dt, n), dt);
+      auto q = pg_.recv(in.view(), left, P2POptions{22, kUnsetTimeout, true});
+      pg_.send(out.view(), right, P2POptions{22, kUnsetTimeout, false})->wait();
+      q->wait();
+      expect("a receive after a refused batch " + tag, in.read(), part_data(dt, n, left, 22), dt);
+    }
   }
 
   // Every other rank sends rank 0 one message; rank 0 takes them from any

@@ -27,6 +27,11 @@ struct ContractBackend {
   // order (NCCL matches a peer's messages in order, whatever the tag).
   bool any_source = true;
   bool tag_matching = true;
+  // Point-to-point ops that do not wait behind one another or behind
+  // collectives: a receive posted early, or outstanding across a
+  // collective, holds nothing up (torch's gloo; NCCL runs a peer's ops on
+  // one stream, in order).
+  bool early_receives = true;
   // AVG is sum / size exactly; NCCL multiplies each input by 1/size first
   // (its PreMulSum), which may differ by an ulp per rank: checked within
   // size ulps there.
