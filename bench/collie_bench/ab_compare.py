@@ -29,11 +29,11 @@ import tempfile
 SIZES = [(["-b", "4", "-e", "4"], "1000", "100"), (["-b", "4M", "-e", "64M", "-f", "16"], "10", "2")]
 
 
-def run(binary, nproc, transport, blocking, sizes, iters, warmup):
+def run(binary, nproc, transport, blocking, sizes, iters, warmup, collective="all_reduce"):
     """{bytes: us per call} of one collie-bench run."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         argv = [binary, "--nproc", str(nproc), "--transport", transport, *sizes,
-                "-n", iters, "-w", warmup, "--json", out.name]
+                "-n", iters, "-w", warmup, "--json", out.name, "-C", collective]
         if blocking:
             argv.append("--blocking")
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, timeout=600)
@@ -53,6 +53,8 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--nproc", type=int, nargs="+", default=[2, 4])
     p.add_argument("--transport", default="tcp")
+    p.add_argument("--collective", default="all_reduce",
+                   help="collie-bench's -C (sendrecv: the ping-pong's one-way time)")
     p.add_argument("--small-iters", default="1000",
                    help="calls timed at 4 bytes (sub-microsecond calls need 10^5 or more)")
     p.add_argument("--small-only", action="store_true", help="skip the large sizes")
@@ -67,7 +69,8 @@ def main():
                 mode = "blocking" if blocking else "back to back"
                 for sizes, iters, warmup in sizes_run:
                     for which, binary in (("A", args.a), ("B", args.b)):
-                        got = run(binary, nproc, args.transport, blocking, sizes, iters, warmup)
+                        got = run(binary, nproc, args.transport, blocking, sizes, iters, warmup,
+                                  args.collective)
                         for size, us in got.items():
                             times.setdefault((mode, size, which), []).append(us)
         print(f"\n#### N = {nproc}, --transport {args.transport}: median (min-max) us "

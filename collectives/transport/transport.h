@@ -208,6 +208,10 @@ class Transport {
   // later collective's), and both move during every later call of this
   // transport, collective or not, until done. The buffers must stay valid
   // until then (or until the transport is destroyed).
+  // The largest piece of a point-to-point message on the wire: a message
+  // over one frame's 4 GiB goes as several (a multiple of every element
+  // size, 16 bytes at most).
+  static constexpr size_t kP2PPiece = (size_t{UINT32_MAX} / 16) * 16;
   struct P2PRequest {
     std::vector<P2POp> ops;  // start_p2p's copy (empty: the caller's)
     size_t op_count = 0;

@@ -42,12 +42,11 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
   // Everything is checked before anything is posted: a refused batch must
   // leave no receive behind pointing at its buffers.
   for (const P2POp& op : ops) {
-    const size_t bytes = op.tensor.nbytes();
-    if (op.type == P2POpType::kIsend && bytes > UINT32_MAX)
-      throw InvalidArgument(str_cat("send/recv on rank ", rank_, ": a send of ", bytes,
-                                    " bytes to rank ", op.peer,
-                                    " is larger than one message may be (4 GiB - 1 bytes); split "
-                                    "it into several sends"));
+    if (op.type == P2POpType::kIrecv && op.peer == kAnySource && op.tensor.nbytes() > kP2PPiece)
+      throw InvalidArgument(str_cat("send/recv on rank ", rank_, ": a receive of ",
+                                    op.tensor.nbytes(),
+                                    " bytes from any source (over 4 GiB, which travels in pieces "
+                                    "that must all come from one sender): name the sender"));
   }
   P2PRequest* r = &request;
   r->op_count = ops.size();
@@ -65,26 +64,40 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
   }
   // Receives first, so that a message already buffered is taken before the
   // sends go out; the vector is sized once, so the inbox may keep pointers.
+  // A message over one frame's 4 GiB travels as several frames of
+  // kP2PPiece bytes (the last one shorter), on one tag: FIFO per (peer,
+  // tag) keeps them in order, and the receive posts one piece per frame.
+  auto pieces = [](size_t bytes) { return bytes == 0 ? 1 : (bytes + kP2PPiece - 1) / kP2PPiece; };
   size_t receives = 0;
-  for (const P2POp& op : ops) receives += op.type == P2POpType::kIrecv;
+  for (const P2POp& op : ops)
+    if (op.type == P2POpType::kIrecv) receives += pieces(op.tensor.nbytes());
   r->recvs.reserve(receives);
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     if (op.type != P2POpType::kIrecv) continue;
-    r->recvs.push_back(P2PInbox::Recv{op.peer, op.tag, op.tensor.data, op.tensor.nbytes()});
-    r->recv_op.push_back(i);
-    if (!inbox_.post(&r->recvs.back())) {
-      in_p2p_ = true;
-      p2p_ops_ = ops;
-      fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+    const size_t bytes = op.tensor.nbytes();
+    for (size_t at = 0, n = pieces(bytes); n > 0; --n, at += kP2PPiece) {
+      r->recvs.push_back(P2PInbox::Recv{op.peer, op.tag, static_cast<uint8_t*>(op.tensor.data) + at,
+                                        std::min(kP2PPiece, bytes - at)});
+      r->recv_op.push_back(i);
+      if (!inbox_.post(&r->recvs.back())) {
+        in_p2p_ = true;
+        p2p_ops_ = ops;
+        fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+      }
     }
   }
   for (const P2POp& op : ops) {
     if (op.type != P2POpType::kIsend) continue;
     Connection& c = link(op.peer);
-    c.post_send(WireHeader::p2p(group_, ++p2p_sent_[op.peer], op.tag, op.tensor.dtype,
-                                op.tensor.count, static_cast<uint32_t>(op.tensor.nbytes())),
-                op.tensor.data);
+    const size_t bytes = op.tensor.nbytes();
+    const size_t element = element_size(op.tensor.dtype);
+    for (size_t at = 0, n = pieces(bytes); n > 0; --n, at += kP2PPiece) {
+      const size_t piece = std::min(kP2PPiece, bytes - at);
+      c.post_send(WireHeader::p2p(group_, ++p2p_sent_[op.peer], op.tag, op.tensor.dtype,
+                                  piece / element, static_cast<uint32_t>(piece)),
+                  static_cast<const uint8_t*>(op.tensor.data) + at);
+    }
     const uint64_t out = c.sends_completed() + c.sends_queued();
     p2p_until_[op.peer] = out;
     r->sends.push_back(P2PRequest::Send{op.peer, out});
