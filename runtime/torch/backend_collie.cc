@@ -183,7 +183,15 @@ BackendCollie::BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_p
       store_(std::move(store)),
       who_(std::move(who)),
       timeout_ms_(resolve_timeout(timeout).count()),
-      queue_(std::make_shared<WorkQueue>()) {
+      queue_(std::make_shared<WorkQueue>(
+          str_cat("process group \"", who_.group_name, "\" (collie, rank ", rank_, " of ", size_,
+                  ")"),
+          // Two threads' calls met: the call in progress fails at once, and
+          // the peers' matching calls, which may have paired with the wrong
+          // call, fail as the connections close.
+          [group = std::weak_ptr<CpuProcessGroup>(cpu_)](const std::string& message) {
+            if (auto g = group.lock()) g->abort(message);
+          })) {
   std::lock_guard lock(g_live_mu);
   g_live.insert(this);
 }
@@ -303,8 +311,9 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
                                               async ? queue_ : std::weak_ptr<WorkQueue>(),
                                               completion_hooks_);
   work->set_also_completed(std::move(also_completed));
+  // The task runs on the queue, which outlives it: a plain pointer.
   auto task = [work, body = std::move(body), group = cpu_, aborts = abort_hooks_,
-               torch_dumps = torch_dumps_]() noexcept {
+               torch_dumps = torch_dumps_, queue = queue_.get()]() noexcept {
     work->start();
     std::exception_ptr error;
     try {
@@ -315,6 +324,8 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
         w->wait();
         if (work->is_receive_from_any()) work->set_source_rank(w->source_rank());
       }
+      // Two threads' calls met while it ran: its data may be another call's.
+      if (std::string met = queue->calls_met(); !met.empty()) throw BackendError(met);
     } catch (...) {
       error = std::current_exception();
     }
@@ -324,10 +335,14 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
       aborts->run();
     work->complete(error);
   };
-  if (async)
-    work->set_ticket(queue_->submit(std::move(task)));
-  else
-    work->set_ticket(queue_->run(std::move(task)));
+  try {
+    if (async)
+      work->set_ticket(queue_->submit(call.op, std::move(task)));
+    else
+      work->set_ticket(queue_->run(call.op, std::move(task)));
+  } catch (...) {  // a call that met another thread's: DistBackendError
+    std::rethrow_exception(as_torch_error(std::current_exception()));
+  }
   return work;
 }
 
@@ -376,6 +391,34 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::endCoalescing() {
   }
   const Timeout deadline = timeout(kUnsetTimeout);
   auto steps = std::make_shared<std::vector<Deferred>>(std::move(ops));
+  const bool only_p2p =
+      !steps->empty() && std::all_of(steps->begin(), steps->end(),
+                                     [](const Deferred& step) { return step.p2p.has_value(); });
+  if (only_p2p && !batch.device.is_cuda()) {
+    // torch's batch_isend_irecv: posted, not waited for in the queue, so a
+    // batch of receives issued early holds up nothing issued after it.
+    sequence_.fetch_add(1, std::memory_order_relaxed);  // as launch() counts a block
+    std::vector<uint64_t> keys;
+    std::vector<P2POp> p2p;
+    for (auto& step : *steps) {
+      keys.push_back(static_cast<DeferredWork*>(step.work.get())->completion_key());
+      p2p.push_back(*step.p2p);
+      batch.in_use.push_back(step.p2p_buffer.defined() ? step.p2p_buffer : step.p2p_user);
+    }
+    batch.in_use.insert(batch.in_use.end(), batch.outputs.begin(), batch.outputs.end());
+    std::function<void()> finish = [steps] {
+      for (auto& step : *steps)
+        if (step.p2p_buffer.defined()) copy_back(step.p2p_user, step.p2p_buffer);
+    };
+    auto work = run_cpu_p2p(
+        std::move(batch),
+        [p2p = std::move(p2p), deadline](collie::ProcessGroup& g) {
+          return g.batch_isend_irecv(p2p, deadline);
+        },
+        std::move(finish), std::move(keys));
+    for (auto& step : *steps) static_cast<DeferredWork*>(step.work.get())->attach(work);
+    return work;
+  }
   Body body = [steps, deadline](collie::ProcessGroup& g) -> std::shared_ptr<collie::Work> {
     std::vector<P2POp> p2p;
     std::shared_ptr<collie::Work> last;

@@ -8,6 +8,12 @@
 //    asynchronous one on the queue's worker, all in issue order.
 //  * CUDA tensors go to collie's NCCL backend on torch's current stream
 //    (cuda_path.h), where this build has one.
+//  * A sparse COO tensor's allreduce is summed as torch's gloo does it
+//    (backend_sparse.cc): what DDP needs for nn.Embedding(sparse=True).
+//
+// Like the C++ API, a group is called from one thread at a time: a call
+// issued while another thread's blocking call is in progress breaks the
+// group with a DistBackendError naming both calls (work_queue.h).
 //
 // An adapter only: every method checks its arguments on the caller's thread
 // (collie::InvalidArgument, a Python RuntimeError naming the call and the
@@ -161,8 +167,8 @@ class BackendCollie final : public ::c10d::Backend {
                                                  int tag) override;
   c10::intrusive_ptr<::c10d::Work> barrier(const ::c10d::BarrierOptions& opts) override;
   // Rank 0 names the ranks that did not arrive within the timeout (every
-  // one of them with wait_all_ranks). torch's dist.monitored_barrier()
-  // accepts only gloo groups; call it on the group: pg.monitored_barrier().
+  // one of them with wait_all_ranks). torch 2.15's dist.monitored_barrier()
+  // takes any CPU group; 2.11's only gloo's (there: pg.monitored_barrier()).
   void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
   // Sequence numbers count the collectives issued on this group; every rank
@@ -277,10 +283,22 @@ class BackendCollie final : public ::c10d::Backend {
   // hooks on a dump instead of writing its own (add_dump_listener).
   void update_dump_listener();
   CudaPath& cuda_path(const Site& where);
+  // allreduce of one sparse COO tensor (backend_sparse.cc): gloo's
+  // all_gather of every rank's indices and values, summed locally.
+  c10::intrusive_ptr<::c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor>& tensors,
+                                                        const ::c10d::AllreduceOptions& opts);
   // send/recv/recvAnysource: one collie P2POp, alone or in a coalesced batch.
   c10::intrusive_ptr<::c10d::Work> point_to_point(const Site& where, ::c10d::OpType type,
                                                   std::vector<at::Tensor>& tensors, int peer,
                                                   int tag);
+  // Runs point-to-point ops on the CPU path without holding up the queue:
+  // the task only posts them (`post` returns collie's Work of the batch,
+  // which is not waited for), and the torch Work completes when that Work
+  // does, after `finish` (copies out of staging buffers) ran.
+  using PostP2P = std::function<std::shared_ptr<collie::Work>(collie::ProcessGroup&)>;
+  c10::intrusive_ptr<::c10d::Work> run_cpu_p2p(Launch call, PostP2P post,
+                                               std::function<void()> finish,
+                                               std::vector<uint64_t> also_completed = {});
   // Keeps a point-to-point operation of an open coalescing block; requires
   // coalescing_mu_.
   c10::intrusive_ptr<::c10d::Work> launch_deferred_p2p_locked(Launch call, const P2POp& op,

@@ -90,6 +90,9 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::broadcast(std::vector<at::Tensor
 
 c10::intrusive_ptr<::c10d::Work> BackendCollie::allreduce(std::vector<at::Tensor>& tensors,
                                                           const ::c10d::AllreduceOptions& opts) {
+  // One sparse COO tensor: summed as gloo does (backend_sparse.cc).
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].layout() == at::kSparse)
+    return allreduce_sparse_coo(tensors, opts);
   const Site where = site("allreduce");
   const at::Tensor& tensor = single(where, "tensor", tensors);
   const Device device = device_of(where, "tensor", tensor);
@@ -540,6 +543,19 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::point_to_point(const Site& where
   }
   check_peer(call_site(where), peer, size_, type == OpType::RECVANYSOURCE);
   const Timeout deadline = timeout(kUnsetTimeout);
+  if (!device.is_cuda()) {
+    call.in_use = {tensor, buffer};  // alive until the message is in or out
+    P2POptions options{.tag = op.tag, .timeout = deadline, .async_op = true};
+    std::function<void()> finish;
+    if (!buffer.is_same(tensor)) finish = [tensor, buffer] { copy_back(tensor, buffer); };
+    return run_cpu_p2p(
+        std::move(call),
+        [op, options, sending](collie::ProcessGroup& g) {
+          return sending ? g.send(op.tensor, op.peer, options)
+                         : g.recv(op.tensor, op.peer, options);
+        },
+        std::move(finish));
+  }
   auto work = launch(
       std::move(call),
       [tensor, buffer, op, deadline, sending](collie::ProcessGroup& g) -> std::shared_ptr<Work> {
@@ -551,6 +567,54 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::point_to_point(const Site& where
         copy_back(tensor, buffer);
         return w;  // complete: it carries a receive's source rank
       });
+  return work;
+}
+
+c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu_p2p(Launch call, PostP2P post,
+                                                            std::function<void()> finish,
+                                                            std::vector<uint64_t> also_completed) {
+  const char* op = call.op;
+  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, op, std::move(call.outputs), queue_,
+                                              completion_hooks_);
+  work->set_also_completed(std::move(also_completed));
+  work->set_p2p();
+  // Kept alive until the operation completes, by the callback below.
+  auto in_use = std::make_shared<std::vector<at::Tensor>>(std::move(call.in_use));
+  auto task = [work, post = std::move(post), finish = std::move(finish), group = cpu_,
+               in_use]() noexcept {
+    work->start();
+    try {
+      std::shared_ptr<collie::Work> posted = post(*group);
+      auto* completion = dynamic_cast<CompletionWork*>(posted.get());
+      if (completion == nullptr) {
+        posted->wait();  // a backend that completes it right here
+        if (finish) finish();
+        work->complete(nullptr);
+        return;
+      }
+      work->set_inner(posted);
+      collie::Work* raw = posted.get();
+      completion->on_completed([work, finish, in_use, raw](std::exception_ptr error) {
+        if (!error && finish) {
+          try {
+            at::NoGradGuard no_grad;
+            finish();
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
+        if (!error && work->is_receive_from_any()) work->set_source_rank(raw->source_rank());
+        work->complete(error);
+      });
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+  };
+  try {
+    work->set_ticket(queue_->submit(op, std::move(task)));
+  } catch (...) {  // a call that met another thread's: DistBackendError
+    std::rethrow_exception(as_torch_error(std::current_exception()));
+  }
   return work;
 }
 

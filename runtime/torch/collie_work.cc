@@ -79,11 +79,42 @@ int CollieWork::sourceRank() const {
   return source_rank_.load(std::memory_order_relaxed);
 }
 
+void CollieWork::set_inner(std::shared_ptr<collie::Work> inner) {
+  std::lock_guard lock(mutex_);
+  inner_ = std::move(inner);
+}
+
+bool CollieWork::isCompleted() {
+  if (!Work::isCompleted())
+    if (auto in = inner()) in->is_completed();  // a poll: may complete this Work
+  return Work::isCompleted();
+}
+
 bool CollieWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     // Running queued operations here could outlast a wait with a timeout.
-    if (!isCompleted())
-      if (auto queue = queue_.lock()) queue->help_until(ticket_);
+    if (!Work::isCompleted()) {
+      if (auto queue = queue_.lock()) {
+        if (p2p_)
+          queue->drain();
+        else
+          queue->help_until(ticket_);
+      }
+    }
+  }
+  if (auto in = inner(); in && !Work::isCompleted()) {
+    // Point-to-point: drive collie's Work; its completion completes this.
+    try {
+      in->wait(timeout == kNoTimeout ? collie::kUnsetTimeout : timeout);
+    } catch (const collie::TimeoutError&) {
+      if (timeout != kNoTimeout)
+        throw c10::DistBackendError(
+            c10::SourceLocation{__func__, __FILE__, __LINE__},
+            str_cat("collie: Work.wait(timeout=", format_duration(timeout), ") on ", op_, " #",
+                    ticket_, " of rank ", rank_, " timed out; the operation is still running"));
+    } catch (...) {
+      // The operation's own error: it completed this Work with it.
+    }
   }
   std::unique_lock lock(mutex_);
   if (timeout == kNoTimeout) {

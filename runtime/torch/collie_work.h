@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/process_group/work.h"
 #include "runtime/torch/work_queue.h"
 
 namespace collie::torch_adapter {
@@ -101,6 +102,17 @@ class CollieWork final : public ::c10d::Work {
   void set_source_rank(int rank) { source_rank_.store(rank, std::memory_order_relaxed); }
   bool is_receive_from_any() const { return opType_ == ::c10d::OpType::RECVANYSOURCE; }
 
+  // Point-to-point: the task only posts the operation; `inner` (collie's
+  // Work of it) completes later, and completes this one through
+  // CompletionWork::on_completed. wait() drives `inner`, isCompleted()
+  // polls it.
+  void set_inner(std::shared_ptr<collie::Work> inner);
+  // Marks a point-to-point Work (before it is handed out): its wait() lets
+  // everything issued before it be posted first (WorkQueue::drain), so
+  // that the sends a waiting rank issued after its receive are out.
+  void set_p2p() { p2p_ = true; }
+  bool isCompleted() override;
+
   int sourceRank() const override;
   std::vector<at::Tensor> result() override { return outputs_; }
   // kNoTimeout (0) waits until the operation ends, which its own deadline
@@ -129,6 +141,12 @@ class CollieWork final : public ::c10d::Work {
   uint64_t ticket_ = 0;
   std::atomic<int> source_rank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
+  bool p2p_ = false;
+  std::shared_ptr<collie::Work> inner_;  // guarded by mutex_
+  std::shared_ptr<collie::Work> inner() {
+    std::lock_guard lock(mutex_);
+    return inner_;
+  }
 };
 
 template <typename... Args>

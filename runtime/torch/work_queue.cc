@@ -1,8 +1,19 @@
 #include "runtime/torch/work_queue.h"
 
+#include <unistd.h>
+
+#include <utility>
+
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/str_cat.h"
+
 namespace collie::torch_adapter {
 
-WorkQueue::WorkQueue() : worker_([this] { run_worker(); }) {}
+WorkQueue::WorkQueue(std::string what, OnCallsMet on_calls_met)
+    : what_(std::move(what)),
+      on_calls_met_(std::move(on_calls_met)),
+      worker_([this] { run_worker(); }) {}
 
 WorkQueue::~WorkQueue() {
   {
@@ -20,9 +31,45 @@ uint64_t WorkQueue::push_locked(Task task, bool reserved) {
   return ticket;
 }
 
-uint64_t WorkQueue::submit(Task task) {
-  std::lock_guard lock(mu_);
+uint64_t WorkQueue::submit(const char* op, Task task) {
+  std::unique_lock lock(mu_);
+  check_caller_locked(lock, op);
   return push_locked(std::move(task), /*reserved=*/false);
+}
+
+int WorkQueue::this_thread_id() {
+  // The kernel's id: Python's threading.get_native_id(), what ps and gdb show.
+  static thread_local const int id = static_cast<int>(::gettid());
+  return id;
+}
+
+int WorkQueue::check_caller_locked(std::unique_lock<std::mutex>& lock, const char* op) {
+  const int self = this_thread_id();
+  if (blocking_.thread == 0 || blocking_.thread == self) return self;
+  const std::string message = str_cat(
+      what_, ": ", op, " was called on thread ", self, " while ", blocking_.op, " (op #",
+      blocking_.ticket, " of this group, a blocking call) was running on thread ", blocking_.thread,
+      ". Two threads calling one group at once issue its operations in a different order on "
+      "each rank, which mixes the ranks' data, so the group is broken and every later call on "
+      "it fails. Call a group from one thread at a time (another thread may wait for its "
+      "asynchronous operations), or give each thread a group of its own (new_group).");
+  const bool first = calls_met_.empty();
+  if (first) {
+    calls_met_ = message;
+    met_.store(true, std::memory_order_release);
+  }
+  lock.unlock();
+  if (first) {
+    COLLIE_LOG(kError) << message;
+    if (on_calls_met_) on_calls_met_(message);
+  }
+  throw BackendError(message);
+}
+
+std::string WorkQueue::calls_met() const {
+  if (!met_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(mu_);
+  return calls_met_;
 }
 
 void WorkQueue::run_front_locked(std::unique_lock<std::mutex>& lock, bool on_worker) {
@@ -45,6 +92,7 @@ void WorkQueue::run_front_locked(std::unique_lock<std::mutex>& lock, bool on_wor
 
 void WorkQueue::finish_inline(uint64_t ticket) {
   std::lock_guard lock(mu_);
+  blocking_ = Caller{};
   running_ = false;
   finished_ = ticket;
   idle_cv_.notify_all();

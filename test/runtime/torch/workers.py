@@ -610,8 +610,8 @@ def scenario_unsupported():
     # (torch's wrapper refuses this itself; through the process group collie does)
     refused("product of complex", lambda: pg.allreduce([torch.ones(4, dtype=torch.complex64)],
                                                        opts).wait(), "ComplexFloat", "sum and avg")
-    refused("sparse tensor", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "Sparse",
-            "dense")
+    refused("sparse tensor, max", lambda: dist.all_reduce(torch.ones(4).to_sparse(), op=MAX),
+            "sparse", "SUM")
     refused("broadcast root out of range", lambda: dist.broadcast(t, WORLD + 3), "root")
     refused("all_gather with a wrong slot", lambda: dist.all_gather(
         [torch.ones(4)] * (WORLD - 1) + [torch.ones(5)], t), "must match")

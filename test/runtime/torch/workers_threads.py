@@ -1,0 +1,147 @@
+"""The ranks of the collie_torch tests of threads sharing one group:
+<venv>/bin/python workers_threads.py SCENARIO [ARGS...]
+
+Two threads that issue calls on one group at once issue them in a different
+order on each rank; collie refuses that (the C++ API's one-at-a-time rule,
+runtime/torch/work_queue.h) instead of mixing the ranks' data. Waiting for
+another thread's asynchronous operations, and calls made one thread after
+another, stay allowed.
+"""
+import json
+import queue
+import threading
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import collie_torch  # noqa: F401  (torch autoloads it too)
+from workers import Checks, RANK, WORLD, init, run_scenario
+
+warnings.filterwarnings("ignore")
+
+
+def scenario_two_threads(calls="300"):
+    """Two threads each make `calls` blocking all_reduces of their own
+    value on the default group, at once. Prints one RESULT line per rank
+    (the test judges all ranks together): each thread's count of right and
+    wrong sums (and which calls were wrong), and the error it raised (if
+    any), with the threads' ids."""
+    init("collie", timeout_s=60)
+    calls = int(calls)
+    start = threading.Barrier(2)
+    results = [dict(ok=0, wrong=0, wrong_at=[], error=None, type=None, at=None, tid=None)
+               for _ in range(2)]
+
+    def body(k):
+        r = results[k]
+        r["tid"] = threading.get_native_id()
+        value = 1.0 if k == 0 else 1000.0
+        want = torch.full((64,), value * WORLD)
+        start.wait()
+        for i in range(calls):
+            t = torch.full((64,), value)
+            try:
+                dist.all_reduce(t)
+            except Exception as e:  # noqa: BLE001
+                r.update(error=str(e), type=type(e).__name__, at=i)
+                return
+            if torch.equal(t, want):
+                r["ok"] += 1
+            else:
+                r["wrong"] += 1
+                r["wrong_at"].append(i)
+
+    threads = [threading.Thread(target=body, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("RESULT " + json.dumps({"rank": RANK, "threads": results}), flush=True)
+    try:
+        dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001  (a broken group may say so)
+        print(f"rank {RANK}: destroy_process_group raised: {e}", flush=True)
+
+
+def scenario_waiter_thread(ops="200"):
+    """The patterns that stay allowed: thread A issues asynchronous
+    all_reduces (and some blocking ones of its own) while thread B waits
+    for A's Works (wait() and the future, which run queued operations on
+    B); then A makes blocking calls and hands over to B, which makes its
+    own. Every sum is right and nothing raises."""
+    init("collie", timeout_s=60)
+    ops = int(ops)
+    c = Checks()
+    handed = queue.Queue()
+    errors = []
+
+    def issuer():
+        try:
+            for i in range(ops):
+                t = torch.full((32,), float(i))
+                handed.put((i, t, dist.all_reduce(t, async_op=True)))
+                if i % 20 == 19:
+                    b = torch.full((8,), float(-i))
+                    dist.all_reduce(b)
+                    c.true(f"A's blocking all_reduce {i}", torch.equal(b, torch.full(
+                        (8,), float(-i * WORLD))), str(b[:2]))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"issuer: {type(e).__name__}: {e}")
+        finally:
+            handed.put(None)
+
+    def waiter():
+        try:
+            while (item := handed.get()) is not None:
+                i, t, work = item
+                if i % 2:
+                    work.wait()
+                else:
+                    work.get_future().wait()
+                c.true(f"async all_reduce {i} waited by B", torch.equal(
+                    t, torch.full((32,), float(i * WORLD))), str(t[:2]))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"waiter: {type(e).__name__}: {e}")
+
+    a, b = threading.Thread(target=issuer), threading.Thread(target=waiter)
+    a.start()
+    b.start()
+    a.join()
+    b.join()
+    c.true("no thread raised", not errors, "; ".join(errors))
+
+    # One thread after another: A's blocking calls, then B's.
+    handover = threading.Event()
+
+    def blocking(name, base, wait_for=None, then=None):
+        try:
+            if wait_for:
+                wait_for.wait()
+            for i in range(20):
+                t = torch.full((16,), float(base + i))
+                dist.all_reduce(t)
+                c.true(f"{name}'s call {i}", torch.equal(
+                    t, torch.full((16,), float((base + i) * WORLD))), str(t[:2]))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+        finally:
+            if then:
+                then.set()
+
+    a = threading.Thread(target=blocking, args=("A", 100, None, handover))
+    b = threading.Thread(target=blocking, args=("B", 500, handover))
+    b.start()
+    a.start()
+    a.join()
+    b.join()
+    c.true("no thread raised in the hand-over", not errors, "; ".join(errors))
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    c.same("main thread's all_reduce afterwards", x, torch.full((3,), float(WORLD)))
+    c.finish(f"threads that take turns ({WORLD} ranks)")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_scenario(globals())
