@@ -3,7 +3,7 @@
 
     <venv>/bin/python bench/compare/torch_backends.py \\
         [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ddp-runs 5] [--fsdp-runs 5] \\
-        [--save results.json] [--plot docs/torch_backends.svg]
+        [--pipeline-runs 5] [--save results.json] [--plot docs/torch_backends.svg]
 
 <venv> is an environment with torch 2.x and collie_torch (tools/collie.sh
 makes them under ~/.cache/collie/venv-torch-<version>).
@@ -37,9 +37,16 @@ fully_shard on a CPU mesh) the same way: one epoch of --fsdp-steps steps per
 rank, collie and gloo alternately, N times each; it reports the median
 training steps/s.
 
+--pipeline-runs N (default 0: skipped) adds pipeline parallelism
+(samples/torch_pipeline/train.py: a small ViT cut into stages, torch's
+--pipeline-args schedule, 1F1B unless they say otherwise) the same way: one
+epoch of --pipeline-steps steps, collie and gloo alternately, N times each
+per world size; it reports the median training steps/s (the first step,
+which infers the stages' shapes, excluded) and the speed-up.
+
 --save writes the measurements as JSON: the all_reduce times as records of
 bench_results.py's schema (impl "torch-collie" and "torch-gloo"), the
-overhead, DDP and FSDP figures as sections of their own. --load prints the
+overhead, DDP, FSDP and pipeline figures as sections of their own. --load prints the
 tables of such a file (or of one written before that schema) without
 measuring, and --plot draws them as SVG (svg_plot.py, standard library only).
 """
@@ -61,6 +68,10 @@ from bench_stats import (fixed, fmt_span, fmt_speedup, human_bytes, median,  # n
 SAMPLES = os.path.join(os.path.dirname(HERE), "..", "..", "samples")
 TRAIN = os.path.join(SAMPLES, "torch_ddp", "train.py")
 TRAIN_FSDP = os.path.join(SAMPLES, "torch_fsdp", "train.py")
+TRAIN_PIPELINE = os.path.join(SAMPLES, "torch_pipeline", "train.py")
+# The pipeline sample evaluates the whole model on the main process after
+# the epoch: on a slice of the test set, the bench times the training only.
+PIPELINE_EVAL = ("--test-samples", "512")
 
 
 def sizes(max_bytes):
@@ -214,6 +225,12 @@ def main():
     p.add_argument("--fsdp-args", default="",
                    help="more arguments for samples/torch_fsdp/train.py, the same for both "
                    "backends (e.g. '--model vit')")
+    p.add_argument("--pipeline-runs", type=int, default=0)
+    p.add_argument("--pipeline-steps", type=int, default=60,
+                   help="pipeline training steps (batches) per run")
+    p.add_argument("--pipeline-args", default="",
+                   help="more arguments for samples/torch_pipeline/train.py, the same for both "
+                   "backends (e.g. '--schedule InterleavedZeroBubble --microbatches 8')")
     p.add_argument("--skip-all-reduce", action="store_true")
     p.add_argument("--overhead-blocks", type=int, default=10,
                    help="alternating blocks of 2000 calls per path and job for the adapter's "
@@ -233,6 +250,7 @@ def main():
         save(args.save, results)
     print_tables(results)
     fsdp_table(results)
+    pipeline_table(results)
     if args.plot:
         plot(results, args.plot)
 
@@ -244,8 +262,9 @@ def measure(args):
     machine = bench_results.machine_info()
     all_reduce = {}
     results = {"runs": args.runs, "ddp_steps": args.ddp_steps, "ddp_args": args.ddp_args,
-               "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args, "overhead": {},
-               "ddp": {}, "ddp_cpu_ms": {}, "fsdp": {}}
+               "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args,
+               "pipeline_steps": args.pipeline_steps, "pipeline_args": args.pipeline_args,
+               "overhead": {}, "ddp": {}, "ddp_cpu_ms": {}, "fsdp": {}, "pipeline": {}}
     if args.overhead_only:
         args.max_bytes = 0
     if not args.skip_all_reduce:
@@ -280,6 +299,14 @@ def measure(args):
                                     args.fsdp_args.split())
                 rates[backend].append(stats["train_steps_per_s"])
         results["fsdp"][str(world)] = rates
+    for world in args.worlds if args.pipeline_runs > 0 else []:
+        rates = {"collie": [], "gloo": []}
+        for _ in range(args.pipeline_runs):
+            for backend in rates:  # alternately, so that both see the same load
+                stats = train_stats(TRAIN_PIPELINE, world, backend, args.pipeline_steps,
+                                    [*PIPELINE_EVAL, *args.pipeline_args.split()])
+                rates[backend].append(stats["train_steps_per_s"])
+        results["pipeline"][str(world)] = rates
     bench_results.finish_machine(machine)
     command = (f"RANK=r WORLD_SIZE=n {sys.executable} {HERE} --worker --max-bytes "
                f"{args.max_bytes} --overhead-blocks {args.overhead_blocks}")
@@ -325,6 +352,20 @@ def fsdp_table(results):
     print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
           "| --- | --- | --- | --- | --- |")
     for world, rates in results["fsdp"].items():
+        c, g = rates["collie"], rates["gloo"]
+        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
+              f"{paired(c, g)} |", flush=True)
+
+
+def pipeline_table(results):
+    if not results.get("pipeline"):
+        return
+    extra = f" {results['pipeline_args']}" if results.get("pipeline_args") else ""
+    print(f"\nPipeline parallelism on Fashion-MNIST (samples/torch_pipeline/train.py{extra}, "
+          f"{results['pipeline_steps']} steps): training steps/s, median (min-max) of the runs\n")
+    print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
+          "| --- | --- | --- | --- | --- |")
+    for world, rates in results["pipeline"].items():
         c, g = rates["collie"], rates["gloo"]
         print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
               f"{paired(c, g)} |", flush=True)
