@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
 #include <exception>
@@ -31,6 +32,7 @@
 #include "base/error.h"
 #include "base/str_cat.h"
 #include "rendezvous/store.h"
+#include "rendezvous/tcp_store/tcp_store.h"
 
 namespace collie {
 
@@ -92,9 +94,10 @@ class TorchStore final : public Store {
     return n;
   }
 
-  // A connection of its own (torch's clone(): a TCPStore client, under the
-  // same prefixes) whose calls wait at most `timeout`: the flight
-  // recorder's dump thread polls it for other ranks' requests to dump.
+  // A connection of its own (collie's client of a TCPStore's server, else
+  // torch's clone() under the same prefixes) whose calls wait at most
+  // `timeout`: the flight recorder's dump thread polls it for other ranks'
+  // requests to dump.
   // nullptr for a FileStore, whose clone would count as one more user of
   // the file (torch deletes it when the last user is destroyed), and for a
   // store torch cannot clone.
@@ -104,6 +107,15 @@ class TorchStore final : public Store {
       if (auto* prefixed = dynamic_cast<::c10d::PrefixStore*>(base.get()))
         base = prefixed->getUnderlyingNonPrefixStore();
       if (dynamic_cast<::c10d::FileStore*>(base.get()) != nullptr) return nullptr;
+      if (auto* tcp = dynamic_cast<::c10d::TCPStore*>(base.get())) {
+        // collie's own client of the same server (the poller and the ranks
+        // that ask all use one, so they share its keys): torch's prints a
+        // warning with a stack trace when the server's process exits first,
+        // which is how most jobs end.
+        TcpStoreOptions options;
+        options.timeout = resolve_timeout(timeout);
+        return std::shared_ptr<Store>(TcpStore::connect(tcp->getHost(), tcp->getPort(), options));
+      }
       auto copy = store_->clone();
       if (!copy) return nullptr;
       copy->setTimeout(resolve_timeout(timeout));
