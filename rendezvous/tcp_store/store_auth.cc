@@ -66,6 +66,12 @@ StoreAuthGate::Step StoreAuthGate::feed(std::span<const uint8_t> in) {
           step.status = S::kDone;
           return step;
         }
+        // Whether it is a 2.x VALIDATE is known from 5 bytes on, however
+        // the stream was cut: wait for them rather than refuse a prefix.
+        if (in[0] == static_cast<uint8_t>(store_protocol::V2Query::kValidate) && in.size() < 5) {
+          step.need = 5;
+          return step;
+        }
         if (is_v2_validate(in)) {
           if (in.size() < kV2HelloBytes) {
             step.need = kV2HelloBytes;
