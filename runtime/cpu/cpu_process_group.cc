@@ -113,7 +113,7 @@ CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
 
 CpuProcessGroup::~CpuProcessGroup() {
   {
-    std::lock_guard lock(p2p_link_->mu);
+    std::unique_lock lock(p2p_link_->mu);
     p2p_link_->owner = nullptr;
   }
   shutdown();

@@ -14,7 +14,7 @@ bool P2PWork::post_failed() const {
 bool P2PWork::is_completed() const {
   if (CompletionWork::is_completed() || post_failed()) return true;
   if (auto link = link_.lock()) {
-    std::lock_guard lock(link->mu);
+    std::shared_lock lock(link->mu);
     if (link->owner)
       if (auto error = link->owner->poll()) const_cast<P2PWork*>(this)->mark_completed(error);
   }
@@ -32,7 +32,7 @@ void P2PWork::wait(Timeout timeout) {
   if (!CompletionWork::is_completed() && !post_failed()) {
     std::shared_ptr<Work> drive;
     if (auto link = link_.lock()) {
-      std::lock_guard lock(link->mu);
+      std::shared_lock lock(link->mu);
       if (link->owner) drive = link->owner->drive(shared_from_this(), timeout_);
     }
     if (!drive) {

@@ -16,7 +16,7 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
+#include <shared_mutex>
 
 #include "base/deadline.h"
 #include "runtime/process_group/work.h"
@@ -38,7 +38,10 @@ class P2POwner {
 };
 
 struct P2PLink {
-  std::mutex mu;
+  // Shared by the Works that call the owner (a wait may drive for long, and
+  // other Works' calls must not queue behind it); the group takes it alone
+  // to clear `owner`.
+  std::shared_mutex mu;
   P2POwner* owner = nullptr;
 };
 
