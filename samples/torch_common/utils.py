@@ -10,6 +10,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
@@ -127,3 +128,19 @@ def fashion_mnist(data_dir, train):
     images = read_idx(prefix + "-images-idx3-ubyte.gz").reshape(-1, 784).float() / 255.0
     labels = read_idx(prefix + "-labels-idx1-ubyte.gz").long()
     return TensorDataset((images - MEAN) / STD, labels)
+
+
+# The transformer block of the ViT samples (torch_fsdp, torch_pipeline).
+class Block(nn.Module):
+    """Pre-norm self-attention and MLP."""
+
+    def __init__(self, dim, heads=4):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))

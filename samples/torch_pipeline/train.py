@@ -64,21 +64,6 @@ def get_args():
     return p.parse_args()
 
 
-class Block(nn.Module):
-    """Pre-norm self-attention and MLP."""
-
-    def __init__(self, dim, heads=4):
-        super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
-
-    def forward(self, x):
-        h = self.norm1(x)
-        x = x + self.attn(h, h, h, need_weights=False)[0]
-        return x + self.mlp(self.norm2(x))
-
-
 class ViT(nn.Module):
     """28x28 images as (28/patch)^2 patches, a class token, `depth` blocks."""
 
@@ -89,7 +74,7 @@ class ViT(nn.Module):
         self.embed = nn.Linear(patch * patch, dim)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, tokens + 1, dim) * 0.02)
-        self.blocks = nn.ModuleList(Block(dim) for _ in range(depth))
+        self.blocks = nn.ModuleList(utils.Block(dim) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
 
