@@ -1,4 +1,4 @@
-#include "base/backoff.h"
+#include "collie/base/backoff.h"
 
 #include <unistd.h>
 

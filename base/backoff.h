@@ -13,7 +13,7 @@
 #include <chrono>
 #include <random>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie {
 

@@ -21,8 +21,8 @@
 #include <string>
 #include <string_view>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::detail {
 

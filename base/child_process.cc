@@ -1,4 +1,4 @@
-#include "base/child_process.h"
+#include "collie/base/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -17,10 +17,10 @@
 #include <sstream>
 #include <utility>
 
-#include "base/backoff.h"
-#include "base/deadline.h"
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/backoff.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 extern char** environ;
 

@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "base/unique_fd.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie {
 

@@ -1,8 +1,8 @@
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 #include <cstdio>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

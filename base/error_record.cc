@@ -1,4 +1,4 @@
-#include "base/error_record.h"
+#include "collie/base/error_record.h"
 
 #include <unistd.h>
 

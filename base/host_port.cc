@@ -1,9 +1,9 @@
-#include "base/host_port.h"
+#include "collie/base/host_port.h"
 
 #include <algorithm>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -1,4 +1,4 @@
-#include "base/logging.h"
+#include "collie/base/logging.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "base/error.h"
+#include "collie/base/error.h"
 
 namespace collie {
 namespace {

@@ -1,9 +1,9 @@
-#include "base/parse_duration.h"
+#include "collie/base/parse_duration.h"
 
 #include <cstdlib>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie {
 

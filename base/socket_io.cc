@@ -1,4 +1,4 @@
-#include "base/socket_io.h"
+#include "collie/base/socket_io.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/unique_fd.h"
+#include "collie/base/deadline.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie {
 

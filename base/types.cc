@@ -1,11 +1,11 @@
-#include "base/types.h"
+#include "collie/base/types.h"
 
 #include <algorithm>
 #include <cctype>
 #include <string>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

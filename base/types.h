@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "base/half.h"
+#include "collie/base/half.h"
 
 namespace collie {
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "base/types.h"
-#include "collectives/transport/transport.h"
+#include "collie/base/types.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 

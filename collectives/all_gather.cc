@@ -11,8 +11,8 @@
 // every rank sends its input to every other rank at once, one hop.
 #include <cstring>
 
-#include "collectives/algorithms.h"
-#include "collectives/ring_pipeline.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/ring_pipeline.h"
 
 namespace collie {
 

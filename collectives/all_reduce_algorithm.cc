@@ -1,4 +1,4 @@
-#include "collectives/all_reduce_algorithm.h"
+#include "collie/collectives/all_reduce_algorithm.h"
 
 namespace collie {
 

@@ -26,9 +26,9 @@
 // AVG is SUM divided by P once, at the same point.
 #include <cstring>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/ring_pipeline.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/reduce_kernels.h"
+#include "collie/collectives/ring_pipeline.h"
 
 namespace collie {
 

@@ -16,8 +16,8 @@
 // more than a hop (the hierarchical all_reduce across hosts).
 #include <cstring>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/reduce_kernels.h"
 
 namespace collie {
 

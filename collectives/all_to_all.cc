@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/algorithms.h"
+#include "collie/collectives/algorithms.h"
 
 namespace collie {
 

@@ -4,7 +4,7 @@
 // directly or through others, from every rank, so none leaves before all
 // have entered. Each round costs one header (40 bytes) per rank; it runs over
 // the data connections, so a barrier also proves they all still work.
-#include "collectives/algorithms.h"
+#include "collie/collectives/algorithms.h"
 
 namespace collie {
 

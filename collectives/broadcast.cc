@@ -7,7 +7,7 @@
 // root receives the buffer once and every rank but the last sends it once:
 // the bytes per rank are the bandwidth optimum, and segments are received
 // straight into the user's tensor and sent from it (no copies).
-#include "collectives/algorithms.h"
+#include "collie/collectives/algorithms.h"
 
 namespace collie {
 

@@ -35,9 +35,9 @@
 #include <cstring>
 #include <functional>
 
-#include "base/str_cat.h"
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/reduce_kernels.h"
 
 namespace collie {
 namespace {

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/types.h"
-#include "collectives/all_reduce_algorithm.h"
-#include "rendezvous/store.h"
+#include "collie/base/deadline.h"
+#include "collie/base/types.h"
+#include "collie/collectives/all_reduce_algorithm.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

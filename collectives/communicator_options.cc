@@ -3,11 +3,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/parse_duration.h"
-#include "base/str_cat.h"
-#include "collectives/communicator.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/parse_duration.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/communicator.h"
 
 namespace collie {
 namespace {

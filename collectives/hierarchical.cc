@@ -63,13 +63,13 @@
 // barrier: every rank checks in with its host's lowest rank (the leader),
 // the leaders run the dissemination barrier over TCP, then each leader
 // releases its host. Hosts may run different numbers of ranks.
-#include "collectives/algorithms.h"
+#include "collie/collectives/algorithms.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "base/check.h"
-#include "collectives/reduce_kernels.h"
+#include "collie/base/check.h"
+#include "collie/collectives/reduce_kernels.h"
 
 namespace collie {
 namespace {

@@ -22,8 +22,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/reduce_kernels.h"
 
 namespace collie {
 

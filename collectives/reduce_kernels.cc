@@ -1,10 +1,10 @@
-#include "collectives/reduce_kernels.h"
+#include "collie/collectives/reduce_kernels.h"
 
 #include <cstdint>
 #include <type_traits>
 
-#include "base/check.h"
-#include "base/half.h"
+#include "collie/base/check.h"
+#include "collie/base/half.h"
 
 namespace collie {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "base/types.h"
+#include "collie/base/types.h"
 
 namespace collie {
 

@@ -18,9 +18,9 @@
 // sends slot p to rank p, and reduces the P copies of its slot in rank order.
 #include <cstring>
 
-#include "collectives/algorithms.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/ring_pipeline.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/reduce_kernels.h"
+#include "collie/collectives/ring_pipeline.h"
 
 namespace collie {
 

@@ -22,8 +22,8 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "collectives/algorithms.h"
-#include "collectives/transport/transport.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 

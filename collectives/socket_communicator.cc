@@ -1,17 +1,17 @@
-#include "collectives/socket_communicator.h"
+#include "collie/collectives/socket_communicator.h"
 
 #include <sched.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/parse_duration.h"
-#include "base/str_cat.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/transport/join.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/parse_duration.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/reduce_kernels.h"
+#include "collie/collectives/transport/join.h"
 
 namespace collie {
 namespace {

@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
-#include "collectives/algorithms.h"
-#include "collectives/communicator.h"
-#include "collectives/transport/transport.h"
+#include "collie/collectives/algorithms.h"
+#include "collie/collectives/communicator.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 

@@ -1,9 +1,9 @@
-#include "nn/adamw.h"
+#include "collie/nn/adamw.h"
 
 #include <cmath>
 
-#include "base/check.h"
-#include "base/str_cat.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "nn/optimizer.h"
+#include "collie/nn/optimizer.h"
 
 namespace collie::nn {
 

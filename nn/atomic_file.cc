@@ -1,4 +1,4 @@
-#include "nn/atomic_file.h"
+#include "collie/nn/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,9 +12,9 @@
 #include <random>
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "base/unique_fd.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie::nn {
 

@@ -1,8 +1,8 @@
-#include "nn/data_loader.h"
+#include "collie/nn/data_loader.h"
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/deadline.h"
-#include "nn/tensor.h"
+#include "collie/base/deadline.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

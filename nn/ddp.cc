@@ -1,14 +1,14 @@
-#include "nn/ddp.h"
+#include "collie/nn/ddp.h"
 
 #include <algorithm>
 #include <functional>
 #include <optional>
 #include <utility>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/process_group/timeline.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/process_group/timeline.h"
 
 namespace collie::nn {
 

@@ -30,11 +30,11 @@
 #include <memory>
 #include <utility>
 
-#include "nn/ddp_model.h"
-#include "nn/module.h"
-#include "nn/reducer.h"
-#include "nn/tensor.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/nn/ddp_model.h"
+#include "collie/nn/module.h"
+#include "collie/nn/reducer.h"
+#include "collie/nn/tensor.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::nn {
 

@@ -1,6 +1,6 @@
-#include "nn/ddp_model.h"
+#include "collie/nn/ddp_model.h"
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie::nn {
 

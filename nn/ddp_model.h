@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "nn/device_ops.h"
-#include "nn/module.h"
-#include "nn/tensor.h"
+#include "collie/nn/device_ops.h"
+#include "collie/nn/module.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/device_ops.h"
+#include "collie/nn/device_ops.h"
 
 #include <cstring>
 #include <new>

@@ -17,7 +17,7 @@
 #include <functional>
 #include <utility>
 
-#include "base/types.h"
+#include "collie/base/types.h"
 
 namespace collie::nn {
 

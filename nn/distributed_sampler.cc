@@ -1,6 +1,6 @@
-#include "nn/distributed_sampler.h"
+#include "collie/nn/distributed_sampler.h"
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie::nn {
 

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/generator.h"
+#include "collie/nn/generator.h"
 
 namespace collie::nn {
 

@@ -1,10 +1,10 @@
-#include "nn/epoch_plan.h"
+#include "collie/nn/epoch_plan.h"
 
 #include <algorithm>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

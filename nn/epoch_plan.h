@@ -27,7 +27,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/distributed_sampler.h"
+#include "collie/nn/distributed_sampler.h"
 
 namespace collie::nn {
 

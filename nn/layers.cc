@@ -1,8 +1,8 @@
-#include "nn/layers.h"
+#include "collie/nn/layers.h"
 
 #include <cmath>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "nn/generator.h"
-#include "nn/module.h"
+#include "collie/nn/generator.h"
+#include "collie/nn/module.h"
 
 namespace collie::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/loss.h"
+#include "collie/nn/loss.h"
 
 #include <cmath>
 

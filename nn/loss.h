@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <span>
 
-#include "nn/tensor.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

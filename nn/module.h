@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "nn/parameter.h"
-#include "nn/tensor.h"
+#include "collie/nn/parameter.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

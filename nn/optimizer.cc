@@ -1,9 +1,9 @@
-#include "nn/optimizer.h"
+#include "collie/nn/optimizer.h"
 
 #include <cmath>
 #include <numbers>
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie::nn {
 

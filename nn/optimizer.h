@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "nn/parameter.h"
-#include "nn/state_dict.h"
+#include "collie/nn/parameter.h"
+#include "collie/nn/state_dict.h"
 
 namespace collie::nn {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/tensor.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

@@ -1,10 +1,10 @@
-#include "nn/recovery.h"
+#include "collie/nn/recovery.h"
 
 #include <algorithm>
 
-#include "base/check.h"
-#include "base/types.h"
-#include "nn/state_dict.h"
+#include "collie/base/check.h"
+#include "collie/base/types.h"
+#include "collie/nn/state_dict.h"
 
 namespace collie::nn {
 

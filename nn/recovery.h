@@ -19,10 +19,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/deadline.h"
-#include "nn/module.h"
-#include "nn/optimizer.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/deadline.h"
+#include "collie/nn/module.h"
+#include "collie/nn/optimizer.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::nn {
 

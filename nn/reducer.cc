@@ -1,10 +1,10 @@
-#include "nn/reducer.h"
+#include "collie/nn/reducer.h"
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/process_group/timeline.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/process_group/timeline.h"
 
 namespace collie::nn {
 

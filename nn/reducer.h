@@ -37,10 +37,10 @@
 #include <utility>
 #include <vector>
 
-#include "base/deadline.h"
-#include "nn/ddp_model.h"
-#include "nn/device_ops.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/deadline.h"
+#include "collie/nn/ddp_model.h"
+#include "collie/nn/device_ops.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::nn {
 

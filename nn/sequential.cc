@@ -1,6 +1,6 @@
-#include "nn/sequential.h"
+#include "collie/nn/sequential.h"
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

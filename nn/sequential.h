@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "nn/layers.h"
-#include "nn/module.h"
+#include "collie/nn/layers.h"
+#include "collie/nn/module.h"
 
 namespace collie::nn {
 

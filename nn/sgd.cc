@@ -1,7 +1,7 @@
-#include "nn/sgd.h"
+#include "collie/nn/sgd.h"
 
-#include "base/check.h"
-#include "base/str_cat.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

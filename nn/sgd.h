@@ -6,7 +6,7 @@
 //   p -= lr * g
 #pragma once
 
-#include "nn/optimizer.h"
+#include "collie/nn/optimizer.h"
 
 namespace collie::nn {
 

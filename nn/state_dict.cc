@@ -1,12 +1,12 @@
-#include "nn/state_dict.h"
+#include "collie/nn/state_dict.h"
 
 #include <bit>
 #include <cstring>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/atomic_file.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/atomic_file.h"
 
 namespace collie::nn {
 

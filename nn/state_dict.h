@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/types.h"
-#include "nn/module.h"
-#include "nn/tensor.h"
+#include "collie/base/types.h"
+#include "collie/nn/module.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::nn {
 

@@ -1,6 +1,6 @@
-#include "nn/tensor.h"
+#include "collie/nn/tensor.h"
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nn {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie::nn {
 

@@ -1,14 +1,14 @@
-#include "rendezvous/file_store.h"
+#include "collie/rendezvous/file_store.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "base/backoff.h"
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/store_util.h"
+#include "collie/base/backoff.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store_util.h"
 
 namespace collie {
 namespace {

@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/file_store_log.h"
-#include "rendezvous/store.h"
+#include "collie/rendezvous/file_store_log.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

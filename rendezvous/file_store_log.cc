@@ -1,4 +1,4 @@
-#include "rendezvous/file_store_log.h"
+#include "collie/rendezvous/file_store_log.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <limits>
 
-#include "base/backoff.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/backoff.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

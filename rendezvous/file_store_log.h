@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "base/unique_fd.h"
-#include "rendezvous/store.h"
+#include "collie/base/unique_fd.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -1,10 +1,10 @@
-#include "rendezvous/hash_store.h"
+#include "collie/rendezvous/hash_store.h"
 
 #include <algorithm>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/store_util.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store_util.h"
 
 namespace collie {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

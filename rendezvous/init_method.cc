@@ -1,12 +1,12 @@
-#include "rendezvous/init_method.h"
+#include "collie/rendezvous/init_method.h"
 
 #include <vector>
 
-#include "base/error.h"
-#include "base/host_port.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie {
 namespace {

@@ -22,8 +22,8 @@
 #include <string>
 #include <string_view>
 
-#include "rendezvous/env/launch_env.h"
-#include "rendezvous/store.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -1,8 +1,8 @@
-#include "rendezvous/prefix_store.h"
+#include "collie/rendezvous/prefix_store.h"
 
 #include <utility>
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie {
 

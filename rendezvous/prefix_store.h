@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -1,6 +1,6 @@
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
-#include "base/check.h"
+#include "collie/base/check.h"
 
 namespace collie {
 

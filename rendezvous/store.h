@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie {
 

@@ -1,9 +1,9 @@
-#include "rendezvous/store_util.h"
+#include "collie/rendezvous/store_util.h"
 
 #include <charconv>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

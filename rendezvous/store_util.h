@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

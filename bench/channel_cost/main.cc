@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 using namespace collie;
 using asio::ip::tcp;

@@ -26,7 +26,7 @@
 #include <new>
 #include <vector>
 
-#include "collectives/transport/shm/shm_ring.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
 
 using collie::ShmRing;
 using collie::ShmRingControl;

@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "base/child_process.h"
-#include "base/str_cat.h"
-#include "collectives/communicator.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/child_process.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/communicator.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 using namespace collie;
 

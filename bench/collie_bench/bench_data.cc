@@ -1,11 +1,11 @@
-#include "bench/collie_bench/bench_data.h"
+#include "collie/bench/collie_bench/bench_data.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
 
-#include "base/logging.h"
+#include "collie/base/logging.h"
 
 namespace collie::bench {
 

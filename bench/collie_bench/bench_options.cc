@@ -1,4 +1,4 @@
-#include "bench/collie_bench/bench_options.h"
+#include "collie/bench/collie_bench/bench_options.h"
 
 #include <unistd.h>
 
@@ -7,10 +7,10 @@
 #include <limits>
 #include <optional>
 
-#include "base/error.h"
-#include "base/parse_duration.h"
-#include "base/str_cat.h"
-#include "rendezvous/init_method.h"
+#include "collie/base/error.h"
+#include "collie/base/parse_duration.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/init_method.h"
 
 namespace collie::bench {
 

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/types.h"
-#include "collectives/all_reduce_algorithm.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/deadline.h"
+#include "collie/base/types.h"
+#include "collie/collectives/all_reduce_algorithm.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::bench {
 

@@ -1,12 +1,12 @@
-#include "bench/collie_bench/bench_report.h"
+#include "collie/bench/collie_bench/bench_report.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/build_info.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/build_info.h"
 
 namespace collie::bench {
 

@@ -1,12 +1,12 @@
-#include "bench/collie_bench/local_launch.h"
+#include "collie/bench/collie_bench/local_launch.h"
 
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
 
-#include "base/child_process.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/child_process.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie::bench {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie::bench {
 

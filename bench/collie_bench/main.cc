@@ -17,15 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "bench/collie_bench/bench_data.h"
-#include "bench/collie_bench/bench_options.h"
-#include "bench/collie_bench/bench_report.h"
-#include "bench/collie_bench/local_launch.h"
-#include "runtime/api/distributed.h"
-#include "runtime/api/per_device_process_group.h"
-#include "runtime/cpu/cpu_process_group.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/bench/collie_bench/bench_data.h"
+#include "collie/bench/collie_bench/bench_options.h"
+#include "collie/bench/collie_bench/bench_report.h"
+#include "collie/bench/collie_bench/local_launch.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/api/per_device_process_group.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
 
 namespace collie::bench {
 namespace {

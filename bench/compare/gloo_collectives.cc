@@ -41,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "peer_sweep.h"
+#include "collie/bench/compare/peer_sweep.h"
 
 namespace {
 

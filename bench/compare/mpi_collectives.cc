@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "peer_sweep.h"
+#include "collie/bench/compare/peer_sweep.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

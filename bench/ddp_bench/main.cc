@@ -23,14 +23,14 @@
 #include <optional>
 #include <sstream>
 
-#include "base/child_process.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "nn/sgd.h"
-#include "runtime/api/distributed.h"
+#include "collie/base/child_process.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/sgd.h"
+#include "collie/runtime/api/distributed.h"
 
 namespace {
 

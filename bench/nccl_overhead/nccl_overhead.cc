@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/hash_store.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/nccl/nccl_process_group.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
 
 using namespace collie;
 

@@ -20,12 +20,12 @@
 
 #include <unistd.h>
 
-#include "base/error.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "nn/sgd.h"
-#include "runtime/api/distributed.h"
+#include "collie/base/error.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/sgd.h"
+#include "collie/runtime/api/distributed.h"
 
 using namespace collie;
 

@@ -31,10 +31,10 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "bench/store_servers/server_process.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/bench/store_servers/server_process.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

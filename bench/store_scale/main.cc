@@ -35,10 +35,10 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "bench/store_scale/simulated_ranks.h"
-#include "bench/store_servers/server_process.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/bench/store_scale/simulated_ranks.h"
+#include "collie/bench/store_servers/server_process.h"
 
 namespace {
 

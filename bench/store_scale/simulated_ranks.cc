@@ -1,4 +1,4 @@
-#include "bench/store_scale/simulated_ranks.h"
+#include "collie/bench/store_scale/simulated_ranks.h"
 
 #include <netinet/in.h>
 
@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "base/backoff.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/base/backoff.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 namespace collie::bench {
 namespace {

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie::bench {
 

@@ -1,4 +1,4 @@
-#include "bench/store_servers/server_process.h"
+#include "collie/bench/store_servers/server_process.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -10,9 +10,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "base/error.h"
-#include "base/socket_io.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::bench {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "base/child_process.h"
-#include "base/unique_fd.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/child_process.h"
+#include "collie/base/unique_fd.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie::bench {
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <string_view>
 
-#include "base/deadline.h"
-#include "base/str_cat.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/channel.h"
+#include "collie/base/deadline.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/channel.h"
 
 namespace collie {
 

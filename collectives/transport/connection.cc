@@ -1,4 +1,4 @@
-#include "collectives/transport/connection.h"
+#include "collie/collectives/transport/connection.h"
 
 #include <poll.h>
 
@@ -9,9 +9,9 @@
 #include <cstring>
 #include <string_view>
 
-#include "base/str_cat.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/transport/shm/futex.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/reduce_kernels.h"
+#include "collie/collectives/transport/shm/futex.h"
 
 namespace collie {
 

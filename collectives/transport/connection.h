@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "base/fifo.h"
-#include "collectives/transport/channel.h"
-#include "collectives/transport/wire.h"
+#include "collie/base/fifo.h"
+#include "collie/collectives/transport/channel.h"
+#include "collie/collectives/transport/wire.h"
 
 namespace collie {
 

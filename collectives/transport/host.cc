@@ -1,4 +1,4 @@
-#include "collectives/transport/host.h"
+#include "collie/collectives/transport/host.h"
 
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -12,10 +12,10 @@
 #include <cstring>
 #include <fstream>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/sockets.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/sockets.h"
 
 namespace collie {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/transport/join.h"
+#include "collie/collectives/transport/join.h"
 
 #include <unistd.h>
 
@@ -7,15 +7,15 @@
 #include <random>
 #include <utility>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "collectives/transport/host.h"
-#include "collectives/transport/shm/shm_channel.h"
-#include "collectives/transport/shm/shm_ring.h"
-#include "collectives/transport/sockets.h"
-#include "collectives/transport/tcp/tcp_channel.h"
-#include "collectives/transport/wire.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/host.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
+#include "collie/collectives/transport/sockets.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
+#include "collie/collectives/transport/wire.h"
 
 namespace collie {
 namespace {

@@ -1,19 +1,19 @@
-#include "collectives/transport/linker.h"
+#include "collie/collectives/transport/linker.h"
 
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <utility>
 
-#include "base/error.h"
-#include "base/host_port.h"
-#include "base/logging.h"
-#include "base/socket_io.h"
-#include "base/str_cat.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/peer_auth.h"
-#include "collectives/transport/sockets.h"
-#include "collectives/transport/wire.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
+#include "collie/base/logging.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/peer_auth.h"
+#include "collie/collectives/transport/sockets.h"
+#include "collie/collectives/transport/wire.h"
 
 namespace collie {
 namespace {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "collectives/communicator.h"
-#include "collectives/transport/channel_factory.h"
-#include "collectives/transport/transport.h"
-#include "rendezvous/store.h"
+#include "collie/collectives/communicator.h"
+#include "collie/collectives/transport/channel_factory.h"
+#include "collie/collectives/transport/transport.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -1,10 +1,10 @@
-#include "collectives/transport/p2p_inbox.h"
+#include "collie/collectives/transport/p2p_inbox.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "base/str_cat.h"
-#include "base/types.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/types.h"
 
 namespace collie {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport/connection.h"
+#include "collie/collectives/transport/connection.h"
 
 namespace collie {
 

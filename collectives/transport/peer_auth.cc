@@ -1,4 +1,4 @@
-#include "collectives/transport/peer_auth.h"
+#include "collie/collectives/transport/peer_auth.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,11 +11,11 @@
 #include <chrono>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/socket_io.h"
-#include "base/str_cat.h"
-#include "collectives/transport/sockets.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/sockets.h"
 
 namespace collie {
 namespace {

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "rendezvous/env/job_secret.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/env/job_secret.h"
 
 namespace collie {
 

@@ -1,4 +1,4 @@
-#include "collectives/transport/sockets.h"
+#include "collie/collectives/transport/sockets.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,13 +10,13 @@
 #include <cstring>
 #include <utility>
 
-#include "base/backoff.h"
-#include "base/error.h"
-#include "base/host_port.h"
-#include "base/logging.h"
-#include "base/socket_io.h"
-#include "base/str_cat.h"
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/base/backoff.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
+#include "collie/base/logging.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 namespace collie {
 namespace {

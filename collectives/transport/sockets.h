@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "base/deadline.h"
-#include "base/unique_fd.h"
+#include "collie/base/deadline.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie {
 

@@ -1,4 +1,4 @@
-#include "collectives/transport/transport.h"
+#include "collie/collectives/transport/transport.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

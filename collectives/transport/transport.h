@@ -32,13 +32,13 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/error_record.h"
-#include "base/types.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/connection.h"
-#include "collectives/transport/p2p_inbox.h"
-#include "collectives/transport/wire.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error_record.h"
+#include "collie/base/types.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/connection.h"
+#include "collie/collectives/transport/p2p_inbox.h"
+#include "collie/collectives/transport/wire.h"
 
 namespace collie {
 

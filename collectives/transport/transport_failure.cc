@@ -11,10 +11,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "collectives/transport/transport.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 namespace {

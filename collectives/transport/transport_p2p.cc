@@ -7,9 +7,9 @@
 // during it and after it.
 #include <algorithm>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/transport/transport.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 

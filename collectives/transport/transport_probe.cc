@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "base/str_cat.h"
-#include "collectives/transport/transport.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/transport.h"
 
 namespace collie {
 

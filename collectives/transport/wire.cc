@@ -1,8 +1,8 @@
-#include "collectives/transport/wire.h"
+#include "collie/collectives/transport/wire.h"
 
 #include <cstddef>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <string>
 
-#include "base/types.h"
-#include "collectives/all_reduce_algorithm.h"
+#include "collie/base/types.h"
+#include "collie/collectives/all_reduce_algorithm.h"
 
 namespace collie {
 

@@ -1,13 +1,13 @@
-#include "nn/cuda/cuda_adamw.h"
+#include "collie/nn/cuda/cuda_adamw.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 
-#include "base/str_cat.h"
-#include "nn/cuda/optimizer_kernels.h"
-#include "runtime/cuda/cuda_device.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/cuda/optimizer_kernels.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "nn/adamw.h"
-#include "nn/cuda/cuda_mlp.h"
-#include "nn/cuda/device_array.h"
-#include "nn/state_dict.h"
+#include "collie/nn/adamw.h"
+#include "collie/nn/cuda/cuda_mlp.h"
+#include "collie/nn/cuda/device_array.h"
+#include "collie/nn/state_dict.h"
 
 namespace collie::nn::cuda {
 

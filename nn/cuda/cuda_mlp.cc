@@ -1,16 +1,16 @@
-#include "nn/cuda/cuda_mlp.h"
+#include "collie/nn/cuda/cuda_mlp.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "nn/cuda/device_array.h"
-#include "nn/cuda/mlp_kernels.h"
+#include "collie/nn/cuda/device_array.h"
+#include "collie/nn/cuda/mlp_kernels.h"
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/cuda/cuda_device.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {
 

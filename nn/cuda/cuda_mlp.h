@@ -26,10 +26,10 @@
 #include <span>
 #include <vector>
 
-#include "base/types.h"
-#include "nn/cuda/cuda_ops.h"
-#include "nn/ddp_model.h"
-#include "nn/sequential.h"
+#include "collie/base/types.h"
+#include "collie/nn/cuda/cuda_ops.h"
+#include "collie/nn/ddp_model.h"
+#include "collie/nn/sequential.h"
 
 namespace collie::nn::cuda {
 

@@ -1,10 +1,10 @@
-#include "nn/cuda/cuda_ops.h"
+#include "collie/nn/cuda/cuda_ops.h"
 
 #include <cuda_runtime.h>
 
-#include "base/logging.h"
-#include "nn/cuda/mlp_kernels.h"
-#include "runtime/cuda/cuda_device.h"
+#include "collie/base/logging.h"
+#include "collie/nn/cuda/mlp_kernels.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {
 

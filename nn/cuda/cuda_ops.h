@@ -6,7 +6,7 @@
 // travels as void* (a cudaStream_t), as in runtime/cuda/cuda_device.h.
 #pragma once
 
-#include "nn/device_ops.h"
+#include "collie/nn/device_ops.h"
 
 namespace collie::nn::cuda {
 

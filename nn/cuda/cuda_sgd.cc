@@ -1,9 +1,9 @@
-#include "nn/cuda/cuda_sgd.h"
+#include "collie/nn/cuda/cuda_sgd.h"
 
 #include <cuda_runtime.h>
 
-#include "nn/cuda/optimizer_kernels.h"
-#include "runtime/cuda/cuda_device.h"
+#include "collie/nn/cuda/optimizer_kernels.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda {
 

@@ -9,9 +9,9 @@
 
 #include <vector>
 
-#include "nn/cuda/cuda_mlp.h"
-#include "nn/cuda/device_array.h"
-#include "nn/sgd.h"
+#include "collie/nn/cuda/cuda_mlp.h"
+#include "collie/nn/cuda/device_array.h"
+#include "collie/nn/sgd.h"
 
 namespace collie::nn::cuda {
 

@@ -1,8 +1,8 @@
-#include "nn/cuda/device_array.h"
+#include "collie/nn/cuda/device_array.h"
 
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/cuda_device.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 namespace collie::nn::cuda::detail {
 

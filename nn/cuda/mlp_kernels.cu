@@ -1,6 +1,6 @@
 // The CudaMlp's elementwise kernels. Compiled as C++17 by nvcc, so this file
 // and its header use no C++20 and no collie header beyond plain types.
-#include "nn/cuda/mlp_kernels.h"
+#include "collie/nn/cuda/mlp_kernels.h"
 
 #include <cuda_runtime.h>
 

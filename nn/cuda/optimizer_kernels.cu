@@ -1,7 +1,7 @@
 // The optimizers' update kernels (CudaSgd, CudaAdamW). Compiled as C++17 by
 // nvcc, so this file and its header use no C++20 and no collie header beyond
 // plain types.
-#include "nn/cuda/optimizer_kernels.h"
+#include "collie/nn/cuda/optimizer_kernels.h"
 
 #include <cuda_runtime.h>
 

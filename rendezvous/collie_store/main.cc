@@ -20,10 +20,10 @@
 #include <ctime>
 #include <iostream>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

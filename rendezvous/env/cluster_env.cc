@@ -1,4 +1,4 @@
-#include "rendezvous/env/cluster_env.h"
+#include "collie/rendezvous/env/cluster_env.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <thread>
 
-#include "base/backoff.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/slurm_nodelist.h"
+#include "collie/base/backoff.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/slurm_nodelist.h"
 
 namespace collie {
 

@@ -23,8 +23,8 @@
 #include <optional>
 #include <string>
 
-#include "base/deadline.h"
-#include "rendezvous/env/launch_env.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/env/launch_env.h"
 
 namespace collie {
 

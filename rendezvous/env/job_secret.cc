@@ -1,4 +1,4 @@
-#include "rendezvous/env/job_secret.h"
+#include "collie/rendezvous/env/job_secret.h"
 
 #include <sys/random.h>
 
@@ -6,10 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/shared_secret.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/shared_secret.h"
 
 namespace collie {
 namespace {

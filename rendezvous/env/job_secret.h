@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "base/sha256.h"
+#include "collie/base/sha256.h"
 
 namespace collie {
 

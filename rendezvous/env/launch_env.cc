@@ -1,12 +1,12 @@
-#include "rendezvous/env/launch_env.h"
+#include "collie/rendezvous/env/launch_env.h"
 
 #include <charconv>
 #include <cstdlib>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/cluster_env.h"
-#include "rendezvous/env/slurm_nodelist.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/cluster_env.h"
+#include "collie/rendezvous/env/slurm_nodelist.h"
 
 namespace collie {
 namespace {

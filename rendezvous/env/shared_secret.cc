@@ -1,4 +1,4 @@
-#include "rendezvous/env/shared_secret.h"
+#include "collie/rendezvous/env/shared_secret.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/error.h"
-#include "base/sha256.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/sha256.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

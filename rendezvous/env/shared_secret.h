@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/env/launch_env.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/env/launch_env.h"
 
 namespace collie {
 

@@ -1,11 +1,11 @@
-#include "rendezvous/env/slurm_nodelist.h"
+#include "collie/rendezvous/env/slurm_nodelist.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -1,10 +1,10 @@
-#include "rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
 
 #include <cstring>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 namespace collie {
 namespace {

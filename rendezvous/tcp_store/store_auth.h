@@ -28,10 +28,10 @@
 #include <span>
 #include <string>
 
-#include "base/deadline.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/store.h"
-#include "rendezvous/tcp_store/tcp_store_socket.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/store.h"
+#include "collie/rendezvous/tcp_store/tcp_store_socket.h"
 
 namespace collie {
 

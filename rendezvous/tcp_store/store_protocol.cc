@@ -1,9 +1,9 @@
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 #include <cstring>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::store_protocol {
 namespace {

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie::store_protocol {
 

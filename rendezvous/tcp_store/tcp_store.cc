@@ -1,17 +1,17 @@
 // TcpStore's factories and the client's operations: each encodes one
 // request in the connection's dialect, sends it and reads the reply, with
 // the store's deadline (or the caller's, for wait and get).
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/store_util.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/tcp_store_client.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store_util.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/tcp_store_client.h"
 
 namespace collie {
 

@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/store.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

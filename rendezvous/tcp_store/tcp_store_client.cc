@@ -1,4 +1,4 @@
-#include "rendezvous/tcp_store/tcp_store_client.h"
+#include "collie/rendezvous/tcp_store/tcp_store_client.h"
 
 #include <unistd.h>
 
@@ -7,12 +7,12 @@
 #include <string_view>
 #include <thread>
 
-#include "base/backoff.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/tcp_store_detect.h"
+#include "collie/base/backoff.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/tcp_store_detect.h"
 
 namespace collie {
 

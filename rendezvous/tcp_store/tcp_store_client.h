@@ -7,9 +7,9 @@
 #include <memory>
 #include <mutex>
 
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "rendezvous/tcp_store/tcp_store_socket.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store_socket.h"
 
 namespace collie {
 

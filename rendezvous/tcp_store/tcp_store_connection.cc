@@ -1,12 +1,12 @@
-#include "rendezvous/tcp_store/tcp_store_connection.h"
+#include "collie/rendezvous/tcp_store/tcp_store_connection.h"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

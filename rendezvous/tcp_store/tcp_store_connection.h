@@ -22,11 +22,11 @@
 #include <memory>
 #include <string>
 
-#include "base/logging.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store_reply.h"
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/base/logging.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store_reply.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 namespace collie {
 

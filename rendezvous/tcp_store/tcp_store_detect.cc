@@ -1,11 +1,11 @@
-#include "rendezvous/tcp_store/tcp_store_detect.h"
+#include "collie/rendezvous/tcp_store/tcp_store_detect.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 namespace collie {
 namespace {

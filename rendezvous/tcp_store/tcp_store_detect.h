@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "rendezvous/tcp_store/tcp_store_socket.h"
+#include "collie/rendezvous/tcp_store/tcp_store_socket.h"
 
 namespace collie {
 

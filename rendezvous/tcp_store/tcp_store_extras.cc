@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <utility>
 
-#include "base/backoff.h"
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/tcp_store_client.h"
+#include "collie/base/backoff.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/tcp_store_client.h"
 
 namespace collie {
 

@@ -1,10 +1,10 @@
-#include "rendezvous/tcp_store/tcp_store_os_limits.h"
+#include "collie/rendezvous/tcp_store/tcp_store_os_limits.h"
 
 #include <sys/resource.h>
 
 #include <fstream>
 
-#include "base/logging.h"
+#include "collie/base/logging.h"
 
 namespace collie {
 namespace {

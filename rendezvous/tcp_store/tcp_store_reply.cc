@@ -1,9 +1,9 @@
-#include "rendezvous/tcp_store/tcp_store_reply.h"
+#include "collie/rendezvous/tcp_store/tcp_store_reply.h"
 
 #include <algorithm>
 #include <unordered_set>
 
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 namespace collie {
 

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -17,17 +17,17 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/error.h"
-#include "base/host_port.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/store_util.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "rendezvous/tcp_store/tcp_store_connection.h"
-#include "rendezvous/tcp_store/tcp_store_os_limits.h"
-#include "rendezvous/tcp_store/tcp_store_slots.h"
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store_util.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store_connection.h"
+#include "collie/rendezvous/tcp_store/tcp_store_os_limits.h"
+#include "collie/rendezvous/tcp_store/tcp_store_slots.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 namespace collie {
 namespace {

@@ -1,4 +1,4 @@
-#include "rendezvous/tcp_store/tcp_store_slots.h"
+#include "collie/rendezvous/tcp_store/tcp_store_slots.h"
 
 namespace collie {
 

@@ -23,8 +23,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "base/deadline.h"
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 namespace collie {
 

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/socket_io.h"
-#include "base/unique_fd.h"
+#include "collie/base/deadline.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie {
 

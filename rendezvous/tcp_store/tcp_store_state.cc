@@ -1,11 +1,11 @@
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 #include <algorithm>
 #include <limits>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/store_util.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store_util.h"
 
 namespace collie {
 

@@ -37,8 +37,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store_reply.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store_reply.h"
 
 namespace collie {
 

@@ -1,4 +1,4 @@
-#include "runtime/api/backend_registry.h"
+#include "collie/runtime/api/backend_registry.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,16 +6,16 @@
 #include <mutex>
 #include <optional>
 
-#include "base/config.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/per_device_process_group.h"
-#include "runtime/cpu/cpu_process_group.h"
+#include "collie/base/config.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/per_device_process_group.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
 #if COLLIE_HAVE_CUDA
-#include "runtime/cuda/cuda_device.h"
+#include "collie/runtime/cuda/cuda_device.h"
 #endif
 #if COLLIE_HAVE_NCCL
-#include "runtime/nccl/nccl_process_group.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
 #endif
 
 namespace collie {

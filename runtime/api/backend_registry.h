@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
-#include "runtime/process_group/backend_context.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/process_group/backend_context.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie {
 

@@ -1,9 +1,9 @@
-#include "runtime/api/build_info.h"
+#include "collie/runtime/api/build_info.h"
 
-#include "base/config.h"
-#include "base/str_cat.h"
+#include "collie/base/config.h"
+#include "collie/base/str_cat.h"
 #if COLLIE_HAVE_NCCL
-#include "runtime/nccl/nccl_info.h"
+#include "collie/runtime/nccl/nccl_info.h"
 #endif
 
 namespace collie {

@@ -3,11 +3,11 @@
 // group's ProcessGroup and waits unless async_op.
 #include <algorithm>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "runtime/api/group_call.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/api/group_call.h"
 
 namespace collie {
 

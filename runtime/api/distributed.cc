@@ -1,19 +1,19 @@
-#include "runtime/api/distributed.h"
+#include "collie/runtime/api/distributed.h"
 
 #include <algorithm>
 #include <mutex>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/prefix_store.h"
-#include "runtime/api/backend_registry.h"
-#include "runtime/api/group_call.h"
-#include "runtime/api/init_rendezvous.h"
-#include "runtime/api/per_device_process_group.h"
-#include "runtime/process_group/flight_recorder.h"
-#include "runtime/process_group/timeline.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/runtime/api/backend_registry.h"
+#include "collie/runtime/api/group_call.h"
+#include "collie/runtime/api/init_rendezvous.h"
+#include "collie/runtime/api/per_device_process_group.h"
+#include "collie/runtime/process_group/flight_recorder.h"
+#include "collie/runtime/process_group/timeline.h"
 
 namespace collie {
 namespace {

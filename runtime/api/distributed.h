@@ -25,15 +25,15 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/types.h"
-#include "rendezvous/store.h"
-#include "runtime/api/backend_registry.h"
-#include "runtime/api/group.h"
-#include "runtime/api/print.h"
-#include "runtime/process_group/flight_recorder.h"  // dump_flight_recorder()
-#include "runtime/process_group/process_group.h"
-#include "runtime/process_group/work.h"
+#include "collie/base/deadline.h"
+#include "collie/base/types.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/api/backend_registry.h"
+#include "collie/runtime/api/group.h"
+#include "collie/runtime/api/print.h"
+#include "collie/runtime/process_group/flight_recorder.h"  // dump_flight_recorder()
+#include "collie/runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

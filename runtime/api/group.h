@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie {
 

@@ -6,9 +6,9 @@
 
 #include <memory>
 
-#include "runtime/api/group.h"
-#include "runtime/process_group/process_group.h"
-#include "runtime/process_group/work.h"
+#include "collie/runtime/api/group.h"
+#include "collie/runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

@@ -1,12 +1,12 @@
-#include "runtime/api/init_rendezvous.h"
+#include "collie/runtime/api/init_rendezvous.h"
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/init_method.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/api/distributed.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/init_method.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/api/distributed.h"
 
 namespace collie {
 namespace {

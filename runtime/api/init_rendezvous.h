@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "base/deadline.h"
-#include "rendezvous/env/launch_env.h"
-#include "rendezvous/store.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -5,11 +5,11 @@
 // uint8 host buffers on the group's host backend.
 #include <algorithm>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "runtime/api/group_call.h"
-#include "runtime/api/per_device_process_group.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/api/group_call.h"
+#include "collie/runtime/api/per_device_process_group.h"
 
 namespace collie {
 namespace {

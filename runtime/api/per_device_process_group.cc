@@ -1,7 +1,7 @@
-#include "runtime/api/per_device_process_group.h"
+#include "collie/runtime/api/per_device_process_group.h"
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie {
 

@@ -1,10 +1,10 @@
 // torch.distributed's point-to-point functions on a Group (declared in
 // distributed.h). Peers are default-group ranks, as in torch; a receive
 // reports its sender as one.
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "runtime/api/group_call.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/api/group_call.h"
 
 namespace collie {
 

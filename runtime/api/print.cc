@@ -1,4 +1,4 @@
-#include "runtime/api/print.h"
+#include "collie/runtime/api/print.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "base/logging.h"
+#include "collie/base/logging.h"
 
 namespace collie {
 namespace {

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <charconv>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/cpu/cpu_process_group.h"
-#include "runtime/process_group/shrink_agreement.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
+#include "collie/runtime/process_group/shrink_agreement.h"
 
 namespace collie {
 namespace {

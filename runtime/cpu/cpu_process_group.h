@@ -30,17 +30,17 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/all_reduce_algorithm.h"
-#include "collectives/communicator.h"
-#include "rendezvous/store.h"
-#include "runtime/cpu/op_queue.h"
-#include "runtime/cpu/p2p_work.h"
-#include "runtime/process_group/backend_context.h"
-#include "runtime/process_group/collective_checks.h"
-#include "runtime/process_group/flight_recorder.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/all_reduce_algorithm.h"
+#include "collie/collectives/communicator.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/cpu/op_queue.h"
+#include "collie/runtime/cpu/p2p_work.h"
+#include "collie/runtime/process_group/backend_context.h"
+#include "collie/runtime/process_group/collective_checks.h"
+#include "collie/runtime/process_group/flight_recorder.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie {
 

@@ -1,10 +1,10 @@
-#include "runtime/cpu/op_queue.h"
+#include "collie/runtime/cpu/op_queue.h"
 
 #include <unistd.h>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -32,8 +32,8 @@
 #include <thread>
 #include <type_traits>
 
-#include "base/deadline.h"
-#include "runtime/process_group/work.h"
+#include "collie/base/deadline.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

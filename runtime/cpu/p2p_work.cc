@@ -1,7 +1,7 @@
-#include "runtime/cpu/p2p_work.h"
+#include "collie/runtime/cpu/p2p_work.h"
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -18,8 +18,8 @@
 #include <memory>
 #include <shared_mutex>
 
-#include "base/deadline.h"
-#include "runtime/process_group/work.h"
+#include "collie/base/deadline.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

@@ -1,9 +1,9 @@
-#include "runtime/cuda/cuda_device.h"
+#include "collie/runtime/cuda/cuda_device.h"
 
 #include <cuda_runtime.h>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::cuda {
 namespace {

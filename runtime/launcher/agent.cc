@@ -1,14 +1,14 @@
-#include "runtime/launcher/agent.h"
+#include "collie/runtime/launcher/agent.h"
 
 #include <exception>
 #include <optional>
 
-#include "base/error_record.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/culprit.h"
-#include "runtime/launcher/failure_events.h"
-#include "runtime/launcher/failure_summary.h"
-#include "runtime/launcher/log_hints.h"
+#include "collie/base/error_record.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/culprit.h"
+#include "collie/runtime/launcher/failure_events.h"
+#include "collie/runtime/launcher/failure_summary.h"
+#include "collie/runtime/launcher/log_hints.h"
 
 namespace collie::launcher {
 namespace {

@@ -14,8 +14,8 @@
 #include <functional>
 #include <string>
 
-#include "runtime/launcher/rendezvous.h"
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/rendezvous.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

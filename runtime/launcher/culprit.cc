@@ -1,4 +1,4 @@
-#include "runtime/launcher/culprit.h"
+#include "collie/runtime/launcher/culprit.h"
 
 #include <algorithm>
 #include <map>

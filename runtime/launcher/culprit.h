@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

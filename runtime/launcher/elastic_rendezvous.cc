@@ -1,4 +1,4 @@
-#include "runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/elastic_rendezvous.h"
 
 #include <unistd.h>
 
@@ -6,10 +6,10 @@
 #include <sstream>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "rendezvous/env/cluster_env.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/cluster_env.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 namespace {

@@ -51,9 +51,9 @@
 #include <string>
 #include <vector>
 
-#include "base/backoff.h"
-#include "rendezvous/store.h"
-#include "runtime/launcher/rendezvous.h"
+#include "collie/base/backoff.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/launcher/rendezvous.h"
 
 namespace collie {
 class TcpStoreServer;

@@ -2,10 +2,10 @@
 // round, its end, the end of the job, and what the launcher says about them.
 #include <algorithm>
 
-#include "base/str_cat.h"
-#include "rendezvous/env/cluster_env.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/launcher/elastic_rendezvous.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/cluster_env.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/launcher/elastic_rendezvous.h"
 
 namespace collie::launcher {
 namespace {

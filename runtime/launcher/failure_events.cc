@@ -1,9 +1,9 @@
-#include "runtime/launcher/failure_events.h"
+#include "collie/runtime/launcher/failure_events.h"
 
 #include <cstdio>
 
-#include "base/str_cat.h"
-#include "runtime/launcher/failure_summary.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/failure_summary.h"
 
 namespace collie::launcher {
 

@@ -13,7 +13,7 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

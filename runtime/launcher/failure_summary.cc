@@ -1,9 +1,9 @@
-#include "runtime/launcher/failure_summary.h"
+#include "collie/runtime/launcher/failure_summary.h"
 
 #include <cstdio>
 #include <ctime>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

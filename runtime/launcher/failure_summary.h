@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

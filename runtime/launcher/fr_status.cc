@@ -1,4 +1,4 @@
-#include "runtime/launcher/fr_status.h"
+#include "collie/runtime/launcher/fr_status.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

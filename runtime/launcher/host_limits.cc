@@ -1,4 +1,4 @@
-#include "runtime/launcher/host_limits.h"
+#include "collie/runtime/launcher/host_limits.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <sstream>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

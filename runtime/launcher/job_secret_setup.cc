@@ -1,12 +1,12 @@
-#include "runtime/launcher/job_secret_setup.h"
+#include "collie/runtime/launcher/job_secret_setup.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 
-#include "base/str_cat.h"
-#include "rendezvous/env/shared_secret.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/shared_secret.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 namespace {

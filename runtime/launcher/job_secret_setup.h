@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/launch_options.h"
 
 namespace collie::launcher {
 

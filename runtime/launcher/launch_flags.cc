@@ -1,4 +1,4 @@
-#include "runtime/launcher/launch_flags.h"
+#include "collie/runtime/launcher/launch_flags.h"
 
 #include <CLI/CLI.hpp>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/launch_options.h"
 
 namespace CLI {
 class App;

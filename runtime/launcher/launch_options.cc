@@ -1,4 +1,4 @@
-#include "runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/launch_options.h"
 
 #include <arpa/inet.h>
 
@@ -11,12 +11,12 @@
 #include <cstdlib>
 #include <tuple>
 
-#include "base/error.h"
-#include "base/host_port.h"
-#include "base/parse_duration.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/cluster_env.h"
-#include "runtime/launcher/launch_flags.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
+#include "collie/base/parse_duration.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/cluster_env.h"
+#include "collie/runtime/launcher/launch_flags.h"
 
 namespace collie::launcher {
 namespace {

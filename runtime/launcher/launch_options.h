@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "rendezvous/env/launch_env.h"
-#include "runtime/launcher/on_failure.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/runtime/launcher/on_failure.h"
 
 namespace collie::launcher {
 

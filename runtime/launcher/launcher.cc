@@ -1,22 +1,22 @@
-#include "runtime/launcher/launcher.h"
+#include "collie/runtime/launcher/launcher.h"
 
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/agent.h"
-#include "runtime/launcher/elastic_rendezvous.h"
-#include "runtime/launcher/host_limits.h"
-#include "runtime/launcher/log_hints.h"
-#include "runtime/launcher/orphan_guard.h"
-#include "runtime/launcher/program_path.h"
-#include "runtime/launcher/signal_relay.h"
-#include "runtime/launcher/static_rendezvous.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/agent.h"
+#include "collie/runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/host_limits.h"
+#include "collie/runtime/launcher/log_hints.h"
+#include "collie/runtime/launcher/orphan_guard.h"
+#include "collie/runtime/launcher/program_path.h"
+#include "collie/runtime/launcher/signal_relay.h"
+#include "collie/runtime/launcher/static_rendezvous.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 namespace {

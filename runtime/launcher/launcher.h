@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
-#include "runtime/launcher/launch_options.h"
-#include "runtime/launcher/rendezvous.h"
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/rendezvous.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/line_splitter.h"
+#include "collie/runtime/launcher/line_splitter.h"
 
 namespace collie::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/log_hints.h"
+#include "collie/runtime/launcher/log_hints.h"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 #include <mutex>
 #include <optional>
 
-#include "base/str_cat.h"
-#include "runtime/launcher/socket_owner.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/socket_owner.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 namespace {

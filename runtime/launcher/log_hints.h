@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/logging.h"
+#include "collie/base/logging.h"
 
 namespace collie::launcher {
 

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/launcher/fr_status.h"
-#include "runtime/launcher/job_secret_setup.h"
-#include "runtime/launcher/launch_options.h"
-#include "runtime/launcher/launcher.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/runtime/launcher/fr_status.h"
+#include "collie/runtime/launcher/job_secret_setup.h"
+#include "collie/runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/launcher.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 int main(int argc, char** argv) {
   // A console that went away must not kill the launcher (and with it the

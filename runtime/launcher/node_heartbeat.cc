@@ -1,6 +1,6 @@
-#include "runtime/launcher/node_heartbeat.h"
+#include "collie/runtime/launcher/node_heartbeat.h"
 
-#include "base/error.h"
+#include "collie/base/error.h"
 
 namespace collie::launcher {
 

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/on_failure.h"
+#include "collie/runtime/launcher/on_failure.h"
 
 namespace collie::launcher {
 

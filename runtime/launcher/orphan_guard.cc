@@ -1,4 +1,4 @@
-#include "runtime/launcher/orphan_guard.h"
+#include "collie/runtime/launcher/orphan_guard.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

@@ -20,7 +20,7 @@
 
 #include <sys/types.h>
 
-#include "base/unique_fd.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie::launcher {
 

@@ -1,12 +1,12 @@
-#include "runtime/launcher/program_path.h"
+#include "collie/runtime/launcher/program_path.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

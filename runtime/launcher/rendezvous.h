@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "base/error.h"
+#include "collie/base/error.h"
 
 namespace collie::launcher {
 

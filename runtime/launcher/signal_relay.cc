@@ -1,4 +1,4 @@
-#include "runtime/launcher/signal_relay.h"
+#include "collie/runtime/launcher/signal_relay.h"
 
 #include <fcntl.h>
 #include <string.h>
@@ -7,8 +7,8 @@
 #include <atomic>
 #include <cerrno>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "base/unique_fd.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie::launcher {
 

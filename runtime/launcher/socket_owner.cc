@@ -1,4 +1,4 @@
-#include "runtime/launcher/socket_owner.h"
+#include "collie/runtime/launcher/socket_owner.h"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

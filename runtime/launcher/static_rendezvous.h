@@ -36,9 +36,9 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/store.h"
-#include "runtime/launcher/node_heartbeat.h"
-#include "runtime/launcher/rendezvous.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/launcher/node_heartbeat.h"
+#include "collie/runtime/launcher/rendezvous.h"
 
 namespace collie {
 class TcpStoreServer;

@@ -1,4 +1,4 @@
-#include "runtime/launcher/worker_env.h"
+#include "collie/runtime/launcher/worker_env.h"
 
 namespace collie::launcher {
 

@@ -1,4 +1,4 @@
-#include "runtime/launcher/worker_group.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -11,11 +11,11 @@
 #include <fstream>
 #include <iterator>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/fr_status.h"
-#include "runtime/launcher/orphan_guard.h"
-#include "runtime/launcher/signal_relay.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/fr_status.h"
+#include "collie/runtime/launcher/orphan_guard.h"
+#include "collie/runtime/launcher/signal_relay.h"
 
 namespace collie::launcher {
 namespace {

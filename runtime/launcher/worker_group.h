@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "base/child_process.h"
-#include "base/error_record.h"
-#include "runtime/launcher/on_failure.h"
-#include "runtime/launcher/worker_env.h"
-#include "runtime/launcher/worker_stream.h"
+#include "collie/base/child_process.h"
+#include "collie/base/error_record.h"
+#include "collie/runtime/launcher/on_failure.h"
+#include "collie/runtime/launcher/worker_env.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
 

@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/worker_group.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 namespace {

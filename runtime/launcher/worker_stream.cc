@@ -1,4 +1,4 @@
-#include "runtime/launcher/worker_stream.h"
+#include "collie/runtime/launcher/worker_stream.h"
 
 #include <fcntl.h>
 #include <string.h>
@@ -6,8 +6,8 @@
 
 #include <cerrno>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::launcher {
 namespace {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <utility>
 
-#include "base/unique_fd.h"
-#include "runtime/launcher/line_splitter.h"
+#include "collie/base/unique_fd.h"
+#include "collie/runtime/launcher/line_splitter.h"
 
 namespace collie::launcher {
 

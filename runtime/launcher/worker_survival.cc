@@ -10,10 +10,10 @@
 
 #include <algorithm>
 
-#include "base/str_cat.h"
-#include "runtime/launcher/failure_events.h"
-#include "runtime/launcher/orphan_guard.h"
-#include "runtime/launcher/worker_group.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/failure_events.h"
+#include "collie/runtime/launcher/orphan_guard.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
 

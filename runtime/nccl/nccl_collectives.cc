@@ -1,7 +1,7 @@
 // NcclProcessGroup's operations: the shared argument checks, then one NCCL
 // launch each through Impl::run (nccl_impl.h), which orders it after the
 // caller's stream and hands its Work to the watchdog.
-#include "runtime/nccl/nccl_impl.h"
+#include "collie/runtime/nccl/nccl_impl.h"
 
 namespace collie {
 

@@ -1,11 +1,11 @@
-#include "runtime/nccl/nccl_comm.h"
+#include "collie/runtime/nccl/nccl_comm.h"
 
 #include <thread>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/nccl/nccl_info.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/nccl/nccl_info.h"
 
 namespace collie {
 

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <string>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie {
 

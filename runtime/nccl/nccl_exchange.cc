@@ -2,8 +2,8 @@
 // builds from them (gather, scatter, all_to_all): ncclSend/ncclRecv inside
 // one ncclGroupStart/End, as ProcessGroupNCCL does, so that every pair's
 // transfer runs at once and no ordering among them can deadlock.
-#include "runtime/nccl/nccl_impl.h"
-#include "runtime/process_group/monitored_barrier.h"
+#include "collie/runtime/nccl/nccl_impl.h"
+#include "collie/runtime/process_group/monitored_barrier.h"
 
 namespace collie {
 namespace {

@@ -11,16 +11,16 @@
 #include <string>
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/store.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/nccl/nccl_comm.h"
-#include "runtime/nccl/nccl_process_group.h"
-#include "runtime/nccl/nccl_work.h"
-#include "runtime/process_group/call_log.h"
-#include "runtime/process_group/collective_checks.h"
-#include "runtime/process_group/flight_recorder.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/nccl/nccl_comm.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
+#include "collie/runtime/nccl/nccl_work.h"
+#include "collie/runtime/process_group/call_log.h"
+#include "collie/runtime/process_group/collective_checks.h"
+#include "collie/runtime/process_group/flight_recorder.h"
 
 namespace collie {
 

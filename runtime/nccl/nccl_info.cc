@@ -1,8 +1,8 @@
-#include "runtime/nccl/nccl_info.h"
+#include "collie/runtime/nccl/nccl_info.h"
 
 #include <nccl.h>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::nccl {
 

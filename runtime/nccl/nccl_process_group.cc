@@ -1,16 +1,16 @@
 // NcclProcessGroup's lifecycle: create (rendezvous of the unique id through
 // the store, communicator init, stream, watchdog), shutdown and the checks
 // every operation shares. The operations are in nccl_collectives.cc.
-#include "runtime/nccl/nccl_process_group.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
-#include "base/check.h"
-#include "base/logging.h"
-#include "runtime/nccl/nccl_impl.h"
-#include "runtime/nccl/nccl_info.h"
+#include "collie/base/check.h"
+#include "collie/base/logging.h"
+#include "collie/runtime/nccl/nccl_impl.h"
+#include "collie/runtime/nccl/nccl_info.h"
 
 namespace collie {
 namespace {

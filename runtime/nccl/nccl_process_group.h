@@ -29,8 +29,8 @@
 #include <span>
 #include <string>
 
-#include "rendezvous/store.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie {
 

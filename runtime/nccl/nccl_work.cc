@@ -1,15 +1,15 @@
-#include "runtime/nccl/nccl_work.h"
+#include "collie/runtime/nccl/nccl_work.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/process_group/flight_recorder.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/process_group/flight_recorder.h"
 
 namespace collie {
 

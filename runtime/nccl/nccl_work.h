@@ -35,11 +35,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/deadline.h"
-#include "rendezvous/store.h"
-#include "runtime/nccl/nccl_comm.h"
-#include "runtime/process_group/call_log.h"
-#include "runtime/process_group/work.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/nccl/nccl_comm.h"
+#include "collie/runtime/process_group/call_log.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

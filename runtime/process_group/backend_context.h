@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "rendezvous/store.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

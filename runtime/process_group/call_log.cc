@@ -1,8 +1,8 @@
-#include "runtime/process_group/call_log.h"
+#include "collie/runtime/process_group/call_log.h"
 
 #include <charconv>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

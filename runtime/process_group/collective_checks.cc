@@ -1,7 +1,7 @@
-#include "runtime/process_group/collective_checks.h"
+#include "collie/runtime/process_group/collective_checks.h"
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

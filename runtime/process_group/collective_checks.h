@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/types.h"
+#include "collie/base/deadline.h"
+#include "collie/base/types.h"
 
 namespace collie {
 

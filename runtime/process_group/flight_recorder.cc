@@ -1,4 +1,4 @@
-#include "runtime/process_group/flight_recorder.h"
+#include "collie/runtime/process_group/flight_recorder.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,10 +19,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/process_group/fr_clock.h"
-#include "runtime/process_group/fr_pickle.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/process_group/fr_clock.h"
+#include "collie/runtime/process_group/fr_pickle.h"
 
 namespace collie {
 namespace {

@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "base/types.h"
-#include "rendezvous/store.h"
+#include "collie/base/types.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

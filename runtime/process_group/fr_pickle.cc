@@ -1,4 +1,4 @@
-#include "runtime/process_group/fr_pickle.h"
+#include "collie/runtime/process_group/fr_pickle.h"
 
 #include <cstring>
 

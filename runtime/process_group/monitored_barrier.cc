@@ -1,9 +1,9 @@
-#include "runtime/process_group/monitored_barrier.h"
+#include "collie/runtime/process_group/monitored_barrier.h"
 
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -19,8 +19,8 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
-#include "rendezvous/store.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/types.h"
-#include "runtime/process_group/work.h"
+#include "collie/base/deadline.h"
+#include "collie/base/types.h"
+#include "collie/runtime/process_group/work.h"
 
 namespace collie {
 

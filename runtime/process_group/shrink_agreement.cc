@@ -1,13 +1,13 @@
-#include "runtime/process_group/shrink_agreement.h"
+#include "collie/runtime/process_group/shrink_agreement.h"
 
 #include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/process_group/timeline.h"
+#include "collie/runtime/process_group/timeline.h"
 
 #include <time.h>
 
@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "base/types.h"
-#include "runtime/process_group/flight_recorder.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/types.h"
+#include "collie/runtime/process_group/flight_recorder.h"
 
 namespace collie::timeline {
 namespace {

@@ -50,7 +50,7 @@
 #include <string_view>
 #include <utility>
 
-#include "rendezvous/store.h"
+#include "collie/rendezvous/store.h"
 
 namespace collie::timeline {
 

@@ -1,11 +1,11 @@
-#include "runtime/process_group/work.h"
+#include "collie/runtime/process_group/work.h"
 
 #include <sched.h>
 
 #include <chrono>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie {
 

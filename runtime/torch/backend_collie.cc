@@ -1,7 +1,7 @@
 // BackendCollie's lifecycle, the dispatch of one operation to its device's
 // path, coalescing, split, shrink and abort. The operations themselves are in
 // backend_ops.cc.
-#include "runtime/torch/backend_collie.h"
+#include "collie/runtime/torch/backend_collie.h"
 
 #include <ATen/core/grad_mode.h>
 
@@ -9,14 +9,14 @@
 #include <set>
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/prefix_store.h"
-#include "runtime/cpu/cpu_process_group.h"
-#include "runtime/process_group/backend_context.h"
-#include "runtime/process_group/flight_recorder.h"
-#include "runtime/torch/collie_work.h"
-#include "runtime/torch/torch_store.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
+#include "collie/runtime/process_group/backend_context.h"
+#include "collie/runtime/process_group/flight_recorder.h"
+#include "collie/runtime/torch/collie_work.h"
+#include "collie/runtime/torch/torch_store.h"
 
 namespace collie::torch_adapter {
 namespace {

@@ -64,13 +64,13 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "runtime/process_group/process_group.h"
-#include "runtime/torch/collie_work.h"
-#include "runtime/torch/cuda_path.h"
-#include "runtime/torch/launch.h"
-#include "runtime/torch/torch_tensors.h"
-#include "runtime/torch/work_queue.h"
+#include "collie/base/deadline.h"
+#include "collie/runtime/process_group/process_group.h"
+#include "collie/runtime/torch/collie_work.h"
+#include "collie/runtime/torch/cuda_path.h"
+#include "collie/runtime/torch/launch.h"
+#include "collie/runtime/torch/torch_tensors.h"
+#include "collie/runtime/torch/work_queue.h"
 
 namespace collie {
 class CpuProcessGroup;

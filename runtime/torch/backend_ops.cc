@@ -3,11 +3,11 @@
 // Body (launch.h) that makes the collie call and copies results back.
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/cpu/cpu_process_group.h"
-#include "runtime/process_group/collective_checks.h"
-#include "runtime/torch/backend_collie.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
+#include "collie/runtime/process_group/collective_checks.h"
+#include "collie/runtime/torch/backend_collie.h"
 
 namespace collie::torch_adapter {
 namespace {

@@ -32,9 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/torch/backend_collie.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/torch/backend_collie.h"
 
 namespace collie::torch_adapter {
 namespace {

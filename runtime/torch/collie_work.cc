@@ -1,11 +1,11 @@
-#include "runtime/torch/collie_work.h"
+#include "collie/runtime/torch/collie_work.h"
 
 #include <c10/util/Exception.h>
 
-#include "base/deadline.h"
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::torch_adapter {
 

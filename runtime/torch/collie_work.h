@@ -38,8 +38,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/process_group/work.h"
-#include "runtime/torch/work_queue.h"
+#include "collie/runtime/process_group/work.h"
+#include "collie/runtime/torch/work_queue.h"
 
 namespace collie::torch_adapter {
 

@@ -1,6 +1,6 @@
 // The CUDA path of BackendCollie (see cuda_path.h): collie's NcclProcessGroup
 // on torch's streams. Compiled only where collie has NCCL and torch has CUDA.
-#include "runtime/torch/cuda_path.h"
+#include "collie/runtime/torch/cuda_path.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -11,11 +11,11 @@
 #include <mutex>
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/nccl/nccl_process_group.h"
-#include "runtime/torch/collie_work.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
+#include "collie/runtime/torch/collie_work.h"
 
 namespace collie::torch_adapter {
 namespace {

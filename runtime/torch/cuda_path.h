@@ -20,9 +20,9 @@
 #include <memory>
 #include <string>
 
-#include "base/deadline.h"
-#include "rendezvous/store.h"
-#include "runtime/torch/launch.h"
+#include "collie/base/deadline.h"
+#include "collie/rendezvous/store.h"
+#include "collie/runtime/torch/launch.h"
 
 namespace collie::torch_adapter {
 

@@ -1,7 +1,7 @@
 // The CUDA path of a build without it (collie without NCCL, or a torch
 // without CUDA): CUDA tensors are refused with the reason, which CMake
 // passes as COLLIE_TORCH_NO_CUDA_REASON.
-#include "runtime/torch/cuda_path.h"
+#include "collie/runtime/torch/cuda_path.h"
 
 #ifndef COLLIE_TORCH_NO_CUDA_REASON
 #define COLLIE_TORCH_NO_CUDA_REASON "this build of collie_torch has no CUDA path"

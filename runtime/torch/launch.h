@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
-#include "base/types.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/types.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::torch_adapter {
 

@@ -21,13 +21,13 @@
 #include <tuple>
 #include <vector>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/api/build_info.h"
-#include "runtime/process_group/flight_recorder.h"
-#include "runtime/torch/backend_collie.h"
-#include "runtime/torch/timeline_bindings.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/build_info.h"
+#include "collie/runtime/process_group/flight_recorder.h"
+#include "collie/runtime/torch/backend_collie.h"
+#include "collie/runtime/torch/timeline_bindings.h"
 
 #ifndef COLLIE_TORCH_BUILT_FOR
 #define COLLIE_TORCH_BUILT_FOR "unknown"

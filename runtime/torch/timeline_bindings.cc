@@ -1,4 +1,4 @@
-#include "runtime/torch/timeline_bindings.h"
+#include "collie/runtime/torch/timeline_bindings.h"
 
 #include <cstdint>
 #include <map>
@@ -7,9 +7,9 @@
 #include <set>
 #include <vector>
 
-#include "rendezvous/env/launch_env.h"
-#include "runtime/process_group/timeline.h"
-#include "runtime/torch/torch_store.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/runtime/process_group/timeline.h"
+#include "collie/runtime/torch/torch_store.h"
 
 namespace py = pybind11;
 

@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie {
 

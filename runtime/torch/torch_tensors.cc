@@ -1,7 +1,7 @@
-#include "runtime/torch/torch_tensors.h"
+#include "collie/runtime/torch/torch_tensors.h"
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::torch_adapter {
 namespace {

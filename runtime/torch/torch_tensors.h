@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "base/types.h"
-#include "runtime/process_group/collective_checks.h"
+#include "collie/base/types.h"
+#include "collie/runtime/process_group/collective_checks.h"
 
 namespace collie::torch_adapter {
 

@@ -1,12 +1,12 @@
-#include "runtime/torch/work_queue.h"
+#include "collie/runtime/torch/work_queue.h"
 
 #include <unistd.h>
 
 #include <utility>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::torch_adapter {
 

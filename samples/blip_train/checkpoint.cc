@@ -1,6 +1,6 @@
-#include "samples/blip_train/checkpoint.h"
+#include "collie/samples/blip_train/checkpoint.h"
 
-#include "nn/state_dict.h"
+#include "collie/nn/state_dict.h"
 
 namespace collie::samples {
 

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "nn/module.h"
-#include "nn/optimizer.h"
+#include "collie/nn/module.h"
+#include "collie/nn/optimizer.h"
 
 namespace collie::samples {
 

@@ -1,10 +1,10 @@
-#include "samples/blip_train/fashion_mnist.h"
+#include "collie/samples/blip_train/fashion_mnist.h"
 
 #include <random>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "samples/blip_train/idx_file.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/samples/blip_train/idx_file.h"
 
 namespace collie::samples {
 namespace {

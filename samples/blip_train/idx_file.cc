@@ -1,12 +1,12 @@
-#include "samples/blip_train/idx_file.h"
+#include "collie/samples/blip_train/idx_file.h"
 
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::samples {
 

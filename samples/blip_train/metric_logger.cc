@@ -1,12 +1,12 @@
-#include "samples/blip_train/metric_logger.h"
+#include "collie/samples/blip_train/metric_logger.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <regex>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::samples {
 

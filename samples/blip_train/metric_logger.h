@@ -11,8 +11,8 @@
 #include <span>
 #include <string>
 
-#include "nn/device_ops.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/nn/device_ops.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::samples {
 

@@ -1,4 +1,4 @@
-#include "samples/blip_train/run_files.h"
+#include "collie/samples/blip_train/run_files.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,9 +8,9 @@
 #include <system_error>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/atomic_file.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/atomic_file.h"
 
 namespace collie::samples {
 

@@ -1,4 +1,4 @@
-#include "samples/blip_train/survival.h"
+#include "collie/samples/blip_train/survival.h"
 
 #include <signal.h>
 
@@ -7,16 +7,16 @@
 #include <numeric>
 #include <optional>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/distributed_sampler.h"
-#include "nn/loss.h"
-#include "nn/recovery.h"
-#include "nn/state_dict.h"
-#include "runtime/api/distributed.h"
-#include "samples/blip_train/fashion_mnist.h"
-#include "samples/blip_train/metric_logger.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/distributed_sampler.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/recovery.h"
+#include "collie/nn/state_dict.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/samples/blip_train/fashion_mnist.h"
+#include "collie/samples/blip_train/metric_logger.h"
 
 namespace collie::samples {
 

@@ -23,14 +23,14 @@
 #include <string>
 #include <vector>
 
-#include "nn/adamw.h"
-#include "nn/data_loader.h"
-#include "nn/ddp.h"
-#include "nn/device_ops.h"
-#include "nn/epoch_plan.h"
-#include "nn/sequential.h"
-#include "runtime/process_group/process_group.h"
-#include "samples/blip_train/train_model.h"
+#include "collie/nn/adamw.h"
+#include "collie/nn/data_loader.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/device_ops.h"
+#include "collie/nn/epoch_plan.h"
+#include "collie/nn/sequential.h"
+#include "collie/runtime/process_group/process_group.h"
+#include "collie/samples/blip_train/train_model.h"
 
 namespace collie::samples {
 

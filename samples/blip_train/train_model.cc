@@ -1,4 +1,4 @@
-#include "samples/blip_train/train_model.h"
+#include "collie/samples/blip_train/train_model.h"
 
 namespace collie::samples {
 

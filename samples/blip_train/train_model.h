@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "nn/adamw.h"
-#include "nn/ddp_model.h"
-#include "nn/sequential.h"
+#include "collie/nn/adamw.h"
+#include "collie/nn/ddp_model.h"
+#include "collie/nn/sequential.h"
 
 namespace collie::samples {
 

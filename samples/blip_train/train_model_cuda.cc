@@ -2,12 +2,12 @@
 // device (nn::cuda::CudaAdamW). DDP wraps the CudaMlp itself, so gradients
 // are averaged in device buckets over the nccl backend; the host Sequential
 // and AdamW are brought up to date only for evaluation and checkpoints.
-#include "base/error.h"
-#include "nn/cuda/cuda_adamw.h"
-#include "nn/cuda/cuda_mlp.h"
-#include "nn/state_dict.h"
-#include "runtime/cuda/cuda_device.h"
-#include "samples/blip_train/train_model.h"
+#include "collie/base/error.h"
+#include "collie/nn/cuda/cuda_adamw.h"
+#include "collie/nn/cuda/cuda_mlp.h"
+#include "collie/nn/state_dict.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/samples/blip_train/train_model.h"
 
 namespace collie::samples {
 

@@ -1,6 +1,6 @@
 // --device cuda in a build without CUDA: refused, saying why.
-#include "base/error.h"
-#include "samples/blip_train/train_model.h"
+#include "collie/base/error.h"
+#include "collie/samples/blip_train/train_model.h"
 
 namespace collie::samples {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/api/distributed.h"
+#include "collie/runtime/api/distributed.h"
 
 int main() try {
   collie::init_process_group({.backend = "cpu"});

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/parse_duration.h"
-#include "runtime/api/distributed.h"
+#include "collie/base/parse_duration.h"
+#include "collie/runtime/api/distributed.h"
 
 int main(int argc, char** argv) try {
   if (argc != 1 && (argc != 3 || std::string_view(argv[1]) != "--timeout")) {

@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "base/child_process.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/launch_env.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/child_process.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace {
 

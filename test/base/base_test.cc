@@ -7,13 +7,13 @@
 #include <limits>
 #include <thread>
 
-#include "base/check.h"
-#include "base/deadline.h"
-#include "base/half.h"
-#include "base/logging.h"
-#include "base/types.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
+#include "collie/base/check.h"
+#include "collie/base/deadline.h"
+#include "collie/base/half.h"
+#include "collie/base/logging.h"
+#include "collie/base/types.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "base/error_record.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error_record.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -2,8 +2,8 @@
 // --rdzv-endpoint and the data plane's records.
 #include <catch2/catch.hpp>
 
-#include "base/error.h"
-#include "base/host_port.h"
+#include "collie/base/error.h"
+#include "collie/base/host_port.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

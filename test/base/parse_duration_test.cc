@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 
-#include "base/error.h"
-#include "base/parse_duration.h"
+#include "collie/base/error.h"
+#include "collie/base/parse_duration.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

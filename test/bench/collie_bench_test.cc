@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -13,19 +13,25 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 "$cmake" --build "$tmp/build" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 out=$("$tmp/build/collie_consumer")
 echo "$out"
+grep -q "^consumer log: start$" <<<"$out"
 grep -q "^collie " <<<"$out"
 grep -q "^store ok: value=world counter=5$" <<<"$out"
 grep -q "^nn ok: .* decreased$" <<<"$out"
 
-# Only the declared public headers are installed, and each compiles on its own
-# (none includes a header that was left out).
+# Only the declared public headers are installed, all under include/collie/,
+# and each compiles on its own (none includes a header that was left out) and
+# includes collie's headers only as "collie/...".
 inc="$tmp/prefix/include/collie"
+outside=$(find "$tmp/prefix/include" -mindepth 1 -maxdepth 1 ! -name collie)
+[[ -z $outside ]] || { echo "installed outside include/collie/: $outside"; exit 1; }
+bad=$(grep -rnE '^\s*#\s*include\s+"' "$inc" | grep -vE '#\s*include\s+"collie/' || true)
+[[ -z $bad ]] || { echo "installed headers include paths outside collie/: $bad"; exit 1; }
 ! find "$inc" -path '*/launcher/*' | grep -q . || { echo "launcher headers were installed"; exit 1; }
 ! find "$inc" -name 'transport.h' | grep -q . || { echo "collectives internals were installed"; exit 1; }
 count=0
 while IFS= read -r h; do
-  rel=${h#"$inc"/}
-  printf '#include "%s"\n' "$rel" | c++ -std=c++20 -fsyntax-only -x c++ -I"$inc" \
+  rel=collie/${h#"$inc"/}
+  printf '#include <%s>\n' "$rel" | c++ -std=c++20 -fsyntax-only -x c++ -I"$consumer/include" -I"$tmp/prefix/include" \
     -I/usr/include/eigen3 - || { echo "installed header $rel does not compile on its own"; exit 1; }
   count=$((count + 1))
 done < <(find "$inc" -name '*.h' | sort)

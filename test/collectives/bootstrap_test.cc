@@ -11,13 +11,13 @@
 #include <future>
 #include <thread>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/transport/host.h"
-#include "collectives/transport/join.h"
-#include "collectives/transport/sockets.h"
-#include "rendezvous/hash_store.h"
-#include "test/collectives/harness.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/host.h"
+#include "collie/collectives/transport/join.h"
+#include "collie/collectives/transport/sockets.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/test/collectives/harness.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

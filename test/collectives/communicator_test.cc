@@ -15,16 +15,16 @@
 #include <mutex>
 #include <thread>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "collectives/reduce_kernels.h"
-#include "collectives/socket_communicator.h"
-#include "collectives/transport/join.h"
-#include "collectives/transport/wire.h"
-#include "rendezvous/hash_store.h"
-#include "test/collectives/harness.h"
-#include "test/support/skip.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/reduce_kernels.h"
+#include "collie/collectives/socket_communicator.h"
+#include "collie/collectives/transport/join.h"
+#include "collie/collectives/transport/wire.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/test/collectives/harness.h"
+#include "collie/test/support/skip.h"
 
 using namespace collie;
 using namespace collie::test;

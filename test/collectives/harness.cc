@@ -1,10 +1,10 @@
-#include "test/collectives/harness.h"
+#include "collie/test/collectives/harness.h"
 
 #include <atomic>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "rendezvous/hash_store.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/hash_store.h"
 
 namespace collie::test {
 

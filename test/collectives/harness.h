@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
-#include "base/types.h"
-#include "collectives/communicator.h"
-#include "rendezvous/store.h"
-#include "test/support/reference.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/types.h"
+#include "collie/collectives/communicator.h"
+#include "collie/rendezvous/store.h"
+#include "collie/test/support/reference.h"
 
 namespace collie::test {
 

@@ -14,15 +14,15 @@
 #include <cstdio>
 #include <cstring>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/socket_communicator.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/collectives/harness.h"
-#include "test/support/child.h"
-#include "test/support/netns_lan.h"
-#include "test/support/netns_pair.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/socket_communicator.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/collectives/harness.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/netns_lan.h"
+#include "collie/test/support/netns_pair.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -13,9 +13,9 @@
 #include <functional>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "test/collectives/harness.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/collectives/harness.h"
 
 using namespace collie;
 using namespace collie::test;

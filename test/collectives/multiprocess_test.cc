@@ -18,13 +18,13 @@
 #include <memory>
 #include <sstream>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "test/collectives/harness.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/test/collectives/harness.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

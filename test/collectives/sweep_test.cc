@@ -9,11 +9,11 @@
 
 #include <cstring>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/socket_communicator.h"
-#include "collectives/transport/join.h"
-#include "test/collectives/harness.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/socket_communicator.h"
+#include "collie/collectives/transport/join.h"
+#include "collie/test/collectives/harness.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -11,12 +11,12 @@
 #include <random>
 #include <thread>
 
-#include "base/check.h"
-#include "base/str_cat.h"
-#include "nn/atomic_file.h"
-#include "nn/state_dict.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/atomic_file.h"
+#include "collie/nn/state_dict.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "test/support/child.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/support/child.h"
 
 using namespace collie;
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "base/error_record.h"
-#include "base/str_cat.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error_record.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

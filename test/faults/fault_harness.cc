@@ -1,4 +1,4 @@
-#include "test/faults/fault_harness.h"
+#include "collie/test/faults/fault_harness.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <regex>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::test {
 

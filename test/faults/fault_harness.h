@@ -21,10 +21,10 @@
 #include <utility>
 #include <vector>
 
-#include "test/support/child.h"
-#include "test/support/netns_pair.h"  // shell()
-#include "test/support/pid_files.h"
-#include "test/support/subprocess.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/netns_pair.h"  // shell()
+#include "collie/test/support/pid_files.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

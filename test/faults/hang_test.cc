@@ -15,9 +15,9 @@
 #include <signal.h>
 #include <catch2/catch.hpp>
 
-#include "base/str_cat.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -9,13 +9,13 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/state_dict.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/temp_dir.h"
-#include "test/support/tmpfs.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/state_dict.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/temp_dir.h"
+#include "collie/test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;

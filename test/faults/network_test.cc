@@ -16,13 +16,13 @@
 
 #include <cstdio>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/netns_pair.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/netns_pair.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -12,10 +12,10 @@
 
 #include <cstdio>
 
-#include "base/check.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
 
 using namespace collie;
 using namespace collie::test;

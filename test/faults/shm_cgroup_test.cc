@@ -20,11 +20,11 @@
 #include <string>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/skip.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/launch_env.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/pid_files.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/pid_files.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/netns_lan.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/netns_lan.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/pid_files.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/pid_files.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -9,11 +9,11 @@
 
 #include <cstdio>
 
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/api/distributed.h"
-#include "test/faults/fault_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/faults/fault_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

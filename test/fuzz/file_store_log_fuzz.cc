@@ -23,10 +23,10 @@
 #include <cstdint>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/error.h"
-#include "rendezvous/file_store_log.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/base/deadline.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/file_store_log.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 

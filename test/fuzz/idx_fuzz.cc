@@ -11,9 +11,9 @@
 #include <cstring>
 #include <string>
 
-#include "base/error.h"
-#include "samples/blip_train/idx_file.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/base/error.h"
+#include "collie/samples/blip_train/idx_file.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 constexpr const char* kTarget = "idx_fuzz";

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport/peer_auth.h"
-#include "collectives/transport/wire.h"
-#include "nn/state_dict.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "test/fuzz/wire_call.h"
+#include "collie/collectives/transport/peer_auth.h"
+#include "collie/collectives/transport/wire.h"
+#include "collie/nn/state_dict.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/test/fuzz/wire_call.h"
 
 using collie::fuzz::fuzz_call;
 

@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "collectives/transport/peer_auth.h"
-#include "collectives/transport/wire.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/base/error.h"
+#include "collie/collectives/transport/peer_auth.h"
+#include "collie/collectives/transport/wire.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 

@@ -32,8 +32,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport/shm/shm_ring.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 

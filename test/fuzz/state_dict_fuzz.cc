@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "nn/state_dict.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/base/error.h"
+#include "collie/nn/state_dict.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store/store_auth.h"
-#include "test/fuzz/fuzz_check.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
 
 namespace collie::fuzz {
 

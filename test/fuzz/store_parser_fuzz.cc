@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "test/fuzz/store_parser_driver.h"
+#include "collie/test/fuzz/store_parser_driver.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

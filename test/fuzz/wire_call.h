@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "collectives/transport/wire.h"
+#include "collie/collectives/transport/wire.h"
 
 namespace collie::fuzz {
 

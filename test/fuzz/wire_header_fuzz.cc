@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "collectives/transport/connection.h"
-#include "collectives/transport/tcp/tcp_channel.h"
-#include "collectives/transport/wire.h"
-#include "test/fuzz/fuzz_check.h"
-#include "test/fuzz/wire_call.h"
+#include "collie/collectives/transport/connection.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
+#include "collie/collectives/transport/wire.h"
+#include "collie/test/fuzz/fuzz_check.h"
+#include "collie/test/fuzz/wire_call.h"
 
 using collie::fuzz::fuzz_call;
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <thread>
 
-#include "base/error.h"
-#include "nn/data_loader.h"
-#include "nn/distributed_sampler.h"
+#include "collie/base/error.h"
+#include "collie/nn/data_loader.h"
+#include "collie/nn/distributed_sampler.h"
 
 using namespace collie;
 using namespace collie::nn;

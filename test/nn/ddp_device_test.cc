@@ -13,11 +13,11 @@
 
 #include <map>
 
-#include "base/error.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "nn/sgd.h"
+#include "collie/base/error.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/sgd.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -9,19 +9,19 @@
 #include <filesystem>
 #include <functional>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/recovery.h"
-#include "nn/sequential.h"
-#include "nn/sgd.h"
-#include "nn/state_dict.h"
-#include "runtime/api/distributed.h"
-#include "test/support/child.h"
-#include "test/support/nn_examples.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/recovery.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/sgd.h"
+#include "collie/nn/state_dict.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/nn_examples.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::nn;

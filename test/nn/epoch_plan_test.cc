@@ -10,9 +10,9 @@
 #include <numeric>
 #include <set>
 
-#include "base/error.h"
-#include "nn/distributed_sampler.h"
-#include "nn/epoch_plan.h"
+#include "collie/base/error.h"
+#include "collie/nn/distributed_sampler.h"
+#include "collie/nn/epoch_plan.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <vector>
 
-#include "nn/generator.h"
-#include "nn/layers.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "test/nn/torch_helper.h"
+#include "collie/nn/generator.h"
+#include "collie/nn/layers.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/test/nn/torch_helper.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -8,10 +8,10 @@
 #include <memory>
 #include <numbers>
 
-#include "base/str_cat.h"
-#include "nn/adamw.h"
-#include "nn/sgd.h"
-#include "test/nn/torch_helper.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/adamw.h"
+#include "collie/nn/sgd.h"
+#include "collie/test/nn/torch_helper.h"
 
 using namespace collie;
 using namespace collie::nn;

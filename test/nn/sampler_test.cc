@@ -6,10 +6,10 @@
 #include <numeric>
 #include <set>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "nn/distributed_sampler.h"
-#include "test/nn/torch_helper.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/distributed_sampler.h"
+#include "collie/test/nn/torch_helper.h"
 
 using namespace collie;
 using namespace collie::nn;

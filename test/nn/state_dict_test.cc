@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "nn/atomic_file.h"
-#include "nn/sequential.h"
-#include "nn/state_dict.h"
-#include "test/support/temp_dir.h"
+#include "collie/nn/atomic_file.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/state_dict.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -1,13 +1,13 @@
-#include "test/nn/torch_helper.h"
+#include "collie/test/nn/torch_helper.h"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <sstream>
 
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie::test {
 

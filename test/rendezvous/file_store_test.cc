@@ -12,13 +12,13 @@
 #include <fstream>
 #include <thread>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "test/support/child.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

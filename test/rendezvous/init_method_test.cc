@@ -8,14 +8,14 @@
 #include <filesystem>
 #include <map>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "rendezvous/init_method.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/rendezvous/init_method.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

@@ -3,9 +3,9 @@
 // store it wraps.
 #include <catch2/catch.hpp>
 
-#include "base/error.h"
-#include "rendezvous/hash_store.h"
-#include "rendezvous/prefix_store.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/rendezvous/prefix_store.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

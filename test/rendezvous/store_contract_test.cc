@@ -14,13 +14,13 @@
 #include <memory>
 #include <thread>
 
-#include "base/error.h"
-#include "rendezvous/file_store.h"
-#include "rendezvous/hash_store.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/rendezvous/store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

@@ -5,11 +5,11 @@
 
 #include <fstream>
 
-#include "base/error.h"
-#include "samples/blip_train/fashion_mnist.h"
-#include "samples/blip_train/idx_file.h"
-#include "samples/blip_train/metric_logger.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/samples/blip_train/fashion_mnist.h"
+#include "collie/samples/blip_train/idx_file.h"
+#include "collie/samples/blip_train/metric_logger.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::samples;

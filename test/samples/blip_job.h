@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "test/support/subprocess.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

@@ -14,11 +14,11 @@
 #include <map>
 #include <regex>
 
-#include "base/str_cat.h"
-#include "nn/state_dict.h"
-#include "test/samples/blip_job.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/nn/state_dict.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "test/samples/blip_job.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using collie::test::Subprocess;

@@ -12,11 +12,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "test/samples/blip_job.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
-#include "test/support/tmpfs.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
+#include "collie/test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;

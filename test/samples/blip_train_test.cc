@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
-#include "nn/state_dict.h"
-#include "test/samples/blip_job.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/nn/state_dict.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

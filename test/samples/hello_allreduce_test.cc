@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/str_cat.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -7,13 +7,13 @@
 
 #include <cstdio>
 
-#include "base/deadline.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "samples/blip_train/metric_logger.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/deadline.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/samples/blip_train/metric_logger.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::samples;

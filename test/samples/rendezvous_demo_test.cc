@@ -5,8 +5,8 @@
 
 #include <unistd.h>
 
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie {
 namespace {

@@ -9,9 +9,9 @@
 
 #include <optional>
 
-#include "base/str_cat.h"
-#include "test/samples/blip_job.h"
-#include "test/support/subprocess.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -3,10 +3,10 @@
 // behind the leader by a step or a whole epoch's end.
 #include <catch2/catch.hpp>
 
-#include "base/error.h"
-#include "nn/distributed_sampler.h"
-#include "nn/epoch_plan.h"
-#include "samples/blip_train/survival.h"
+#include "collie/base/error.h"
+#include "collie/nn/distributed_sampler.h"
+#include "collie/nn/epoch_plan.h"
+#include "collie/samples/blip_train/survival.h"
 
 using namespace collie;
 using namespace collie::samples;

@@ -20,16 +20,16 @@
 #include <thread>
 #include <utility>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/communicator.h"
-#include "collectives/transport/peer_auth.h"
-#include "collectives/transport/wire.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/file_store.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/communicator.h"
+#include "collie/collectives/transport/peer_auth.h"
+#include "collie/collectives/transport/wire.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

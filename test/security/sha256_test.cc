@@ -7,11 +7,11 @@
 #include <random>
 #include <sstream>
 
-#include "base/error.h"
-#include "base/sha256.h"
-#include "rendezvous/env/job_secret.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/base/sha256.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <thread>
 
-#include "base/error.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/shm/shm_channel.h"
+#include "collie/base/error.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

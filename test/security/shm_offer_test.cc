@@ -17,11 +17,11 @@
 #include <string>
 #include <thread>
 
-#include "base/error.h"
-#include "collectives/transport/shm/shm_channel.h"
-#include "collectives/transport/shm/shm_ring.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

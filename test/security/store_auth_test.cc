@@ -17,16 +17,16 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/support/child.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

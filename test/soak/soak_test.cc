@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "base/check.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/soak/soak_util.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/soak/soak_util.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -1,4 +1,4 @@
-#include "test/soak/soak_util.h"
+#include "collie/test/soak/soak_util.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -13,12 +13,12 @@
 #include <mutex>
 #include <thread>
 
-#include "base/check.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/soak/soak_util.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
+#include "collie/base/check.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/soak/soak_util.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace collie::test;

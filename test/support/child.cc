@@ -1,4 +1,4 @@
-#include "test/support/child.h"
+#include "collie/test/support/child.h"
 
 #include <unistd.h>
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/env/launch_env.h"
+#include "collie/rendezvous/env/launch_env.h"
 
 namespace collie::test {
 

@@ -5,7 +5,7 @@
 
 #include <csignal>
 
-#include "test/support/child.h"
+#include "collie/test/support/child.h"
 
 int main(int argc, char** argv) {
   // A peer dying must surface as an error on the socket, not kill us.

@@ -1,8 +1,8 @@
-#include "test/support/netns_lan.h"
+#include "collie/test/support/netns_lan.h"
 
 #include <unistd.h>
 
-#include "test/support/netns_pair.h"
+#include "collie/test/support/netns_pair.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/netns_pair.h"
+#include "collie/test/support/netns_pair.h"
 
 #include <sys/wait.h>
 #include <unistd.h>

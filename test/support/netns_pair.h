@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "test/support/skip.h"
+#include "collie/test/support/skip.h"
 
 namespace collie::test {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/generator.h"
-#include "nn/tensor.h"
+#include "collie/nn/generator.h"
+#include "collie/nn/tensor.h"
 
 namespace collie::test {
 

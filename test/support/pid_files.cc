@@ -1,4 +1,4 @@
-#include "test/support/pid_files.h"
+#include "collie/test/support/pid_files.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -7,8 +7,8 @@
 #include <fstream>
 #include <thread>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::test {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
+#include "collie/base/deadline.h"
 
 namespace collie::test {
 

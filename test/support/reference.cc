@@ -1,8 +1,8 @@
-#include "test/support/reference.h"
+#include "collie/test/support/reference.h"
 
 #include <cstring>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::test {
 

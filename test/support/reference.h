@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/types.h"
+#include "collie/base/types.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/skip.h"
+#include "collie/test/support/skip.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "test/support/subprocess.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/slurm_cluster.h"
+#include "collie/test/support/slurm_cluster.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <sstream>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "test/support/netns_pair.h"
-#include "test/support/skip.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/support/netns_pair.h"
+#include "collie/test/support/skip.h"
 
 namespace collie::test {
 

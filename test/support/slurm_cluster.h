@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "base/deadline.h"
-#include "test/support/netns_lan.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/deadline.h"
+#include "collie/test/support/netns_lan.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/subprocess.h"
+#include "collie/test/support/subprocess.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -11,9 +11,9 @@
 #include <sstream>
 #include <utility>
 
-#include "base/backoff.h"
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/backoff.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie::test {
 namespace {

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "base/child_process.h"
-#include "base/deadline.h"
+#include "collie/base/child_process.h"
+#include "collie/base/deadline.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/temp_dir.h"
+#include "collie/test/support/temp_dir.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "base/error.h"
+#include "collie/base/error.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "test/support/tmpfs.h"
+#include "collie/test/support/tmpfs.h"
 
 #include <sys/mount.h>
 #include <sys/statvfs.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "test/support/skip.h"
+#include "collie/test/support/skip.h"
 
 namespace collie::test {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "test/support/temp_dir.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie::test {
 

@@ -1,4 +1,4 @@
-#include "collectives/transport/shm/futex.h"
+#include "collie/collectives/transport/shm/futex.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>

@@ -4,13 +4,13 @@
 // work.
 #include <cstring>
 
-#include "base/error.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "collectives/transport/channel_factory.h"
-#include "collectives/transport/shm/shm_channel.h"
-#include "collectives/transport/sockets.h"
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/base/error.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/channel_factory.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/sockets.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 namespace collie {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/transport/shm/memory_headroom.h"
+#include "collie/collectives/transport/shm/memory_headroom.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/str_cat.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -14,8 +14,8 @@
 #include <limits>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/unique_fd.h"
+#include "collie/base/deadline.h"
+#include "collie/base/unique_fd.h"
 
 namespace collie {
 

@@ -1,4 +1,4 @@
-#include "collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,12 +12,12 @@
 #include <cstring>
 #include <random>
 
-#include "base/error.h"
-#include "base/socket_io.h"
-#include "base/str_cat.h"
-#include "collectives/transport/shm/futex.h"
-#include "collectives/transport/shm/memory_headroom.h"
-#include "collectives/transport/shm/shm_ring.h"
+#include "collie/base/error.h"
+#include "collie/base/socket_io.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/shm/futex.h"
+#include "collie/collectives/transport/shm/memory_headroom.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
 
 namespace collie {
 namespace {

@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "base/deadline.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/channel.h"
-#include "collectives/transport/channel_factory.h"
+#include "collie/base/deadline.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/channel.h"
+#include "collie/collectives/transport/channel_factory.h"
 
 namespace collie {
 

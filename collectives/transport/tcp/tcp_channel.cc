@@ -1,12 +1,12 @@
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 #include <poll.h>
 
 #include <array>
 #include <cerrno>
 
-#include "base/error.h"
-#include "base/str_cat.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
 
 namespace collie {
 namespace {

@@ -15,9 +15,9 @@
 #include <memory>
 #include <string>
 
-#include "base/unique_fd.h"
-#include "collectives/transport/channel.h"
-#include "collectives/transport/channel_factory.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/channel.h"
+#include "collie/collectives/transport/channel_factory.h"
 
 namespace collie {
 

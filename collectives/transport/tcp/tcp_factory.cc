@@ -2,11 +2,11 @@
 // address, and connections to the address a peer published.
 #include <asio/ip/tcp.hpp>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/transport/channel_factory.h"
-#include "collectives/transport/sockets.h"
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/transport/channel_factory.h"
+#include "collie/collectives/transport/sockets.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 namespace collie {
 namespace {

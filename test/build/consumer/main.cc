@@ -1,20 +1,25 @@
 // Uses installed collie headers and libraries from another project: a store,
 // a process group of one, and nn/ (Eigen through collie's package config):
-// an MLP trained a few steps with DistributedDataParallel.
+// an MLP trained a few steps with DistributedDataParallel. It has a
+// base/logging.h of its own, first on its include path: collie's headers,
+// all under collie/, do not collide with it.
 #include <cstdio>
 #include <memory>
 #include <vector>
 
-#include "nn/ddp.h"
-#include "nn/generator.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "nn/sgd.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/api/build_info.h"
-#include "runtime/api/distributed.h"
+#include "base/logging.h"  // the consumer's own
+
+#include <collie/nn/ddp.h>
+#include <collie/nn/generator.h>
+#include <collie/nn/loss.h>
+#include <collie/nn/sequential.h>
+#include <collie/nn/sgd.h>
+#include <collie/rendezvous/hash_store.h>
+#include <collie/runtime/api/build_info.h>
+#include <collie/runtime/api/distributed.h>
 
 int main() {
+  LOG("start");
   std::printf("%s\n", collie::build_info().c_str());
   auto store = std::make_shared<collie::HashStore>();
   store->set("hello", "world");

@@ -23,11 +23,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/deadline.h"
-#include "base/unique_fd.h"
-#include "collectives/transport/channel.h"
-#include "collectives/transport/shm/shm_channel.h"
-#include "collectives/transport/tcp/tcp_channel.h"
+#include "collie/base/deadline.h"
+#include "collie/base/unique_fd.h"
+#include "collie/collectives/transport/channel.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

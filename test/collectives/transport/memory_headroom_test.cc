@@ -9,10 +9,10 @@
 #include <fstream>
 #include <string>
 
-#include "base/deadline.h"
-#include "collectives/transport/shm/memory_headroom.h"
-#include "collectives/transport/shm/shm_channel.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/deadline.h"
+#include "collie/collectives/transport/shm/memory_headroom.h"
+#include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

@@ -4,15 +4,15 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "nn/adamw.h"
-#include "nn/cuda/cuda_adamw.h"
-#include "nn/cuda/cuda_mlp.h"
-#include "nn/cuda/cuda_sgd.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "nn/state_dict.h"
-#include "runtime/cuda/cuda_device.h"
-#include "test/support/skip.h"
+#include "collie/nn/adamw.h"
+#include "collie/nn/cuda/cuda_adamw.h"
+#include "collie/nn/cuda/cuda_mlp.h"
+#include "collie/nn/cuda/cuda_sgd.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/nn/state_dict.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/test/support/skip.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -23,18 +23,18 @@
 #include <optional>
 #include <thread>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "nn/cuda/cuda_mlp.h"
-#include "nn/cuda/cuda_sgd.h"
-#include "nn/ddp.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/nccl/nccl_process_group.h"
-#include "test/support/nn_examples.h"
-#include "test/support/skip.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/nn/cuda/cuda_mlp.h"
+#include "collie/nn/cuda/cuda_sgd.h"
+#include "collie/nn/ddp.h"
+#include "collie/nn/loss.h"
+#include "collie/nn/sequential.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
+#include "collie/test/support/nn_examples.h"
+#include "collie/test/support/skip.h"
 
 using namespace collie;
 using namespace collie::nn;

@@ -7,11 +7,11 @@
 #include <map>
 #include <set>
 
-#include "base/error.h"
-#include "rendezvous/env/cluster_env.h"
-#include "rendezvous/env/launch_env.h"
-#include "rendezvous/env/slurm_nodelist.h"
-#include "test/support/env_table.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/env/cluster_env.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/rendezvous/env/slurm_nodelist.h"
+#include "collie/test/support/env_table.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -5,9 +5,9 @@
 
 #include <map>
 
-#include "base/error.h"
-#include "rendezvous/env/launch_env.h"
-#include "test/support/env_table.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/test/support/env_table.h"
 
 using namespace collie;
 using namespace collie::test;

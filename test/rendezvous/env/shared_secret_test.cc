@@ -11,10 +11,10 @@
 #include <map>
 #include <thread>
 
-#include "base/error.h"
-#include "rendezvous/env/shared_secret.h"
-#include "test/support/env_table.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/env/shared_secret.h"
+#include "collie/test/support/env_table.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie::test {
 

@@ -1,13 +1,13 @@
-#include "test/rendezvous/tcp_store/raw_store_client.h"
+#include "collie/test/rendezvous/tcp_store/raw_store_client.h"
 
 #include <catch2/catch.hpp>
 
 #include <fstream>
 #include <regex>
 
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie::test {
 

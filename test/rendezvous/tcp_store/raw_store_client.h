@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
-#include "rendezvous/tcp_store/tcp_store_socket.h"
-#include "test/support/subprocess.h"
+#include "collie/rendezvous/store.h"
+#include "collie/rendezvous/tcp_store/tcp_store_socket.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

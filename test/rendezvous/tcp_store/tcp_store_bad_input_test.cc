@@ -8,13 +8,13 @@
 
 #include <string>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "rendezvous/tcp_store/tcp_store_socket.h"
-#include "test/rendezvous/tcp_store/raw_store_client.h"
-#include "test/support/skip.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store_socket.h"
+#include "collie/test/rendezvous/tcp_store/raw_store_client.h"
+#include "collie/test/support/skip.h"
 
 namespace collie {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <signal.h>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/rendezvous/tcp_store/raw_store_client.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/rendezvous/tcp_store/raw_store_client.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie {
 namespace {

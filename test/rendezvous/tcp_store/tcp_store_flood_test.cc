@@ -11,12 +11,12 @@
 #include <chrono>
 #include <vector>
 
-#include "base/error.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/tcp_store/store_auth.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/rendezvous/tcp_store/raw_store_client.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/rendezvous/tcp_store/raw_store_client.h"
 
 namespace collie {
 namespace {

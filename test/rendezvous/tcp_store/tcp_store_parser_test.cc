@@ -6,9 +6,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "test/fuzz/store_parser_driver.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/test/fuzz/store_parser_driver.h"
 
 namespace collie {
 namespace {

@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/tcp_store.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
 
 namespace collie {
 namespace {

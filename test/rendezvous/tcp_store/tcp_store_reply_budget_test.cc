@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
-#include "base/unique_fd.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/rendezvous/tcp_store/raw_store_client.h"
+#include "collie/base/str_cat.h"
+#include "collie/base/unique_fd.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/rendezvous/tcp_store/raw_store_client.h"
 
 namespace collie {
 namespace {

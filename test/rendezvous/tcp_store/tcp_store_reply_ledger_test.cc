@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store_reply.h"
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store_reply.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 namespace collie {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <array>
 
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store_reply.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store_reply.h"
 
 namespace collie {
 namespace {

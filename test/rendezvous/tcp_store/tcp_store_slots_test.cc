@@ -1,7 +1,7 @@
 // ConnectionSlots: the TcpStore server's admission rules, without sockets.
 #include <catch2/catch.hpp>
 
-#include "rendezvous/tcp_store/tcp_store_slots.h"
+#include "collie/rendezvous/tcp_store/tcp_store_slots.h"
 
 namespace collie {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <map>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store_state.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store_state.h"
 
 namespace collie {
 namespace {

@@ -13,11 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/store_protocol.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/store_protocol.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie {
 namespace {

@@ -19,12 +19,12 @@
 #include <regex>
 #include <set>
 
-#include "base/error.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/rendezvous/tcp_store/python_ranks.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/rendezvous/tcp_store/python_ranks.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie {
 namespace {

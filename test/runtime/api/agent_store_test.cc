@@ -11,14 +11,14 @@
 #include <optional>
 #include <string>
 
-#include "base/error.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/api/distributed.h"
-#include "runtime/api/init_rendezvous.h"
-#include "test/runtime/api/rank_runner.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/api/init_rendezvous.h"
+#include "collie/test/runtime/api/rank_runner.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
 
 using namespace collie;
 using namespace collie::test;

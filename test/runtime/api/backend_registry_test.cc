@@ -12,12 +12,12 @@
 #include <atomic>
 #include <cstdio>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "runtime/api/backend_registry.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/api/rank_runner.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/runtime/api/backend_registry.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/api/rank_runner.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -12,12 +12,12 @@
 #include <numeric>
 #include <thread>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "runtime/api/distributed.h"
-#include "test/support/child.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/support/child.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

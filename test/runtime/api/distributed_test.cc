@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/api/rank_runner.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/api/rank_runner.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

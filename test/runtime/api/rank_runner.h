@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

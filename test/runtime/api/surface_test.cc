@@ -12,16 +12,16 @@
 #include <cstdio>
 #include <numeric>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/api/backend_registry.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/api/rank_runner.h"
-#include "test/support/skip.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/check.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/api/backend_registry.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/api/rank_runner.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -1,13 +1,13 @@
-#include "test/runtime/contract/buffers.h"
+#include "collie/test/runtime/contract/buffers.h"
 
 #include <utility>
 
-#include "base/error.h"
+#include "collie/base/error.h"
 
 #if COLLIE_HAVE_NCCL
 #include <cuda_runtime.h>
 
-#include "runtime/cuda/cuda_device.h"
+#include "collie/runtime/cuda/cuda_device.h"
 #endif
 
 namespace collie::test {

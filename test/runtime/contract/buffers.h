@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/types.h"
+#include "collie/base/types.h"
 
 namespace collie::test {
 

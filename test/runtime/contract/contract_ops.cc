@@ -1,4 +1,4 @@
-#include "test/runtime/contract/contract_ops.h"
+#include "collie/test/runtime/contract/contract_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,10 +8,10 @@
 #include <memory>
 #include <stdexcept>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "test/runtime/contract/buffers.h"
-#include "test/support/reference.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/runtime/contract/buffers.h"
+#include "collie/test/support/reference.h"
 
 namespace collie::test {
 

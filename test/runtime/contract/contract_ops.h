@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "base/types.h"
-#include "runtime/process_group/process_group.h"
+#include "collie/base/types.h"
+#include "collie/runtime/process_group/process_group.h"
 
 namespace collie::test {
 

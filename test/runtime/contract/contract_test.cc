@@ -19,17 +19,17 @@
 #include <map>
 #include <numeric>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/file_store.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/contract/buffers.h"
-#include "test/runtime/contract/contract_ops.h"
-#include "test/support/child.h"
-#include "test/support/reference.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/file_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/contract/buffers.h"
+#include "collie/test/runtime/contract/contract_ops.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/reference.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

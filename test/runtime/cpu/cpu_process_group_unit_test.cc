@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/cpu/cpu_process_group.h"
-#include "test/runtime/cpu/fake_communicator.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
+#include "collie/test/runtime/cpu/fake_communicator.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

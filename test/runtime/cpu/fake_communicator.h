@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "collectives/communicator.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/collectives/communicator.h"
 
 namespace collie::test {
 

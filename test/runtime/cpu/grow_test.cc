@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/cpu/cpu_process_group.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/cpu/cpu_process_group.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

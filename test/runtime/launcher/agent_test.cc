@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/agent.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/agent.h"
 
 using namespace collie;
 using namespace collie::launcher;

@@ -12,12 +12,12 @@
 #include <fstream>
 #include <memory>
 
-#include "base/str_cat.h"
-#include "rendezvous/env/shared_secret.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/netns_pair.h"
-#include "test/support/skip.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/shared_secret.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/netns_pair.h"
+#include "collie/test/support/skip.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "base/error_record.h"
-#include "base/logging.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "runtime/launcher/culprit.h"
-#include "runtime/launcher/failure_summary.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/child.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/error_record.h"
+#include "collie/base/logging.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/runtime/launcher/culprit.h"
+#include "collie/runtime/launcher/failure_summary.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

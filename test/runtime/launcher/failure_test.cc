@@ -9,9 +9,9 @@
 
 #include <chrono>
 
-#include "base/str_cat.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -14,13 +14,13 @@
 #include <filesystem>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/child.h"
-#include "test/support/skip.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie {
 namespace {

@@ -13,15 +13,15 @@
 #include <memory>
 #include <set>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/failure_summary.h"
-#include "runtime/launcher/host_limits.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/child.h"
-#include "test/support/skip.h"
-#include "test/support/temp_dir.h"
-#include "test/support/tmpfs.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/failure_summary.h"
+#include "collie/runtime/launcher/host_limits.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/temp_dir.h"
+#include "collie/test/support/tmpfs.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -1,4 +1,4 @@
-#include "test/runtime/launcher/launcher_harness.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
 
 #include <catch2/catch.hpp>
 
@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "test/support/child.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/support/child.h"
 
 namespace collie::test {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "test/support/pid_files.h"
-#include "test/support/subprocess.h"
+#include "collie/test/support/pid_files.h"
+#include "collie/test/support/subprocess.h"
 
 namespace collie::test {
 

@@ -11,12 +11,12 @@
 #include <optional>
 #include <string>
 
-#include "base/backoff.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/job_secret.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/backoff.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "runtime/launcher/failure_summary.h"
-#include "runtime/launcher/launch_options.h"
-#include "runtime/launcher/line_splitter.h"
-#include "runtime/launcher/worker_env.h"
-#include "runtime/launcher/worker_group.h"
+#include "collie/base/error.h"
+#include "collie/runtime/launcher/failure_summary.h"
+#include "collie/runtime/launcher/launch_options.h"
+#include "collie/runtime/launcher/line_splitter.h"
+#include "collie/runtime/launcher/worker_env.h"
+#include "collie/runtime/launcher/worker_group.h"
 
 using namespace collie;
 using namespace collie::launcher;

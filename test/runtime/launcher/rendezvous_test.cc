@@ -9,11 +9,11 @@
 #include <memory>
 #include <thread>
 
-#include "base/deadline.h"
-#include "base/str_cat.h"
-#include "runtime/launcher/elastic_rendezvous.h"
-#include "runtime/launcher/static_rendezvous.h"
-#include "test/runtime/launcher/launcher_harness.h"
+#include "collie/base/deadline.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/static_rendezvous.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
 
 using namespace collie;
 using namespace collie::launcher;

@@ -16,12 +16,12 @@
 #include <sstream>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/samples/blip_job.h"
-#include "test/support/skip.h"
-#include "test/support/slurm_cluster.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/samples/blip_job.h"
+#include "collie/test/support/skip.h"
+#include "collie/test/support/slurm_cluster.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "base/str_cat.h"
-#include "runtime/launcher/failure_events.h"
-#include "runtime/launcher/launch_options.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/launcher/failure_events.h"
+#include "collie/runtime/launcher/launch_options.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace collie::launcher;

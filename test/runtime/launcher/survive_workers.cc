@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "rendezvous/env/launch_env.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/api/distributed.h"
-#include "test/support/child.h"
-#include "test/support/pid_files.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/rendezvous/env/launch_env.h"
+#include "collie/rendezvous/prefix_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/pid_files.h"
 
 using namespace collie;
 using namespace collie::test;

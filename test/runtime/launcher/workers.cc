@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "base/str_cat.h"
-#include "runtime/api/distributed.h"
-#include "test/runtime/launcher/launcher_harness.h"
-#include "test/support/child.h"
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/api/distributed.h"
+#include "collie/test/runtime/launcher/launcher_harness.h"
+#include "collie/test/support/child.h"
 
 using namespace collie;
 using namespace collie::test;

@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "rendezvous/hash_store.h"
-#include "runtime/cuda/cuda_device.h"
-#include "runtime/nccl/nccl_process_group.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/runtime/cuda/cuda_device.h"
+#include "collie/runtime/nccl/nccl_process_group.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

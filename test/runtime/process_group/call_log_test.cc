@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "runtime/process_group/call_log.h"
+#include "collie/runtime/process_group/call_log.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;

@@ -1,7 +1,7 @@
 // FlightRecorder: the ring of recent calls, its states and times, the
 // pickle torch's analyser reads (checked by loading it in Python) and the
 // JSON state collie-run reads.
-#include "runtime/process_group/flight_recorder.h"
+#include "collie/runtime/process_group/flight_recorder.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -14,10 +14,10 @@
 #include <fstream>
 #include <thread>
 
-#include "base/str_cat.h"
-#include "runtime/process_group/fr_pickle.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/process_group/fr_pickle.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 namespace collie {
 namespace {

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "rendezvous/hash_store.h"
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/process_group/shrink_agreement.h"
+#include "collie/base/error.h"
+#include "collie/rendezvous/hash_store.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/process_group/shrink_agreement.h"
 
 using namespace collie;
 using namespace std::chrono_literals;

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store/tcp_store.h"
-#include "runtime/process_group/flight_recorder.h"
-#include "runtime/process_group/timeline.h"
-#include "test/support/child.h"
-#include "test/support/subprocess.h"
-#include "test/support/temp_dir.h"
+#include "collie/rendezvous/tcp_store/tcp_store.h"
+#include "collie/runtime/process_group/flight_recorder.h"
+#include "collie/runtime/process_group/timeline.h"
+#include "collie/test/support/child.h"
+#include "collie/test/support/subprocess.h"
+#include "collie/test/support/temp_dir.h"
 
 using namespace collie;
 using namespace std::chrono_literals;
