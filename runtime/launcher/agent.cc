@@ -15,7 +15,7 @@ namespace {
 
 class Agent {
  public:
-  Agent(Rendezvous& rdzv, const RunWorkers& run_workers, const AgentOptions& options,
+  Agent(Membership& rdzv, const RunWorkers& run_workers, const AgentOptions& options,
         const Say& say)
       : rdzv_(rdzv),
         run_workers_(run_workers),
@@ -44,7 +44,7 @@ class Agent {
   // Why next_round() threw, said, and the exit status for it.
   int join_error_status(const std::exception_ptr& error);
   // The exit status when the rendezvous failed during a round (`error` is a
-  // RendezvousInterrupted or another Error): what went wrong, and the
+  // MembershipInterrupted or another Error): what went wrong, and the
   // failure summary if this node's workers had failed.
   int rendezvous_error_status(const std::exception_ptr& error);
   void close(const std::string& outcome);
@@ -56,7 +56,7 @@ class Agent {
     if (!line.empty()) say_(line + "\n");
   }
 
-  Rendezvous& rdzv_;
+  Membership& rdzv_;
   const RunWorkers& run_workers_;
   const AgentOptions& options_;
   const Say& say_;
@@ -203,7 +203,7 @@ int Agent::join_error_status(const std::exception_ptr& error) {
   } catch (const JobOver& e) {
     say_(str_cat(e.what(), "\n"));
     return e.succeeded() ? 0 : 1;
-  } catch (const RendezvousInterrupted& e) {
+  } catch (const MembershipInterrupted& e) {
     say_(str_cat(e.what(), "\n"));
     return 128 + e.signal();
   } catch (const InvalidArgument& e) {
@@ -218,7 +218,7 @@ int Agent::join_error_status(const std::exception_ptr& error) {
 int Agent::rendezvous_error_status(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
-  } catch (const RendezvousInterrupted& e) {
+  } catch (const MembershipInterrupted& e) {
     say_(str_cat(e.what(), "\n"));
     return 128 + e.signal();
   } catch (const Error& e) {
@@ -260,9 +260,9 @@ void Agent::close(const std::string& outcome) {
 
 }  // namespace
 
-int run_agent(Rendezvous& rendezvous, const RunWorkers& run_workers, const AgentOptions& options,
+int run_agent(Membership& membership, const RunWorkers& run_workers, const AgentOptions& options,
               const Say& say) {
-  return Agent(rendezvous, run_workers, options, say).run();
+  return Agent(membership, run_workers, options, say).run();
 }
 
 }  // namespace collie::launcher

@@ -1,5 +1,5 @@
 // The launcher's one loop, torchrun's agent loop (SimpleElasticAgent's
-// _invoke_run) over either rendezvous (rendezvous.h):
+// _invoke_run) over either membership (membership.h):
 //
 //   next round -> run this node's workers, checking the round -> then
 //     succeeded everywhere        close, exit 0
@@ -14,7 +14,7 @@
 #include <functional>
 #include <string>
 
-#include "collie/runtime/launcher/rendezvous.h"
+#include "collie/runtime/launcher/membership.h"
 #include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
@@ -35,7 +35,7 @@ using Say = std::function<void(const std::string& text)>;
 // exited 0; 1 when the job failed (after the restarts) or the launchers
 // could not meet; 2 for launchers started with flags that do not go
 // together; 128+N when the launcher got signal N.
-int run_agent(Rendezvous& rendezvous, const RunWorkers& run_workers, const AgentOptions& options,
+int run_agent(Membership& membership, const RunWorkers& run_workers, const AgentOptions& options,
               const Say& say);
 
 }  // namespace collie::launcher

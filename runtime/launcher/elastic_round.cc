@@ -1,11 +1,11 @@
-// ElasticRendezvous while a round runs: heartbeats, the checks that end a
+// ElasticMembership while a round runs: heartbeats, the checks that end a
 // round, its end, the end of the job, and what the launcher says about them.
 #include <algorithm>
 
 #include "collie/base/str_cat.h"
 #include "collie/rendezvous/env/cluster_env.h"
 #include "collie/rendezvous/tcp_store/tcp_store.h"
-#include "collie/runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/elastic_membership.h"
 
 namespace collie::launcher {
 namespace {
@@ -17,14 +17,14 @@ constexpr std::chrono::seconds kExitWait{30};
 
 }  // namespace
 
-void ElasticRendezvous::heartbeat() {
+void ElasticMembership::heartbeat() {
   const auto now = SteadyClock::now();
   if (now - last_beat_ < options_.keep_alive_interval) return;
   last_beat_ = now;
   store_->add(round_key(current_->round, str_cat("hb/", current_->node_rank)), 1);
 }
 
-std::optional<std::string> ElasticRendezvous::silent_member() {
+std::optional<std::string> ElasticMembership::silent_member() {
   const auto now = SteadyClock::now();
   if (now - last_look_ < options_.keep_alive_interval) return std::nullopt;
   last_look_ = now;
@@ -47,7 +47,7 @@ std::optional<std::string> ElasticRendezvous::silent_member() {
   return std::nullopt;
 }
 
-std::optional<RoundEnd> ElasticRendezvous::check() {
+std::optional<RoundEnd> ElasticMembership::check() {
   const int round = current_->round;
   heartbeat();
   if (store_->check({round_key(round, "failed")}))
@@ -70,7 +70,7 @@ std::optional<RoundEnd> ElasticRendezvous::check() {
   return std::nullopt;
 }
 
-std::optional<std::string> ElasticRendezvous::membership_change() {
+std::optional<std::string> ElasticMembership::membership_change() {
   const int round = current_->round;
   if (current_->nnodes < options_.max_nodes && !store_->check({round_key(round, "failed")}) &&
       store_->add(round_key(round + 1, "joined"), 0) > 0)
@@ -80,17 +80,17 @@ std::optional<std::string> ElasticRendezvous::membership_change() {
   return std::nullopt;
 }
 
-void ElasticRendezvous::report_failure(const std::string& reason) {
+void ElasticMembership::report_failure(const std::string& reason) {
   if (!current_) return;
   store_->compare_set(round_key(current_->round, "failed"), {}, as_span(reason));
 }
 
-std::optional<std::string> ElasticRendezvous::finish(bool succeeded) {
+std::optional<std::string> ElasticMembership::finish(bool succeeded) {
   if (!succeeded) return std::nullopt;
   return finish_round();
 }
 
-std::optional<std::string> ElasticRendezvous::finish_round() {
+std::optional<std::string> ElasticMembership::finish_round() {
   const int round = current_->round;
   const int64_t done = store_->add(round_key(round, "done"), 1);
   Pause pause;
@@ -108,7 +108,7 @@ std::optional<std::string> ElasticRendezvous::finish_round() {
   return std::nullopt;
 }
 
-void ElasticRendezvous::close(const std::string& outcome) {
+void ElasticMembership::close(const std::string& outcome) {
   if (closed_) return;
   closed_ = true;
   if (current_) store_->set(round_key(current_->round, "over"), "1");
@@ -125,27 +125,27 @@ void ElasticRendezvous::close(const std::string& outcome) {
   server_->stop();
 }
 
-std::string ElasticRendezvous::hosting_line() const {
+std::string ElasticMembership::hosting_line() const {
   if (!server_) return "";
   return str_cat("collie-run: rendezvous store listening on ", endpoint(), " (run id '",
                  options_.run_id, "', --nnodes ", options_.min_nodes, ":", options_.max_nodes, ")");
 }
 
-std::string ElasticRendezvous::round_line() const {
+std::string ElasticMembership::round_line() const {
   const Membership& r = *current_;
   return str_cat("collie-run: round ", r.round, " of run '", options_.run_id, "': node ",
                  r.node_rank, " of ", r.nnodes, " (", join(r.hosts, ", "), "), ranks ", r.rank_base,
                  "-", r.rank_base + options_.nproc - 1, " of world size ", r.world_size);
 }
 
-std::string ElasticRendezvous::store_lost_line() const {
+std::string ElasticMembership::store_lost_line() const {
   return str_cat("collie-run on ", options_.hostname, " gives up: the rendezvous store at ",
                  endpoint(),
                  " is gone (the launcher hosting it stopped); as with torchrun's c10d backend, "
                  "the job cannot go on without it");
 }
 
-std::string ElasticRendezvous::failed_elsewhere_line(const std::string& reason) const {
+std::string ElasticMembership::failed_elsewhere_line(const std::string& reason) const {
   return str_cat("collie-run: this node's workers succeeded, but round ", current_->round,
                  " failed elsewhere: ", reason);
 }

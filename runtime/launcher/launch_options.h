@@ -36,7 +36,7 @@ struct LaunchOptions {
   // on without the failed one, or replace it (on_failure.h).
   OnFailure on_failure = OnFailure::kStop;
 
-  // --rdzv-backend c10d: the elastic rendezvous (elastic_rendezvous.h).
+  // --rdzv-backend c10d: the elastic rendezvous (elastic_membership.h).
   // master_addr/master_port then hold --rdzv-endpoint; node_rank is
   // assigned on arrival; nnodes is MIN:MAX.
   bool elastic = false;

@@ -9,13 +9,13 @@
 #include "collie/base/logging.h"
 #include "collie/base/str_cat.h"
 #include "collie/runtime/launcher/agent.h"
-#include "collie/runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/elastic_membership.h"
 #include "collie/runtime/launcher/host_limits.h"
 #include "collie/runtime/launcher/log_hints.h"
 #include "collie/runtime/launcher/orphan_guard.h"
 #include "collie/runtime/launcher/program_path.h"
 #include "collie/runtime/launcher/signal_relay.h"
-#include "collie/runtime/launcher/static_rendezvous.h"
+#include "collie/runtime/launcher/static_membership.h"
 #include "collie/runtime/launcher/worker_stream.h"
 
 namespace collie::launcher {
@@ -79,9 +79,9 @@ std::optional<int> Launcher::prepare(Prepared& p) {
 }
 
 int Launcher::run_job(const Prepared& p, OrphanGuard& guard) {
-  std::unique_ptr<Rendezvous> rdzv;
+  std::unique_ptr<Membership> rdzv;
   try {
-    rdzv = open_rendezvous(p.host);
+    rdzv = open_membership(p.host);
   } catch (const Error& e) {
     say(str_cat(e.what(), "\n"));
     return 1;
@@ -101,10 +101,10 @@ int Launcher::run_job(const Prepared& p, OrphanGuard& guard) {
   return run_agent(*rdzv, run_workers, agent, &Launcher::say);
 }
 
-std::unique_ptr<Rendezvous> Launcher::open_rendezvous(const std::string& host) const {
+std::unique_ptr<Membership> Launcher::open_membership(const std::string& host) const {
   const LaunchOptions& o = options_;
   if (!o.elastic)
-    return StaticRendezvous::start({.nnodes = o.nnodes,
+    return StaticMembership::start({.nnodes = o.nnodes,
                                     .node_rank = o.node_rank,
                                     .nproc = o.nproc_per_node,
                                     .master_addr = o.master_addr,
@@ -114,7 +114,7 @@ std::unique_ptr<Rendezvous> Launcher::open_rendezvous(const std::string& host) c
                                     .hostname = host,
                                     .timeout = o.rdzv_timeout,
                                     .secret_source = o.secret_source});
-  return ElasticRendezvous::start({.min_nodes = o.min_nodes,
+  return ElasticMembership::start({.min_nodes = o.min_nodes,
                                    .max_nodes = o.max_nodes,
                                    .nproc = o.nproc_per_node,
                                    .endpoint_host = o.master_addr,

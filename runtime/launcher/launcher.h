@@ -10,7 +10,7 @@
 #include <string>
 
 #include "collie/runtime/launcher/launch_options.h"
-#include "collie/runtime/launcher/rendezvous.h"
+#include "collie/runtime/launcher/membership.h"
 #include "collie/runtime/launcher/worker_group.h"
 
 namespace collie::launcher {
@@ -40,9 +40,9 @@ class Launcher {
   // an exit status when the launcher cannot go on.
   std::optional<int> prepare(Prepared& p);
   int run_job(const Prepared& p, OrphanGuard& guard);
-  // The static or the elastic rendezvous, its store started and reached.
+  // The static or the elastic membership, its store started and reached.
   // Throws Error when it cannot be.
-  std::unique_ptr<Rendezvous> open_rendezvous(const std::string& host) const;
+  std::unique_ptr<Membership> open_membership(const std::string& host) const;
   GroupSpec group_spec(const Prepared& p, const Round& round) const;
   // Writes to collie-run's stderr.
   static void say(const std::string& text);

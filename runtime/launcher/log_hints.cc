@@ -67,7 +67,7 @@ void collect_hint(LogLevel level, std::string_view line) {
     std::lock_guard<std::mutex> lock(hints_mutex);
     if (!hints.empty()) return;  // the first one says it all
   }
-  // Without the "[collie] W 12:00:00.000 file.cc:12] " prefix.
+  // Without the "[collie] W 12:00:00.000 tcp_store_server.cc:12] " prefix.
   const size_t first = line.find("] ");
   const size_t second = first == std::string_view::npos ? first : line.find("] ", first + 2);
   if (second != std::string_view::npos) line.remove_prefix(second + 2);

@@ -32,7 +32,7 @@ struct Script {
   bool store_lost = false;
 };
 
-class FakeRendezvous : public Rendezvous {
+class FakeRendezvous : public Membership {
  public:
   explicit FakeRendezvous(std::vector<Script> rounds) : rounds(std::move(rounds)) {}
 
@@ -226,7 +226,7 @@ TEST_CASE("agent: a join that fails says why, with its exit status", "[launcher]
   const std::map<std::string, std::pair<std::exception_ptr, int>> cases{
       {"job over, succeeded", {std::make_exception_ptr(JobOver(true, "over")), 0}},
       {"job over, failed", {std::make_exception_ptr(JobOver(false, "over")), 1}},
-      {"interrupted", {std::make_exception_ptr(RendezvousInterrupted(SIGTERM, "stopped")), 143}},
+      {"interrupted", {std::make_exception_ptr(MembershipInterrupted(SIGTERM, "stopped")), 143}},
       {"mismatched flags", {std::make_exception_ptr(InvalidArgument("other flags")), 2}},
       {"timeout", {std::make_exception_ptr(TimeoutError("only 1 came")), 1}}};
   for (const auto& [name, error_and_status] : cases) {

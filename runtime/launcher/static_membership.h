@@ -1,4 +1,4 @@
-// StaticRendezvous: how the launchers of a static job (--rdzv-backend
+// StaticMembership: how the launchers of a static job (--rdzv-backend
 // static, node ranks given) find one another. Node 0's launcher hosts the
 // agent store (a TcpStore server on master-addr:port that the workers use
 // too); every launcher, node 0's included, is a client of it. Every attempt
@@ -37,8 +37,8 @@
 #include <string>
 
 #include "collie/rendezvous/store.h"
+#include "collie/runtime/launcher/membership.h"
 #include "collie/runtime/launcher/node_heartbeat.h"
-#include "collie/runtime/launcher/rendezvous.h"
 
 namespace collie {
 class TcpStoreServer;
@@ -64,13 +64,13 @@ struct StaticRendezvousOptions {
   HeartbeatOptions heartbeat;
 };
 
-class StaticRendezvous : public Rendezvous {
+class StaticMembership : public Membership {
  public:
   // Node 0 starts the store; every node connects to it. Throws
   // NetworkError naming master-addr:port when node 0 cannot host it or be
   // reached in time.
-  static std::unique_ptr<StaticRendezvous> start(const StaticRendezvousOptions& options);
-  ~StaticRendezvous() override;
+  static std::unique_ptr<StaticMembership> start(const StaticRendezvousOptions& options);
+  ~StaticMembership() override;
 
   void set_interrupt_check(std::function<int()> check) override {
     interrupt_check_ = std::move(check);
@@ -98,7 +98,7 @@ class StaticRendezvous : public Rendezvous {
   std::string failed_elsewhere_line(const std::string& reason) const override;
 
  private:
-  StaticRendezvous() = default;
+  StaticMembership() = default;
   void join();
   void barrier(const std::string& name, const std::string& what);
   std::string key(const std::string& k) const;

@@ -1,4 +1,4 @@
-// The two Rendezvous implementations in one process, over real stores on
+// The two Membership implementations in one process, over real stores on
 // loopback, as the agent loop drives them: the static one's attempts (a
 // one-node job and two nodes on threads), and the elastic one's rounds (a
 // launcher waiting to join ends a round as a membership change, and the
@@ -11,8 +11,8 @@
 
 #include "collie/base/deadline.h"
 #include "collie/base/str_cat.h"
-#include "collie/runtime/launcher/elastic_rendezvous.h"
-#include "collie/runtime/launcher/static_rendezvous.h"
+#include "collie/runtime/launcher/elastic_membership.h"
+#include "collie/runtime/launcher/static_membership.h"
 #include "collie/test/runtime/launcher/launcher_harness.h"
 
 using namespace collie;
@@ -48,9 +48,9 @@ ElasticOptions elastic_node(uint16_t port, const std::string& host, int nproc = 
 
 }  // namespace
 
-TEST_CASE("static rendezvous: a one-node job's attempts, failures and words",
+TEST_CASE("static membership: a one-node job's attempts, failures and words",
           "[launcher][rendezvous]") {
-  auto rdzv = StaticRendezvous::start(static_node(1, 0, 0, 3));
+  auto rdzv = StaticMembership::start(static_node(1, 0, 0, 3));
   CHECK_THAT(rdzv->hosting_line(),
              Contains("collie-run: agent store listening on 127.0.0.1:") &&
                  Contains("(node 0 of 1, run id 'rt'; workers reach it at 127.0.0.1)"));
@@ -78,11 +78,11 @@ TEST_CASE("static rendezvous: a one-node job's attempts, failures and words",
   rdzv->close("succeeded");
 }
 
-TEST_CASE("static rendezvous: two nodes start, check and finish each attempt together",
+TEST_CASE("static membership: two nodes start, check and finish each attempt together",
           "[launcher][rendezvous]") {
-  auto node0 = StaticRendezvous::start(static_node(2, 0, 0, 2));
+  auto node0 = StaticMembership::start(static_node(2, 0, 0, 2));
   const uint16_t port = collie::test::agent_store_port(node0->hosting_line());
-  auto node1 = StaticRendezvous::start(static_node(2, 1, port, 3));
+  auto node1 = StaticMembership::start(static_node(2, 1, port, 3));
   CHECK(node1->hosting_line().empty());
   auto joined1 = std::async(std::launch::async, [&] { return node1->next_round(); });
   const Round r0 = node0->next_round();
@@ -111,10 +111,10 @@ TEST_CASE("static rendezvous: two nodes start, check and finish each attempt tog
   closed1.get();
 }
 
-TEST_CASE("elastic rendezvous: a launcher waiting to join ends the round, the next has both",
+TEST_CASE("elastic membership: a launcher waiting to join ends the round, the next has both",
           "[launcher][rendezvous][elastic]") {
   const uint16_t port = collie::test::probe_free_port();
-  auto a = ElasticRendezvous::start(elastic_node(port, "ha", 2));
+  auto a = ElasticMembership::start(elastic_node(port, "ha", 2));
   REQUIRE(a->hosts_store());
   CHECK(a->hosting_line() == str_cat("collie-run: rendezvous store listening on 127.0.0.1:", port,
                                      " (run id 'rt', --nnodes 1:2)"));
@@ -128,7 +128,7 @@ TEST_CASE("elastic rendezvous: a launcher waiting to join ends the round, the ne
   CHECK_FALSE(a->check());
 
   // B comes: it waits at round 1's door while round 0 runs.
-  auto b = ElasticRendezvous::start(elastic_node(port, "hb", 3));
+  auto b = ElasticMembership::start(elastic_node(port, "hb", 3));
   CHECK_FALSE(b->hosts_store());
   auto joined_b = std::async(std::launch::async, [&] { return b->next_round(); });
   std::optional<RoundEnd> end;
@@ -160,7 +160,7 @@ TEST_CASE("elastic rendezvous: a launcher waiting to join ends the round, the ne
 
   // The job is over: a launcher that comes now exits 0 saying so.
   b->close("succeeded");
-  auto c = ElasticRendezvous::start(elastic_node(port, "hc"));
+  auto c = ElasticMembership::start(elastic_node(port, "hc"));
   try {
     c->next_round();
     FAIL("joined a job that is over");
@@ -171,13 +171,13 @@ TEST_CASE("elastic rendezvous: a launcher waiting to join ends the round, the ne
   a->close("succeeded");
 }
 
-TEST_CASE("elastic rendezvous: a member's failure ends the round for the others",
+TEST_CASE("elastic membership: a member's failure ends the round for the others",
           "[launcher][rendezvous][elastic]") {
   const uint16_t port = collie::test::probe_free_port();
   ElasticOptions oa = elastic_node(port, "ha"), ob = elastic_node(port, "hb");
   oa.min_nodes = ob.min_nodes = 2;
-  auto a = ElasticRendezvous::start(oa);
-  auto b = ElasticRendezvous::start(ob);
+  auto a = ElasticMembership::start(oa);
+  auto b = ElasticMembership::start(ob);
   auto joined_b = std::async(std::launch::async, [&] { return b->next_round(); });
   CHECK(a->next_round().world_size == 2);
   CHECK(joined_b.get().world_size == 2);

@@ -1,4 +1,4 @@
-#include "collie/runtime/launcher/elastic_rendezvous.h"
+#include "collie/runtime/launcher/elastic_membership.h"
 
 #include <unistd.h>
 
@@ -24,22 +24,22 @@ int64_t to_int(const Bytes& b) {
 
 }  // namespace
 
-void ElasticRendezvous::Pause::operator()() { std::this_thread::sleep_for(backoff_.next_pause()); }
+void ElasticMembership::Pause::operator()() { std::this_thread::sleep_for(backoff_.next_pause()); }
 
-std::string ElasticRendezvous::key(const std::string& k) const {
+std::string ElasticMembership::key(const std::string& k) const {
   return str_cat("/collie-run/", options_.run_id, "/elastic/", k);
 }
 
-std::string ElasticRendezvous::round_key(int round, const std::string& k) const {
+std::string ElasticMembership::round_key(int round, const std::string& k) const {
   return key(str_cat("r", round, "/", k));
 }
 
-std::string ElasticRendezvous::endpoint() const {
+std::string ElasticMembership::endpoint() const {
   return str_cat(options_.endpoint_host, ":", options_.endpoint_port);
 }
 
-std::unique_ptr<ElasticRendezvous> ElasticRendezvous::start(const ElasticOptions& o) {
-  std::unique_ptr<ElasticRendezvous> r(new ElasticRendezvous());
+std::unique_ptr<ElasticMembership> ElasticMembership::start(const ElasticOptions& o) {
+  std::unique_ptr<ElasticMembership> r(new ElasticMembership());
   r->options_ = o;
   const std::string endpoint = r->endpoint();
   if (o.is_host.value_or(true)) {
@@ -84,11 +84,11 @@ std::unique_ptr<ElasticRendezvous> ElasticRendezvous::start(const ElasticOptions
   return r;
 }
 
-ElasticRendezvous::~ElasticRendezvous() {
+ElasticMembership::~ElasticMembership() {
   if (server_) server_->stop();
 }
 
-void ElasticRendezvous::check_config() {
+void ElasticMembership::check_config() {
   if (config_checked_) return;
   const auto& o = options_;
   const std::string mine =
@@ -103,18 +103,18 @@ void ElasticRendezvous::check_config() {
   config_checked_ = true;
 }
 
-void ElasticRendezvous::check_interrupt(const std::string& what) {
+void ElasticMembership::check_interrupt(const std::string& what) {
   if (int sig = interrupt_check_ ? interrupt_check_() : 0)
-    throw RendezvousInterrupted(
+    throw MembershipInterrupted(
         sig, str_cat("collie-run on ", options_.hostname, " was interrupted while ", what));
 }
 
-std::optional<std::string> ElasticRendezvous::job_outcome() {
+std::optional<std::string> ElasticMembership::job_outcome() {
   if (!store_->check({key("job")})) return std::nullopt;
   return to_string(store_->get(key("job")));
 }
 
-Round ElasticRendezvous::next_round() {
+Round ElasticMembership::next_round() {
   const auto& o = options_;
   check_config();
   if (current_) {
@@ -147,7 +147,7 @@ Round ElasticRendezvous::next_round() {
   }
 }
 
-bool ElasticRendezvous::join_round(int round, const Deadline& deadline) {
+bool ElasticMembership::join_round(int round, const Deadline& deadline) {
   const auto& o = options_;
   const int slot = static_cast<int>(store_->add(round_key(round, "joined"), 1));
   store_->set(round_key(round, str_cat("node/", slot - 1)), str_cat(o.nproc, " ", o.hostname));
@@ -174,7 +174,7 @@ bool ElasticRendezvous::join_round(int round, const Deadline& deadline) {
   }
 }
 
-int ElasticRendezvous::closing_size(int round, int joined, PreviousRound& previous,
+int ElasticMembership::closing_size(int round, int joined, PreviousRound& previous,
                                     std::optional<SteadyClock::time_point>& quorum_at) {
   const auto& o = options_;
   // Launchers waiting for a round whose members still run: they wait for
@@ -186,7 +186,7 @@ int ElasticRendezvous::closing_size(int round, int joined, PreviousRound& previo
   return SteadyClock::now() - *quorum_at >= o.last_call_timeout ? joined : 0;
 }
 
-void ElasticRendezvous::too_few(int round, int joined) {
+void ElasticMembership::too_few(int round, int joined) {
   const auto& o = options_;
   std::vector<std::string> who;
   for (int i = 0; i < joined; ++i)
@@ -198,7 +198,7 @@ void ElasticRendezvous::too_few(int round, int joined) {
       joined == 1 ? "" : "s", " joined (nproc and host: ", join(who, ", "), ")"));
 }
 
-bool ElasticRendezvous::previous_over(int round, PreviousRound& prev) {
+bool ElasticMembership::previous_over(int round, PreviousRound& prev) {
   if (prev.over) return true;
   const int r = round - 1;
   if (r < 0 || !store_->check({round_key(r, "closed")}) || store_->check({round_key(r, "over")}))
@@ -227,7 +227,7 @@ bool ElasticRendezvous::previous_over(int round, PreviousRound& prev) {
   return prev.over = true;
 }
 
-ElasticRendezvous::Membership ElasticRendezvous::read_round(int round, int n, int slot) {
+ElasticMembership::Membership ElasticMembership::read_round(int round, int n, int slot) {
   std::vector<std::string> keys;
   for (int i = 0; i < n; ++i) keys.push_back(round_key(round, str_cat("node/", i)));
   const std::vector<Bytes> values = store_->multi_get(keys);

@@ -1,4 +1,4 @@
-#include "collie/runtime/launcher/static_rendezvous.h"
+#include "collie/runtime/launcher/static_membership.h"
 
 #include <unistd.h>
 
@@ -29,12 +29,12 @@ std::string bind_host_for(const std::string& master_addr, int nnodes) {
 
 }  // namespace
 
-std::string StaticRendezvous::key(const std::string& k) const {
+std::string StaticMembership::key(const std::string& k) const {
   return str_cat("/collie-run/", options_.run_id, "/", k);
 }
 
-std::unique_ptr<StaticRendezvous> StaticRendezvous::start(const StaticRendezvousOptions& o) {
-  std::unique_ptr<StaticRendezvous> r(new StaticRendezvous());
+std::unique_ptr<StaticMembership> StaticMembership::start(const StaticRendezvousOptions& o) {
+  std::unique_ptr<StaticMembership> r(new StaticMembership());
   r->options_ = o;
   std::string connect_host = o.master_addr;
   r->port_ = o.master_port;
@@ -94,12 +94,12 @@ std::unique_ptr<StaticRendezvous> StaticRendezvous::start(const StaticRendezvous
   return r;
 }
 
-StaticRendezvous::~StaticRendezvous() {
+StaticMembership::~StaticMembership() {
   heartbeat_.reset();
   if (server_) server_->stop();
 }
 
-std::string StaticRendezvous::describe_node(int node) {
+std::string StaticMembership::describe_node(int node) {
   std::string host;
   try {
     const std::string k = key(str_cat("node/", node));
@@ -113,7 +113,7 @@ std::string StaticRendezvous::describe_node(int node) {
   return host.empty() ? str_cat("node ", node) : str_cat("node ", node, " (host ", host, ")");
 }
 
-std::optional<std::string> StaticRendezvous::gone_node() {
+std::optional<std::string> StaticMembership::gone_node() {
   if (options_.nnodes == 1) return std::nullopt;
   if (!watch_) {
     // Only node 0 reads every counter (nnodes - 1 requests a second, on its
@@ -136,7 +136,7 @@ std::optional<std::string> StaticRendezvous::gone_node() {
   return reason;
 }
 
-void StaticRendezvous::join() {
+void StaticMembership::join() {
   const auto& o = options_;
   std::string mine = str_cat("nnodes=", o.nnodes, " max_restarts=", o.max_restarts);
   Bytes first = store_->compare_set(key("config"), {}, as_span(mine));
@@ -172,7 +172,7 @@ void StaticRendezvous::join() {
   }
 }
 
-void StaticRendezvous::barrier(const std::string& name, const std::string& what) {
+void StaticMembership::barrier(const std::string& name, const std::string& what) {
   const int n = options_.nnodes;
   int64_t count = store_->add(key(name + "/count"), 1);
   if (count == n) store_->set(key(name + "/done"), "1");
@@ -185,7 +185,7 @@ void StaticRendezvous::barrier(const std::string& name, const std::string& what)
       throw NetworkError(str_cat("collie-run: node ", options_.node_rank, " stops waiting for all ",
                                  n, " nodes to ", what, ": ", *gone));
     if (int sig = interrupt_check_ ? interrupt_check_() : 0)
-      throw RendezvousInterrupted(
+      throw MembershipInterrupted(
           sig, str_cat("collie-run: node ", options_.node_rank,
                        " was interrupted while waiting for all ", n, " nodes to ", what));
     if (deadline.expired()) {
@@ -205,7 +205,7 @@ void StaticRendezvous::barrier(const std::string& name, const std::string& what)
   }
 }
 
-Round StaticRendezvous::next_round() {
+Round StaticMembership::next_round() {
   if (!joined_) {
     join();
     joined_ = true;
@@ -221,13 +221,13 @@ Round StaticRendezvous::next_round() {
           .master_port = port_};
 }
 
-std::optional<std::string> StaticRendezvous::recorded_failure() {
+std::optional<std::string> StaticMembership::recorded_failure() {
   std::string k = key(str_cat("attempt/", attempt_, "/failed"));
   if (!store_->check({k})) return std::nullopt;
   return to_string(store_->get(k));
 }
 
-std::optional<RoundEnd> StaticRendezvous::check() {
+std::optional<RoundEnd> StaticMembership::check() {
   if (options_.nnodes == 1) return std::nullopt;
   std::optional<std::string> failure = recorded_failure();
   if (!failure) {
@@ -239,16 +239,16 @@ std::optional<RoundEnd> StaticRendezvous::check() {
   return RoundEnd{.reason = *failure};
 }
 
-void StaticRendezvous::report_failure(const std::string& reason) {
+void StaticMembership::report_failure(const std::string& reason) {
   store_->compare_set(key(str_cat("attempt/", attempt_, "/failed")), {}, as_span(reason));
 }
 
-std::optional<std::string> StaticRendezvous::finish(bool /*succeeded*/) {
+std::optional<std::string> StaticMembership::finish(bool /*succeeded*/) {
   barrier(str_cat("attempt/", attempt_, "/end"), str_cat("finish attempt ", attempt_));
   return recorded_failure();
 }
 
-void StaticRendezvous::close(const std::string& /*outcome*/) {
+void StaticMembership::close(const std::string& /*outcome*/) {
   if (closed_) return;
   closed_ = true;
   int64_t count = store_->add(key("exit/count"), 1);
@@ -267,19 +267,19 @@ void StaticRendezvous::close(const std::string& /*outcome*/) {
   server_->stop();
 }
 
-std::string StaticRendezvous::hosting_line() const {
+std::string StaticMembership::hosting_line() const {
   if (!server_) return "";
   const auto& o = options_;
   return str_cat("collie-run: agent store listening on ", server_->address(), " (node 0 of ",
                  o.nnodes, ", run id '", o.run_id, "'; workers reach it at ", o.master_addr, ")");
 }
 
-std::string StaticRendezvous::store_lost_line() const {
+std::string StaticMembership::store_lost_line() const {
   return str_cat("collie-run: node ", options_.node_rank,
                  " gives up: the job cannot go on without node 0");
 }
 
-std::string StaticRendezvous::failed_elsewhere_line(const std::string& reason) const {
+std::string StaticMembership::failed_elsewhere_line(const std::string& reason) const {
   return str_cat("collie-run: node ", options_.node_rank,
                  "'s workers succeeded, but another node failed: ", reason);
 }

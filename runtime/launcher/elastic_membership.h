@@ -1,4 +1,4 @@
-// ElasticRendezvous: collie-run's dynamic rendezvous, torchrun's
+// ElasticMembership: collie-run's dynamic rendezvous, torchrun's
 // `--rdzv-backend c10d` semantics over one TcpStore.
 //
 //   collie-run --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id JOB
@@ -53,7 +53,7 @@
 
 #include "collie/base/backoff.h"
 #include "collie/rendezvous/store.h"
-#include "collie/runtime/launcher/rendezvous.h"
+#include "collie/runtime/launcher/membership.h"
 
 namespace collie {
 class TcpStoreServer;
@@ -83,14 +83,14 @@ struct ElasticOptions {
   std::string secret_source;
 };
 
-class ElasticRendezvous : public Rendezvous {
+class ElasticMembership : public Membership {
  public:
   // Hosts the store when this launcher can bind the endpoint (or is_host
   // says so), then connects to it. Throws NetworkError naming the endpoint
   // when it cannot be reached within the join timeout, TimeoutError when
   // its name never resolves.
-  static std::unique_ptr<ElasticRendezvous> start(const ElasticOptions& options);
-  ~ElasticRendezvous() override;
+  static std::unique_ptr<ElasticMembership> start(const ElasticOptions& options);
+  ~ElasticMembership() override;
 
   bool hosts_store() const { return server_ != nullptr; }
   void set_interrupt_check(std::function<int()> check) override {
@@ -99,7 +99,7 @@ class ElasticRendezvous : public Rendezvous {
 
   // Leaves the current round, joins the next one and waits for it to
   // close. Throws JobOver, TimeoutError (fewer than MIN launchers within the
-  // join timeout, naming who came), RendezvousInterrupted, InvalidArgument
+  // join timeout, naming who came), MembershipInterrupted, InvalidArgument
   // (launchers with other --nnodes / --max-restarts).
   Round next_round() override;
   // A failure reported by a member, the job being over, a launcher waiting
@@ -150,7 +150,7 @@ class ElasticRendezvous : public Rendezvous {
         {.initial = std::chrono::milliseconds(2), .max = std::chrono::milliseconds(50)}};
   };
 
-  ElasticRendezvous() = default;
+  ElasticMembership() = default;
   std::string key(const std::string& k) const;
   std::string round_key(int round, const std::string& k) const;
   std::string endpoint() const;

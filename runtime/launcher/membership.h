@@ -1,17 +1,20 @@
-// Rendezvous: what the launcher's one loop (agent.h) asks of the launchers
-// of a job, whichever way they meet. Two implementations, as in torchrun:
+// Membership: what the launcher's one loop (agent.h) asks of the launchers
+// of a job: who is in each round, agreed through the job's store. torchrun
+// calls this its rendezvous handler (hence --rdzv-backend); in collie
+// "rendezvous" is the layer the store comes from (rendezvous/), and this is
+// the launchers' membership built on it. Two implementations, as in torchrun:
 //
-//   StaticRendezvous   --rdzv-backend static: node ranks given, node 0 hosts
+//   StaticMembership   --rdzv-backend static: node ranks given, node 0 hosts
 //                      the store, every attempt starts and ends on every
-//                      node together (static_rendezvous.h)
-//   ElasticRendezvous  --rdzv-backend c10d: node ranks on arrival, a new
+//                      node together (static_membership.h)
+//   ElasticMembership  --rdzv-backend c10d: node ranks on arrival, a new
 //                      round when a member fails, vanishes or a launcher
-//                      waits to join (elastic_rendezvous.h)
+//                      waits to join (elastic_membership.h)
 //
-// A round is one run of this node's workers: the static rendezvous calls it
+// A round is one run of this node's workers: the static membership calls it
 // an attempt. The loop asks for the next round, runs the workers while it
 // checks the round every ~200 ms, reports this node's failure, finishes the
-// round with the other nodes, and closes the rendezvous once the job is over
+// round with the other nodes, and closes the membership once the job is over
 // for everyone.
 #pragma once
 
@@ -24,10 +27,10 @@
 
 namespace collie::launcher {
 
-// Thrown out of a rendezvous wait when the launcher got a termination signal.
-class RendezvousInterrupted : public Error {
+// Thrown out of a membership wait when the launcher got a termination signal.
+class MembershipInterrupted : public Error {
  public:
-  RendezvousInterrupted(int signal, const std::string& what) : Error(what), signal_(signal) {}
+  MembershipInterrupted(int signal, const std::string& what) : Error(what), signal_(signal) {}
   int signal() const { return signal_; }
 
  private:
@@ -70,22 +73,22 @@ struct RoundEnd {
 };
 
 // How the loop's messages name a round: torchrun's static agent speaks of
-// attempts of the group, the c10d one of rounds of the rendezvous.
+// attempts of the group, the c10d one of rounds of the membership.
 struct RoundWords {
   const char* round;         // "attempt 0 failed (...)", "round 1 ends: ..."
   const char* failed_round;  // "job failed after 2 attempts" / "... 2 failed rounds"
   const char* again;         // "...; restarting the group, restart 1 of 3"
 };
 
-class Rendezvous {
+class Membership {
  public:
-  virtual ~Rendezvous() = default;
+  virtual ~Membership() = default;
 
   // Every wait polls it (a signal number, or 0), so that Ctrl-C is not held
   // up by launchers that are slow to come.
   virtual void set_interrupt_check(std::function<int()> check) = 0;
   // Waits until this node's next round starts, joining the job on the first
-  // call. Throws RendezvousInterrupted, JobOver, InvalidArgument (launchers
+  // call. Throws MembershipInterrupted, JobOver, InvalidArgument (launchers
   // started with flags that do not go together) or another Error (the store
   // is gone, a timeout naming who did not come).
   virtual Round next_round() = 0;
