@@ -106,7 +106,7 @@ void scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
 void all_to_all(Transport& t, const AlgorithmConfig& cfg, std::span<const Span> in,
                 std::span<const MutableSpan> out);
 
-// Every rank on one host and Transport::all_peers_readable() (shm_algorithms.cc).
+// Every rank on one host and Transport::all_peers_readable() (cma_algorithms.cc).
 // shm_all_reduce calls `between(lo, hi)`, when given, once this rank has
 // reduced its slice (out's elements [lo, hi)) and before any peer reads it:
 // the hierarchical all_reduce's inter-host step.

@@ -6,7 +6,7 @@
 # torch over TCP. The work is done by allreduce_compare.py; this script keeps
 # the settings in environment variables. Writes, into OUT_DIR:
 #   results.json         the records (bench_results.py's schema)
-#   results.md           one table per world size, also printed
+#   OUT_DIR/results.md   one table per world size, also printed
 #   all_reduce_N<n>.svg  time and bus bandwidth per size
 set -euo pipefail
 

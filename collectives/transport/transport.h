@@ -42,7 +42,7 @@
 
 namespace collie {
 
-// Opens connections to peers on demand (bootstrap.cc implements it).
+// Opens connections to peers on demand (linker.cc implements it).
 class PeerLinker {
  public:
   virtual ~PeerLinker() = default;

@@ -39,14 +39,14 @@ echo "== OFF builds the CPU layers without CUDA or NCCL"
 "$cmake" -S "$src" -B "$tmp/off" "${gen[@]}" -DCOLLIE_WITH_CUDA=OFF -DCOLLIE_WITH_NCCL=OFF \
   -DCOLLIE_BUILD_TESTS=OFF -DCOLLIE_BUILD_BENCH=OFF -DCOLLIE_BUILD_SAMPLES=OFF >"$tmp/off.log" 2>&1 ||
   { cat "$tmp/off.log"; fail "OFF configure failed"; }
-grep -q "#define COLLIE_HAVE_NCCL 0" "$tmp/off/generated/base/config.h" || fail "OFF: config.h says NCCL"
-grep -q "#define COLLIE_HAVE_CUDA 0" "$tmp/off/generated/base/config.h" || fail "OFF: config.h says CUDA"
+grep -q "#define COLLIE_HAVE_NCCL 0" "$tmp/off/generated/collie/base/config.h" || fail "OFF: config.h says NCCL"
+grep -q "#define COLLIE_HAVE_CUDA 0" "$tmp/off/generated/collie/base/config.h" || fail "OFF: config.h says CUDA"
 "$cmake" --build "$tmp/off" --target collie_api collie_nn >"$tmp/off-build.log" 2>&1 ||
   { tail -50 "$tmp/off-build.log"; fail "OFF build of collie_api and collie_nn failed"; }
 
 echo "== AUTO where the toolkit is installed builds the GPU targets"
 if [[ -x /usr/local/cuda/bin/nvcc && -f /usr/local/cuda/include/nccl.h ]]; then
-  grep -q "#define COLLIE_HAVE_NCCL 1" "$main_build/generated/base/config.h" ||
+  grep -q "#define COLLIE_HAVE_NCCL 1" "$main_build/generated/collie/base/config.h" ||
     fail "the toolkit and nccl.h are installed but the main (AUTO) build did not enable NCCL"
   [[ -n $(find "$main_build" -name 'libcollie_nccl.a' -o -name 'libcollie_nccl.so' | head -1) ]] ||
     fail "AUTO: collie_nccl was not built"
