@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The two commands of the README:
-#   bash tools/collie.sh main   install what is missing, build, run the main job
-#   bash tools/collie.sh test   install what is missing, build, run every test
+# The commands of the README:
+#   bash tools/collie.sh main   install what the main job needs, build its two
+#                               programs, run it (no torch, no tests)
+#   bash tools/collie.sh test   install everything, make the torch environments,
+#                               build every target, run every test
+#   bash tools/collie.sh torch  make the torch environments (collie_torch
+#                               pip-installed into each) and nothing else
 # Idempotent: packages already installed are not touched, an existing build
 # directory is reused, and so are the Python virtual environments, which live
 # outside the clone. Run as root on Debian 12 (apt-get is used only when a
@@ -32,16 +36,21 @@ BUILD_DIR=${BUILD_DIR:-build}
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 MAIN_OUTPUT=${COLLIE_MAIN_OUTPUT:-$ROOT/output/blip_train}
 
-# Debian packages collie needs to build, test and benchmark. The peers (Gloo,
-# Open MPI, PyTorch) are real dependencies of the tests and benches.
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
-  libasio-dev libeigen3-dev catch2 zlib1g-dev libcli11-dev nlohmann-json3-dev
+# Debian packages. MAIN_PACKAGES are what the main job needs: a compiler,
+# CMake and Ninja, the libraries collie-run and blip_train are built from,
+# and the dataset. TEST_PACKAGES are the rest, for the tests and benches:
+# the peers (Gloo, Open MPI, PyTorch) are real dependencies of those.
+MAIN_PACKAGES=(
+  build-essential cmake ninja-build
+  libasio-dev libeigen3-dev libcli11-dev nlohmann-json3-dev libssl-dev zlib1g-dev
   dataset-fashion-mnist
+)
+TEST_PACKAGES=(
+  pkg-config git catch2
   # python3-venv/-dev: the virtual environments with torch 2.x from PyPI that
   # collie_torch is built against and tested in. Debian's python3-torch
   # (1.13) is the peer of the store tests' older TCPStore dialect.
-  python3 python3-venv python3-dev python3-torch
+  python3 python3-venv python3-dev python3-torch python3-matplotlib
   # Debian's torch calls whatever libblas.so.3 is installed; without this it
   # gets the reference BLAS, ~10x slower matmuls (docs/performance.md, DDP).
   libopenblas0-openmp
@@ -52,10 +61,14 @@ PACKAGES=(
   # (test/support/slurm_cluster.h).
   munge slurmctld slurmd slurm-client
 )
+PACKAGES=("${MAIN_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
 
+# install_packages [package...]: those of the list (default: PACKAGES) that
+# are missing.
 install_packages() {
-  local missing=()
-  for p in "${PACKAGES[@]}"; do
+  local missing=() wanted=("$@")
+  ((${#wanted[@]})) || wanted=("${PACKAGES[@]}")
+  for p in "${wanted[@]}"; do
     # Not `dpkg-query | grep -q`: grep -q exits at the first match, and
     # under pipefail a writer it leaves behind fails with SIGPIPE (141).
     if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then
@@ -63,7 +76,7 @@ install_packages() {
     fi
   done
   if ((${#missing[@]} == 0)); then
-    echo "collie: all ${#PACKAGES[@]} Debian packages present"
+    echo "collie: all ${#wanted[@]} Debian packages present"
     return
   fi
   echo "collie: installing ${missing[*]}"
@@ -135,8 +148,9 @@ setup_torch() {
     fi
     # torchft for test/runtime/torch/test_torchft.py (torchft 0.2.0: a cp311
     # wheel, torch >= 2.7); parameterized is what torchft's own tests import.
-    if ! "$venv/bin/python" -c "import torchft, parameterized" 2>/dev/null; then
-      "$venv/bin/python" -m pip install -q torchft==0.2.0 parameterized
+    # safetensors: test/nn reads blip_train's checkpoint with it.
+    if ! "$venv/bin/python" -c "import torchft, parameterized, safetensors" 2>/dev/null; then
+      "$venv/bin/python" -m pip install -q torchft==0.2.0 parameterized safetensors
     fi
     echo "collie: building collie_torch for torch $v (python -m pip install . into $venv)"
     "$venv/bin/python" -m pip install -q --no-deps --force-reinstall . \
@@ -145,22 +159,40 @@ setup_torch() {
   done
 }
 
-build() {
-  local jobs
-  jobs=$(nproc)
+# configure [cmake args...]: the build folder, made once with Ninja and
+# then reconfigured with the arguments given.
+configure() {
   # CI builds with -Werror: a new warning fails the run.
   local cmake_werror=OFF
   [[ "${CI:-}" == "true" ]] && cmake_werror=ON
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     # shellcheck disable=SC2086  # CMAKE_ARGS is a list of words on purpose
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-      -DCOLLIE_WERROR="$cmake_werror" ${CMAKE_ARGS:-}
+      -DCOLLIE_WERROR="$cmake_werror" ${CMAKE_ARGS:-} "$@" >/dev/null
+  elif (($#)); then
+    cmake "$BUILD_DIR" "$@" >/dev/null
   fi
+}
+
+# Every target, tests and benches included.
+build() {
   # The torch tests run in every environment setup_torch made.
   local venvs
   venvs=$(IFS=';'; echo "${TORCH_VENVS[*]}")
-  cmake "$BUILD_DIR" -DCOLLIE_TORCH_VENVS="$venvs" >/dev/null
-  cmake --build "$BUILD_DIR" -j "$jobs"
+  configure -DCOLLIE_BUILD_TESTS=ON -DCOLLIE_BUILD_BENCH=ON -DCOLLIE_TORCH_VENVS="$venvs"
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+}
+
+# Only what the main job runs: collie-run and blip_train. A new build folder
+# is configured without tests and benches (which need TEST_PACKAGES); one
+# that has them keeps them.
+build_main() {
+  if [[ -f "$BUILD_DIR/build.ninja" ]]; then
+    configure
+  else
+    configure -DCOLLIE_BUILD_TESTS=OFF -DCOLLIE_BUILD_BENCH=OFF
+  fi
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target collie-run blip_train
 }
 
 # The main job's lock: an exclusive flock(1) on a file next to its output
@@ -224,9 +256,10 @@ case "${1:-}" in
   # The lock first, so that a second main fails at once. The installation
   # and the build run without fd 9: a daemon that apt-get starts (munge,
   # slurmd) must not keep the lock after the job.
-  main) lock_main; install_packages 9>&-; setup_torch 9>&-; build 9>&-; run_main ;;
+  main) lock_main; install_packages "${MAIN_PACKAGES[@]}" 9>&-; build_main 9>&-; run_main ;;
   test) install_packages; setup_torch; build; run_tests ;;
+  torch) install_packages; setup_torch ;;
   install) install_packages; setup_torch ;;
   build) install_packages; setup_torch; build ;;
-  *) echo "usage: bash tools/collie.sh main|test|install|build" >&2; exit 2 ;;
+  *) echo "usage: bash tools/collie.sh main|test|torch|install|build" >&2; exit 2 ;;
 esac
