@@ -24,6 +24,20 @@ target_include_directories(collie_json SYSTEM INTERFACE
   $<BUILD_INTERFACE:${NLOHMANN_JSON_INCLUDE_DIR}>)
 install(TARGETS collie_json EXPORT collieTargets)
 
+# OpenSSL's libcrypto (Debian: libssl-dev): SHA-256 and HMAC-SHA256 for the
+# job secret's handshakes (base/sha256.*). collie_base links it privately; a
+# static collie_base still names it in the export, so collieConfig.cmake
+# finds it for consumers. A machine without the headers (the GPU machine)
+# may carry them, with a libcrypto.so link, in .deps/openssl/{include,lib}.
+find_package(OpenSSL 3.0 QUIET COMPONENTS Crypto)
+if(NOT TARGET OpenSSL::Crypto AND EXISTS ${CMAKE_SOURCE_DIR}/.deps/openssl/include/openssl/evp.h)
+  set(OPENSSL_ROOT_DIR ${CMAKE_SOURCE_DIR}/.deps/openssl)
+  find_package(OpenSSL 3.0 QUIET COMPONENTS Crypto)
+endif()
+if(NOT TARGET OpenSSL::Crypto)
+  message(FATAL_ERROR "OpenSSL 3 libcrypto not found: install the Debian package libssl-dev")
+endif()
+
 # Eigen: Debian's package config (Eigen3::Eigen), else the carried headers.
 find_package(Eigen3 3.3 CONFIG QUIET)
 if(NOT TARGET Eigen3::Eigen)

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "collie/base/error.h"
 #include "collie/base/str_cat.h"
 #include "collie/runtime/api/build_info.h"
@@ -68,23 +70,37 @@ void print_footer(const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
+std::string results_json(const RunInfo& info, const std::vector<Row>& rows) {
+  // Ordered so that the file reads in the order of the table's columns.
+  using json = nlohmann::ordered_json;
+  json results = json::array();
+  for (const Row& r : rows) {
+    results.push_back({{"bytes", r.bytes},
+                       {"count", r.count},
+                       {"dtype", r.dtype},
+                       {"op", r.op},
+                       {"root", r.root},
+                       {"time_us", r.time_us},
+                       {"algbw_gbps", r.algbw_gbps},
+                       {"busbw_gbps", r.busbw_gbps},
+                       {"wrong", r.wrong},
+                       {"iters", r.iters}});
+  }
+  const json doc = {{"collective", info.collective}, {"backend", info.backend},
+                    {"algorithm", info.algorithm},   {"world_size", info.world},
+                    {"iters", info.iters},           {"warmup", info.warmup},
+                    {"build", build_info()},         {"results", std::move(results)}};
+  // Invalid UTF-8 (a name is whatever the user typed) is replaced, not
+  // thrown on: the file is a report, and the rest of it is still good.
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 void write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows) {
+  const std::string text = results_json(info, rows);
   std::ofstream out(path);
   if (!out) throw Error(str_cat("cannot write --json file ", path));
-  out << "{\n  \"collective\": \"" << info.collective << "\", \"backend\": \"" << info.backend
-      << "\", \"algorithm\": \"" << info.algorithm << "\", \"world_size\": " << info.world
-      << ", \"iters\": " << info.iters << ", \"warmup\": " << info.warmup << ",\n  \"build\": \""
-      << build_info() << "\",\n  \"results\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count << ", \"dtype\": \""
-        << r.dtype << "\", \"op\": \"" << r.op << "\", \"root\": " << r.root
-        << ", \"time_us\": " << r.time_us << ", \"algbw_gbps\": " << r.algbw_gbps
-        << ", \"busbw_gbps\": " << r.busbw_gbps << ", \"wrong\": " << r.wrong
-        << ", \"iters\": " << r.iters << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
-  }
-  out << "  ]\n}\n";
-  if (!out) throw Error(str_cat("writing --json file ", path, " failed"));
+  out << text;
+  if (!out.flush()) throw Error(str_cat("writing --json file ", path, " failed"));
 }
 
 }  // namespace collie::bench

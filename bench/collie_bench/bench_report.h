@@ -40,7 +40,11 @@ void print_header(const RunInfo& info, bool blocking);
 void print_channels(const std::vector<int32_t>& per_rank, const char* when);
 void print_row(const Row& row);
 void print_footer(const std::vector<Row>& rows);
-// Throws Error naming the path when it cannot be written.
+// The rows as one JSON document (nlohmann's writer: names are escaped):
+// the run's fields, the build, and "results", one object per size.
+std::string results_json(const RunInfo& info, const std::vector<Row>& rows);
+// results_json() into `path`; throws Error naming the path when it cannot be
+// written.
 void write_json(const std::string& path, const RunInfo& info, const std::vector<Row>& rows);
 
 }  // namespace collie::bench

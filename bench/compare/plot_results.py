@@ -8,8 +8,8 @@ one file per collective and world size, <prefix><collective>_N<n>.svg.
 Each file has a panel of the time per call against the message size (log-log,
 one line per library through the medians over the reps, a band from min to
 max) and, for all_reduce, one of the bus bandwidth with T/N dashed (T: one
-loopback TCP stream, measured in the same sitting). svg_plot.py draws them:
-the one plotting path here, standard library only.
+loopback TCP stream, measured in the same sitting). charts.py draws them with
+matplotlib (Debian: python3-matplotlib).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_results  # noqa: E402
 from bench_stats import human_bytes, median, reps_text  # noqa: E402
-from svg_plot import LogLogPanel, Series, write_svg  # noqa: E402
+from charts import LogLogPanel, Series, write_chart  # noqa: E402
 
 
 def series(table: dict, values: str) -> list:
@@ -67,7 +67,7 @@ def plot(records: list, out_dir: str, prefix: str = "") -> list:
         rows = [r for rows in table.values() for r in rows.values()]
         title = f"{bench_results.TITLES.get(collective, collective)}, N = {n}, one host"
         path = os.path.join(out_dir, f"{prefix}{collective}_N{n}.svg")
-        write_svg(path, title, panels(collective, n, table, t), note=note(rows))
+        write_chart(path, title, panels(collective, n, table, t), note=note(rows))
         paths.append(path)
     return paths
 

@@ -45,7 +45,7 @@ case "${1:-}" in -h | --help) usage; exit 0 ;; esac
 if [[ $# -ne 2 ]]; then usage >&2; exit 2; fi
 
 # shellcheck disable=SC2086  # WORLDS and PEERS are lists
-exec python3 "$HERE/allreduce_compare.py" --build "$1" --out "$2" \
+exec /usr/bin/python3 "$HERE/allreduce_compare.py" --build "$1" --out "$2" \
   --worlds ${WORLDS:-2 4} --min "${MIN:-4}" --max "${MAX:-$((256 << 20))}" \
   --factor "${FACTOR:-4}" --iters "${ITERS:-20}" --warmup "${WARMUP:-5}" \
   --algo "${ALGO:-auto}" --reps "${REPS:-1}" \

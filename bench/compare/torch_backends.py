@@ -48,7 +48,7 @@ which infers the stages' shapes, excluded) and the speed-up.
 bench_results.py's schema (impl "torch-collie" and "torch-gloo"), the
 overhead, DDP, FSDP and pipeline figures as sections of their own. --load prints the
 tables of such a file (or of one written before that schema) without
-measuring, and --plot draws them as SVG (svg_plot.py, standard library only).
+measuring, and --plot draws them as SVG (charts.py: matplotlib, python3-matplotlib).
 """
 import argparse
 import json
@@ -395,8 +395,15 @@ def overhead_table(world, jobs):
 def plot(results, path):
     """One panel per world size (all_reduce us per call against the size,
     median line and min-max band per backend) and one of the DDP rates."""
-    from plot_results import series
-    from svg_plot import BarPanel, LogLogPanel, write_svg
+    try:
+        from plot_results import series
+        from charts import BarPanel, LogLogPanel, write_chart
+    except ImportError as e:
+        # torch's venv often has no matplotlib: the measurements are not
+        # lost, --load redraws them with the system's python.
+        print(f"\nno plot: {e}\n(redraw with: /usr/bin/python3 {HERE} --load RESULTS.json "
+              f"--plot {path}, RESULTS.json being this run's --save file)", file=sys.stderr)
+        return
 
     panels = []
     for (_, world), table in bench_results.by_table(results["records"]).items():
@@ -414,8 +421,8 @@ def plot(results, path):
             high[name] = [max(r) for r in rates]
         panels.append(BarPanel("torch DDP, Fashion-MNIST MLP", "training samples/s (all ranks)",
                                [f"{w} ranks" for w in worlds], values, low, high))
-    write_svg(path, "collie vs gloo under torch.distributed (bench/compare/torch_backends.py)",
-              panels, note="lines and bars: medians over the runs; bands and whiskers: min-max")
+    write_chart(path, "collie vs gloo under torch.distributed (bench/compare/torch_backends.py)",
+                panels, note="lines and bars: medians over the runs; bands and whiskers: min-max")
     print(f"\nplot: {path}")
 
 

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "compare"))
 import bench_results  # noqa: E402
 from bench_stats import human_bytes, median, reps_text  # noqa: E402
-from svg_plot import LogLogPanel, Series, write_svg  # noqa: E402
+from charts import LogLogPanel, Series, write_chart  # noqa: E402
 
 bench_results.LABELS.update({("gloo-hd", "tcp"): "Gloo HD",
                              ("openmpi", "vader+tcp"): "Open MPI vader+TCP"})
@@ -202,10 +202,10 @@ def plot(results: dict, path: str) -> str:
                                   "us per call (median, min-max)", time, x_format=human_bytes))
     first = next(iter(results.values()))
     m = first[0].machine
-    write_svg(path, f"all_reduce across {m.get('hosts')} hosts x {m.get('ranks_per_host')} "
-              f"ranks (network namespaces, tc tbf links)", panels,
-              note=f"lines: medians of {reps_text(r.reps for r in first)}, bands: min-max; "
-                   f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('start')}")
+    write_chart(path, f"all_reduce across {m.get('hosts')} hosts x {m.get('ranks_per_host')} "
+                f"ranks (network namespaces, tc tbf links)", panels,
+                note=f"lines: medians of {reps_text(r.reps for r in first)}, bands: min-max; "
+                     f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('start')}")
     return path
 
 

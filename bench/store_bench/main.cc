@@ -25,8 +25,10 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,12 +169,14 @@ int main(int argc, char** argv) {
         }
         const double c = cs.ops_per_s, t = ts.ops_per_s;
         if (json) {
-          std::printf(
-              "{\"op\": \"%s\", \"clients\": %d, \"collie_ops_per_s\": %.0f, "
-              "\"torch_ops_per_s\": %.0f, \"ratio\": %.3f, "
-              "\"collie_server_cpu_us_per_op\": %.2f, \"torch_server_cpu_us_per_op\": %.2f}\n",
-              op.c_str(), clients, c, t, t > 0 ? c / t : 0.0, cs.server_us_per_op,
-              ts.server_us_per_op);
+          const nlohmann::ordered_json row = {{"op", op},
+                                              {"clients", clients},
+                                              {"collie_ops_per_s", std::round(c)},
+                                              {"torch_ops_per_s", std::round(t)},
+                                              {"ratio", t > 0 ? c / t : 0.0},
+                                              {"collie_server_cpu_us_per_op", cs.server_us_per_op},
+                                              {"torch_server_cpu_us_per_op", ts.server_us_per_op}};
+          std::printf("%s\n", row.dump().c_str());
         } else {
           std::printf("%-4s %8d %14.0f %14.0f %12.2f %12.2f %12.2f\n", op.c_str(), clients, c, t,
                       t > 0 ? c / t : 0.0, cs.server_us_per_op, ts.server_us_per_op);

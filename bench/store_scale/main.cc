@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -239,20 +240,28 @@ int main(int argc, char** argv) {
           failed_at.emplace(config.name, ranks);
         }
         if (json) {
+          const nlohmann::ordered_json row = {{"ranks", ranks},
+                                              {"server", config.name},
+                                              {"run", run},
+                                              {"ok", r.ok},
+                                              {"seconds", r.seconds},
+                                              {"connect_seconds", r.connect_seconds},
+                                              {"wall_seconds", r.wall_seconds},
+                                              {"unfinished", r.totals.unfinished},
+                                              {"connects_over_1s", r.totals.slow_connects[0]},
+                                              {"connects_over_3s", r.totals.slow_connects[1]},
+                                              {"done", r.totals.done},
+                                              {"failed", r.totals.failed},
+                                              {"connect_retries", r.totals.connect_retries},
+                                              {"wrong_values", r.totals.wrong_values},
+                                              {"server_cpu_s", r.server_cpu_s},
+                                              {"server_peak_rss_mib", r.server_peak_mib},
+                                              {"error", r.error}};
+          // The error is a message from anywhere: escaped by the writer,
+          // invalid UTF-8 replaced rather than thrown on.
           std::printf(
-              "{\"ranks\": %d, \"server\": \"%s\", \"run\": %d, \"ok\": %s, \"seconds\": %.4f, "
-              "\"connect_seconds\": %.4f, \"wall_seconds\": %.3f, \"unfinished\": %lld, "
-              "\"connects_over_1s\": %lld, \"connects_over_3s\": %lld, "
-              "\"done\": %lld, \"failed\": %lld, \"connect_retries\": %lld, \"wrong_values\": "
-              "%lld, \"server_cpu_s\": %.3f, \"server_peak_rss_mib\": %.1f, \"error\": \"%s\"}\n",
-              ranks, config.name, run, r.ok ? "true" : "false", r.seconds, r.connect_seconds,
-              r.wall_seconds, static_cast<long long>(r.totals.unfinished),
-              static_cast<long long>(r.totals.slow_connects[0]),
-              static_cast<long long>(r.totals.slow_connects[1]),
-              static_cast<long long>(r.totals.done), static_cast<long long>(r.totals.failed),
-              static_cast<long long>(r.totals.connect_retries),
-              static_cast<long long>(r.totals.wrong_values), r.server_cpu_s, r.server_peak_mib,
-              r.error.c_str());
+              "%s\n",
+              row.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
         } else if (!r.ok || r.totals.connect_retries > 0) {
           std::fprintf(stderr,
                        "store_scale: %d ranks, %s, run %d: %s after %.1fs: %lld done, %lld lost "

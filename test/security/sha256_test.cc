@@ -1,5 +1,6 @@
 // SHA-256 and HMAC-SHA256 against published vectors (FIPS 180-4 examples,
-// RFC 4231) and against Python's hashlib/hmac on random inputs.
+// RFC 4231) and against Python's hashlib/hmac on random inputs; the handshakes'
+// proofs against fixed vectors.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -9,7 +10,9 @@
 
 #include "collie/base/error.h"
 #include "collie/base/sha256.h"
+#include "collie/collectives/transport/peer_auth.h"
 #include "collie/rendezvous/env/job_secret.h"
+#include "collie/rendezvous/tcp_store/store_auth.h"
 #include "collie/test/support/skip.h"
 #include "collie/test/support/subprocess.h"
 
@@ -67,6 +70,9 @@ TEST_CASE("HMAC-SHA256 matches RFC 4231", "[security][sha256]") {
   // Test case 3: 20 bytes of 0xaa, 50 bytes of 0xdd.
   CHECK(hmac(std::vector<uint8_t>(20, 0xaa), std::vector<uint8_t>(50, 0xdd)) ==
         "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+  // An empty key (zero-padded to a block, RFC 2104), against Python's hmac.
+  CHECK(hmac({}, unhex("616263")) ==
+        "fd7adb152c05ef80dccf50a1fa4c05d5a3ec6da95575fc312ae7c5d091836351");
   // Test case 6: a 131-byte key (hashed first), longer than a block.
   const std::string msg6 = "Test Using Larger Than Block-Size Key - Hash Key First";
   CHECK(hmac(std::vector<uint8_t>(131, 0xaa), std::vector<uint8_t>(msg6.begin(), msg6.end())) ==
@@ -117,4 +123,74 @@ TEST_CASE("job secrets parse 64 hex digits and prove with distinct labels", "[se
   const std::vector<uint8_t> tc{'c'};
   const std::vector<uint8_t> tbc{'b', 'c'};
   CHECK(a.prove("ab", tc) != a.prove("a", tbc));
+}
+
+// The handshakes' wire format, pinned: ranks built before and after a change
+// of the HMAC code must still authenticate each other. The proofs of a known
+// secret over a known transcript are fixed values (from Python's hmac:
+// hmac.new(K, bytes([len(label)]) + label + transcript, 'sha256')), and both
+// acceptors' AUTH2 carry HMAC(K, u8 len(label) | label | AUTH1 | nonce) as
+// docs/security.md spells it, computed here from the bytes alone.
+TEST_CASE("handshake proofs match fixed vectors and the documented layout",
+          "[security][sha256][secret]") {
+  const JobSecret secret = JobSecret::from_hex(
+      "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f", "the test");
+  std::vector<uint8_t> fixed(37);
+  for (size_t i = 0; i < fixed.size(); ++i) fixed[i] = static_cast<uint8_t>(0x40 + i);
+  fixed.insert(fixed.end(), 32, 0xee);
+  CHECK(to_hex(secret.prove("collie data acceptor v1", fixed)) ==
+        "b83eaeeb605e3d9a172aaaca9057775ab5343edcff8dae23269306073174ea4e");
+  CHECK(to_hex(secret.prove("collie data connector v1", fixed)) ==
+        "4ccd4adc0010ff8e1ea9f88a45047512ae74ad1621343dfbef47c6b66dba41c9");
+  CHECK(to_hex(secret.prove("collie store server v1", fixed)) ==
+        "7f5199dddac14fdb5b82973825d217d21ea0736e2d907a750cc856b76f52aef5");
+  CHECK(to_hex(secret.prove("collie store client v1", fixed)) ==
+        "d583bddf0787742f192a3f4f626fb0da356234682f28bc7a3b0f096112d9db2d");
+
+  const std::vector<uint8_t> key = unhex(secret.to_hex());
+  // HMAC(K, label, AUTH1 | nonce) from the documented layout.
+  auto spec_mac = [&](std::string_view label, const std::vector<uint8_t>& auth1,
+                      std::span<const uint8_t> nonce) {
+    const uint8_t len = static_cast<uint8_t>(label.size());
+    return HmacSha256(key).update({&len, 1}).update(label).update(auth1).update(nonce).finish();
+  };
+  auto le32 = [](std::vector<uint8_t>& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+
+  SECTION("the store's gate") {
+    StoreAuthPolicy policy{secret, false};
+    StoreAuthGate gate(policy);
+    std::vector<uint8_t> auth1{kStoreAuthQuery};
+    le32(auth1, kStoreAuthMagic);
+    auth1.insert(auth1.end(), 32, 0x11);  // Nc
+    auto step = gate.feed(auth1);
+    REQUIRE(step.status == StoreAuthGate::Step::Status::kProgress);
+    REQUIRE(step.reply.size() == 65);
+    const std::span<const uint8_t> ns(step.reply.data() + 1, 32);
+    const Sha256Digest server = spec_mac("collie store server v1", auth1, ns);
+    CHECK(std::equal(server.begin(), server.end(), step.reply.begin() + 33));
+    const Sha256Digest client = spec_mac("collie store client v1", auth1, ns);
+    step = gate.feed(client);
+    CHECK(step.status == StoreAuthGate::Step::Status::kDone);
+    CHECK(gate.authenticated());
+    CHECK(step.reply == Bytes{kStoreAuthAccepted});
+  }
+  SECTION("the data connections' acceptor") {
+    const PeerIdentity self{0x01020304, 3, 0, "127.0.0.1:1"};
+    PeerAuthAcceptor acc(secret, self);
+    std::vector<uint8_t> auth1;
+    for (uint32_t v : {kPeerAuthMagic, kPeerAuthVersion, self.group, 3u, 2u, 0u}) le32(auth1, v);
+    auth1.insert(auth1.end(), 32, 0x22);  // Nc
+    auto step = acc.feed(auth1);
+    REQUIRE(step.status == PeerAuthAcceptor::Step::Status::kReply);
+    REQUIRE(step.reply.size() == 64);
+    const std::span<const uint8_t> na(step.reply.data(), 32);
+    const Sha256Digest acceptor = spec_mac("collie data acceptor v1", auth1, na);
+    CHECK(std::equal(acceptor.begin(), acceptor.end(), step.reply.begin() + 32));
+    const Sha256Digest connector = spec_mac("collie data connector v1", auth1, na);
+    step = acc.feed(connector);
+    CHECK(step.status == PeerAuthAcceptor::Step::Status::kDone);
+    CHECK(acc.rank() == 2);
+  }
 }
