@@ -26,7 +26,7 @@
 // once (shared_memory()). When every channel a wait covers has one, the
 // wait arms them with arm_futex() and sleeps in futex_waitv on their words
 // (bounded slices), then polls the fds once without sleeping for hang-ups
-// (connection.cc). Every channel keeps the contract that
+// (waiting.cc). Every channel keeps the contract that
 // test/collectives/transport/channel_contract_test.cc checks.
 #pragma once
 

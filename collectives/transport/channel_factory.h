@@ -3,9 +3,9 @@
 // decides whether a peer is for it, connects, and turns an admitted
 // connection into a channel. The linker holds a list of them, most preferred
 // first, and names none of them: a third kind of channel is a third factory.
-// Built by the folders' factories: make_local_factory (shm/: the abstract
-// Unix socket, over which the pair sets up shared memory) and
-// make_tcp_factory (tcp/).
+// Built by the folders' factories, declared below and defined in shm/ and
+// tcp/: the factories are the only code that names a channel type (the
+// join and the linker include this header, never a channel's).
 #pragma once
 
 #include <functional>
@@ -87,5 +87,22 @@ class ChannelFactory {
   virtual std::unique_ptr<Channel> accept(UniqueFd fd, const Deadline& deadline,
                                           const std::string& who) = 0;
 };
+
+// The local factory (shm/local_factory.cc): listens on the abstract Unix
+// socket `name` (with a WARN, and no listener, when it cannot: the peers on
+// this host then use TCP) and reaches the peers with host id `host_id`,
+// setting up shared memory over the socket with rings of `ring_bytes`
+// (CommunicatorOptions::shm_buffer_bytes: 0 is the default; InvalidArgument
+// outside 4096 to 2^34).
+std::unique_ptr<ChannelFactory> make_local_factory(const std::string& name,
+                                                   const std::string& host_id, size_t ring_bytes,
+                                                   int rank);
+
+// The TCP factory (tcp/tcp_factory.cc): listens on `host` (a name or a
+// literal: its first address) at a port the kernel picks; with `connects`,
+// reaches every peer that published a TCP address (without, it only
+// accepts: COLLIE_TRANSPORT=shm). `rank` and `size` are for messages.
+std::unique_ptr<ChannelFactory> make_tcp_factory(const std::string& host, int rank, int size,
+                                                 int buffer_bytes, bool connects);
 
 }  // namespace collie

@@ -16,6 +16,12 @@
 // A Connection may exist before its channel does (lazy connections: a rank
 // posts to a peer that has not connected yet); operations then queue until
 // attach().
+//
+// Its definitions are split by concern: the frames of the data path
+// (posting, sending, receiving, the express path, point-to-point frames) in
+// connection.cc; the failure forensics (absorb(), skim(), the abort text,
+// the error path's raw writes) in connection_failure.cc; the poll support
+// (arm(), disarm()) with the wait itself in waiting.cc.
 #pragma once
 
 #include <poll.h>
@@ -174,7 +180,7 @@ class Connection {
   // Drops every posted operation (after an error).
   void clear();
 
-  // poll() support (see Channel): the pollfd to wait on for the wanted
+  // poll() support (see Channel; waiting.h): the pollfd to wait on for the wanted
   // directions (a hang-up is always watched), and what the returned events
   // mean for the stream. *ready: no need to sleep.
   struct PollRequest {
@@ -259,24 +265,5 @@ class Connection {
   size_t skim_got_ = 0;
   uint64_t skim_skip_ = 0;  // payload bytes of a data frame still to discard
 };
-
-// When every entry is a shared-memory channel the wait sleeps on the
-// channels' futex words instead of poll(), in slices of at most this many
-// milliseconds, each followed by a poll() that does not sleep: a peer that
-// died without waking us (SIGKILL) is noticed within one slice.
-inline constexpr int kFutexSliceMs = 10;
-
-// One poll() over several connections. Each entry says which directions it
-// waits for; on return `ready` holds the stream readiness (disarm()). Does
-// not sleep when one is ready already. `extra` fds (listeners) are polled
-// alongside, their revents filled in. Returns poll()'s result
-// (of the poll() after the futex wait, in that case).
-struct PollEntry {
-  Connection* c;
-  bool want_read;
-  bool want_write;
-  short ready = 0;
-};
-int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra = {});
 
 }  // namespace collie

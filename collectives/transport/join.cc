@@ -10,25 +10,13 @@
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
 #include "collie/base/str_cat.h"
+#include "collie/collectives/transport/channel_factory.h"
 #include "collie/collectives/transport/host.h"
-#include "collie/collectives/transport/shm/shm_channel.h"
-#include "collie/collectives/transport/shm/shm_ring.h"
 #include "collie/collectives/transport/sockets.h"
-#include "collie/collectives/transport/tcp/tcp_channel.h"
 #include "collie/collectives/transport/wire.h"
 
 namespace collie {
 namespace {
-
-// CommunicatorOptions::shm_buffer_bytes: 0 is the default.
-size_t shm_ring_bytes(size_t option) {
-  if (option == 0) return kDefaultShmRingBytes;
-  if (option < 4096 || option > (size_t{1} << 34))
-    throw InvalidArgument(str_cat("CommunicatorOptions::shm_buffer_bytes (COLLIE_SHM_BYTES) ",
-                                  option, ": expected 4096 to 2^34"));
-  // Whole lines: the second ring of a segment stays aligned.
-  return option & ~(kShmLineBytes - 1);
-}
 
 std::string random_hex() {
   std::random_device rd;
@@ -64,7 +52,7 @@ Bootstrap join_group(Store& store, int rank, int size, const CommunicatorOptions
   if (choice != TransportChoice::kTcp) {
     factories.push_back(make_local_factory(
         str_cat("collie-", group_hash(options.store_prefix), "-", rank, "-", random_hex()), me,
-        shm_ring_bytes(options.shm_buffer_bytes), rank));
+        options.shm_buffer_bytes, rank));
   }
   factories.push_back(make_tcp_factory(host, rank, size, options.socket_buffer_bytes,
                                        choice != TransportChoice::kShm));

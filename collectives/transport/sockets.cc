@@ -16,7 +16,6 @@
 #include "collie/base/logging.h"
 #include "collie/base/socket_io.h"
 #include "collie/base/str_cat.h"
-#include "collie/collectives/transport/tcp/tcp_channel.h"
 
 namespace collie {
 namespace {
@@ -103,6 +102,11 @@ sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
 }
 
 }  // namespace
+
+asio::io_context& data_io_context() {
+  static auto* context = new asio::io_context();
+  return *context;
+}
 
 std::string join_address(const std::string& host, uint16_t port) {
   return host.find(':') != std::string::npos ? str_cat("[", host, "]:", port)

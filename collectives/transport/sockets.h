@@ -1,13 +1,14 @@
 // The data plane's sockets: addresses as text, descriptors opened
 // close-on-exec and non-blocking, and connects and listens bounded by a
 // deadline, over TCP (Asio) and abstract Unix sockets. Used by the linker
-// (linker.h) and the join (join.h); the channels themselves live in tcp/ and
-// shm/.
+// (linker.h), the join (join.h) and the channel factories; the channels
+// themselves live in tcp/ and shm/, and only the factories name them.
 #pragma once
 
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,12 @@
 #include "collie/base/unique_fd.h"
 
 namespace collie {
+
+// The io_context every data socket of the process belongs to (Asio's socket
+// types need one). Nothing ever runs it: each wait in the data plane is a
+// poll() with a deadline. It is never destroyed, so a socket may outlive
+// static destruction order.
+asio::io_context& data_io_context();
 
 // "host:port", with brackets around an IPv6 host ("[::1]:29500").
 std::string join_address(const std::string& host, uint16_t port);

@@ -1,8 +1,17 @@
+// Transport's posting and progress (transport.h): construction and lazy
+// connections, begin() and the sub-group numbering, the posted and express
+// sends and receives, and the progress loop with its spin (the policy is
+// SpinPolicy's, waiting.h). This is the hot path: everything here calls
+// concrete types (Connection, SpinPolicy, FailureState's flags), and
+// progress() sits next to progress_all() so that the compiler can inline it.
+// Invariants: the completion counters count from begin() (or the open
+// sub-group scope), and point-to-point sends queued ahead of a call's are
+// not the call's (rebase()); the sleep once the spin is over is
+// wait_for_io() (transport_wait.cc), every error goes through fail()
+// (transport_failure.cc).
 #include "collie/collectives/transport/transport.h"
 
-#include <poll.h>
 #include <sched.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,18 +23,6 @@
 #include "collie/base/str_cat.h"
 
 namespace collie {
-namespace {
-
-// A spin-wait hint: lets the sibling hyperthread run and saves power.
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-}  // namespace
 
 Transport::Transport(int rank, int size, uint32_t group,
                      std::vector<std::unique_ptr<Connection>> connections,
@@ -33,16 +30,15 @@ Transport::Transport(int rank, int size, uint32_t group,
     : rank_(rank),
       size_(size),
       group_(group),
-      group_name_(options.group_name),
       connections_(std::move(connections)),
       linker_(std::move(linker)),
-      spin_(options.spin),
-      busy_poll_(options.busy_poll),
       report_after_(options.report_after),
       futex_wait_(options.futex_wait),
+      spin_(options.spin, options.busy_poll),
       send_base_(size, 0),
       recv_base_(size, 0),
       peeked_seq_(size, 0),
+      failure_(rank, size, group, options.group_name),
       inbox_(size),
       p2p_sent_(size, 0),
       p2p_until_(size, 0),
@@ -55,7 +51,7 @@ Transport::Transport(int rank, int size, uint32_t group,
 }
 
 Transport::~Transport() {
-  if (broken_.load()) return;
+  if (failure_.broken()) return;
   // An orderly goodbye, so that a peer still finishing its last collective
   // does not take our closing socket for a crash.
   for (auto& c : connections_) {
@@ -88,13 +84,13 @@ Connection& Transport::link_slow(int peer) {
       auto channel = linker_->connect(peer, *deadline_, &address);
       c->attach(std::move(channel), address);
     } catch (const TimeoutError& e) {
-      note_failed_peer(peer);
+      failure_.note_failed_peer(peer);
       fail(ErrorKind::kTimeout, str_cat(context(), ": ", e.what()),
-           Blame{FailureCause::kTimeout, {culprit(*c)}});
+           Blame{FailureCause::kTimeout, {culprit_of(*c)}});
     } catch (const Error& e) {
-      note_failed_peer(peer);
+      failure_.note_failed_peer(peer);
       fail(ErrorKind::kNetwork, str_cat(context(), ": ", e.what()),
-           Blame{FailureCause::kNetwork, {culprit(*c)}});
+           Blame{FailureCause::kNetwork, {culprit_of(*c)}});
     }
   }
   return *c;
@@ -122,24 +118,6 @@ void Transport::accept_arrivals() {
   }
 }
 
-ChannelKind Transport::channel_kind(int peer) {
-  Connection& c = link(peer);
-  // The accepting side waits for the peer to connect; nothing is posted on
-  // the connection, so progress() would return at once: wait here, under
-  // the same deadline, abort and slow-wait reports.
-  arm_report();
-  while (!c.connected()) {
-    if (aborted_.load()) fail_aborted();
-    progress_all();
-    if (c.connected()) break;
-    const auto now = Clock::now();
-    if (now >= deadline_->when()) fail_timeout();
-    if (now >= next_report_) report_slow_wait();
-    wait_for_io();
-  }
-  return c.kind();
-}
-
 bool Transport::all_peers_readable() const {
   for (int p = 0; p < size(); ++p) {
     if (p != rank() && peer_pid(p) <= 0) return false;
@@ -159,14 +137,15 @@ int Transport::connected_peers(ChannelKind kind) const {
 }
 
 void Transport::check_usable(std::string_view what) const {
-  if (!broken_.load()) return;
-  throw BackendError(
-      str_cat(what, " on rank ", rank_, ": the communicator is broken by an earlier error: ",
-              broken_reason_.empty() ? std::string("abort() was called") : broken_reason_));
+  if (!failure_.broken()) return;
+  const std::string& reason = failure_.reason();
+  throw BackendError(str_cat(what, " on rank ", rank_,
+                             ": the communicator is broken by an earlier error: ",
+                             reason.empty() ? std::string("abort() was called") : reason));
 }
 
 void Transport::begin(const CallInfo& call, const Deadline& deadline, bool linking) {
-  if (broken_.load()) check_usable(call.describe_with_seq());  // formatted only to throw
+  if (failure_.broken()) check_usable(call.describe_with_seq());  // formatted only to throw
   call_ = call;
   linking_ = linking;
   in_p2p_ = false;
@@ -226,14 +205,14 @@ bool Transport::push_sends(Connection& c) {
     // abort() shuts the sockets: the write it broke reports the abort, not
     // a broken pipe (a send posted after abort() starts here, before any
     // progress() could look).
-    if (aborted_.load()) fail_aborted();
+    if (failure_.aborted()) fail_aborted();
     // A write that fails (EPIPE, ECONNRESET) says the same as a read that
     // finds the connection closed: the peer is gone. Which of the two a
     // survivor sees first is a race, so both blame it alike.
     fail(ErrorKind::kNetwork,
          str_cat(context(), ": sending to ", c.name(), " failed: ", std::strerror(err),
                  " (the peer process exited, crashed or aborted)"),
-         Blame{FailureCause::kPeerClosed, {culprit(c)}});
+         Blame{FailureCause::kPeerClosed, {culprit_of(c)}});
   }
   completed_ += c.sends_completed() - before;
   return r > 0;
@@ -241,7 +220,7 @@ bool Transport::push_sends(Connection& c) {
 
 void Transport::exchange(int peer, const void* out, void* in, size_t bytes) {
   Connection& c = link(world(peer));
-  if (bytes > kExpressBytes || c.kind() != ChannelKind::kShm || !c.idle() || broken_.load()) {
+  if (bytes > kExpressBytes || c.kind() != ChannelKind::kShm || !c.idle() || failure_.broken()) {
     send(peer, out, bytes);
     recv(peer, in, bytes);
     wait_all();
@@ -253,9 +232,9 @@ void Transport::exchange(int peer, const void* out, void* in, size_t bytes) {
   if (sent) ++completed_;
   // The peer's frame: looked for while nothing of ours is left to write,
   // busy-polling is allowed (a core each), and the spin lasts.
-  const int polls = sent && busy_polling() ? kExpressPolls : (sent ? 1 : 0);
+  const int polls = sent && spin_.busy_polling() ? kExpressPolls : (sent ? 1 : 0);
   for (int i = 0; i < polls; ++i) {
-    if (aborted_.load()) fail_aborted();
+    if (failure_.aborted()) fail_aborted();
     const int r = c.take_now(header, in);
     if (r > 0) {
       ++completed_;
@@ -338,16 +317,16 @@ void Transport::progress() {
   // or arrives within a microsecond, is then taken with none when it ends
   // the call. Only empty polls repeat here: once data moves, the loop below
   // checks the deadline after every step.
-  if (busy_polling()) {
-    for (int i = 0; i < kClocklessPolls; ++i) {
-      if (aborted_.load()) fail_aborted();
+  if (spin_.busy_polling()) {
+    for (int i = 0; i < SpinPolicy::kClocklessPolls; ++i) {
+      if (failure_.aborted()) fail_aborted();
       const bool moved = progress_all();
       if (!pending()) return;
       if (completed_ != start) {
         // A step of a call that goes on: its deadline starts now at the
         // latest, and is checked as after every step below (a call that
         // is slow, not stuck, still ends at its deadline).
-        spin_succeeded();
+        spin_.succeeded();
         arm_report();
         if (Clock::now() >= deadline_->when()) fail_timeout();
         return;
@@ -358,13 +337,12 @@ void Transport::progress() {
   }
   arm_report();
   const auto entered = Clock::now();
-  const auto spin = spin_for_this_wait(entered);
-  spin_quiet_ = spin_.count() > 0 && spin.count() == 0;
+  const auto spin = spin_.begin_wait(entered);
   auto spin_until = entered + spin;
-  const auto busy_poll = std::min(busy_poll_, spin);
+  const auto busy_poll = spin_.busy_poll_for(spin);
   auto poll_until = entered + busy_poll;
   for (;;) {
-    if (aborted_.load()) fail_aborted();
+    if (failure_.aborted()) fail_aborted();
     const bool moved = progress_all();
     if (!pending()) return;
     // Checked even while data moves: a call that is slow, not stuck, still
@@ -373,7 +351,7 @@ void Transport::progress() {
     if (now >= deadline_->when()) fail_timeout();
     if (now >= next_report_) report_slow_wait();
     if (completed_ != start) {
-      if (spin.count() > 0) spin_succeeded();
+      if (spin.count() > 0) spin_.succeeded();
       return;
     }
     if (moved) {
@@ -387,8 +365,8 @@ void Transport::progress() {
       // that comes back late gave the core to something that runs whole
       // time slices (another program): spinning is hurting, stop it.
       sched_yield();
-      if (Clock::now() - now > kLongYield) {
-        spin_failed();
+      if (Clock::now() - now > SpinPolicy::kLongYield) {
+        spin_.failed();
         spin_until = now;
       }
     } else {
@@ -402,149 +380,8 @@ void Transport::progress() {
   }
 }
 
-// Adaptive spinning. A spin pays when the peer is running and answers
-// within microseconds. When the core is shared with another program, the
-// spinner's sched_yield() hands that program a whole time slice while the
-// spinner's peer may be waiting behind yet another program on the other
-// core: on a busy 2-core machine a fixed spin turned 25 us calls into 1-3 ms
-// ones (docs/algorithms.md, "Spinning"). So a yield that returns later than
-// kLongYield stops spinning for a while: 2 ms after the first such yield,
-// twice as long after each further one, up to 1 s; a run of kSpinStreak
-// waits completed while spinning halves the pause again. A spin that merely
-// runs out (the peer is late) changes nothing: it wastes at most `spin` of
-// CPU and never a time slice. Pauses are timed, not counted in waits, so a
-// hiccup at start-up (ranks still arriving) costs milliseconds of not
-// spinning, not the next thousand calls; a loaded machine risks one late
-// yield a second.
-std::chrono::microseconds Transport::spin_for_this_wait(Clock::time_point now) const {
-  if (spin_.count() == 0 || now < spin_quiet_until_) return std::chrono::microseconds(0);
-  return spin_;
-}
-
-void Transport::spin_failed() {
-  spin_quiet_ = true;
-  spin_streak_ = 0;
-  spin_quiet_until_ = Clock::now() + spin_penalty_;
-  spin_penalty_ = std::min(spin_penalty_ * 2, kMaxSpinPenalty);
-}
-
-void Transport::spin_succeeded() {
-  if (++spin_streak_ < kSpinStreak) return;
-  spin_streak_ = 0;
-  spin_penalty_ = std::max(spin_penalty_ / 2, kMinSpinPenalty);
-}
-
 void Transport::wait_all() {
   while (pending()) progress();
-}
-
-void Transport::wait_for_io() {
-  std::vector<PollEntry> entries;
-  entries.reserve(connections_.size());
-  for (auto& c : connections_) {
-    if (!c || !c->connected()) continue;
-    // Data on a connection where nothing is posted is looked at once per
-    // call: a frame of a different call with our sequence number (or an
-    // older one) is a mismatch we can report before anyone hangs. Idle
-    // connections are watched for a hang-up either way (arm() always asks
-    // for it): that is how a failure anywhere in the group reaches a rank
-    // waiting on someone else. Connections a p2p receive may come from are
-    // read too.
-    const bool read = c->recv_pending() || wants_p2p(*c) ||
-                      (!c->finished() && peeked_seq_[c->peer()] != call_.seq);
-    if (!read && !c->send_pending() && c->finished()) continue;
-    entries.push_back(PollEntry{c.get(), read, c->send_pending()});
-  }
-  // Listeners too, always: a peer connecting to us (its first use of this
-  // connection) waits for our half of the handshake.
-  std::vector<int> listen_fds;
-  if (linker_) linker_->poll_fds(&listen_fds);
-  const auto wake = std::min(deadline_->when(), next_report_);
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
-  const int timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
-  std::vector<pollfd> lf;
-  for (int fd : listen_fds) lf.push_back(pollfd{fd, POLLIN, 0});
-  const int r = poll_connections(entries, timeout_ms, lf);
-  bool arrived = false;
-  for (auto& p : lf) arrived |= p.revents != 0;
-  if (arrived) accept_arrivals();
-  if (r < 0) return;  // EINTR: the caller checks the deadline
-  // A shared-memory channel may be ready without poll() reporting it.
-  const auto looked_at = [&](const PollEntry& e) {
-    const Connection& c = *e.c;
-    // progress_all() reads these next: mid-frame, or wanted for p2p.
-    if (c.recv_pending() || c.finished() || !c.connected() || wants_p2p(c)) return false;
-    return (e.ready & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
-  };
-  if (std::none_of(entries.begin(), entries.end(), looked_at)) return;
-  // What arrived for this call first: a peer that finished this call with
-  // us, went on and failed in the next one (its abort and hang-up arrive
-  // while we still wait for a third rank's data that is there too) must not
-  // fail a call that can complete. The next call finds the failure.
-  progress_all();
-  if (!pending()) return;
-  for (auto& e : entries) {
-    if (!looked_at(e)) continue;
-    Connection& c = *e.c;
-    if (e.ready & POLLIN) on_unexpected_input(c);
-    if (e.ready & (POLLRDHUP | POLLHUP | POLLERR)) on_hangup(c);
-  }
-}
-
-void Transport::arm_report() {
-  // Starts the deadline's clock if nothing did (Deadline::from_first_use).
-  if (next_report_ == Clock::time_point{}) next_report_ = deadline_->start() + report_after_;
-}
-
-void Transport::report_slow_wait() {
-  // Like the store client's slow-wait lines: first after report_after, then
-  // each time the wait doubles, at most every 5 minutes apart.
-  const auto now = Clock::now();
-  const auto waited = now - deadline_->start();
-  const std::vector<std::string> waiting = waiting_for(nullptr);
-  COLLIE_LOG(kWarn) << context() << ": still waiting to "
-                    << (waiting.empty() ? std::string("finish") : join(waiting, ", ")) << " after "
-                    << format_duration(waited) << " (deadline in "
-                    << format_duration(deadline_->when() - now) << ", limit "
-                    << format_duration(deadline_->limit()) << ")";
-  const auto step = std::min<Clock::duration>(std::max<Clock::duration>(waited, report_after_),
-                                              std::chrono::minutes(5));
-  next_report_ = now + step;
-}
-
-void Transport::note_failed_peer(int peer, bool closed) {
-  std::lock_guard lock(failed_mu_);
-  auto& list = closed ? closed_peers_ : failed_peers_;
-  auto it = std::lower_bound(list.begin(), list.end(), peer);
-  if (it == list.end() || *it != peer) list.insert(it, peer);
-}
-
-std::vector<int> Transport::failed_peers(Clock::time_point until) {
-  std::vector<int> closed;
-  {
-    std::lock_guard lock(failed_mu_);
-    for (int p : closed_peers_)
-      if (!std::binary_search(failed_peers_.begin(), failed_peers_.end(), p)) closed.push_back(p);
-  }
-  if (!closed.empty()) find_dead_peers(closed, until);
-  std::lock_guard lock(failed_mu_);
-  return failed_peers_;
-}
-
-std::vector<int> Transport::find_dead_peers(const std::vector<int>& peers,
-                                            Clock::time_point until) {
-  if (!linker_) return {};
-  std::vector<int> dead = linker_->refusing(peers, until);
-  for (int p : dead) note_failed_peer(p);
-  return dead;
-}
-
-void Transport::abort() {
-  aborted_.store(true);
-  broken_.store(true);
-  for (auto& c : connections_) {
-    if (c) c->shutdown_both();
-  }
 }
 
 }  // namespace collie

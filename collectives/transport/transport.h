@@ -7,10 +7,10 @@
 // Waiting: progress() first busy-polls its sockets for `spin` (a blocking
 // wake-up costs tens of microseconds, more than a small message's whole
 // round trip), yielding the CPU between polls so that oversubscribed ranks
-// still run, then sleeps in poll() until data, the deadline or abort(). A
-// yield that gives the core away for long (to another program) makes the
-// next waits sleep at once (adaptive back-off, transport.cc), so a busy
-// machine is not made worse.
+// still run, then sleeps in poll() (or on futex words) until data, the
+// deadline or abort(). A yield that gives the core away for long (to
+// another program) makes the next waits sleep at once (adaptive back-off,
+// SpinPolicy in waiting.h), so a busy machine is not made worse.
 //
 // Failure: every error goes through fail(), which marks the transport broken,
 // sends an abort frame carrying the error text to every peer (finishing a
@@ -20,6 +20,24 @@
 // one poll of it happening, whichever connection they were waiting on.
 // The first failure is also written as data (base/error_record.h): the
 // cause and the peers it blames, for the launcher to read.
+//
+// Structure. Transport is the facade the algorithms use; each concern is a
+// concrete class it holds by value, or its own file of Transport's members,
+// so that the hot path makes no virtual call per message:
+//   - posting and progress (send, recv, exchange, progress, the sub-group
+//     numbering): transport.cc;
+//   - waiting: SpinPolicy, poll_connections() (waiting.h), and the sleeping
+//     wait and slow-wait reports (transport_wait.cc);
+//   - frames: Connection (connection.h), its data path in connection.cc and
+//     its failure forensics in connection_failure.cc;
+//   - failure: FailureState (failure.h), the one owner of the verdict (the
+//     broken flag, the failed peers as data, the error record, the abort
+//     frames and the timeout probe); which error a situation is stays here,
+//     in transport_failure.cc;
+//   - point-to-point: P2PInbox (p2p_inbox.h) and transport_p2p.cc;
+//   - set-up: the PeerLinker (peer_linker.h; linker.cc implements it) over
+//     the channel factories (channel_factory.h), join.cc, host.cc,
+//     peer_auth.cc and sockets.cc.
 #pragma once
 
 #include <atomic>
@@ -37,46 +55,13 @@
 #include "collie/base/types.h"
 #include "collie/base/unique_fd.h"
 #include "collie/collectives/transport/connection.h"
+#include "collie/collectives/transport/failure.h"
 #include "collie/collectives/transport/p2p_inbox.h"
+#include "collie/collectives/transport/peer_linker.h"
+#include "collie/collectives/transport/waiting.h"
 #include "collie/collectives/transport/wire.h"
 
 namespace collie {
-
-// Opens connections to peers on demand (linker.cc implements it).
-class PeerLinker {
- public:
-  virtual ~PeerLinker() = default;
-  // The connecting side (peer < own rank): the channel to `peer`, connected
-  // and introduced within the deadline; *address gets the peer's address.
-  virtual std::unique_ptr<Channel> connect(int peer, const Deadline& deadline,
-                                           std::string* address) = 0;
-  // The accepting side: listener (and pending handshake) fds to poll for
-  // readability, and the peers whose connections completed since.
-  virtual void poll_fds(std::vector<int>* fds) const = 0;
-  struct Arrival {
-    int peer;
-    std::unique_ptr<Channel> channel;
-    std::string address;
-  };
-  virtual std::vector<Arrival> accept_ready(const Deadline& deadline) = 0;
-  // The published address of `peer`, for messages ("" if unknown).
-  virtual std::string address_of(int peer) const = 0;
-  // The last connection this rank's listeners refused, as "address: why"
-  // ("" if none): a peer that never connects may be the one refused.
-  virtual std::string last_refusal() const = 0;
-  // The timeout probe's roll call, for the peers a rank has no connection
-  // to: checks this rank in for call `seq`; with `wait`, waits until `until`
-  // for the others and returns those that never checked in, with their
-  // addresses (empty when the store cannot be reached).
-  virtual std::map<int, std::string> roll_call(uint64_t seq, Clock::time_point until,
-                                               bool wait) = 0;
-  // Of `peers`, those whose listener refuses a TCP connection by `until`:
-  // their process is gone (the kernel closed its socket). A peer that
-  // accepts, or does not answer in time (stopped, or its link is down), is
-  // not listed. For shrink's agreement; reads the peers' records from the
-  // store where needed.
-  virtual std::vector<int> refusing(const std::vector<int>& peers, Clock::time_point until) = 0;
-};
 
 struct TransportOptions {
   std::chrono::microseconds spin{50};
@@ -249,7 +234,8 @@ class Transport {
   void run_p2p(std::span<const P2POp> ops, const Deadline& deadline, std::vector<int>* sources);
 
   // Blocks until at least one posted operation completes (returns at once
-  // when none is posted). Throws on error, timeout or abort().
+  // when none is posted). Throws on error, timeout or abort(). The progress
+  // loop is in transport.cc, next to progress_all(), which it inlines.
   void progress();
   // progress() until every posted operation has completed.
   void wait_all();
@@ -257,7 +243,7 @@ class Transport {
   // Breaks the transport, tells the peers, throws the matching collie error.
   [[noreturn]] void fail(ErrorKind kind, const std::string& message);
 
-  bool broken() const { return broken_.load(); }
+  bool broken() const { return failure_.broken(); }
   void abort();  // thread-safe
 
   // The peers (world ranks, ascending) this rank saw fail, as data, not
@@ -269,7 +255,8 @@ class Transport {
   // (find_dead_peers), since a live peer that aborted its communicator
   // (shrink's SHRINK_ABORT, abort()) closes its connections the same way.
   // A peer that relayed another's failure in an abort frame is alive and
-  // not listed. Not while a call runs on this transport.
+  // not listed. The list is FailureState's (failure.h). Not while a call
+  // runs on this transport.
   std::vector<int> failed_peers(Clock::time_point until);
   // Of `peers` (world ranks), those whose process is gone by the test of
   // PeerLinker::refusing(); they join failed_peers(). Not while a call runs.
@@ -317,24 +304,17 @@ class Transport {
   bool wants_p2p(const Connection& c) const {
     return c.p2p_frame_open() || (inbox_.wants(c.peer()) && p2p_blocked_[c.peer()] != call_.seq);
   }
-  void wait_for_io();  // poll() until something happens or the deadline
-  // A failure as data (base/error_record.h): its cause and the peers it
-  // blames (ranks of this transport, with their addresses).
-  struct Blame {
-    FailureCause cause = FailureCause::kBackend;
-    std::vector<FailureCulprit> culprits;
-  };
-  static Blame blame_of(ErrorKind kind);  // no culprit, the cause the kind implies
-  static FailureCulprit culprit(const Connection& c);
+  // poll() (or futex) until something happens or the deadline
+  // (transport_wait.cc).
+  void wait_for_io();
+  // The failure paths (transport_failure.cc): which error a situation is
+  // and its message; the verdict goes to failure_.
   [[noreturn]] void fail(ErrorKind kind, const std::string& message, Blame blame);
-  // The first failure's error record (fail_impl()).
-  void record_failure(ErrorKind kind, const std::string& message, const Blame& blame) const;
 
   void on_recv_problem(Connection& c, RecvProblem problem, int err);
   void on_hangup(Connection& c);            // an idle connection's peer hung up
   void on_unexpected_input(Connection& c);  // data where nothing is posted
   [[noreturn]] void fail_mismatch(const Connection& c, const WireHeader& h);
-  void notify_peers(ErrorKind kind, const std::string& text);
   [[noreturn]] void fail_impl(ErrorKind kind, const std::string& message,
                               const std::string& forward, const Blame& blame);
   [[noreturn]] void fail_from_peer(Connection& c, const std::string& text);
@@ -352,48 +332,26 @@ class Transport {
   void arm_report();
   void report_slow_wait();
 
-  // The timeout probe (transport_probe.cc): a rank whose deadline passed,
-  // or that reads a peer's probe, sends a probe to every peer and reads
-  // every connection for theirs for a short grace. Returns the verdict for
-  // the error message: who answered, who stayed silent (the hung ranks,
-  // also put in *silent as data).
+  // The timeout probe (FailureState::probe(), failure_probe.cc) over this
+  // transport's connections and call; returns the verdict for the message.
   std::string probe_peers(const Connection* trigger, std::vector<FailureCulprit>* silent);
   [[noreturn]] void fail_probed(Connection& c, const WireHeader& probe);
+  // The probe's grace: half the call's limit, 20 ms to 1 s.
   std::chrono::milliseconds probe_grace() const;
 
   const int rank_;
   const int size_;
   const uint32_t group_;
-  const std::string group_name_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::unique_ptr<PeerLinker> linker_;
   int awaiting_ = 0;  // connections waiting for their peer to connect
-  const std::chrono::microseconds spin_;
-  const std::chrono::microseconds busy_poll_;
   const std::chrono::milliseconds report_after_;
   const bool futex_wait_;
   Clock::time_point next_report_{};
-  // Adaptive spinning (progress()): no spin before spin_quiet_until_; the
-  // pause after the next late yield, doubling up to kMaxSpinPenalty.
-  static constexpr uint32_t kSpinStreak = 64;
-  static constexpr std::chrono::microseconds kLongYield{1000};
-  static constexpr std::chrono::milliseconds kMinSpinPenalty{2}, kMaxSpinPenalty{1000};
-  std::chrono::microseconds spin_for_this_wait(Clock::time_point now) const;
-  void spin_failed();
-  void spin_succeeded();
-  Clock::time_point spin_quiet_until_{};
-  // A pause seen by the last timed wait (spin_quiet_until_ not yet passed
-  // then): progress() skips its clockless polls until a timed wait finds
-  // the pause over.
-  bool spin_quiet_ = false;
-  static constexpr int kClocklessPolls = 32;
+  SpinPolicy spin_;
   // exchange()'s spin for the peer's frame, in looks at the ring, before it
   // hands over to the posted path (a few microseconds).
   static constexpr int kExpressPolls = 256;
-  // Whether a wait may spin on memory without yielding the core now.
-  bool busy_polling() const { return busy_poll_.count() > 0 && spin_.count() > 0 && !spin_quiet_; }
-  std::chrono::milliseconds spin_penalty_ = kMinSpinPenalty;
-  uint32_t spin_streak_ = 0;                     // successful spins since the last failure
   std::vector<uint64_t> send_base_, recv_base_;  // completion counters at begin()
   // peeked_seq_[p] == call_.seq: rank p's next frame was looked at during
   // this call and is legitimately early (a later round, or the next call).
@@ -412,18 +370,7 @@ class Transport {
   static void count(std::atomic<uint64_t>& n) {
     n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  std::atomic<bool> broken_{false};
-  std::atomic<bool> aborted_{false};
-  std::string broken_reason_;
-  // failed_peers(): written on the failure path (`closed`: the connection
-  // closed, which failed_peers() confirms), read by another thread.
-  void note_failed_peer(int peer, bool closed = false);
-  mutable std::mutex failed_mu_;
-  std::vector<int> failed_peers_, closed_peers_;
-  // After a probe: the bytes still owed to each peer (padding, the rest of
-  // our probe), which notify_peers() sends ahead of the abort frame.
-  bool probed_ = false;
-  std::vector<std::string> owed_;
+  FailureState failure_;
   // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
   // peer's count of messages sent to it, and the ops run_p2p() is running
   // (for error messages, formatted only then; in_p2p_ false inside a

@@ -1,9 +1,11 @@
 // Transport's failure path: what a rank does when a peer's frame does not
 // match its call, a peer fails or hangs up, or the deadline passes (see
 // transport.h and docs/algorithms.md, "the mismatch protocol" and "When a
-// peer fails"). The timeout probe is in transport_probe.cc; reading frames
-// on these paths is the Connection's (skim(), absorb()), which owns the
-// frame format.
+// peer fails"). This file decides which error a situation is and words it;
+// the verdict (broken flag, failed peers, error record, abort frames, the
+// timeout probe) is FailureState's (failure.h, failure.cc,
+// failure_probe.cc); reading frames on these paths is the Connection's
+// (connection_failure.cc: skim(), absorb()), which owns the frame format.
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -15,27 +17,14 @@
 #include "collie/base/logging.h"
 #include "collie/base/str_cat.h"
 #include "collie/collectives/transport/transport.h"
+#include "collie/collectives/transport/waiting.h"
 
 namespace collie {
 namespace {
 
-// Abort notices are best effort: a peer that does not read gets an EOF
-// instead after this long.
-constexpr auto kNoticeBudget = std::chrono::milliseconds(200);
-constexpr size_t kMaxAbortText = 4096;
-
 // How long a rank that saw a frame of a later call waits for a frame of its
 // own call from another peer, which would name the real mismatch.
 constexpr auto kEvidenceGrace = std::chrono::milliseconds(200);
-
-[[noreturn]] void throw_error(ErrorKind kind, const std::string& message) {
-  switch (kind) {
-    case ErrorKind::kTimeout: throw TimeoutError(message);
-    case ErrorKind::kBackend: throw BackendError(message);
-    case ErrorKind::kNetwork: break;
-  }
-  throw NetworkError(message);
-}
 
 }  // namespace
 void Transport::on_hangup(Connection& c) {
@@ -43,11 +32,11 @@ void Transport::on_hangup(Connection& c) {
   switch (c.absorb(&text)) {
     case RecvProblem::kAbort: fail_from_peer(c, text);
     case RecvProblem::kEof:
-      note_failed_peer(c.peer(), /*closed=*/true);
+      failure_.note_failed_peer(c.peer(), /*closed=*/true);
       fail(ErrorKind::kNetwork,
            str_cat(context(), ": the connection to ", c.name(),
                    " closed unexpectedly (the peer process exited, crashed or aborted)"),
-           Blame{FailureCause::kPeerClosed, {culprit(c)}});
+           Blame{FailureCause::kPeerClosed, {culprit_of(c)}});
     default: break;  // a goodbye, or the rest has not arrived yet
   }
 }
@@ -81,7 +70,7 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
          str_cat(context(), ": received a message from ", c.name(),
                  " that does not belong to this group (magic ", h.magic, ", group ", h.group,
                  ", expected ", kWireMagic, ", ", group_, ")"),
-         Blame{FailureCause::kMismatch, {culprit(c)}});
+         Blame{FailureCause::kMismatch, {culprit_of(c)}});
   }
   // A peer that is already past our call is one symptom; another peer's
   // frame of this very call, waiting unread, usually names the real culprit.
@@ -113,7 +102,7 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
        str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
                ", rank ", rank_, " called ", call_.describe_with_seq(),
                " (every rank must call the same collectives in the same order)"),
-       Blame{FailureCause::kMismatch, {culprit(c)}});
+       Blame{FailureCause::kMismatch, {culprit_of(c)}});
 }
 
 void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
@@ -128,7 +117,7 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
                      "-byte message where a different size was expected: are the "
                      "CommunicatorOptions (segment_bytes, small_message_bytes) the same on "
                      "every rank?"),
-             Blame{FailureCause::kMismatch, {culprit(c)}});
+             Blame{FailureCause::kMismatch, {culprit_of(c)}});
       }
       fail_mismatch(c, h);
     case RecvProblem::kAbort: fail_from_peer(c, c.read_abort_text());
@@ -137,21 +126,21 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
            str_cat(context(), ": ", c.name(),
                    " closed its communicator while this rank still expected its data (did the "
                    "ranks call different numbers of collectives?)"),
-           Blame{FailureCause::kMismatch, {culprit(c)}});
+           Blame{FailureCause::kMismatch, {culprit_of(c)}});
     case RecvProblem::kEof:
-      note_failed_peer(c.peer(), /*closed=*/true);
+      failure_.note_failed_peer(c.peer(), /*closed=*/true);
       fail(ErrorKind::kNetwork,
            str_cat(context(), ": the connection to ", c.name(),
                    " closed unexpectedly (the peer process exited, crashed or aborted)"),
-           Blame{FailureCause::kPeerClosed, {culprit(c)}});
+           Blame{FailureCause::kPeerClosed, {culprit_of(c)}});
     case RecvProblem::kError:
     case RecvProblem::kNone: break;
   }
-  note_failed_peer(c.peer(), /*closed=*/true);
+  failure_.note_failed_peer(c.peer(), /*closed=*/true);
   fail(ErrorKind::kNetwork,
        str_cat(context(), ": receiving from ", c.name(), " failed: ", std::strerror(err),
                " (the peer process exited, crashed or aborted)"),
-       Blame{FailureCause::kPeerClosed, {culprit(c)}});
+       Blame{FailureCause::kPeerClosed, {culprit_of(c)}});
 }
 
 void Transport::fail_from_peer(Connection& c, const std::string& text) {
@@ -175,7 +164,7 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
     // behind a frame we had already looked at, and the hang-up came first):
     // probe now, so that this rank too names the silent ones from its own
     // view rather than only the sender's.
-    if (!probed_) {
+    if (!failure_.probed()) {
       merged += str_cat("; rank ", rank_, " probed: ", probe_peers(&c, &blame.culprits));
       if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
     }
@@ -260,23 +249,10 @@ void Transport::fail(ErrorKind kind, const std::string& message) {
   fail(kind, message, blame_of(kind));
 }
 
-Transport::Blame Transport::blame_of(ErrorKind kind) {
-  switch (kind) {
-    case ErrorKind::kTimeout: return {FailureCause::kTimeout, {}};
-    case ErrorKind::kNetwork: return {FailureCause::kNetwork, {}};
-    case ErrorKind::kBackend: break;
-  }
-  return {FailureCause::kBackend, {}};
-}
-
-FailureCulprit Transport::culprit(const Connection& c) {
-  return {.rank = c.peer(), .global_rank = -1, .address = c.address()};
-}
-
 void Transport::fail(ErrorKind kind, const std::string& message, Blame blame) {
   // A socket error is often the echo of a peer's failure (it broke, told
   // us, and exited before we read the news): prefer its explanation.
-  if (kind == ErrorKind::kNetwork && !broken_.load()) {
+  if (kind == ErrorKind::kNetwork && !failure_.broken()) {
     for (auto& c : connections_) {
       WireHeader h;
       if (c && c->connected() && c->at_frame_boundary() && c->peek_header(&h) &&
@@ -291,74 +267,47 @@ void Transport::fail(ErrorKind kind, const std::string& message, Blame blame) {
 
 void Transport::fail_impl(ErrorKind kind, const std::string& message, const std::string& forward,
                           const Blame& blame) {
-  if (!broken_.exchange(true) || broken_reason_.empty()) {
-    broken_reason_ = message;
+  if (failure_.take_first(message)) {
     COLLIE_LOG(kInfo) << "communicator broken: " << message;
-    record_failure(kind, message, blame);
-    notify_peers(kind, forward);
+    failure_.record(kind, message, blame, in_p2p_ ? describe_p2p() : call_.describe(),
+                    in_p2p_ ? -1 : static_cast<int64_t>(call_.seq));
+    failure_.notify_peers(connections_, kind, forward);
   }
   throw_error(kind, message);
 }
 
-void Transport::record_failure(ErrorKind kind, const std::string& message,
-                               const Blame& blame) const {
-  ErrorRecord r;
-  switch (kind) {
-    case ErrorKind::kTimeout: r.error_type = "TimeoutError"; break;
-    case ErrorKind::kNetwork: r.error_type = "NetworkError"; break;
-    case ErrorKind::kBackend: r.error_type = "BackendError"; break;
-  }
-  r.message = message;
-  r.cause = blame.cause;
-  r.group_rank = rank_;
-  r.group_size = size_;
-  r.group = group_name_;
-  r.call = in_p2p_ ? describe_p2p() : call_.describe();
-  r.seq = in_p2p_ ? -1 : static_cast<int64_t>(call_.seq);
-  r.culprits = blame.culprits;
-  // The process's error file (TORCHELASTIC_ERROR_FILE), first failure wins.
-  collie::record_failure(std::move(r));
+std::string Transport::probe_peers(const Connection* trigger, std::vector<FailureCulprit>* silent) {
+  return failure_.probe({connections_, call_, linker_.get(), probe_grace()}, trigger, silent);
 }
 
-void Transport::notify_peers(ErrorKind kind, const std::string& text) {
-  const std::string body = text.substr(0, kMaxAbortText);
-  const WireHeader h =
-      WireHeader::control(group_, FrameType::kAbort, static_cast<uint32_t>(body.size()), kind);
-  struct Notice {
-    Connection* c;
-    std::vector<uint8_t> bytes;
-    size_t sent = 0;
-  };
-  std::vector<Notice> notices;
+std::chrono::milliseconds Transport::probe_grace() const {
+  // Long enough for a live rank to be scheduled, read the probe and answer
+  // on a loaded machine; short next to the timeout the user chose, and never
+  // unbounded. Every rank counts its own grace from when it starts probing.
+  constexpr auto kMinProbeGrace = std::chrono::milliseconds(20);
+  constexpr auto kMaxProbeGrace = std::chrono::milliseconds(1000);
+  const auto half = deadline_ ? deadline_->limit() / 2 : kMaxProbeGrace;
+  return std::clamp<std::chrono::milliseconds>(half, kMinProbeGrace, kMaxProbeGrace);
+}
+
+std::vector<int> Transport::failed_peers(Clock::time_point until) {
+  const std::vector<int> closed = failure_.unconfirmed_closed();
+  if (!closed.empty()) find_dead_peers(closed, until);
+  return failure_.failed_peers();
+}
+
+std::vector<int> Transport::find_dead_peers(const std::vector<int>& peers,
+                                            Clock::time_point until) {
+  if (!linker_) return {};
+  std::vector<int> dead = linker_->refusing(peers, until);
+  for (int p : dead) failure_.note_failed_peer(p);
+  return dead;
+}
+
+void Transport::abort() {
+  failure_.abort();
   for (auto& c : connections_) {
-    if (!c || !c->connected() || c->finished()) continue;
-    // A half-written message is finished with zeros so that the peer, which
-    // is reading it, finds our header right after it.
-    Notice n{c.get(), std::vector<uint8_t>(c->partial_send_remaining(), 0)};
-    if (probed_) {  // a probe left these unsent (and cleared the operations)
-      const std::string& owed = owed_[c->peer()];
-      n.bytes.insert(n.bytes.begin(), owed.begin(), owed.end());
-    }
-    const auto* hp = reinterpret_cast<const uint8_t*>(&h);
-    n.bytes.insert(n.bytes.end(), hp, hp + sizeof h);
-    n.bytes.insert(n.bytes.end(), body.begin(), body.end());
-    notices.push_back(std::move(n));
-    c->clear();
-  }
-  const auto until = Clock::now() + kNoticeBudget;
-  for (;;) {
-    std::vector<PollEntry> fds;
-    for (auto& n : notices) {
-      // A peer that is gone has nothing to be told.
-      if (n.c->write_raw(n.bytes.data(), n.bytes.size(), &n.sent))
-        fds.push_back(PollEntry{n.c, false, true});
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-    if (fds.empty() || left.count() <= 0) break;
-    poll_connections(fds, static_cast<int>(left.count()));
-  }
-  for (auto& c : connections_) {
-    if (c) c->shutdown_write();
+    if (c) c->shutdown_both();
   }
 }
 

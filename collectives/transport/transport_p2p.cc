@@ -140,8 +140,8 @@ void Transport::wait_p2p(const P2PRequest& r, const Deadline& deadline,
 void Transport::cancel_p2p() { inbox_.clear(); }
 
 void Transport::poll_p2p(const Deadline& deadline) {
-  if (broken_.load()) return;
-  if (aborted_.load()) fail_aborted();
+  if (failure_.broken()) return;
+  if (failure_.aborted()) fail_aborted();
   deadline_ = &deadline;
   in_p2p_ = true;
   p2p_ops_ = {};

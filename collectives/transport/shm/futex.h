@@ -1,6 +1,6 @@
 // Futex waits on words in shared memory, for the shared-memory channel's
 // sleeping side (shm_channel.cc) and the transport's one wait over several
-// channels (poll_connections in connection.cc). The words live in a segment
+// channels (poll_connections in waiting.cc). The words live in a segment
 // two processes map, so these are shared futexes (no FUTEX_PRIVATE_FLAG):
 // the kernel keys them by the page, not the address space.
 #pragma once

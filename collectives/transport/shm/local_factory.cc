@@ -9,11 +9,22 @@
 #include "collie/base/str_cat.h"
 #include "collie/collectives/transport/channel_factory.h"
 #include "collie/collectives/transport/shm/shm_channel.h"
+#include "collie/collectives/transport/shm/shm_ring.h"
 #include "collie/collectives/transport/sockets.h"
 #include "collie/collectives/transport/tcp/tcp_channel.h"
 
 namespace collie {
 namespace {
+
+// CommunicatorOptions::shm_buffer_bytes: 0 is the default.
+size_t shm_ring_bytes(size_t option) {
+  if (option == 0) return kDefaultShmRingBytes;
+  if (option < 4096 || option > (size_t{1} << 34))
+    throw InvalidArgument(str_cat("CommunicatorOptions::shm_buffer_bytes (COLLIE_SHM_BYTES) ",
+                                  option, ": expected 4096 to 2^34"));
+  // Whole lines: the second ring of a segment stays aligned.
+  return option & ~(kShmLineBytes - 1);
+}
 
 class LocalFactory final : public ChannelFactory {
  public:
@@ -82,7 +93,7 @@ class LocalFactory final : public ChannelFactory {
 std::unique_ptr<ChannelFactory> make_local_factory(const std::string& name,
                                                    const std::string& host_id, size_t ring_bytes,
                                                    int rank) {
-  return std::make_unique<LocalFactory>(name, host_id, ring_bytes, rank);
+  return std::make_unique<LocalFactory>(name, host_id, shm_ring_bytes(ring_bytes), rank);
 }
 
 }  // namespace collie

@@ -3,8 +3,9 @@
 // socket, which carried the segment's fd (SCM_RIGHTS) and stays open as the
 // liveness signal (the kernel closes it when a process dies, SIGKILL too)
 // and as the doorbell a sleeping reader is woken by. The folder's one public
-// header. The design, and why a doorbell rather than a futex, is in
-// docs/algorithms.md ("Channels").
+// header, for its factory (local_factory.cc), tests and benchmarks; the
+// factory itself is declared in channel_factory.h. The design, and why a doorbell rather than a
+// futex, is in docs/algorithms.md ("Channels").
 #pragma once
 
 #include <memory>
@@ -13,7 +14,6 @@
 #include "collie/base/deadline.h"
 #include "collie/base/unique_fd.h"
 #include "collie/collectives/transport/channel.h"
-#include "collie/collectives/transport/channel_factory.h"
 
 namespace collie {
 
@@ -36,13 +36,5 @@ std::unique_ptr<Channel> shm_connect(UniqueFd& socket, size_t ring_bytes, const 
                                      const std::string& who, std::string* why);
 std::unique_ptr<Channel> shm_accept(UniqueFd& socket, const Deadline& deadline,
                                     const std::string& who, std::string* why);
-
-// The local factory (channel_factory.h): listens on the abstract Unix
-// socket `name` (with a WARN, and no listener, when it cannot: the peers on
-// this host then use TCP) and reaches the peers with host id `host_id`,
-// setting up shared memory with rings of `ring_bytes` over the socket.
-std::unique_ptr<ChannelFactory> make_local_factory(const std::string& name,
-                                                   const std::string& host_id, size_t ring_bytes,
-                                                   int rank);
 
 }  // namespace collie

@@ -93,11 +93,6 @@ std::unique_ptr<Channel> make_channel(Socket socket, const std::string& who) {
 
 }  // namespace
 
-asio::io_context& data_io_context() {
-  static auto* context = new asio::io_context();
-  return *context;
-}
-
 std::unique_ptr<Channel> make_tcp_channel(asio::ip::tcp::socket socket, const std::string& who) {
   return make_channel(std::move(socket), who);
 }

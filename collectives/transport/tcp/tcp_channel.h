@@ -5,8 +5,10 @@
 // read_some()/write_some() that answer would_block instead of waiting, and
 // the transport's progress loop spins and then poll()s on native_handle().
 // No reactor sits in the hot path: the io_context below is never run, it
-// only owns the sockets. This is the folder's one public header: the
-// channels, and the factory the linker reaches peers with.
+// only owns the sockets (data_io_context(), sockets.h). This is the
+// folder's one public header, for the channel factories (tcp_factory.cc,
+// and shm/'s fallback to the pair's socket), tests and benchmarks; the
+// factory itself is declared in channel_factory.h.
 #pragma once
 
 #include <asio/io_context.hpp>
@@ -17,15 +19,9 @@
 
 #include "collie/base/unique_fd.h"
 #include "collie/collectives/transport/channel.h"
-#include "collie/collectives/transport/channel_factory.h"
+#include "collie/collectives/transport/sockets.h"
 
 namespace collie {
-
-// The io_context every data socket of the process belongs to (Asio's socket
-// types need one). Nothing ever runs it: each wait in the data plane is a
-// poll() with a deadline. It is never destroyed, so a socket may outlive
-// static destruction order.
-asio::io_context& data_io_context();
 
 // `socket` is connected; the channel puts it in Asio's non-blocking mode
 // (NetworkError naming `who`, the peer's rank and address, if that fails).
@@ -33,12 +29,5 @@ std::unique_ptr<Channel> make_tcp_channel(asio::ip::tcp::socket socket, const st
 // The same channel over a connected Unix stream socket (the shared-memory
 // pair's, when shared memory does not work; a socketpair in the fuzzer).
 std::unique_ptr<Channel> make_local_channel(UniqueFd fd, const std::string& who);
-
-// The TCP factory (channel_factory.h): listens on `host` (a name or a
-// literal: its first address) at a port the kernel picks; with `connects`,
-// reaches every peer that published a TCP address (without, it only
-// accepts: COLLIE_TRANSPORT=shm). `rank` and `size` are for messages.
-std::unique_ptr<ChannelFactory> make_tcp_factory(const std::string& host, int rank, int size,
-                                                 int buffer_bytes, bool connects);
 
 }  // namespace collie

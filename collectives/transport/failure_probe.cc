@@ -1,4 +1,5 @@
-// The timeout probe of a Transport (transport.h).
+// The timeout probe (FailureState::probe(), failure.h), which the
+// Transport starts on a timeout (transport_failure.cc).
 //
 // A stopped rank (SIGSTOP, a debugger, a hung GPU
 // driver) keeps its sockets open, so nothing tells the others it is gone,
@@ -7,7 +8,7 @@
 // therefore does not name the culprit. What does: the stopped rank is the
 // one that cannot answer. So a rank whose deadline passes sends a probe
 // frame to every peer before it fails, and reads every connection for a
-// short grace (probe_grace(): half the call's limit, at most 1 s). A live
+// short grace (Transport::probe_grace(): half the call's limit, at most 1 s). A live
 // rank is inside progress() (it is stuck in the same collective), reads the
 // probe as an unexpected frame where it expected data, and does the same:
 // sends its own probe to every peer (its answer) and reads for theirs. The
@@ -20,15 +21,12 @@
 #include <cstring>
 
 #include "collie/base/str_cat.h"
-#include "collie/collectives/transport/transport.h"
+#include "collie/collectives/transport/failure.h"
+#include "collie/collectives/transport/waiting.h"
 
 namespace collie {
 
 namespace {
-
-// Bounds of the timeout probe's grace (probe_grace()).
-constexpr auto kMinProbeGrace = std::chrono::milliseconds(20);
-constexpr auto kMaxProbeGrace = std::chrono::milliseconds(1000);
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::vector<std::string> parts;
@@ -38,25 +36,19 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::chrono::milliseconds Transport::probe_grace() const {
-  // Long enough for a live rank to be scheduled, read the probe and answer
-  // on a loaded machine; short next to the timeout the user chose, and never
-  // unbounded. Every rank counts its own grace from when it starts probing.
-  const auto half = deadline_ ? deadline_->limit() / 2 : kMaxProbeGrace;
-  return std::clamp<std::chrono::milliseconds>(half, kMinProbeGrace, kMaxProbeGrace);
-}
-
-std::string Transport::probe_peers(const Connection* trigger,
-                                   std::vector<FailureCulprit>* silent_out) {
+std::string FailureState::probe(const ProbeScope& scope, const Connection* trigger,
+                                std::vector<FailureCulprit>* silent_out) {
   probed_ = true;
-  const auto grace = probe_grace();
+  const CallInfo& call = scope.call;
+  PeerLinker* const linker = scope.linker;
+  const auto grace = scope.grace;
   const auto until = Clock::now() + grace;
-  const WireHeader probe = WireHeader::make_probe(
-      group_, call_, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
-  const auto* probe_bytes = reinterpret_cast<const char*>(&probe);
+  const WireHeader probe_frame =
+      WireHeader::make_probe(group_, call, trigger ? ProbeReason::kAnswer : ProbeReason::kTimedOut);
+  const auto* probe_bytes = reinterpret_cast<const char*>(&probe_frame);
   // Check in at once for the peers that hear of the probe only through the
   // store (lazy connections: see below).
-  if (linker_) linker_->roll_call(call_.seq, until, false);
+  if (linker) linker->roll_call(call.seq, until, false);
   struct PeerWatch {
     Connection* c = nullptr;
     std::string out;  // still to send: the rest of a half-sent message, then our probe
@@ -64,7 +56,7 @@ std::string Transport::probe_peers(const Connection* trigger,
     Connection::Skimmed answer = Connection::Skimmed::kNothingYet;
   };
   std::vector<PeerWatch> watch;
-  for (auto& c : connections_) {
+  for (auto& c : scope.connections) {
     if (!c) continue;
     PeerWatch w;
     w.c = c.get();
@@ -118,7 +110,7 @@ std::string Transport::probe_peers(const Connection* trigger,
         note_failed_peer(w.c->peer());
         silent.push_back(w.c->peer());
         silent_names.push_back(str_cat(w.c->peer(), " (", w.c->address(), ")"));
-        silent_out->push_back(culprit(*w.c));
+        silent_out->push_back(culprit_of(*w.c));
         break;
       case Connection::Skimmed::kGoodbye:
         other.push_back(str_cat(w.c->name(), " had closed its communicator"));
@@ -133,18 +125,18 @@ std::string Transport::probe_peers(const Connection* trigger,
       case Connection::Skimmed::kOtherCall:
         other.push_back(str_cat(w.c->name(), " had sent a message of ",
                                 w.c->other_call().call().describe_with_seq(),
-                                " where this rank expected one of its op #", call_.seq));
+                                " where this rank expected one of its op #", call.seq));
         break;
     }
   }
   // Lazy connections: the peers this rank has no connection to answer
   // through the store instead (every probing rank checks in there).
-  if (linker_) {
+  if (linker) {
     std::vector<int> unheard;
     for (int p = 0; p < size_; ++p) {
       if (!heard[p]) unheard.push_back(p);
     }
-    const auto missing = linker_->roll_call(call_.seq, until, !unheard.empty());
+    const auto missing = linker->roll_call(call.seq, until, !unheard.empty());
     for (int p : unheard) {
       auto it = missing.find(p);
       if (it == missing.end()) {
