@@ -31,6 +31,7 @@
 // buckets in device memory, AdamW on the device; evaluation and checkpoints
 // go through the host model, so checkpoints are the same files either way.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -128,13 +129,20 @@ void init_distributed_mode(Args& args) {
   setup_for_distributed(get_rank() == 0);
 }
 
-std::string config_json(const Args& a) {
-  return str_cat("{\"epochs\": ", a.epochs, ", \"batch_size\": ", a.batch_size, ", \"lr\": ", a.lr,
-                 ", \"min_lr\": ", a.min_lr, ", \"weight_decay\": ", a.weight_decay,
-                 ", \"seed\": ", a.seed, ", \"backend\": \"", a.backend, "\", \"device\": \"",
-                 a.device, "\", \"world_size\": ", a.world_size,
-                 ", \"synthetic\": ", a.synthetic ? "true" : "false", ", \"hidden\": [",
-                 join(a.hidden, ", "), "]}");
+// config.json, and the "config" of every checkpoint (check_resumed_run
+// reads its world_size and batch_size back).
+nlohmann::ordered_json config_json(const Args& a) {
+  return {{"epochs", a.epochs},
+          {"batch_size", a.batch_size},
+          {"lr", a.lr},
+          {"min_lr", a.min_lr},
+          {"weight_decay", a.weight_decay},
+          {"seed", a.seed},
+          {"backend", a.backend},
+          {"device", a.device},
+          {"world_size", a.world_size},
+          {"synthetic", a.synthetic},
+          {"hidden", a.hidden}};
 }
 
 nn::InMemoryDataset to_dataset(const ImageDataset& d) {
@@ -323,14 +331,18 @@ void log_and_save(const Args& args, int epoch, const TrainStats& train, const Ev
                   nn::AdamW& optimizer) {
   const bool best = test.acc > best_acc;
   best_acc = std::max(best_acc, test.acc);
-  std::string line =
-      str_cat("{\"epoch\": ", epoch, ", \"train_loss\": ", train.loss, ", \"train_lr\": ", train.lr,
-              ", \"test_acc\": ", test.acc, ", \"test_loss\": ", test.loss,
-              ", \"test_count\": ", test.count, ", \"world_size\": ", world,
-              ", \"samples_per_s\": ", train.samples_per_s, "}");
+  const std::string line = json_line({{"epoch", epoch},
+                                      {"train_loss", train.loss},
+                                      {"train_lr", train.lr},
+                                      {"test_acc", test.acc},
+                                      {"test_loss", test.loss},
+                                      {"test_count", test.count},
+                                      {"world_size", world},
+                                      {"samples_per_s", train.samples_per_s}});
   log.append(line);
   print(line);
-  CheckpointInfo info{.epoch = epoch, .best_acc = best_acc, .config_json = config_json(args)};
+  CheckpointInfo info{
+      .epoch = epoch, .best_acc = best_acc, .config_json = json_line(config_json(args))};
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint_%02d.pth", epoch);
   const std::string path = (fs::path(args.output_dir) / name).string();
@@ -467,9 +479,11 @@ int run(Args& args) {
     // The checkpoint as it is: no epoch loop, whatever --epochs says.
     test = evaluate_test_set(model_without_ddp, test_data, test_sampler, rank, world, args, group,
                              device);
-    std::string line = str_cat("{\"epoch\": ", resumed.epoch, ", \"test_acc\": ", test.acc,
-                               ", \"test_loss\": ", test.loss, ", \"test_count\": ", test.count,
-                               ", \"world_size\": ", world, "}");
+    const std::string line = json_line({{"epoch", resumed.epoch},
+                                        {"test_acc", test.acc},
+                                        {"test_loss", test.loss},
+                                        {"test_count", test.count},
+                                        {"world_size", world}});
     if (log) log->append(line);
     print(line);
   }

@@ -84,10 +84,46 @@ void create_output_dir(const std::string& dir) {
   if (ec) fail("cannot create the output folder", dir, ec.value());
 }
 
-void write_config_json(const std::string& dir, const std::string& json) {
+namespace {
+
+void append_json(const nlohmann::ordered_json& value, std::string& out) {
+  if (value.is_object()) {
+    out += '{';
+    const char* separator = "";
+    for (const auto& [key, item] : value.items()) {
+      out += separator;
+      out += nlohmann::ordered_json(key).dump();
+      out += ": ";
+      append_json(item, out);
+      separator = ", ";
+    }
+    out += '}';
+  } else if (value.is_array()) {
+    out += '[';
+    const char* separator = "";
+    for (const auto& item : value) {
+      out += separator;
+      append_json(item, out);
+      separator = ", ";
+    }
+    out += ']';
+  } else {
+    out += value.dump();
+  }
+}
+
+}  // namespace
+
+std::string json_line(const nlohmann::ordered_json& value) {
+  std::string out;
+  append_json(value, out);
+  return out;
+}
+
+void write_config_json(const std::string& dir, const nlohmann::ordered_json& config) {
   const std::string path = (fs::path(dir) / "config.json").string();
   try {
-    const std::string text = json + "\n";
+    const std::string text = json_line(config) + "\n";
     nn::write_file_atomically(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
   } catch (const Error& e) {
     throw Error(str_cat("cannot write ", path, ": ", e.what()));
@@ -107,10 +143,12 @@ void RunLog::append(const std::string& line) {
 }
 
 std::optional<int64_t> json_int(const std::string& json, const std::string& key) {
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex("\"" + key + "\": (-?[0-9]{1,18})[,}]")))
-    return std::nullopt;
-  return std::stoll(m[1]);
+  const auto doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  const auto it = doc.find(key);
+  if (it == doc.end() || !it->is_number_integer()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) return std::nullopt;
+  return it->get<int64_t>();
 }
 
 }  // namespace collie::samples

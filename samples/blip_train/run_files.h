@@ -3,6 +3,9 @@
 //   config.json  the run's arguments, replaced whole (write_file_atomically)
 //   log.txt      one JSON line per epoch, appended and flushed at once
 //
+// Both are written with nlohmann/json (json_line), laid out as Python's
+// json.dumps lays out BLIP's: {"epoch": 0, "train_loss": 1.6, ...}.
+//
 // A failure throws collie::Error naming the file and the system's reason
 // ("... log.txt: No space left on device (errno 28)"): a run never goes on,
 // or exits 0, with its log or configuration silently lost.
@@ -19,6 +22,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace collie::samples {
 
@@ -39,9 +44,15 @@ void claim_output_dir(const std::string& dir, const std::string& resume, bool ov
 // Creates `dir` with its parents; throws Error naming it.
 void create_output_dir(const std::string& dir);
 
-// Replaces dir/config.json whole. Being the first file a run writes, it
-// also finds a read-only or full folder before the first epoch.
-void write_config_json(const std::string& dir, const std::string& json);
+// `value` on one line as Python's json.dumps writes it (", " between items,
+// ": " after keys; strings escaped, numbers in their shortest exact form),
+// the layout tools match with patterns such as '"samples_per_s": [0-9.e+]+'.
+std::string json_line(const nlohmann::ordered_json& value);
+
+// Replaces dir/config.json whole with json_line(config). Being the first
+// file a run writes, it also finds a read-only or full folder before the
+// first epoch.
+void write_config_json(const std::string& dir, const nlohmann::ordered_json& config);
 
 // log.txt, open for appending from the start of the run to its end.
 class RunLog {
@@ -60,8 +71,9 @@ class RunLog {
   std::unique_ptr<std::FILE, Closer> file_;
 };
 
-// The integer N of "key": N in a flat JSON object such as config.json;
-// nullopt when the key is absent or not an integer.
+// The integer N of "key": N in a JSON object such as config.json; nullopt
+// when the text is not a JSON object, or the key is absent or not an
+// integer.
 std::optional<int64_t> json_int(const std::string& json, const std::string& key);
 
 }  // namespace collie::samples

@@ -1,7 +1,8 @@
 // libFuzzer target for checkpoint files: nn::parse_state_dict.
 //
-// Input layout: byte 0 is a mode, the rest is the file. With bit 0 of the
-// mode set, the driver first rewrites the header's payload size and checksum
+// Input layout: byte 0 is a mode, the rest is the file (safetensors, or the
+// earlier "COLLIESD" format). With bit 0 of the mode set and a COLLIESD
+// file, the driver first rewrites the header's payload size and checksum
 // to match the bytes that follow, so that mutations reach the entry parser
 // (otherwise nearly every mutation stops at the checksum, which is the
 // point of the checksum but not of the fuzzing). Promises checked:
@@ -17,6 +18,7 @@
 
 #include "collie/base/error.h"
 #include "collie/nn/state_dict.h"
+#include "collie/nn/state_dict_legacy.h"
 #include "collie/test/fuzz/fuzz_check.h"
 
 namespace {
@@ -71,7 +73,7 @@ void read_back(const collie::nn::StateDict& dict) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   std::vector<uint8_t> file(data + 1, data + size);
-  if ((data[0] & 1) && file.size() >= kFileHeaderBytes) {
+  if ((data[0] & 1) && file.size() >= kFileHeaderBytes && collie::nn::legacy::is_v1(file)) {
     const uint64_t payload = file.size() - kFileHeaderBytes;
     const uint64_t sum = fnv1a64(file.data() + kFileHeaderBytes, payload);
     std::memcpy(file.data() + 24, &payload, 8);

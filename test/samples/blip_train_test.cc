@@ -5,6 +5,9 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "collie/nn/atomic_file.h"
 #include "collie/nn/state_dict.h"
 #include "collie/test/samples/blip_job.h"
 #include "collie/test/support/subprocess.h"
@@ -21,15 +24,32 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model and optimizer tensors of a checkpoint, by key.
+// The model and optimizer tensors of a checkpoint, by key (the epoch and
+// configuration are metadata strings).
 std::vector<std::pair<std::string, std::vector<uint8_t>>> tensors_of(const std::string& path) {
   nn::StateDict d = nn::load_state_dict(path);
   std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
-  for (const auto& [key, entry] : d.entries())
-    if (key.rfind("model.", 0) == 0 || key.rfind("optimizer.", 0) == 0)
-      out.emplace_back(key, entry.bytes);
+  for (const auto& [key, entry] : d.entries()) out.emplace_back(key, entry.bytes);
   return out;
 }
+
+// quick()'s arguments with other hidden sizes (--hidden appends to a list).
+std::vector<std::string> quick_hidden(std::vector<std::string> hidden,
+                                      std::vector<std::string> more) {
+  std::vector<std::string> a = {"--synthetic", "--synthetic-size", "2000", "--batch-size",
+                                "50",          "--print-freq",     "1000", "--hidden"};
+  a.insert(a.end(), hidden.begin(), hidden.end());
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// A checkpoint blip_train wrote in the earlier "COLLIESD" format (before
+// checkpoints were safetensors): quick_hidden({"8"}, {"--epochs", "1"}) on 2
+// ranks. That run logged test_acc 0.546, test_loss 0.983993 (500 examples);
+// resumed for epoch 1 it logged train_loss 0.875279, test_acc 0.762,
+// test_loss 0.715343 (6 digits then).
+const std::string kLegacyCheckpoint =
+    std::string(COLLIE_SOURCE_DIR) + "/test/samples/data/blip_legacy_checkpoint_00.pth";
 
 }  // namespace
 
@@ -86,6 +106,58 @@ TEST_CASE("an interrupted run resumed from its checkpoint ends with the same par
     CHECK(got[i].first == want[i].first);
     CHECK(got[i].second == want[i].second);  // bit for bit
   }
+}
+
+TEST_CASE("blip_train writes safetensors checkpoints named as torch's, JSON through nlohmann") {
+  test::TempDir dir;
+  auto p = Subprocess::spawn(
+      blip_job(2, quick_hidden({"16", "8"}, {"--epochs", "1", "--output-dir", dir.path()})));
+  REQUIRE(p.wait(std::chrono::minutes(3)).ok());
+  const auto bytes = nn::read_file(dir.file("checkpoint_00.pth"));
+  REQUIRE(bytes.size() > 8);
+  CHECK(std::string(bytes.begin() + 8, bytes.begin() + 10) == "{\"");  // a JSON header
+  const nn::StateDict d = nn::load_state_dict(dir.file("checkpoint_00.pth"));
+  // nn.Sequential(Flatten, Linear(784, 16), ReLU, Linear(16, 8), ReLU, Linear(8, 10)).
+  CHECK(d.at("1.weight").shape == nn::Shape{16, 784});
+  CHECK(d.at("3.weight").shape == nn::Shape{8, 16});
+  CHECK(d.at("5.bias").shape == nn::Shape{10});
+  CHECK(d.contains("optimizer.state.0.exp_avg"));
+  CHECK(d.get_string("epoch") == "0");
+  const auto config = nlohmann::json::parse(d.get_string("config"));
+  CHECK(config["world_size"] == 2);
+  CHECK(config["hidden"] == nlohmann::json::array({16, 8}));
+  // config.json and the log lines are JSON, laid out as Python's json.dumps.
+  CHECK(nlohmann::json::parse(lines_of(dir.file("config.json")).at(0)) == config);
+  const std::string line = lines_of(dir.file("log.txt")).at(0);
+  CHECK_THAT(line, Contains("{\"epoch\": 0, \"train_loss\": "));
+  CHECK(nlohmann::json::parse(line)["test_count"] == 500);
+}
+
+TEST_CASE("a checkpoint of the earlier format evaluates and resumes as it did") {
+  test::TempDir resumed;
+  auto e = Subprocess::spawn(
+      blip_job(2, quick_hidden({"8"}, {"--evaluate", "--resume", kLegacyCheckpoint})));
+  auto st = e.wait(std::chrono::minutes(3));
+  INFO(e.out() << e.err());
+  REQUIRE(st.ok());
+  CHECK_THAT(e.out(), Contains("\"test_acc\": 0.546, ") && Contains("\"test_count\": 500"));
+  CHECK_THAT(e.out(), Contains("\"test_loss\": 0.98399"));
+
+  auto r = Subprocess::spawn(
+      blip_job(2, quick_hidden({"8"}, {"--epochs", "2", "--resume", kLegacyCheckpoint,
+                                       "--output-dir", resumed.path()})));
+  st = r.wait(std::chrono::minutes(3));
+  INFO(r.out() << r.err());
+  REQUIRE(st.ok());
+  CHECK_THAT(r.out(), !Contains("warning"));  // its config's world size and batch were read
+  auto log = lines_of(resumed.file("log.txt"));
+  REQUIRE(log.size() == 1);
+  CHECK(json_number(log[0], "epoch") == 1);
+  CHECK(json_number(log[0], "train_loss") == Approx(0.875279).margin(1e-6));
+  CHECK(json_number(log[0], "test_acc") == 0.762);
+  CHECK(json_number(log[0], "test_loss") == Approx(0.715343).margin(1e-6));
+  // The new checkpoint is safetensors, with the epoch as metadata.
+  CHECK(nn::load_state_dict(resumed.file("checkpoint_01.pth")).get_string("epoch") == "1");
 }
 
 TEST_CASE(
