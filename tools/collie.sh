@@ -148,7 +148,8 @@ setup_torch() {
     fi
     # torchft for test/runtime/torch/test_torchft.py (torchft 0.2.0: a cp311
     # wheel, torch >= 2.7); parameterized is what torchft's own tests import.
-    # safetensors: test/nn reads blip_train's checkpoint with it.
+    # safetensors: test/samples/blip_safetensors_torch.py reads blip_train's
+    # checkpoint with it.
     if ! "$venv/bin/python" -c "import torchft, parameterized, safetensors" 2>/dev/null; then
       "$venv/bin/python" -m pip install -q torchft==0.2.0 parameterized safetensors
     fi
@@ -159,8 +160,9 @@ setup_torch() {
   done
 }
 
-# configure [cmake args...]: the build folder, made once with Ninja and
-# then reconfigured with the arguments given.
+# configure [cmake args...]: the build folder, made once with Ninja, then
+# reconfigured with the arguments given. CMAKE_ARGS come last, so that they
+# win over the defaults the callers pass.
 configure() {
   # CI builds with -Werror: a new warning fails the run.
   local cmake_werror=OFF
@@ -168,9 +170,10 @@ configure() {
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     # shellcheck disable=SC2086  # CMAKE_ARGS is a list of words on purpose
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-      -DCOLLIE_WERROR="$cmake_werror" ${CMAKE_ARGS:-} "$@" >/dev/null
+      -DCOLLIE_WERROR="$cmake_werror" "$@" ${CMAKE_ARGS:-} >/dev/null
   elif (($#)); then
-    cmake "$BUILD_DIR" "$@" >/dev/null
+    # shellcheck disable=SC2086
+    cmake "$BUILD_DIR" "$@" ${CMAKE_ARGS:-} >/dev/null
   fi
 }
 
@@ -179,18 +182,21 @@ build() {
   # The torch tests run in every environment setup_torch made.
   local venvs
   venvs=$(IFS=';'; echo "${TORCH_VENVS[*]}")
-  configure -DCOLLIE_BUILD_TESTS=ON -DCOLLIE_BUILD_BENCH=ON -DCOLLIE_TORCH_VENVS="$venvs"
+  configure -DCOLLIE_BUILD_TESTS=ON -DCOLLIE_BUILD_BENCH=ON -DCOLLIE_WITH_CUDA=AUTO \
+    -DCOLLIE_WITH_NCCL=AUTO -DCOLLIE_TORCH_VENVS="$venvs"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }
 
 # Only what the main job runs: collie-run and blip_train. A new build folder
-# is configured without tests and benches (which need TEST_PACKAGES); one
-# that has them keeps them.
+# is configured without tests and benches (which need TEST_PACKAGES) and
+# without the GPU parts (the main job runs on the CPU); one that has them
+# keeps them (`test` turns them on).
 build_main() {
   if [[ -f "$BUILD_DIR/build.ninja" ]]; then
     configure
   else
-    configure -DCOLLIE_BUILD_TESTS=OFF -DCOLLIE_BUILD_BENCH=OFF
+    configure -DCOLLIE_BUILD_TESTS=OFF -DCOLLIE_BUILD_BENCH=OFF -DCOLLIE_WITH_CUDA=OFF \
+      -DCOLLIE_WITH_NCCL=OFF
   fi
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target collie-run blip_train
 }
