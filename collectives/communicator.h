@@ -70,6 +70,13 @@ struct CommunicatorOptions {
   std::string store_prefix = "collie";
   // Deadline for wiring up the connections.
   Timeout timeout = kDefaultTimeout;
+  // Whether the collectives check their arguments (dtypes, reduce ops,
+  // roots, peers, list sizes and counts) and throw InvalidArgument naming
+  // the culprit. A process group checks them once, at the top of the call
+  // (runtime/process_group/collective_checks.h), and connects with false:
+  // then only what no caller can check (buffers that overlap, an algorithm
+  // this group cannot run) is checked here. true for direct users.
+  bool check_arguments = true;
 
   // Tuning knobs; the defaults are measured (docs/algorithms.md).
   // Bytes per pipelined ring message.

@@ -21,7 +21,7 @@ bool usable(const TensorView& t) {
   return t.device.is_cpu() && is_valid(t.dtype) && (t.count == 0 || t.data != nullptr);
 }
 
-void check_tensor(const char* what, const char* name, const TensorView& t) {
+void check_tensor_arg(const char* what, const char* name, const TensorView& t) {
   if (usable(t)) return;
   COLLIE_ARG_CHECK(t.device.is_cpu(), what, ": ", name, " is on ", t.device,
                    "; the socket communicator takes CPU buffers only");
@@ -132,7 +132,8 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       transport_(std::move(transport)),
       config_{options.segment_bytes, options.small_message_bytes, options.shm_all_reduce_ranks,
               options.shm_ring_bytes, options.hierarchical_small_bytes},
-      hierarchical_wanted_(options.hierarchical) {}
+      hierarchical_wanted_(options.hierarchical),
+      check_args_(options.check_arguments) {}
 
 void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
   // Op #0: the communicator's own calls at init are not numbered among the
@@ -148,11 +149,18 @@ CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
   return call;
 }
 
+void SocketCommunicator::check_tensor(const char* what, const char* name,
+                                      const TensorView& t) const {
+  if (check_args_) check_tensor_arg(what, name, t);
+}
+
 void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
+  if (!check_args_) return;
   COLLIE_ARG_CHECK(reduction_supported(op, dtype), what, ": ", unsupported_reduction(op, dtype));
 }
 
 void SocketCommunicator::check_root(const char* what, int root) const {
+  if (!check_args_) return;
   COLLIE_ARG_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of this ",
                    size_, "-rank group");
 }
@@ -160,6 +168,7 @@ void SocketCommunicator::check_root(const char* what, int root) const {
 void SocketCommunicator::check_list(const char* what, const char* name,
                                     std::span<const TensorView> list, DataType dtype,
                                     size_t count) const {
+  if (!check_args_) return;
   COLLIE_ARG_CHECK(list.size() == static_cast<size_t>(size_), what, ": ", name, " holds ",
                    list.size(), " buffer(s) but the group has ", size_, " ranks");
   for (size_t p = 0; p < list.size(); ++p) {
@@ -182,8 +191,9 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
   check_tensor(kWhat, "out", out);
-  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count, kWhat, ": in is (", in.dtype,
-                   ", ", in.count, ") but out is (", out.dtype, ", ", out.count, ")");
+  COLLIE_ARG_CHECK(!check_args_ || (in.dtype == out.dtype && in.count == out.count), kWhat,
+                   ": in is (", in.dtype, ", ", in.count, ") but out is (", out.dtype, ", ",
+                   out.count, ")");
   COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in and out overlap without being the same buffer");
   check_reduce_op(kWhat, out.dtype, op);
@@ -236,8 +246,8 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
 void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& deadline) {
   if (transport_) transport_->check_usable("broadcast");
   check_tensor("broadcast", "tensor", tensor);
-  COLLIE_ARG_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of this ",
-                   size_, "-rank group");
+  COLLIE_ARG_CHECK(!check_args_ || (root >= 0 && root < size_), "broadcast: root ", root,
+                   " is not a rank of this ", size_, "-rank group");
   CallInfo call{CollectiveKind::kBroadcast, tensor.dtype, ReduceOp::kSum, root, tensor.count};
   call.algorithm = hosts_ ? 2 : use_shm(tensor.nbytes()) ? 1 : 0;
   begin(call, deadline);
@@ -269,9 +279,9 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
   check_tensor(kWhat, "out", out);
-  COLLIE_ARG_CHECK(in.dtype == out.dtype && out.count == in.count * size_, kWhat, ": out must be (",
-                   in.dtype, ", ", in.count * size_, ") = size x in, got (", out.dtype, ", ",
-                   out.count, ")");
+  COLLIE_ARG_CHECK(!check_args_ || (in.dtype == out.dtype && out.count == in.count * size_), kWhat,
+                   ": out must be (", in.dtype, ", ", in.count * size_, ") = size x in, got (",
+                   out.dtype, ", ", out.count, ")");
   auto* slot = static_cast<uint8_t*>(out.data) + rank_ * in.nbytes();
   COLLIE_ARG_CHECK(in.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": in overlaps out without being exactly rank ", rank_, "'s slot of it");
@@ -319,9 +329,9 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
   check_tensor(kWhat, "out", out);
-  COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count * size_, kWhat, ": in must be (",
-                   out.dtype, ", ", out.count * size_, ") = size x out, got (", in.dtype, ", ",
-                   in.count, ")");
+  COLLIE_ARG_CHECK(!check_args_ || (in.dtype == out.dtype && in.count == out.count * size_), kWhat,
+                   ": in must be (", out.dtype, ", ", out.count * size_, ") = size x out, got (",
+                   in.dtype, ", ", in.count, ")");
   auto* slot = static_cast<uint8_t*>(in.data) + rank_ * out.nbytes();
   COLLIE_ARG_CHECK(out.data == slot || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                    kWhat, ": out overlaps in without being exactly rank ", rank_, "'s slot of it");
@@ -375,8 +385,9 @@ void SocketCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int 
   check_reduce_op(kWhat, in.dtype, op);
   if (rank_ == root) {
     check_tensor(kWhat, "out", out);
-    COLLIE_ARG_CHECK(in.dtype == out.dtype && in.count == out.count, kWhat, ": in is (", in.dtype,
-                     ", ", in.count, ") but out is (", out.dtype, ", ", out.count, ")");
+    COLLIE_ARG_CHECK(!check_args_ || (in.dtype == out.dtype && in.count == out.count), kWhat,
+                     ": in is (", in.dtype, ", ", in.count, ") but out is (", out.dtype, ", ",
+                     out.count, ")");
     COLLIE_ARG_CHECK(in.data == out.data || !overlaps(in.data, in.nbytes(), out.data, out.nbytes()),
                      kWhat, ": in and out overlap without being the same buffer");
   }
@@ -405,8 +416,8 @@ void SocketCommunicator::gather(TensorView in, std::span<const TensorView> out, 
   if (rank_ == root) {
     check_list(kWhat, "out", out, in.dtype, in.count);
   } else {
-    COLLIE_ARG_CHECK(out.empty(), kWhat, ": rank ", rank_, " is not the root (", root,
-                     ") but passed ", out.size(), " output buffer(s)");
+    COLLIE_ARG_CHECK(!check_args_ || out.empty(), kWhat, ": rank ", rank_, " is not the root (",
+                     root, ") but passed ", out.size(), " output buffer(s)");
   }
   begin(CallInfo{CollectiveKind::kGather, in.dtype, ReduceOp::kSum, root, in.count}, deadline);
   std::vector<uint8_t*> slots;
@@ -427,8 +438,8 @@ void SocketCommunicator::scatter(std::span<const TensorView> in, TensorView out,
   if (rank_ == root) {
     check_list(kWhat, "in", in, out.dtype, out.count);
   } else {
-    COLLIE_ARG_CHECK(in.empty(), kWhat, ": rank ", rank_, " is not the root (", root,
-                     ") but passed ", in.size(), " input buffer(s)");
+    COLLIE_ARG_CHECK(!check_args_ || in.empty(), kWhat, ": rank ", rank_, " is not the root (",
+                     root, ") but passed ", in.size(), " input buffer(s)");
   }
   begin(CallInfo{CollectiveKind::kScatter, out.dtype, ReduceOp::kSum, root, out.count}, deadline);
   std::vector<const uint8_t*> slots;
@@ -444,7 +455,8 @@ void SocketCommunicator::all_to_all(std::span<const TensorView> in, std::span<co
                                     const Deadline& deadline) {
   constexpr const char* kWhat = "all_to_all";
   if (transport_) transport_->check_usable(kWhat);
-  COLLIE_ARG_CHECK(!in.empty(), kWhat, ": in holds no buffer; the group has ", size_, " ranks");
+  COLLIE_ARG_CHECK(!check_args_ || !in.empty(), kWhat, ": in holds no buffer; the group has ",
+                   size_, " ranks");
   const DataType dtype = in[0].dtype;
   check_list(kWhat, "in", in, dtype, SIZE_MAX);
   check_list(kWhat, "out", out, dtype, SIZE_MAX);
@@ -518,10 +530,11 @@ void SocketCommunicator::check_p2p(std::span<const P2POp> ops) const {
   for (const P2POp& op : ops) {
     const bool recv = op.type == P2POpType::kIrecv;
     check_tensor(kWhat, recv ? "recv tensor" : "send tensor", op.tensor);
-    COLLIE_ARG_CHECK((recv && op.peer == kAnySource) || (op.peer >= 0 && op.peer < size_), kWhat,
-                     ": peer ", op.peer, " is not a rank of this ", size_, "-rank group",
-                     recv ? " (nor kAnySource)" : "");
-    COLLIE_ARG_CHECK(op.peer != rank_, kWhat, ": rank ", rank_,
+    COLLIE_ARG_CHECK(
+        !check_args_ || (recv && op.peer == kAnySource) || (op.peer >= 0 && op.peer < size_), kWhat,
+        ": peer ", op.peer, " is not a rank of this ", size_, "-rank group",
+        recv ? " (nor kAnySource)" : "");
+    COLLIE_ARG_CHECK(!check_args_ || op.peer != rank_, kWhat, ": rank ", rank_,
                      recv ? " cannot receive from itself" : " cannot send to itself");
   }
 }

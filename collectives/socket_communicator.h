@@ -97,6 +97,9 @@ class SocketCommunicator final : public Communicator {
   // The communicator's own calls at init (op #0); `linking`: one that only
   // connects peers (Transport::begin).
   void begin_internal(CallInfo call, const Deadline& deadline, bool linking = false);
+  // The argument checks (CommunicatorOptions::check_arguments): nothing
+  // when the caller checked them at the top of the call.
+  void check_tensor(const char* what, const char* name, const TensorView& t) const;
   void check_reduce_op(const char* what, DataType dtype, ReduceOp op) const;
   void check_root(const char* what, int root) const;
   // size() buffers, each of `dtype` and `count` elements (count SIZE_MAX: any).
@@ -114,6 +117,7 @@ class SocketCommunicator final : public Communicator {
   std::unique_ptr<Transport> transport_;
   const AlgorithmConfig config_;
   const bool hierarchical_wanted_;  // CommunicatorOptions::hierarchical
+  const bool check_args_;           // CommunicatorOptions::check_arguments
   Workspace workspace_;
   uint64_t seq_ = 0;
   bool shm_algorithms_ = false;

@@ -76,11 +76,11 @@ ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkO
 
   // Revoke: pending calls finish within the timeout (kDefault) or fail at
   // once (kAbort, or a group a failure already broke); later calls fail.
-  if (options.mode == ShrinkMode::kAbort || queue_.broken()) {
-    queue_.abort(std::make_exception_ptr(BackendError(str_cat(what, " was revoked by shrink"))),
-                 [this] { abort_communicator(); });
+  if (options.mode == ShrinkMode::kAbort || executor_.broken()) {
+    executor_.abort(std::make_exception_ptr(BackendError(str_cat(what, " was revoked by shrink"))),
+                    [this] { abort_communicator(); });
   }
-  queue_.shutdown(op_timeout(options.timeout), [this] { abort_communicator(); });
+  executor_.shutdown(op_timeout(options.timeout), [this] { abort_communicator(); });
 
   // Agree on who is left out: what the caller names, and what this rank's
   // connections saw fail. The agreement has a budget of its own, so that a
@@ -134,9 +134,10 @@ ShrinkResult CpuProcessGroup::shrink(std::span<const int> exclude, const ShrinkO
   std::vector<int> survivors_global;
   for (int old_rank : decision.survivors)
     survivors_global.push_back(global_ranks_.at(static_cast<size_t>(old_rank)));
-  auto group = std::make_shared<CpuProcessGroup>(
-      std::move(communicator), store_, timeout_, group_name_, OpQueue::CallerPolicy::kOneAtATime,
-      std::move(next), generation_ + 1, std::move(survivors_global), group_desc_);
+  auto group =
+      std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_, group_name_,
+                                        SerialExecutor::CallerPolicy::kOneAtATime, std::move(next),
+                                        generation_ + 1, std::move(survivors_global), group_desc_);
   result.connected_after = Clock::now() - start;
   COLLIE_LOG(kInfo) << what << " shrank to "
                     << describe_what(group_name_, group->rank(), group->size(), generation_ + 1)
@@ -189,16 +190,17 @@ GrowResult CpuProcessGroup::grow(Timeout timeout) {
   if (joining == 0) return {};  // every one that asked gave up
   // Retire this generation: its calls are done (the broadcast above was
   // the last); a healthy communicator says goodbye as it closes.
-  queue_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
+  executor_.shutdown(deadline.remaining(), [this] { abort_communicator(); });
   release_communicator();
   next.timeout = deadline.remaining();
   auto communicator = Communicator::connect(*store_, rank_, size, next);
   next.timeout = options_.timeout;
   // The joiners' ranks in the world are theirs to tell: the recorder lists
   // the group as ranks 0..size-1.
-  auto group = std::make_shared<CpuProcessGroup>(
-      std::move(communicator), store_, timeout_, group_name_, OpQueue::CallerPolicy::kOneAtATime,
-      std::move(next), generation_ + 1, std::vector<int>{}, group_desc_);
+  auto group =
+      std::make_shared<CpuProcessGroup>(std::move(communicator), store_, timeout_, group_name_,
+                                        SerialExecutor::CallerPolicy::kOneAtATime, std::move(next),
+                                        generation_ + 1, std::vector<int>{}, group_desc_);
   COLLIE_LOG(kInfo) << describe_what(group_name_, rank_, size_, generation_) << " admitted "
                     << joining << (joining == 1 ? " process" : " processes") << ": now "
                     << describe_what(group_name_, rank_, size, generation_ + 1);
@@ -237,9 +239,9 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::join(const BackendContext& con
   comm_options.timeout = context.timeout;
   COLLIE_LOG(kInfo) << "joined " << describe_what(context.group_name, a.rank, a.size, a.generation)
                     << " after " << format_duration(deadline.elapsed());
-  return std::make_shared<CpuProcessGroup>(std::move(communicator), context.store, context.timeout,
-                                           context.group_name, OpQueue::CallerPolicy::kOneAtATime,
-                                           std::move(comm_options), a.generation);
+  return std::make_shared<CpuProcessGroup>(
+      std::move(communicator), context.store, context.timeout, context.group_name,
+      SerialExecutor::CallerPolicy::kOneAtATime, std::move(comm_options), a.generation);
 }
 
 }  // namespace collie

@@ -63,6 +63,8 @@ CommunicatorOptions CpuProcessGroup::connect_options(const BackendContext& conte
   // The group name keeps the groups' keys and message headers apart even if
   // two groups share one store.
   comm_options.store_prefix = str_cat("socket/", context.group_name);
+  // Every call is checked once, here, at its top (collective_checks.h).
+  comm_options.check_arguments = false;
   return comm_options;
 }
 
@@ -79,7 +81,7 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
                     << " connected at " << communicator->address();
   auto group = std::make_shared<CpuProcessGroup>(
       std::move(communicator), context.store, context.timeout, context.group_name,
-      OpQueue::CallerPolicy::kOneAtATime, std::move(comm_options), 0, context.global_ranks,
+      SerialExecutor::CallerPolicy::kOneAtATime, std::move(comm_options), 0, context.global_ranks,
       context.group_desc);
   // Another rank's failure asks this one to dump its flight recorder through
   // the store of the first group made (every rank's default group).
@@ -89,7 +91,7 @@ std::shared_ptr<CpuProcessGroup> CpuProcessGroup::create(const BackendContext& c
 
 CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
                                  std::shared_ptr<Store> store, Timeout timeout,
-                                 std::string group_name, OpQueue::CallerPolicy callers,
+                                 std::string group_name, SerialExecutor::CallerPolicy callers,
                                  CommunicatorOptions options, int generation,
                                  std::vector<int> global_ranks, std::string group_desc)
     : ProcessGroup(communicator->rank(), communicator->size()),
@@ -106,8 +108,8 @@ CpuProcessGroup::CpuProcessGroup(std::unique_ptr<Communicator> communicator,
       generation_(generation),
       store_(std::move(store)),
       communicator_(std::move(communicator)),
-      queue_(describe_what(group_name_, rank_, size_, generation_), callers,
-             [this] { abort_communicator(); }) {
+      executor_(describe_what(group_name_, rank_, size_, generation_), callers,
+                [this] { abort_communicator(); }) {
   p2p_link_->owner = this;
 }
 
@@ -178,11 +180,11 @@ std::shared_ptr<Work> CpuProcessGroup::enqueue(bool async_op, const FrCall& call
     }
   }();
   if (async_op) {
-    return queue_.submit(call.op, OpQueue::Details(std::forward<DetailsFn>(details)), timeout,
-                         OpQueue::to_op_fn(std::move(recorded)));
+    return executor_.submit(call.op, SerialExecutor::Details(std::forward<DetailsFn>(details)),
+                            timeout, SerialExecutor::to_op_fn(std::move(recorded)));
   }
-  return queue_.run_or_submit(call.op, std::forward<DetailsFn>(details), timeout,
-                              std::move(recorded));
+  return executor_.run_or_submit(call.op, std::forward<DetailsFn>(details), timeout,
+                                 std::move(recorded));
 }
 
 std::shared_ptr<Work> CpuProcessGroup::all_reduce(TensorView tensor,
@@ -453,7 +455,7 @@ std::shared_ptr<Work> CpuProcessGroup::batch_isend_irecv(std::span<const P2POp> 
       std::vector<P2POp>(ops.begin(), ops.end()));
 }
 
-std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, OpQueue::Details details,
+std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, SerialExecutor::Details details,
                                                Timeout timeout, std::vector<P2POp> ops) {
   const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
                      : ops[0].type == P2POpType::kIsend ? "send"
@@ -477,7 +479,7 @@ std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, OpQueue::Details d
   }
   // The op posts the batch; the P2PWork completes when the batch is done,
   // whichever later op (or wait) moves its last byte.
-  auto describe = [details, kind, seq = queue_.submitted() + 1] {
+  auto describe = [details, kind, seq = executor_.submitted() + 1] {
     return str_cat(kind, " #", seq, " (", details(), ")");
   };
   auto work = std::make_shared<P2PWork>(std::move(describe), p2p_link_, op_timeout(timeout));
@@ -517,7 +519,7 @@ void CpuProcessGroup::fail_outstanding(std::exception_ptr error) {
 std::shared_ptr<Work> CpuProcessGroup::drive(const std::shared_ptr<P2PWork>& work,
                                              Timeout timeout) {
   auto* comm = communicator_.get();
-  return queue_.run_or_submit</*kLocal=*/true>(
+  return executor_.run_or_submit</*kLocal=*/true>(
       "send/recv wait", [work] { return work->description(); }, timeout,
       [this, comm, work](const Deadline& deadline) {
         try {
@@ -535,12 +537,12 @@ std::shared_ptr<Work> CpuProcessGroup::drive(const std::shared_ptr<P2PWork>& wor
 }
 
 std::exception_ptr CpuProcessGroup::poll() {
-  if (auto error = queue_.broken_error()) return error;
+  if (auto error = executor_.broken_error()) return error;
   if (poll_queued_.exchange(true)) return nullptr;
   auto* comm = communicator_.get();
-  queue_.submit_local(
+  executor_.submit_local(
       "send/recv poll", [] { return std::string(); }, op_timeout(kUnsetTimeout),
-      OpQueue::to_op_fn([this, comm](const Deadline& deadline) {
+      SerialExecutor::to_op_fn([this, comm](const Deadline& deadline) {
         poll_queued_.store(false);
         try {
           comm->poll_p2p(deadline);
@@ -574,12 +576,12 @@ void CpuProcessGroup::monitored_barrier(const MonitoredBarrierOptions& options) 
 }
 
 void CpuProcessGroup::abort(const std::string& reason) {
-  queue_.abort(std::make_exception_ptr(BackendError(reason)), [this] { abort_communicator(); });
+  executor_.abort(std::make_exception_ptr(BackendError(reason)), [this] { abort_communicator(); });
 }
 
 void CpuProcessGroup::shutdown(Timeout timeout) {
   check_timeout(site("shutdown"), timeout);
-  queue_.shutdown(resolve_timeout(timeout, timeout_), [this] { abort_communicator(); });
+  executor_.shutdown(resolve_timeout(timeout, timeout_), [this] { abort_communicator(); });
   fail_outstanding(std::make_exception_ptr(
       BackendError(str_cat(describe_what(group_name_, rank_, size_, generation_),
                            " was shut down before the point-to-point operation completed"))));

@@ -14,13 +14,15 @@
 // hold the group only while they are queued, so two threads issuing only
 // those are caught only when their calls meet.
 //
-// Calls are checked on the caller's thread (InvalidArgument: bad counts,
-// device buffers, AVG on integers, root out of range) and then queued; the
-// worker runs them one at a time in issue order, each under its own deadline
-// (the option's timeout, else the group's). The buffers must stay alive and
-// untouched until the Work completes. The first failure (a dead or hung peer,
-// a mismatched call) breaks the group: everything queued behind it and every
-// later call fails at once with a BackendError naming that failure.
+// Calls are checked once, on the caller's thread (collective_checks.h;
+// InvalidArgument: bad counts, device buffers, AVG on integers, root out of
+// range; the communicator below does not check them again), and then handed
+// to the group's SerialExecutor (runtime/process_group/serial_executor.h,
+// which states the rules), which runs them one at a time in issue order,
+// each under its own deadline (the option's timeout, else the group's). The buffers must stay alive
+// and untouched until the Work completes. The first failure (a dead or hung peer, a mismatched
+// call) breaks the group: everything queued behind it and every later call fails at once with a
+// BackendError naming that failure.
 #pragma once
 
 #include <atomic>
@@ -35,12 +37,12 @@
 #include "collie/collectives/all_reduce_algorithm.h"
 #include "collie/collectives/communicator.h"
 #include "collie/rendezvous/store.h"
-#include "collie/runtime/cpu/op_queue.h"
 #include "collie/runtime/cpu/p2p_work.h"
 #include "collie/runtime/process_group/backend_context.h"
 #include "collie/runtime/process_group/collective_checks.h"
 #include "collie/runtime/process_group/flight_recorder.h"
 #include "collie/runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/serial_executor.h"
 
 namespace collie {
 
@@ -54,14 +56,14 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
                                                  const CommunicatorOptions& options = {});
 
   // `callers`: kOneAtATime (the default) breaks the group when a call
-  // meets another thread's blocking call (see OpQueue); kAnyThread is for
+  // meets another thread's blocking call (see SerialExecutor); kAnyThread is for
   // callers that order their calls themselves.
   // `options`: what the communicator was connected with (its store_prefix
   // names the group's keys; shrink connects the next group with the rest);
   // `generation`: how many shrinks led to this group.
   CpuProcessGroup(std::unique_ptr<Communicator> communicator, std::shared_ptr<Store> store,
                   Timeout timeout, std::string group_name,
-                  OpQueue::CallerPolicy callers = OpQueue::CallerPolicy::kOneAtATime,
+                  SerialExecutor::CallerPolicy callers = SerialExecutor::CallerPolicy::kOneAtATime,
                   CommunicatorOptions options = {}, int generation = 0,
                   std::vector<int> global_ranks = {}, std::string group_desc = {});
   // A process that joins a running group (a replacement for a failed
@@ -91,7 +93,11 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
     if (!communicator_) return std::vector<std::string>(size_);
     return communicator_->channel_kinds(Deadline(timeout()), false);
   }
-  bool broken() const { return queue_.broken(); }
+  bool broken() const { return executor_.broken(); }
+  // The executor that runs this group's calls one at a time. The torch
+  // adapter issues its operations on it: their calls to this group, made
+  // from inside them, run at once, in the adapter's order.
+  SerialExecutor& executor() { return executor_; }
   // Which all_reduce later calls run (kAuto picks by message size); for
   // benchmarks and tests. Other backends have no such choice, so it is not
   // part of AllReduceOptions.
@@ -154,8 +160,8 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
   Timeout op_timeout(Timeout requested) const { return resolve_timeout(requested, timeout_); }
   // async_op false: run on this thread when the group is idle.
   // `details` describes the call in its Work, formatted only on demand.
-  // `op`: an OpQueue::OpFn, or a callable taking only the Deadline (see
-  // OpQueue::run_or_submit). Defined in the .cc, its only user.
+  // `op`: a SerialExecutor::OpFn, or a callable taking only the Deadline (see
+  // SerialExecutor::run_or_submit). Defined in the .cc, its only user.
   // `call` describes it to the flight recorder (call.op is its kind).
   template <typename DetailsFn, typename Fn>
   std::shared_ptr<Work> enqueue(bool async_op, const FrCall& call, DetailsFn&& details,
@@ -163,7 +169,7 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
   // The recorder's description of a call on this group's transport.
   FrCall fr_call(const char* op, const TensorView& in, uint32_t in_tensors, const TensorView& out,
                  uint32_t out_tensors) const;
-  std::shared_ptr<Work> run_p2p(bool async_op, OpQueue::Details details, Timeout timeout,
+  std::shared_ptr<Work> run_p2p(bool async_op, SerialExecutor::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
 
   // Point-to-point batches posted and not done yet (p2p_work.h). Touched
@@ -228,7 +234,7 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
   std::mutex communicator_mu_;
   std::unique_ptr<Communicator> communicator_;
   // Declared last: destroyed (and its worker joined) before the communicator.
-  OpQueue queue_;
+  SerialExecutor executor_;
 };
 
 }  // namespace collie

@@ -61,7 +61,7 @@ class Work {
 std::shared_ptr<Work> completed_work();
 
 // Runs queued operations on a thread that waits for one of them, instead of
-// leaving them to the backend's worker thread (the cpu backend's OpQueue).
+// leaving them to the backend's worker thread (SerialExecutor, rule 3).
 // While a waiter helps, the worker takes no new operation, so operations
 // issued back to back run on the waiting thread with no hand-off between
 // threads.

@@ -126,9 +126,9 @@ void BackendCollie::quiesce_all(std::chrono::milliseconds grace) {
     std::lock_guard lock(g_live_mu);
     const auto deadline = std::chrono::steady_clock::now() + grace;
     for (BackendCollie* b : g_live) {
-      if (b->queue_->wait_idle_until(deadline)) continue;
+      if (b->executor_->wait_idle_until(deadline)) continue;
       b->abort();
-      b->queue_->wait_idle_until(std::chrono::steady_clock::now() + grace);
+      b->executor_->wait_idle_until(std::chrono::steady_clock::now() + grace);
     }
   });
 }
@@ -183,15 +183,12 @@ BackendCollie::BackendCollie(std::shared_ptr<CpuProcessGroup> cpu, std::unique_p
       store_(std::move(store)),
       who_(std::move(who)),
       timeout_ms_(resolve_timeout(timeout).count()),
-      queue_(std::make_shared<WorkQueue>(
-          str_cat("process group \"", who_.group_name, "\" (collie, rank ", rank_, " of ", size_,
-                  ")"),
-          // Two threads' calls met: the call in progress fails at once, and
-          // the peers' matching calls, which may have paired with the wrong
-          // call, fail as the connections close.
-          [group = std::weak_ptr<CpuProcessGroup>(cpu_)](const std::string& message) {
-            if (auto g = group.lock()) g->abort(message);
-          })) {
+      executor_(&cpu_->executor()),
+      // Two threads' calls meeting abort the cpu group (the executor's
+      // rule 5): the call in progress fails at once, and the peers'
+      // matching calls, which may have paired with the wrong call, fail as
+      // the connections close.
+      executor_ref_(std::shared_ptr<SerialExecutor>(cpu_, executor_)) {
   std::lock_guard lock(g_live_mu);
   g_live.insert(this);
 }
@@ -307,15 +304,17 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::launch(Launch call, Body body,
 c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
                                                         std::vector<uint64_t> also_completed) {
   const bool async = call.async;
-  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, call.op, std::move(call.outputs),
-                                              async ? queue_ : std::weak_ptr<WorkQueue>(),
-                                              completion_hooks_);
+  const char* op = call.op;
+  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, op, std::move(call.outputs),
+                                              executor_ref_, completion_hooks_);
   work->set_also_completed(std::move(also_completed));
-  // The task runs on the queue, which outlives it: a plain pointer.
-  auto task = [work, body = std::move(body), group = cpu_, aborts = abort_hooks_,
-               torch_dumps = torch_dumps_, queue = queue_.get()]() noexcept {
+  work->set_ticket(executor_->submitted() + 1);
+  // Runs on the executor, which the group owns (a plain pointer); the
+  // collie calls the Body makes run inside it (the executor's rule 4), and
+  // a failed one has broken the executor already. An error of the
+  // adapter's own (a copy back) fails this Work alone.
+  auto run = [work, body = std::move(body), group = cpu_.get()](const Deadline&) {
     work->start();
-    std::exception_ptr error;
     try {
       // Copies into and out of staging buffers are no part of any autograd
       // graph (and a leaf that requires grad refuses in-place ones).
@@ -324,26 +323,54 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu(Launch call, Body body,
         w->wait();
         if (work->is_receive_from_any()) work->set_source_rank(w->source_rank());
       }
-      // Two threads' calls met while it ran: its data may be another call's.
-      if (std::string met = queue->calls_met(); !met.empty()) throw BackendError(met);
     } catch (...) {
-      error = std::current_exception();
+      work->set_op_error(std::current_exception());
     }
-    // The dump listener has run the abort hooks already when torch's
-    // recorder is attached (collie's cpu backend dumps on the failure).
-    if (error && !aborts->empty() && !torch_dumps->load() && failed_collective(error))
-      aborts->run();
-    work->complete(error);
   };
+  std::shared_ptr<collie::Work> ran;
   try {
     if (async)
-      work->set_ticket(queue_->submit(call.op, std::move(task)));
+      ran = executor_->submit(op, {}, kUnsetTimeout, SerialExecutor::to_op_fn(std::move(run)));
     else
-      work->set_ticket(queue_->run(call.op, std::move(task)));
+      ran = executor_->run_or_submit(
+          op, [] { return std::string(); }, kUnsetTimeout, std::move(run));
   } catch (...) {  // a call that met another thread's: DistBackendError
     std::rethrow_exception(as_torch_error(std::current_exception()));
   }
+  if (!async && !ran->is_completed()) {
+    // Queued behind asynchronous operations: this thread runs them and
+    // its own (the executor's rule 3), and returns once it ran.
+    try {
+      ran->wait();
+    } catch (...) {  // the executor's verdict, read below
+    }
+  }
+  if (ran->is_completed()) {
+    settle_cpu(*work, ran->exception());
+    return work;
+  }
+  work->set_queued(ran);
+  static_cast<CompletionWork&>(*ran).on_completed(
+      [work, aborts = abort_hooks_, dumps = torch_dumps_](std::exception_ptr error) {
+        settle_cpu(*work, std::move(error), aborts.get(), dumps.get());
+      });
   return work;
+}
+
+void BackendCollie::settle_cpu(CollieWork& work, std::exception_ptr verdict) {
+  settle_cpu(work, std::move(verdict), abort_hooks_.get(), torch_dumps_.get());
+}
+
+void BackendCollie::settle_cpu(CollieWork& work, std::exception_ptr verdict,
+                               const AbortHooks* aborts, const std::atomic<bool>* torch_dumps) {
+  // The operation's own error, else the executor's: a refusal (the group is
+  // broken) or, once two threads' calls met, the error naming them (the
+  // operation's data may be another call's).
+  std::exception_ptr error = work.op_error() ? work.op_error() : std::move(verdict);
+  // The dump listener has run the abort hooks already when torch's
+  // recorder is attached (collie's cpu backend dumps on the failure).
+  if (error && !aborts->empty() && !torch_dumps->load() && failed_collective(error)) aborts->run();
+  work.complete(error);
 }
 
 c10::intrusive_ptr<::c10d::Work> BackendCollie::launch_deferred_p2p_locked(
@@ -516,10 +543,10 @@ c10::intrusive_ptr<BackendCollie> BackendCollie::shrink_to(
   g_blocking.load()([&] {
     try {
       const auto deadline = std::chrono::steady_clock::now() + limit;
-      // SHRINK_DEFAULT: what this adapter still holds in its queue reaches
+      // SHRINK_DEFAULT: what this adapter still holds in the queue reaches
       // the group and finishes (or fails) first; the group's own shrink
       // then bounds the rest by the same deadline.
-      if (options.mode == ShrinkMode::kDefault) queue_->wait_idle_until(deadline);
+      if (options.mode == ShrinkMode::kDefault) executor_->wait_idle_until(deadline);
       options.timeout =
           std::max(std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now()),
                    Timeout(1));
@@ -567,14 +594,14 @@ void BackendCollie::abort() {
 
 void BackendCollie::shutdown() {
   g_blocking.load()([this] {
-    queue_->drain();
+    executor_->drain();
     cpu_->shutdown();
     if (cuda_) cuda_->shutdown();
   });
 }
 
 void BackendCollie::waitForPendingWorks() {
-  g_blocking.load()([this] { queue_->drain(); });
+  g_blocking.load()([this] { executor_->drain(); });
 }
 
 ::c10d::ErrorType BackendCollie::getError() {

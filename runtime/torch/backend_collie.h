@@ -3,9 +3,12 @@
 // (module.cc registers it for the devices "cpu" and "cuda").
 //
 //  * CPU tensors go to collie's cpu backend (shared memory between the
-//    ranks of a host, TCP between hosts), through a WorkQueue: a blocking
-//    call (torch's asyncOp false) runs on the caller's thread at once, an
-//    asynchronous one on the queue's worker, all in issue order.
+//    ranks of a host, TCP between hosts). Each operation runs on the cpu
+//    group's SerialExecutor (runtime/process_group/serial_executor.h), the
+//    one that runs the group's own calls: a blocking call (torch's asyncOp
+//    false) on the caller's thread at once when the group is idle, an
+//    asynchronous one on the executor's worker or a waiting thread, all in
+//    issue order; the collie calls an operation makes run inside it.
 //  * CUDA tensors go to collie's NCCL backend on torch's current stream
 //    (cuda_path.h), where this build has one.
 //  * A sparse COO tensor's allreduce is summed as torch's gloo does it
@@ -13,7 +16,7 @@
 //
 // Like the C++ API, a group is called from one thread at a time: a call
 // issued while another thread's blocking call is in progress breaks the
-// group with a DistBackendError naming both calls (work_queue.h).
+// group with a DistBackendError naming both calls (the executor's rule 5).
 //
 // An adapter only: every method checks its arguments on the caller's thread
 // (collie::InvalidArgument, a Python RuntimeError naming the call and the
@@ -66,11 +69,11 @@
 
 #include "collie/base/deadline.h"
 #include "collie/runtime/process_group/process_group.h"
+#include "collie/runtime/process_group/serial_executor.h"
 #include "collie/runtime/torch/collie_work.h"
 #include "collie/runtime/torch/cuda_path.h"
 #include "collie/runtime/torch/launch.h"
 #include "collie/runtime/torch/torch_tensors.h"
-#include "collie/runtime/torch/work_queue.h"
 
 namespace collie {
 class CpuProcessGroup;
@@ -258,7 +261,7 @@ class BackendCollie final : public ::c10d::Backend {
   // For the benchmark that measures what the adapter adds to collie's own
   // call, and for the tests.
   collie::ProcessGroup& cpu_group();
-  const WorkQueue& queue() const { return *queue_; }
+  const SerialExecutor& executor() const { return *executor_; }
   const std::string& group_name() const { return who_.group_name; }
   const Identity& identity() const { return who_; }
   // The default deadline of the next operation (the group's timeout, or
@@ -277,6 +280,12 @@ class BackendCollie final : public ::c10d::Backend {
                                           std::vector<uint64_t> also_completed = {});
   c10::intrusive_ptr<::c10d::Work> run_cpu(Launch call, Body body,
                                            std::vector<uint64_t> also_completed);
+  // Completes a CPU operation's Work once the executor has run it (or
+  // refused it: `verdict`, the executor's error for it), running the abort
+  // hooks for a failed collective.
+  void settle_cpu(CollieWork& work, std::exception_ptr verdict);
+  static void settle_cpu(CollieWork& work, std::exception_ptr verdict, const AbortHooks* aborts,
+                         const std::atomic<bool>* torch_dumps);
   // While torch's recorder is attached to this group (it registered both a
   // completion and an abort hook: FlightRecorderHook; HealthCheckHook
   // registers an abort hook alone), collie's flight recorder runs the abort
@@ -291,8 +300,8 @@ class BackendCollie final : public ::c10d::Backend {
   c10::intrusive_ptr<::c10d::Work> point_to_point(const Site& where, ::c10d::OpType type,
                                                   std::vector<at::Tensor>& tensors, int peer,
                                                   int tag);
-  // Runs point-to-point ops on the CPU path without holding up the queue:
-  // the task only posts them (`post` returns collie's Work of the batch,
+  // Runs point-to-point ops on the CPU path without holding up the
+  // executor: the operation only posts them (`post` returns collie's Work of the batch,
   // which is not waited for), and the torch Work completes when that Work
   // does, after `finish` (copies out of staging buffers) ran.
   using PostP2P = std::function<std::shared_ptr<collie::Work>(collie::ProcessGroup&)>;
@@ -324,8 +333,10 @@ class BackendCollie final : public ::c10d::Backend {
   const Identity who_;
   std::atomic<int64_t> timeout_ms_;
   std::atomic<uint64_t> sequence_{0};
-  // Shared with the Works (weakly), which run queued tasks when waited for.
-  std::shared_ptr<WorkQueue> queue_;
+  // The cpu group's executor, which runs this adapter's CPU operations;
+  // the point-to-point Works hold it weakly (an alias of cpu_).
+  SerialExecutor* const executor_;
+  const std::weak_ptr<SerialExecutor> executor_ref_;
   std::mutex coalescing_mu_;
   bool coalescing_ = false;
   std::vector<Deferred> deferred_;

@@ -574,14 +574,18 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu_p2p(Launch call, PostP2P
                                                             std::function<void()> finish,
                                                             std::vector<uint64_t> also_completed) {
   const char* op = call.op;
-  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, op, std::move(call.outputs), queue_,
-                                              completion_hooks_);
+  auto work = c10::make_intrusive<CollieWork>(rank_, call.type, op, std::move(call.outputs),
+                                              executor_ref_, completion_hooks_);
   work->set_also_completed(std::move(also_completed));
   work->set_p2p();
+  work->set_ticket(executor_->submitted() + 1);
   // Kept alive until the operation completes, by the callback below.
   auto in_use = std::make_shared<std::vector<at::Tensor>>(std::move(call.in_use));
-  auto task = [work, post = std::move(post), finish = std::move(finish), group = cpu_,
-               in_use]() noexcept {
+  // Posts on the executor (the group's send or recv, made inside it, posts
+  // at once: the executor's rule 4); collie's Work of the post completes
+  // this one through on_completed.
+  auto run = [work, post = std::move(post), finish = std::move(finish), group = cpu_.get(),
+              in_use](const Deadline&) {
     work->start();
     try {
       std::shared_ptr<collie::Work> posted = post(*group);
@@ -607,14 +611,22 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::run_cpu_p2p(Launch call, PostP2P
         work->complete(error);
       });
     } catch (...) {
-      work->complete(std::current_exception());
+      work->set_op_error(std::current_exception());
     }
   };
+  std::shared_ptr<CompletionWork> ran;
   try {
-    work->set_ticket(queue_->submit(op, std::move(task)));
+    ran = executor_->submit(op, {}, kUnsetTimeout, SerialExecutor::to_op_fn(std::move(run)));
   } catch (...) {  // a call that met another thread's: DistBackendError
     std::rethrow_exception(as_torch_error(std::current_exception()));
   }
+  // A failed or refused post fails the Work; a posted one completes with
+  // collie's Work of the batch, above.
+  work->set_queued(ran);
+  ran->on_completed([work](std::exception_ptr error) {
+    if (auto own = work->op_error()) error = own;
+    if (error) work->complete(error);
+  });
   return work;
 }
 
@@ -642,8 +654,7 @@ c10::intrusive_ptr<::c10d::Work> BackendCollie::barrier(const ::c10d::BarrierOpt
 }
 
 void BackendCollie::monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) {
-  // Issue order: whatever was issued before runs first.
-  queue_->drain();
+  // Through the group's executor, behind whatever was issued before.
   cpu_->monitored_barrier({.timeout = timeout(opts.timeout), .wait_all_ranks = wait_all_ranks});
 }
 

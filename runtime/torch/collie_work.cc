@@ -36,22 +36,23 @@ std::exception_ptr as_torch_error(std::exception_ptr error) {
 }
 
 CollieWork::CollieWork(int rank, ::c10d::OpType type, const char* op,
-                       std::vector<at::Tensor> outputs, std::weak_ptr<WorkQueue> queue,
+                       std::vector<at::Tensor> outputs, std::weak_ptr<SerialExecutor> executor,
                        std::shared_ptr<const CompletionHooks> hooks)
     : Work(rank, type),
       op_(op),
       outputs_(std::move(outputs)),
-      queue_(std::move(queue)),
+      executor_(std::move(executor)),
       hooks_(std::move(hooks)) {}
 
 void CollieWork::start() noexcept { started_ = std::chrono::steady_clock::now(); }
 
 void CollieWork::complete(std::exception_ptr error) noexcept {
   const std::chrono::duration<float, std::milli> ran = std::chrono::steady_clock::now() - started_;
-  if (!error) duration_ms_.store(ran.count(), std::memory_order_relaxed);
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard lock(mutex_);
+    if (completed_) return;
+    if (!error) duration_ms_.store(ran.count(), std::memory_order_relaxed);
     completed_ = true;
     exception_ = error;
     future = future_;
@@ -79,6 +80,11 @@ int CollieWork::sourceRank() const {
   return source_rank_.load(std::memory_order_relaxed);
 }
 
+void CollieWork::set_queued(std::shared_ptr<collie::Work> queued) {
+  std::lock_guard lock(mutex_);
+  queued_ = std::move(queued);
+}
+
 void CollieWork::set_inner(std::shared_ptr<collie::Work> inner) {
   std::lock_guard lock(mutex_);
   inner_ = std::move(inner);
@@ -94,11 +100,19 @@ bool CollieWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     // Running queued operations here could outlast a wait with a timeout.
     if (!Work::isCompleted()) {
-      if (auto queue = queue_.lock()) {
-        if (p2p_)
-          queue->drain();
-        else
-          queue->help_until(ticket_);
+      std::shared_ptr<collie::Work> queued;
+      {
+        std::lock_guard lock(mutex_);
+        queued = queued_;
+      }
+      if (p2p_) {
+        if (auto executor = executor_.lock()) executor->drain();
+      } else if (queued) {
+        try {
+          queued->wait();  // runs it here, and what is queued before it
+        } catch (...) {
+          // Refused or failed: it completes this Work with the error.
+        }
       }
     }
   }

@@ -1,13 +1,14 @@
 // CollieWork: the c10d::Work of one CPU operation of BackendCollie.
 //
-// Whoever runs the operation (the queue's worker, or a thread that waits)
-// calls complete() once, which records the outcome in c10d::Work's own
-// fields (completed_, exception_, under its mutex_), wakes the waiters and
-// completes the future. wait() without a timeout first runs queued
-// operations on the waiting thread (WorkQueue::help_until) when the worker
-// is not already at them. The future is created on the first getFuture()
-// (DDP asks for it on every gradient bucket, a plain all_reduce never does)
-// and holds the operation's outputs as a list of tensors, as gloo's does.
+// The operation runs on the cpu group's SerialExecutor
+// (runtime/process_group/serial_executor.h); when it has run, complete()
+// records the outcome once in c10d::Work's own fields (completed_,
+// exception_, under its mutex_), wakes the waiters and completes the
+// future. wait() without a timeout first waits for the executor's Work of
+// the operation, which runs the queued operations on the waiting thread
+// when the worker is not already at them (the executor's rule 3). The future is created on the
+// first getFuture() (DDP asks for it on every gradient bucket, a plain all_reduce never does) and
+// holds the operation's outputs as a list of tensors, as gloo's does.
 //
 // A failed operation's exception() is collie's own (NetworkError,
 // TimeoutError, ...); wait() and the future raise it as
@@ -38,8 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include "collie/runtime/process_group/serial_executor.h"
 #include "collie/runtime/process_group/work.h"
-#include "collie/runtime/torch/work_queue.h"
 
 namespace collie::torch_adapter {
 
@@ -82,19 +83,26 @@ using AbortHooks = HookTable<>;
 
 class CollieWork final : public ::c10d::Work {
  public:
-  // `op` is a string literal ("allreduce"). `queue` null: a Work completed
-  // before it is handed out (a blocking call). `hooks`: the backend's
+  // `op` is a string literal ("allreduce"). `executor`: the cpu group's,
+  // which a point-to-point Work's wait() drains. `hooks`: the backend's
   // completion hooks (null: none).
   CollieWork(int rank, ::c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-             std::weak_ptr<WorkQueue> queue,
+             std::weak_ptr<SerialExecutor> executor,
              std::shared_ptr<const CompletionHooks> hooks = nullptr);
 
   // The operation starts running now (its duration is counted from here).
   void start() noexcept;
-  // Records the outcome; called once. On success, runs the completion hooks
-  // for this Work and for `also_completed` (the keys of the Works of a
-  // coalescing block this one ran).
+  // Records the outcome; only the first call counts. On success, runs the
+  // completion hooks for this Work and for `also_completed` (the keys of the
+  // Works of a coalescing block this one ran).
   void complete(std::exception_ptr error) noexcept;
+  // The operation's own error, recorded where it runs: it fails this Work
+  // (complete() is told it) without breaking the executor, unless collie
+  // broke it already (a failed collective).
+  void set_op_error(std::exception_ptr error) { op_error_ = std::move(error); }
+  std::exception_ptr op_error() const { return op_error_; }
+  // The executor's Work of a queued operation: wait() waits for it first.
+  void set_queued(std::shared_ptr<collie::Work> queued);
   void set_also_completed(std::vector<uint64_t> keys) { also_completed_ = std::move(keys); }
   void set_ticket(uint64_t ticket) { ticket_ = ticket; }
   // recv from any source: the rank the message came from, set by the task
@@ -108,7 +116,7 @@ class CollieWork final : public ::c10d::Work {
   // polls it.
   void set_inner(std::shared_ptr<collie::Work> inner);
   // Marks a point-to-point Work (before it is handed out): its wait() lets
-  // everything issued before it be posted first (WorkQueue::drain), so
+  // everything issued before it be posted first (SerialExecutor::drain), so
   // that the sends a waiting rank issued after its receive are out.
   void set_p2p() { p2p_ = true; }
   bool isCompleted() override;
@@ -132,7 +140,7 @@ class CollieWork final : public ::c10d::Work {
 
   const char* op_;
   const std::vector<at::Tensor> outputs_;
-  const std::weak_ptr<WorkQueue> queue_;
+  const std::weak_ptr<SerialExecutor> executor_;
   const std::shared_ptr<const CompletionHooks> hooks_;
   const uint64_t key_ = next_completion_key();
   std::vector<uint64_t> also_completed_;
@@ -142,7 +150,11 @@ class CollieWork final : public ::c10d::Work {
   std::atomic<int> source_rank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
   bool p2p_ = false;
-  std::shared_ptr<collie::Work> inner_;  // guarded by mutex_
+  std::shared_ptr<collie::Work> inner_;   // guarded by mutex_
+  std::shared_ptr<collie::Work> queued_;  // guarded by mutex_
+  // Written by the operation before the executor completes its Work, read
+  // where that completion is seen.
+  std::exception_ptr op_error_;
   std::shared_ptr<collie::Work> inner() {
     std::lock_guard lock(mutex_);
     return inner_;

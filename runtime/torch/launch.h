@@ -1,5 +1,5 @@
 // What one BackendCollie operation hands to the path that runs it: the CPU
-// path (collie's cpu backend behind a WorkQueue) or the CUDA path
+// path (collie's cpu backend, on its SerialExecutor) or the CUDA path
 // (collie's NCCL backend on torch's streams, cuda_path.h).
 //
 // A Body makes the collie calls of one operation on the group it is given

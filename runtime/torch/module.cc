@@ -147,8 +147,8 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "queue_stats",
           [](const BackendCollie& b) {
-            return py::dict(py::arg("inline_runs") = b.queue().inline_runs(),
-                            py::arg("worker_runs") = b.queue().worker_runs());
+            return py::dict(py::arg("inline_runs") = b.executor().inline_runs(),
+                            py::arg("worker_runs") = b.executor().worker_runs());
           },
           "How many CPU operations ran on a calling thread (blocking calls, helping waiters) "
           "and how many on the group's worker thread.");

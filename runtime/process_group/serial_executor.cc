@@ -1,6 +1,8 @@
-#include "collie/runtime/cpu/op_queue.h"
+#include "collie/runtime/process_group/serial_executor.h"
 
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
@@ -31,12 +33,12 @@ bool is_invalid_argument(const std::exception_ptr& error) {
 
 }  // namespace
 
-// What a Work holds (weakly) to reach its queue from a waiting thread. The
-// queue detaches it when it is destroyed; a call in progress holds mu_, so
-// the queue waits for it.
-class OpQueue::Helper final : public WorkHelper {
+// What a Work holds (weakly) to reach its executor from a waiting thread.
+// The executor detaches it when it is destroyed; a call in progress holds
+// mu_, so the executor waits for it.
+class SerialExecutor::Helper final : public WorkHelper {
  public:
-  explicit Helper(OpQueue* queue) : queue_(queue) {}
+  explicit Helper(SerialExecutor* queue) : queue_(queue) {}
   void begin_help() override {
     std::lock_guard lock(mu_);
     if (queue_) queue_->begin_help();
@@ -56,10 +58,10 @@ class OpQueue::Helper final : public WorkHelper {
 
  private:
   std::mutex mu_;
-  OpQueue* queue_;
+  SerialExecutor* queue_;
 };
 
-OpQueue::OpQueue(std::string what, CallerPolicy policy, std::function<void()> abort)
+SerialExecutor::SerialExecutor(std::string what, CallerPolicy policy, std::function<void()> abort)
     : what_(std::move(what)),
       policy_(policy),
       abort_(std::move(abort)),
@@ -67,17 +69,17 @@ OpQueue::OpQueue(std::string what, CallerPolicy policy, std::function<void()> ab
   worker_ = std::thread([this] { run_worker(); });
 }
 
-OpQueue::~OpQueue() {
+SerialExecutor::~SerialExecutor() {
   shutdown(Timeout(0), [] {});
   helper_->detach();
 }
 
-void OpQueue::begin_help() {
+void SerialExecutor::begin_help() {
   std::lock_guard lock(mu_);
   ++helpers_;
 }
 
-void OpQueue::end_help(bool done) {
+void SerialExecutor::end_help(bool done) {
   std::lock_guard lock(mu_);
   --helpers_;
   if (!done) {
@@ -94,14 +96,14 @@ void OpQueue::end_help(bool done) {
   if (stopping_) cv_.notify_all();
 }
 
-bool OpQueue::help() {
+bool SerialExecutor::help() {
   std::unique_lock lock(mu_);
   if (busy() || queue_.empty() || stopping_) return false;
-  run_front(lock);
+  run_front(lock, /*on_worker=*/false);
   return true;
 }
 
-void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
+void SerialExecutor::run_front(std::unique_lock<std::mutex>& lock, bool on_worker) {
   Op op = std::move(queue_.front());
   queue_.pop_front();
   if (broken_error_) {  // kClosed is set: no inline op starts meanwhile
@@ -112,6 +114,11 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   // Busy before not queued: an inline op starts only when neither is set.
   state_.fetch_or(kBusy, std::memory_order_acquire);
   if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
+  if (on_worker) {
+    worker_runs_.store(worker_runs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  } else {
+    inline_runs_.store(inline_runs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   lock.unlock();
   std::exception_ptr error = run_op(op);
   // Complete outside the lock: a waiter woken here may submit at once.
@@ -119,7 +126,7 @@ void OpQueue::run_front(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-std::exception_ptr OpQueue::refusal_locked(const std::string& description) const {
+std::exception_ptr SerialExecutor::refusal_locked(const std::string& description) const {
   if (broken_error_ && !broken_by_.empty())
     return std::make_exception_ptr(BackendError(
         str_cat(description, " refused: ", what_, " is broken since ", broken_by_,
@@ -131,28 +138,38 @@ std::exception_ptr OpQueue::refusal_locked(const std::string& description) const
       BackendError(str_cat(description, " refused: ", what_, " has been shut down")));
 }
 
-std::string OpQueue::describe(const char* kind, uint64_t seq, const std::string& details) {
+std::string SerialExecutor::describe(const char* kind, uint64_t seq, const std::string& details) {
+  if (details.empty()) return str_cat(kind, " #", seq);
   return str_cat(kind, " #", seq, " (", details, ")");
 }
 
-std::shared_ptr<CompletionWork> OpQueue::make_work(const char* kind, uint64_t seq,
-                                                   Details details) {
+std::shared_ptr<CompletionWork> SerialExecutor::make_work(const char* kind, uint64_t seq,
+                                                          Details details, bool helped) {
   auto work = std::make_shared<CompletionWork>([kind, seq, details = std::move(details)] {
     return describe(kind, seq, details ? details() : std::string());
   });
-  work->set_helper(helper_);
+  if (helped) work->set_helper(helper_);
   return work;
 }
 
-int OpQueue::this_thread_id() {
+int SerialExecutor::this_thread_id() {
   static thread_local const int id = static_cast<int>(::gettid());
   return id;
 }
 
-void OpQueue::check_one_caller(const char* kind, const Details& details) {
+void SerialExecutor::check_one_caller(const char* kind, const Details& details) {
   if (policy_ != CallerPolicy::kOneAtATime) return;
   const int self = this_thread_id();
-  const int other = inline_thread_.load(std::memory_order_acquire);
+  int other = inline_thread_.load(std::memory_order_acquire);
+  // A caller that has just begun an inline op (kCaller set) writes its
+  // thread a few instructions later: wait for that, or for its op to end,
+  // rather than take the queue behind a call that holds the group (two
+  // threads arriving together would then wait for each other until the
+  // deadline instead of being refused).
+  while (other == 0 && (state_.load(std::memory_order_acquire) & kCaller) != 0) {
+    std::this_thread::yield();
+    other = inline_thread_.load(std::memory_order_acquire);
+  }
   if (other == 0 || other == self) return;
   const char* other_kind = inline_kind_.load(std::memory_order_relaxed);
   const uint64_t other_seq = inline_seq_.load(std::memory_order_relaxed);
@@ -162,9 +179,11 @@ void OpQueue::check_one_caller(const char* kind, const Details& details) {
   } catch (...) {
   }
   const std::string message = str_cat(
-      what_, ": ", kind, " (", mine, ") was called on thread ", self, " while ",
-      other_kind ? other_kind : "a collective", " #", other_seq, " ran on thread ", other,
-      ". Two threads calling one group's collectives at once issue them in a different order "
+      what_, ": ", kind, mine.empty() ? std::string() : str_cat(" (", mine, ")"),
+      " was called on thread ", self, " while ", other_kind ? other_kind : "a collective", " #",
+      other_seq, " ran on thread ", other,
+      " (a blocking call, which holds the group until it returns). Two threads calling one group's "
+      "collectives at once issue them in a different order "
       "on each rank, which mixes the ranks' data, so the group is broken. Call a group from one "
       "thread at a time, or give each thread a group of its own (new_group).");
   {
@@ -181,8 +200,13 @@ void OpQueue::check_one_caller(const char* kind, const Details& details) {
   throw BackendError(message);
 }
 
-std::shared_ptr<Work> OpQueue::submit_impl(const char* kind, Details details, Timeout timeout,
-                                           OpFn op, bool check_caller) {
+std::shared_ptr<CompletionWork> SerialExecutor::submit_impl(const char* kind, Details details,
+                                                            Timeout timeout, OpFn op,
+                                                            bool check_caller) {
+  if (running_here()) {
+    auto work = run_nested(kind, std::move(details), timeout, std::move(op));
+    return std::static_pointer_cast<CompletionWork>(std::move(work));
+  }
   if (check_caller) check_one_caller(kind, details);
   std::exception_ptr refusal;
   std::shared_ptr<CompletionWork> work;
@@ -214,7 +238,56 @@ std::shared_ptr<Work> OpQueue::submit_impl(const char* kind, Details details, Ti
   return work;
 }
 
-bool OpQueue::begin_inline(uint64_t* seq) {
+std::exception_ptr SerialExecutor::refusal_if_broken(const std::string& description) const {
+  std::lock_guard lock(mu_);
+  // Stopping alone refuses no nested op: the op that makes it was admitted.
+  return broken_error_ ? refusal_locked(description) : nullptr;
+}
+
+void SerialExecutor::note_failure(const std::exception_ptr& error, const std::string& description) {
+  if (!error || is_invalid_argument(error)) return;
+  {
+    std::lock_guard lock(mu_);
+    if (broken_error_) return;
+    broken_error_ = error;
+    broken_by_ = description;
+    state_.fetch_or(kClosed, std::memory_order_relaxed);
+    cv_.notify_all();
+  }
+  COLLIE_LOG(kError) << what_ << ": " << description
+                     << " failed, the group is broken: " << what_of(error);
+}
+
+void SerialExecutor::drain() {
+  // A marker of this rank alone behind everything submitted so far: waiting
+  // for it runs what is queued on this thread (rule 3).
+  if (running_here()) return;  // everything before the running op has run
+  auto marker = submit_local("drain", {}, Timeout(0), [](const Deadline&, CompletionWork&) {});
+  try {
+    marker->wait();
+  } catch (...) {
+    // Refused: the executor is broken or shut down, and what is still
+    // queued fails at once; wait for that.
+    wait_idle_until(std::chrono::steady_clock::time_point::max());
+  }
+}
+
+bool SerialExecutor::wait_idle_until(std::chrono::steady_clock::time_point deadline) const {
+  // Polled: the end of an inline op wakes nobody (that would cost every
+  // blocking call a futex wake), and this runs only at shutdown and shrink.
+  for (;;) {
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty() && !busy()) return true;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(1)));
+  }
+}
+
+bool SerialExecutor::begin_inline(uint64_t* seq, bool caller) {
   // Busy, queued or refusing: the caller takes the ordinary path, which
   // keeps the order and the errors. Otherwise the op is counted and the
   // queue marked busy in one step (the worker starts nothing until this op
@@ -222,19 +295,22 @@ bool OpQueue::begin_inline(uint64_t* seq) {
   // too.
   uint64_t state = state_.load(std::memory_order_relaxed);
   if ((state & kFlags) != 0) return false;
-  if (!state_.compare_exchange_strong(state, (state + kSeqOne) | kBusy, std::memory_order_acquire,
-                                      std::memory_order_relaxed))
+  if (!state_.compare_exchange_strong(state, (state + kSeqOne) | kBusy | (caller ? kCaller : 0),
+                                      std::memory_order_acquire, std::memory_order_relaxed))
     return false;
   *seq = (state >> kSeqShift) + 1;
   return true;
 }
 
-std::exception_ptr OpQueue::run_op(Op& op) {
+std::exception_ptr SerialExecutor::run_op(Op& op) {
   std::exception_ptr error;
-  try {
-    op.run(Deadline::from_first_use(op.timeout), *op.work);
-  } catch (...) {
-    error = std::current_exception();
+  {
+    Running running(this);
+    try {
+      op.run(Deadline::from_first_use(op.timeout), *op.work);
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
   std::string description;
   if (error) {
@@ -246,7 +322,8 @@ std::exception_ptr OpQueue::run_op(Op& op) {
   return end_inline(error, description);
 }
 
-std::exception_ptr OpQueue::end_inline(std::exception_ptr error, const std::string& description) {
+std::exception_ptr SerialExecutor::end_inline(std::exception_ptr error,
+                                              const std::string& description) {
   inline_thread_.store(0, std::memory_order_relaxed);
   const bool breaks = error && !is_invalid_argument(error);
   // Once a shutdown is under way the queue is released under mu_, so that
@@ -254,7 +331,7 @@ std::exception_ptr OpQueue::end_inline(std::exception_ptr error, const std::stri
   // (and the queue go) while this thread still has mu_ to take.
   const bool closing = (state_.load(std::memory_order_relaxed) & kClosed) != 0;
   if (!breaks && !closing) {
-    const uint64_t before = state_.fetch_and(~kBusy, std::memory_order_release);
+    const uint64_t before = state_.fetch_and(~(kBusy | kCaller), std::memory_order_release);
     if ((before & (kQueued | kClosed)) == 0) return error;  // nobody to wake
     std::lock_guard lock(mu_);
     wake_locked();
@@ -271,12 +348,12 @@ std::exception_ptr OpQueue::end_inline(std::exception_ptr error, const std::stri
     COLLIE_LOG(kError) << what_ << ": " << broken_by_
                        << " failed, the group is broken: " << what_of(error);
   }
-  state_.fetch_and(~kBusy, std::memory_order_release);
+  state_.fetch_and(~(kBusy | kCaller), std::memory_order_release);
   wake_locked();
   return error;
 }
 
-void OpQueue::wake_locked() {
+void SerialExecutor::wake_locked() {
   // Wakes the worker only when it has something to do: ops queued behind an
   // inline one, or a shutdown. An unconditional notify costs a futex wake-up
   // and a context switch of the idle worker on every blocking call, about
@@ -286,7 +363,7 @@ void OpQueue::wake_locked() {
   if (queue_.empty() && stopping_) idle_cv_.notify_all();
 }
 
-void OpQueue::run_worker() {
+void SerialExecutor::run_worker() {
   std::unique_lock lock(mu_);
   for (;;) {
     // Busy here means a caller is running an op inline.
@@ -315,12 +392,12 @@ void OpQueue::run_worker() {
       cv_.wait_until(lock, help_ended_ + kHandBack);
       continue;
     }
-    run_front(lock);
+    run_front(lock, /*on_worker=*/true);
   }
   idle_cv_.notify_all();
 }
 
-void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
+void SerialExecutor::shutdown(Timeout grace, const std::function<void()>& abort) {
   // A second caller waits for the first to finish, then finds it done.
   std::lock_guard shutdown_lock(shutdown_mu_);
   std::unique_lock lock(mu_);
@@ -349,7 +426,7 @@ void OpQueue::shutdown(Timeout grace, const std::function<void()>& abort) {
   if (worker_.joinable()) worker_.join();
 }
 
-void OpQueue::abort(std::exception_ptr reason, const std::function<void()>& abort) {
+void SerialExecutor::abort(std::exception_ptr reason, const std::function<void()>& abort) {
   {
     std::lock_guard lock(mu_);
     if (!broken_error_) {
@@ -362,16 +439,18 @@ void OpQueue::abort(std::exception_ptr reason, const std::function<void()>& abor
   abort();
 }
 
-bool OpQueue::broken() const {
+bool SerialExecutor::broken() const {
   std::lock_guard lock(mu_);
   return broken_error_ != nullptr;
 }
 
-std::exception_ptr OpQueue::broken_error() const {
+std::exception_ptr SerialExecutor::broken_error() const {
   std::lock_guard lock(mu_);
   return broken_error_;
 }
 
-uint64_t OpQueue::submitted() const { return state_.load(std::memory_order_acquire) >> kSeqShift; }
+uint64_t SerialExecutor::submitted() const {
+  return state_.load(std::memory_order_acquire) >> kSeqShift;
+}
 
 }  // namespace collie

@@ -1,0 +1,382 @@
+// SerialExecutor's rules (runtime/process_group/serial_executor.h), one
+// test case each: issue order, the inline path when idle, the waiting
+// thread running the queue, nested calls, one caller at a time (and the
+// kLocal exemption), failures, deadlines and shutdown. Every wait is
+// bounded: a broken executor fails a test, it does not hang it.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "collie/base/error.h"
+#include "collie/base/str_cat.h"
+#include "collie/runtime/process_group/serial_executor.h"
+
+using namespace collie;
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Holds the op that waits at it until the test (or an abort) opens it.
+class Gate {
+ public:
+  // Called by the op. False when `until` passed first.
+  bool pass(std::chrono::steady_clock::time_point until) {
+    std::unique_lock lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    return cv_.wait_until(lock, until, [&] { return open_; });
+  }
+  bool pass() { return pass(std::chrono::steady_clock::now() + 30s); }
+  bool wait_entered() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, 30s, [&] { return entered_; });
+  }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+// What ran, in order, on which thread; and whether two ops ever overlapped.
+struct Log {
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  std::atomic<int> running{0};
+  std::atomic<bool> overlapped{false};
+  void add(int i) {
+    if (running.fetch_add(1) != 0) overlapped = true;
+    {
+      std::lock_guard lock(mu);
+      order.push_back(i);
+      threads.push_back(std::this_thread::get_id());
+    }
+    running.fetch_sub(1);
+  }
+};
+
+SerialExecutor::OpFn logged(Log& log, int i) {
+  return [&log, i](const Deadline&, CompletionWork&) { log.add(i); };
+}
+
+SerialExecutor::OpFn nothing() {
+  return [](const Deadline&, CompletionWork&) {};
+}
+
+std::string error_of(const std::shared_ptr<Work>& work) {
+  try {
+    work->wait(30s);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("serial executor: ops run one at a time in submission order", "[executor]") {
+  SerialExecutor ex("test executor");
+  Log log;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 300; ++i) {
+    if (i % 10 == 5) {  // blocking calls among them: inline when idle, else queued
+      works.push_back(ex.run_or_submit(
+          "blocking", [] { return std::string(); }, 30s,
+          [&log, i](const Deadline&) { log.add(i); }));
+    } else {
+      works.push_back(ex.submit(
+          "op", [i] { return str_cat("item ", i); }, 30s, logged(log, i)));
+    }
+  }
+  for (auto& w : works) w->wait(30s);
+  std::lock_guard lock(log.mu);
+  REQUIRE(log.order.size() == 300);
+  for (int i = 0; i < 300; ++i) CHECK(log.order[i] == i);
+  CHECK_FALSE(log.overlapped);
+  CHECK(ex.submitted() == 300);
+  // A queued op's Work: "kind #seq (details)", numbered from 1.
+  CHECK(static_cast<CompletionWork&>(*works[0]).description() == "op #1 (item 0)");
+  CHECK(static_cast<CompletionWork&>(*works[299]).description() == "op #300 (item 299)");
+}
+
+TEST_CASE("serial executor: a blocking call on an idle executor runs inline", "[executor]") {
+  SerialExecutor ex("test executor");
+  int formatted = 0;
+  std::thread::id ran_on;
+  const uint64_t before = ex.inline_runs();
+  auto w = ex.run_or_submit(
+      "blocking",
+      [&] {
+        ++formatted;
+        return std::string("details");
+      },
+      30s, [&](const Deadline&) { ran_on = std::this_thread::get_id(); });
+  // Done on return, on this thread, with the one shared completed Work; the
+  // details were never formatted.
+  CHECK(w->is_completed());
+  CHECK(w->is_success());
+  CHECK(w.get() == completed_work().get());
+  CHECK(ran_on == std::this_thread::get_id());
+  CHECK(formatted == 0);
+  CHECK(ex.inline_runs() == before + 1);
+  CHECK(ex.worker_runs() == 0);
+
+  // Busy (an op holds the worker): the call is queued instead, behind it.
+  Gate gate;
+  auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+  REQUIRE(gate.wait_entered());
+  bool ran = false;
+  auto queued = ex.run_or_submit(
+      "blocking", [] { return std::string(); }, 30s, [&](const Deadline&) { ran = true; });
+  CHECK_FALSE(queued->is_completed());
+  CHECK(queued.get() != completed_work().get());
+  gate.open();
+  queued->wait(30s);
+  CHECK(ran);
+  CHECK(held->is_success());
+}
+
+TEST_CASE("serial executor: a thread that waits for a queued op runs the queue itself",
+          "[executor]") {
+  // One op holds the worker; 20 more queue behind it; this thread waits for
+  // the last while another thread opens the gate. The worker then stands by
+  // and the waiter runs the queued ops. Whether the opening lands inside the
+  // waiter's spin depends on the scheduler, so this tries rounds (at least
+  // 50, for up to 20 s) and needs one where the waiter ran ops; the order is
+  // checked in all.
+  SerialExecutor ex("test executor");
+  const auto me = std::this_thread::get_id();
+  int rounds_helped = 0;
+  // Rounds take milliseconds; a loaded machine (other jobs on 2 cores) may
+  // miss the spin in dozens of rounds in a row, so the bound is time.
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  for (int round = 0;
+       rounds_helped == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up); ++round) {
+    Log log;
+    Gate gate;
+    auto first = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) {
+      gate.pass();
+      log.add(-1);
+    });
+    REQUIRE(gate.wait_entered());
+    std::vector<std::shared_ptr<CompletionWork>> works;
+    for (int i = 0; i < 20; ++i) works.push_back(ex.submit("op", {}, 30s, logged(log, i)));
+    std::atomic<bool> waiting{false};
+    std::thread opener([&] {
+      while (!waiting.load()) std::this_thread::yield();
+      gate.open();
+    });
+    waiting.store(true);
+    works.back()->wait();
+    opener.join();
+    first->wait(30s);
+    std::lock_guard lock(log.mu);
+    REQUIRE(log.order.size() == 21);
+    CHECK(log.threads[0] != me);  // the worker's
+    bool helped = false;
+    for (int i = 0; i < 20; ++i) {
+      CHECK(log.order[i + 1] == i);
+      // Once the waiter took over it ran every later one: the worker stood by.
+      const bool mine = log.threads[i + 1] == me;
+      if (helped) CHECK(mine);
+      helped |= mine;
+    }
+    rounds_helped += helped;
+  }
+  CHECK(rounds_helped == 1);
+}
+
+TEST_CASE("serial executor: a call made from inside a running op runs at once nested in it",
+          "[executor]") {
+  SerialExecutor ex("test executor", SerialExecutor::CallerPolicy::kOneAtATime);
+  Log log;
+  CHECK_FALSE(ex.running_here());
+  // Run inline, on this thread (Catch's checks need it).
+  auto outer = ex.run_or_submit(
+      "outer", [] { return std::string(); }, 30s,
+      [&](const Deadline&) {
+        CHECK(ex.running_here());
+        log.add(1);
+        // Neither queues behind the op that waits for it.
+        auto blocking = ex.run_or_submit(
+            "inner", [] { return std::string(); }, 30s, [&](const Deadline&) { log.add(2); });
+        CHECK(blocking->is_success());
+        auto async = ex.submit("inner async", {}, 30s, logged(log, 3));
+        CHECK(async->is_success());
+        auto local = ex.run_or_submit<true>(
+            "inner local", [] { return std::string(); }, 30s, [&](const Deadline&) { log.add(4); });
+        CHECK(local->is_success());
+        log.add(5);
+      });
+  CHECK_FALSE(ex.running_here());
+  auto after = ex.submit("after", {}, 30s, logged(log, 6));
+  after->wait(30s);
+  CHECK(outer->is_success());
+  {
+    std::lock_guard lock(log.mu);
+    CHECK(log.order == std::vector<int>{1, 2, 3, 4, 5, 6});
+  }
+  CHECK_FALSE(ex.broken());
+
+  // A nested call that fails breaks the executor under its own name, even
+  // though the op that made it goes on.
+  auto failing = ex.run_or_submit(
+      "outer", [] { return std::string(); }, 30s,
+      [&](const Deadline&) {
+        auto inner = ex.run_or_submit(
+            "inner", [] { return std::string("float32 x 4"); }, 30s,
+            [](const Deadline&) { throw NetworkError("rank 1 closed the connection"); });
+        CHECK_THAT(error_of(inner), Contains("rank 1 closed the connection"));
+        // Later nested calls of the same op are refused.
+        auto refused = ex.submit("inner async", {}, 30s, logged(log, 7));
+        CHECK_THAT(error_of(refused), Contains("is broken since inner #"));
+      });
+  CHECK(ex.broken());
+  CHECK_THAT(error_of(ex.submit("later", {}, 30s, logged(log, 8))),
+             Contains("is broken since inner #") && Contains("(float32 x 4) failed") &&
+                 Contains("rank 1 closed the connection"));
+  std::lock_guard lock(log.mu);
+  CHECK(log.order.size() == 6);
+}
+
+TEST_CASE(
+    "serial executor: a call meeting another thread's blocking call breaks it but kLocal calls "
+    "do not",
+    "[executor]") {
+  Gate gate;
+  std::atomic<bool> aborted{false};
+  SerialExecutor ex("group \"t\"", SerialExecutor::CallerPolicy::kOneAtATime, [&] {
+    aborted = true;
+    gate.open();  // the running op fails promptly, as a communicator's abort makes it
+  });
+  std::shared_ptr<Work> blocking;
+  std::thread a([&] {
+    blocking = ex.run_or_submit(
+        "all_reduce", [] { return std::string("float32 x 1"); }, 30s,
+        [&](const Deadline&) { gate.pass(); });
+  });
+  REQUIRE(gate.wait_entered());
+  // Waiting for this rank's posted point-to-point ops (kLocal) stays allowed.
+  auto local = ex.run_or_submit<true>(
+      "send/recv wait", [] { return std::string(); }, 30s, [](const Deadline&) {});
+  auto local_async = ex.submit_local("send/recv poll", {}, 30s, nothing());
+  CHECK_FALSE(aborted);
+  CHECK_FALSE(ex.broken());
+  // Another thread's collective while the blocking call runs: refused, both named.
+  std::string message;
+  try {
+    ex.submit(
+        "broadcast", [] { return std::string("int8 x 3"); }, 30s, nothing());
+  } catch (const BackendError& e) {
+    message = e.what();
+  }
+  a.join();
+  CHECK_THAT(message, Contains("group \"t\": broadcast (int8 x 3) was called on thread") &&
+                          Contains("while all_reduce #1 ran on thread") &&
+                          Contains("a blocking call") && Contains("new_group"));
+  CHECK(aborted);
+  // The blocking call returned normally, yet fails: its data may be another call's.
+  REQUIRE(blocking);
+  CHECK_THAT(error_of(blocking), Contains("was called on thread"));
+  CHECK(ex.broken());
+  // Queued behind the blocking call, they complete (refused: the calls met).
+  CHECK_THAT(error_of(local), Contains("refused"));
+  CHECK_THAT(error_of(local_async), Contains("refused"));
+  CHECK_THAT(error_of(ex.submit_local("later", {}, 30s, nothing())), Contains("refused"));
+}
+
+TEST_CASE("serial executor: the first failure breaks it but a refused argument does not",
+          "[executor]") {
+  SerialExecutor ex("test executor");
+  Log log;
+  // InvalidArgument fails that op alone.
+  auto bad = ex.run_or_submit(
+      "all_reduce", [] { return std::string("int32 x 4, avg"); }, 30s,
+      [](const Deadline&) { throw InvalidArgument("avg of int32"); });
+  CHECK_THROWS_AS(bad->wait(30s), InvalidArgument);
+  CHECK_FALSE(ex.broken());
+  ex.submit("op", {}, 30s, logged(log, 0))->wait(30s);
+
+  // Anything else breaks it: what is queued behind and every later call fail.
+  Gate gate;
+  auto failing = ex.submit(
+      "boom", [] { return std::string("float32 x 8"); }, 30s,
+      [&](const Deadline&, CompletionWork&) {
+        gate.pass();
+        throw NetworkError("peer gone");
+      });
+  REQUIRE(gate.wait_entered());
+  auto behind = ex.submit(
+      "op", [] { return std::string("behind"); }, 30s, logged(log, 1));
+  gate.open();
+  CHECK_THROWS_AS(failing->wait(30s), NetworkError);
+  CHECK_THAT(error_of(behind), Contains("op #4 (behind) refused") &&
+                                   Contains("is broken since boom #3 (float32 x 8) failed") &&
+                                   Contains("peer gone"));
+  auto later = ex.run_or_submit(
+      "op", [] { return std::string(); }, 30s, [&](const Deadline&) { log.add(2); });
+  CHECK(later->is_completed());
+  CHECK_THAT(error_of(later), Contains("peer gone"));
+  CHECK(ex.broken());
+  CHECK_THROWS_AS(std::rethrow_exception(ex.broken_error()), NetworkError);
+  std::lock_guard lock(log.mu);
+  CHECK(log.order == std::vector<int>{0});
+}
+
+TEST_CASE("serial executor: deadlines and shutdown - every Work completes and nothing hangs",
+          "[executor]") {
+  SerialExecutor ex("test executor");
+  // An op runs under a deadline of its own timeout, started on first use.
+  Gate never;
+  auto timed = ex.submit("slow", {}, 100ms, [&](const Deadline& deadline, CompletionWork&) {
+    if (!never.pass(deadline.when()))
+      throw TimeoutError(str_cat("slow timed out ", deadline.describe()));
+  });
+  CHECK_THAT(error_of(timed), Contains("slow timed out after"));
+  CHECK(ex.broken());  // a timeout breaks it like any failure
+
+  // drain() runs what is queued; wait_idle_until sees it idle.
+  SerialExecutor drained("drained executor");
+  Log log;
+  std::vector<std::shared_ptr<CompletionWork>> works;
+  for (int i = 0; i < 50; ++i) works.push_back(drained.submit("op", {}, 30s, logged(log, i)));
+  drained.drain();
+  for (auto& w : works) CHECK(w->is_success());
+  CHECK(drained.wait_idle_until(std::chrono::steady_clock::now() + 30s));
+
+  // Shutdown with an op stuck past the grace period: aborted, the rest fail.
+  SerialExecutor stuck("stuck executor");
+  Gate gate;
+  auto held = stuck.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) {
+    if (!gate.pass()) throw TimeoutError("never opened");
+    throw BackendError("aborted");
+  });
+  REQUIRE(gate.wait_entered());
+  std::vector<std::shared_ptr<CompletionWork>> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(stuck.submit("op", {}, 30s, logged(log, 100 + i)));
+  CHECK_FALSE(stuck.wait_idle_until(std::chrono::steady_clock::now() + 10ms));
+  bool abort_called = false;
+  stuck.shutdown(50ms, [&] {
+    abort_called = true;
+    gate.open();
+  });
+  CHECK(abort_called);
+  CHECK_THAT(error_of(held), Contains("aborted"));
+  for (auto& w : queued) CHECK_THAT(error_of(w), Contains("was shut down with collectives"));
+  CHECK_THAT(error_of(stuck.submit("later", {}, 30s, nothing())), Contains("refused"));
+  stuck.drain();               // returns at once on a shut-down executor
+  stuck.shutdown(0ms, [] {});  // idempotent
+}
