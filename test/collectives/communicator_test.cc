@@ -18,8 +18,8 @@
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
 #include "collie/base/str_cat.h"
+#include "collie/collectives/cpu_communicator.h"
 #include "collie/collectives/reduce_kernels.h"
-#include "collie/collectives/socket_communicator.h"
 #include "collie/collectives/transport/join.h"
 #include "collie/collectives/transport/wire.h"
 #include "collie/rendezvous/hash_store.h"
@@ -470,7 +470,7 @@ TEST_CASE("auto all_reduce on one host: the ring at 2-4 ranks, shm from 5 ranks 
   const bool want_shm =
       resolve_transport(CommunicatorOptions::from_env().transport) != TransportChoice::kTcp;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
-    auto& s = dynamic_cast<SocketCommunicator&>(c);
+    auto& s = dynamic_cast<CpuCommunicator&>(c);
     if (s.shm_algorithms() != want_shm) throw std::runtime_error("shm algorithms not as expected");
     const Deadline d(60s);
     for (size_t bytes : {o.small_message_bytes, size_t{64} << 10, o.shm_ring_bytes}) {
@@ -547,9 +547,7 @@ TEST_CASE("two ranks exchange straight through shared memory, and hand over to t
   o.store_prefix = "express";
   o.transport = "auto";  // threads of one process: one host, shared memory
   o.timeout = 60s;
-  auto counts = [](Communicator& c) {
-    return dynamic_cast<SocketCommunicator&>(c).express_counts();
-  };
+  auto counts = [](Communicator& c) { return dynamic_cast<CpuCommunicator&>(c).express_counts(); };
   auto sum_of_ranks = [](size_t n, int call, int rank) {
     std::vector<float> v(n);
     for (size_t k = 0; k < n; ++k) v[k] = static_cast<float>(rank * 1000 + call * 3 + k);

@@ -4,7 +4,7 @@
 // over TCP on loopback, as between real hosts. The netns case at the end
 // runs them between real "hosts": processes in network namespaces on one
 // bridge (test/support/netns_lan.h). Every case checks that the hierarchical path really ran
-// (SocketCommunicator::hierarchical_calls()), so none can pass on the flat
+// (CpuCommunicator::hierarchical_calls()), so none can pass on the flat
 // algorithms, and every output against the sweep's reference (small
 // integers: any order of reduction is exact, so the hierarchical and the
 // flat result must be bitwise equal).
@@ -16,7 +16,7 @@
 
 #include "collie/base/error.h"
 #include "collie/base/str_cat.h"
-#include "collie/collectives/socket_communicator.h"
+#include "collie/collectives/cpu_communicator.h"
 #include "collie/rendezvous/tcp_store/tcp_store.h"
 #include "collie/test/collectives/harness.h"
 #include "collie/test/support/child.h"
@@ -62,7 +62,7 @@ std::function<CommunicatorOptions(int)> on_hosts(
   };
 }
 
-SocketCommunicator& socket_of(Communicator& c) { return dynamic_cast<SocketCommunicator&>(c); }
+CpuCommunicator& socket_of(Communicator& c) { return dynamic_cast<CpuCommunicator&>(c); }
 
 // Runs `call` and checks that it took the hierarchical path (or not).
 template <typename Call>

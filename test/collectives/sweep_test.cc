@@ -11,7 +11,7 @@
 
 #include "collie/base/error.h"
 #include "collie/base/str_cat.h"
-#include "collie/collectives/socket_communicator.h"
+#include "collie/collectives/cpu_communicator.h"
 #include "collie/collectives/transport/join.h"
 #include "collie/test/collectives/harness.h"
 
@@ -116,7 +116,7 @@ TEST_CASE("all_reduce matches the reference for every dtype, op, size and count"
   INFO("world size " << P << ", " << to_string(algo));
   auto errors = run_ranks(P, sweep_options(), [&](Communicator& c) {
     if (algo == AllReduceAlgorithm::kShm && P > 1 &&
-        !dynamic_cast<SocketCommunicator&>(c).shm_algorithms()) {
+        !dynamic_cast<CpuCommunicator&>(c).shm_algorithms()) {
       // TCP forced (the [tcp] run): kShm is refused, by name.
       std::vector<float> x(8, 1.0f);
       try {
@@ -188,7 +188,7 @@ TEST_CASE("the ring through a tiny odd-sized shared-memory ring: elements split 
   o.segment_bytes = 1000;
   auto errors = run_ranks(P, o, [&](Communicator& c) {
     if (resolve_transport(CommunicatorOptions::from_env().transport) != TransportChoice::kTcp &&
-        !dynamic_cast<SocketCommunicator&>(c).shm_algorithms()) {
+        !dynamic_cast<CpuCommunicator&>(c).shm_algorithms()) {
       throw std::runtime_error("expected shared-memory channels");
     }
     sweep_all_reduce(c, AllReduceAlgorithm::kRing);

@@ -1,5 +1,6 @@
-// SocketCommunicator: the Communicator over a Transport (TCP and
-// shared-memory channels).
+// CpuCommunicator: the cpu backend's Communicator, over a Transport (TCP
+// and shared-memory channels) and, on one host, the shared-memory and CMA
+// algorithms.
 // It checks arguments, numbers the calls, picks the algorithm and keeps the
 // workspace; the algorithms themselves are in one file each.
 #pragma once
@@ -14,11 +15,11 @@
 
 namespace collie {
 
-class SocketCommunicator final : public Communicator {
+class CpuCommunicator final : public Communicator {
  public:
   // transport is null when size == 1.
-  SocketCommunicator(int rank, int size, std::string address, std::unique_ptr<Transport> transport,
-                     const CommunicatorOptions& options);
+  CpuCommunicator(int rank, int size, std::string address, std::unique_ptr<Transport> transport,
+                  const CommunicatorOptions& options);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -1,4 +1,4 @@
-#include "collie/collectives/socket_communicator.h"
+#include "collie/collectives/cpu_communicator.h"
 
 #include <sched.h>
 
@@ -24,7 +24,7 @@ bool usable(const TensorView& t) {
 void check_tensor_arg(const char* what, const char* name, const TensorView& t) {
   if (usable(t)) return;
   COLLIE_ARG_CHECK(t.device.is_cpu(), what, ": ", name, " is on ", t.device,
-                   "; the socket communicator takes CPU buffers only");
+                   "; the CPU communicator takes CPU buffers only");
   COLLIE_ARG_CHECK(is_valid(t.dtype), what, ": ", name, " has an invalid dtype (",
                    static_cast<int>(t.dtype), ")");
   COLLIE_ARG_CHECK(t.count == 0 || t.data != nullptr, what, ": ", name, " has ", t.count,
@@ -76,7 +76,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   COLLIE_ARG_CHECK_GT(options.segment_bytes, size_t{0}, "CommunicatorOptions::segment_bytes");
   COLLIE_ARG_CHECK_LE(options.segment_bytes, size_t{1} << 30, "CommunicatorOptions::segment_bytes");
   const TransportChoice choice = resolve_transport(options.transport);
-  if (size == 1) return std::make_unique<SocketCommunicator>(rank, size, "", nullptr, options);
+  if (size == 1) return std::make_unique<CpuCommunicator>(rank, size, "", nullptr, options);
   Bootstrap boot = join_group(store, rank, size, options);
   // Oversubscribed (4 ranks on 2 cores) a spinning rank may hold the core of
   // the peer it waits for, so it spins for a shorter time; the transport's
@@ -103,7 +103,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
                                                std::vector<std::unique_ptr<Connection>>(size),
                                                std::move(boot.linker), topts);
   auto comm =
-      std::make_unique<SocketCommunicator>(rank, size, boot.address, std::move(transport), options);
+      std::make_unique<CpuCommunicator>(rank, size, boot.address, std::move(transport), options);
   const Deadline deadline(options.timeout);
   // Every rank on one host: the shared-memory algorithms need every peer's
   // channel (N-1 of them, all local), so connect them now and see whether
@@ -123,9 +123,9 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   return comm;
 }
 
-SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
-                                       std::unique_ptr<Transport> transport,
-                                       const CommunicatorOptions& options)
+CpuCommunicator::CpuCommunicator(int rank, int size, std::string address,
+                                 std::unique_ptr<Transport> transport,
+                                 const CommunicatorOptions& options)
     : rank_(rank),
       size_(size),
       address_(std::move(address)),
@@ -135,7 +135,7 @@ SocketCommunicator::SocketCommunicator(int rank, int size, std::string address,
       hierarchical_wanted_(options.hierarchical),
       check_args_(options.check_arguments) {}
 
-void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
+void CpuCommunicator::begin_internal(CallInfo call, const Deadline& deadline, bool linking) {
   // Op #0: the communicator's own calls at init are not numbered among the
   // user's (whose first call is op #1). Every rank finishes them before
   // its first user call, so frames of op #1 arriving early are in order.
@@ -143,31 +143,30 @@ void SocketCommunicator::begin_internal(CallInfo call, const Deadline& deadline,
   transport_->begin(call, deadline, linking);
 }
 
-CallInfo SocketCommunicator::begin(CallInfo call, const Deadline& deadline) {
+CallInfo CpuCommunicator::begin(CallInfo call, const Deadline& deadline) {
   call.seq = ++seq_;
   if (transport_) transport_->begin(call, deadline);
   return call;
 }
 
-void SocketCommunicator::check_tensor(const char* what, const char* name,
-                                      const TensorView& t) const {
+void CpuCommunicator::check_tensor(const char* what, const char* name, const TensorView& t) const {
   if (check_args_) check_tensor_arg(what, name, t);
 }
 
-void SocketCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
+void CpuCommunicator::check_reduce_op(const char* what, DataType dtype, ReduceOp op) const {
   if (!check_args_) return;
   COLLIE_ARG_CHECK(reduction_supported(op, dtype), what, ": ", unsupported_reduction(op, dtype));
 }
 
-void SocketCommunicator::check_root(const char* what, int root) const {
+void CpuCommunicator::check_root(const char* what, int root) const {
   if (!check_args_) return;
   COLLIE_ARG_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of this ",
                    size_, "-rank group");
 }
 
-void SocketCommunicator::check_list(const char* what, const char* name,
-                                    std::span<const TensorView> list, DataType dtype,
-                                    size_t count) const {
+void CpuCommunicator::check_list(const char* what, const char* name,
+                                 std::span<const TensorView> list, DataType dtype,
+                                 size_t count) const {
   if (!check_args_) return;
   COLLIE_ARG_CHECK(list.size() == static_cast<size_t>(size_), what, ": ", name, " holds ",
                    list.size(), " buffer(s) but the group has ", size_, " ranks");
@@ -185,8 +184,8 @@ void SocketCommunicator::check_list(const char* what, const char* name,
   }
 }
 
-void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
-                                    const Deadline& deadline, AllReduceAlgorithm algorithm) {
+void CpuCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
+                                 const Deadline& deadline, AllReduceAlgorithm algorithm) {
   constexpr const char* kWhat = "all_reduce";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -243,7 +242,7 @@ void SocketCommunicator::all_reduce(TensorView in, TensorView out, ReduceOp op,
   }
 }
 
-void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& deadline) {
+void CpuCommunicator::broadcast(TensorView tensor, int root, const Deadline& deadline) {
   if (transport_) transport_->check_usable("broadcast");
   check_tensor("broadcast", "tensor", tensor);
   COLLIE_ARG_CHECK(!check_args_ || (root >= 0 && root < size_), "broadcast: root ", root,
@@ -262,7 +261,7 @@ void SocketCommunicator::broadcast(TensorView tensor, int root, const Deadline& 
   }
 }
 
-void SocketCommunicator::barrier(const Deadline& deadline) {
+void CpuCommunicator::barrier(const Deadline& deadline) {
   CallInfo call{CollectiveKind::kBarrier};
   call.algorithm = hosts_ ? 1 : 0;
   begin(call, deadline);
@@ -274,7 +273,7 @@ void SocketCommunicator::barrier(const Deadline& deadline) {
   }
 }
 
-void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadline& deadline) {
+void CpuCommunicator::all_gather(TensorView in, TensorView out, const Deadline& deadline) {
   constexpr const char* kWhat = "all_gather";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -307,8 +306,8 @@ void SocketCommunicator::all_gather(TensorView in, TensorView out, const Deadlin
   collie::all_gather(*transport_, config_, in, slots);
 }
 
-void SocketCommunicator::all_gather(TensorView in, std::span<const TensorView> out,
-                                    const Deadline& deadline) {
+void CpuCommunicator::all_gather(TensorView in, std::span<const TensorView> out,
+                                 const Deadline& deadline) {
   constexpr const char* kWhat = "all_gather";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -323,8 +322,8 @@ void SocketCommunicator::all_gather(TensorView in, std::span<const TensorView> o
   collie::all_gather(*transport_, config_, in, slots);
 }
 
-void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
-                                        const Deadline& deadline) {
+void CpuCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
+                                     const Deadline& deadline) {
   constexpr const char* kWhat = "reduce_scatter";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -359,8 +358,8 @@ void SocketCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp 
   collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
 }
 
-void SocketCommunicator::reduce_scatter(std::span<const TensorView> in, TensorView out, ReduceOp op,
-                                        const Deadline& deadline) {
+void CpuCommunicator::reduce_scatter(std::span<const TensorView> in, TensorView out, ReduceOp op,
+                                     const Deadline& deadline) {
   constexpr const char* kWhat = "reduce_scatter";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "out", out);
@@ -376,8 +375,8 @@ void SocketCommunicator::reduce_scatter(std::span<const TensorView> in, TensorVi
   collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
 }
 
-void SocketCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int root,
-                                const Deadline& deadline) {
+void CpuCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int root,
+                             const Deadline& deadline) {
   constexpr const char* kWhat = "reduce";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -407,8 +406,8 @@ void SocketCommunicator::reduce(TensorView in, TensorView out, ReduceOp op, int 
   collie::reduce(*transport_, workspace_, config_, in, out, op, root);
 }
 
-void SocketCommunicator::gather(TensorView in, std::span<const TensorView> out, int root,
-                                const Deadline& deadline) {
+void CpuCommunicator::gather(TensorView in, std::span<const TensorView> out, int root,
+                             const Deadline& deadline) {
   constexpr const char* kWhat = "gather";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "in", in);
@@ -429,8 +428,8 @@ void SocketCommunicator::gather(TensorView in, std::span<const TensorView> out, 
   collie::gather(*transport_, workspace_, config_, in, slots, root);
 }
 
-void SocketCommunicator::scatter(std::span<const TensorView> in, TensorView out, int root,
-                                 const Deadline& deadline) {
+void CpuCommunicator::scatter(std::span<const TensorView> in, TensorView out, int root,
+                              const Deadline& deadline) {
   constexpr const char* kWhat = "scatter";
   if (transport_) transport_->check_usable(kWhat);
   check_tensor(kWhat, "out", out);
@@ -451,8 +450,8 @@ void SocketCommunicator::scatter(std::span<const TensorView> in, TensorView out,
   collie::scatter(*transport_, workspace_, config_, slots, out, root);
 }
 
-void SocketCommunicator::all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
-                                    const Deadline& deadline) {
+void CpuCommunicator::all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
+                                 const Deadline& deadline) {
   constexpr const char* kWhat = "all_to_all";
   if (transport_) transport_->check_usable(kWhat);
   COLLIE_ARG_CHECK(!check_args_ || !in.empty(), kWhat, ": in holds no buffer; the group has ",
@@ -487,8 +486,8 @@ struct TransportBatch final : P2PBatch {
 
 }  // namespace
 
-std::shared_ptr<P2PBatch> SocketCommunicator::post_p2p(std::span<const P2POp> ops,
-                                                       const Deadline& deadline) {
+std::shared_ptr<P2PBatch> CpuCommunicator::post_p2p(std::span<const P2POp> ops,
+                                                    const Deadline& deadline) {
   check_p2p(ops);
   auto batch = std::make_shared<TransportBatch>();
   if (ops.empty()) {
@@ -500,7 +499,7 @@ std::shared_ptr<P2PBatch> SocketCommunicator::post_p2p(std::span<const P2POp> op
   return batch;
 }
 
-bool SocketCommunicator::p2p_done(P2PBatch& batch) {
+bool CpuCommunicator::p2p_done(P2PBatch& batch) {
   if (batch.done) return true;
   auto& b = static_cast<TransportBatch&>(batch);
   if (!transport_->p2p_done(*b.request)) return false;
@@ -510,21 +509,21 @@ bool SocketCommunicator::p2p_done(P2PBatch& batch) {
   return true;
 }
 
-void SocketCommunicator::wait_p2p(P2PBatch& batch, const Deadline& deadline) {
+void CpuCommunicator::wait_p2p(P2PBatch& batch, const Deadline& deadline) {
   if (batch.done) return;
   transport_->wait_p2p(*static_cast<TransportBatch&>(batch).request, deadline);
   p2p_done(batch);
 }
 
-void SocketCommunicator::poll_p2p(const Deadline& deadline) {
+void CpuCommunicator::poll_p2p(const Deadline& deadline) {
   if (transport_) transport_->poll_p2p(deadline);
 }
 
-void SocketCommunicator::cancel_p2p() {
+void CpuCommunicator::cancel_p2p() {
   if (transport_) transport_->cancel_p2p();
 }
 
-void SocketCommunicator::check_p2p(std::span<const P2POp> ops) const {
+void CpuCommunicator::check_p2p(std::span<const P2POp> ops) const {
   constexpr const char* kWhat = "send/recv";
   if (transport_) transport_->check_usable(kWhat);
   for (const P2POp& op : ops) {
@@ -539,8 +538,7 @@ void SocketCommunicator::check_p2p(std::span<const P2POp> ops) const {
   }
 }
 
-std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
-                                               const Deadline& deadline) {
+std::vector<int> CpuCommunicator::send_recv(std::span<const P2POp> ops, const Deadline& deadline) {
   check_p2p(ops);
   if (ops.empty()) return {};
   std::vector<int> sources;
@@ -552,14 +550,14 @@ std::vector<int> SocketCommunicator::send_recv(std::span<const P2POp> ops,
 
 namespace collie {
 
-void SocketCommunicator::connect_peers(const std::vector<int>& peers, const Deadline& deadline) {
+void CpuCommunicator::connect_peers(const std::vector<int>& peers, const Deadline& deadline) {
   begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline, true);
   for (int p : peers) {
     if (p != rank_) transport_->channel_kind(p);
   }
 }
 
-std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
+std::vector<std::string> CpuCommunicator::channel_kinds(const Deadline& deadline, bool connect) {
   std::vector<std::string> kinds(size_);
   if (!transport_) return kinds;
   if (connect) begin_internal(CallInfo{CollectiveKind::kBarrier}, deadline, true);
@@ -574,7 +572,7 @@ std::vector<std::string> SocketCommunicator::channel_kinds(const Deadline& deadl
   return kinds;
 }
 
-void SocketCommunicator::choose_shm_algorithms() {
+void CpuCommunicator::choose_shm_algorithms() {
   // Every pair decides the same at connect (a pair reads each other's
   // memory, or neither does), and a host allows cross-memory attach to all
   // of its processes of one user or to none, so the ranks agree without a
@@ -585,7 +583,7 @@ void SocketCommunicator::choose_shm_algorithms() {
                      << (shm_algorithms_ ? "on" : "off (a pair cannot read its peer's memory)");
 }
 
-void SocketCommunicator::choose_hierarchical(std::vector<int> host_of, const Deadline& deadline) {
+void CpuCommunicator::choose_hierarchical(std::vector<int> host_of, const Deadline& deadline) {
   HostMap map(std::move(host_of));
   // One rank per host everywhere: nothing to share, the flat algorithms are
   // the hierarchy (every rank knows the map, so all skip this together).
