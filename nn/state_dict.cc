@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -190,8 +191,12 @@ TensorInfo parse_tensor(const std::string& key, const Json& info, uint64_t data_
     corrupt(source,
             str_cat(what, " has ", shape->size(), " dimensions (limit ", kMaxTensorDims, ")"));
   // Multiply with an overflow check: dims come from the file, and no tensor
-  // holds more elements than the data has bytes.
+  // holds more elements than the data has bytes. A 0 dimension makes the
+  // tensor empty whatever follows, so the product of the other dimensions
+  // (what strides are computed from) is bounded on its own.
   uint64_t numel = 1;
+  uint64_t extent = 1;  // the product of the non-zero dimensions
+  constexpr auto kMaxExtent = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   for (const Json& d : *shape) {
     if (!d.is_number_unsigned())
       corrupt(source, str_cat(what, " has dimension ", d.is_number() ? d.dump() : d.type_name(),
@@ -200,6 +205,9 @@ TensorInfo parse_tensor(const std::string& key, const Json& info, uint64_t data_
     if (dim != 0 && numel > data_bytes / dim)
       corrupt(source, str_cat(what, " declares more elements than the file's ", data_bytes,
                               " bytes of data can hold"));
+    if (dim != 0 && extent > kMaxExtent / dim)
+      corrupt(source, str_cat(what, " has dimensions that multiply past 2^63 - 1"));
+    if (dim != 0) extent *= dim;
     numel *= dim;
     t.shape.push_back(static_cast<int64_t>(dim));
   }
@@ -596,13 +604,20 @@ StateDict parse_state_dict_v1(std::span<const uint8_t> bytes, const std::string&
     if (ndim > kMaxTensorDims)
       in.corrupt(str_cat(what, " has ", int(ndim), " dimensions (limit ", kMaxTensorDims, ")"));
     in.get<uint16_t>("reserved bytes");
-    // Multiply with an overflow check: dims come from the file.
+    // Multiply with an overflow check: dims come from the file. As in the
+    // safetensors reader, the non-zero dimensions of an empty tensor are
+    // bounded too.
     uint64_t numel = 1;
+    uint64_t extent = 1;
     for (int d = 0; d < ndim; ++d) {
       const auto dim = in.get<int64_t>("a dimension");
       if (dim < 0) in.corrupt(str_cat(what, " has negative dimension ", dim));
       if (dim != 0 && numel > payload_bytes / static_cast<uint64_t>(dim))
         in.corrupt(str_cat(what, " declares more elements than the file can hold"));
+      if (dim != 0 && extent > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) /
+                                   static_cast<uint64_t>(dim))
+        in.corrupt(str_cat(what, " has dimensions that multiply past 2^63 - 1"));
+      if (dim != 0) extent *= static_cast<uint64_t>(dim);
       numel *= static_cast<uint64_t>(dim);
       e.shape.push_back(dim);
     }

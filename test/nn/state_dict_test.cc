@@ -217,6 +217,12 @@ TEST_CASE("corrupt state_dicts get errors naming the file, the tensor and the pr
   CHECK_THROWS_WITH(
       parse_state_dict(with("b", tensor("F32", {1ull << 62, 1ull << 62}, {8, 16})), "f"),
       Contains("tensor 'b' declares more elements than"));
+  // Empty (a 0 dimension), but the other dimensions overflow int64 strides.
+  CHECK_THROWS_WITH(
+      parse_state_dict(with("b", tensor("F32", {0, 1ull << 62, 1ull << 62}, {8, 8})), "f"),
+      Contains("tensor 'b' has dimensions that multiply past 2^63 - 1"));
+  CHECK_THROWS_WITH(parse_state_dict(with("b", tensor("F32", {0, ~0ull}, {8, 8})), "f"),
+                    Contains("tensor 'b' has dimensions that multiply past 2^63 - 1"));
   CHECK_THROWS_WITH(parse_state_dict(with("b", tensor("F32", {1}, {12, 16})), "f"),
                     Contains("tensor 'b' starts at data byte 12 but the previous tensor ('a') "
                              "ends at 8: 4 bytes belong to no tensor"));
