@@ -170,9 +170,18 @@ void SerialExecutor::check_one_caller(const char* kind, const Details& details) 
     std::this_thread::yield();
     other = inline_thread_.load(std::memory_order_acquire);
   }
-  if (other == 0 || other == self) return;
-  const char* other_kind = inline_kind_.load(std::memory_order_relaxed);
-  const uint64_t other_seq = inline_seq_.load(std::memory_order_relaxed);
+  const char* other_kind = nullptr;
+  uint64_t other_seq = 0;
+  if (other != 0 && other != self) {
+    other_kind = inline_kind_.load(std::memory_order_relaxed);
+    other_seq = inline_seq_.load(std::memory_order_relaxed);
+  } else {
+    // Or a blocking call that waits behind queued ops (mark_queued_caller).
+    other = queued_thread_.load(std::memory_order_acquire);
+    if (other == 0 || other == self) return;
+    other_kind = queued_kind_.load(std::memory_order_relaxed);
+    other_seq = queued_seq_.load(std::memory_order_relaxed);
+  }
   std::string mine;
   try {
     mine = details ? details() : std::string();
@@ -200,9 +209,30 @@ void SerialExecutor::check_one_caller(const char* kind, const Details& details) 
   throw BackendError(message);
 }
 
+void SerialExecutor::mark_queued_caller(const char* kind, uint64_t seq, CompletionWork& work) {
+  if (policy_ != CallerPolicy::kOneAtATime || seq == 0 || work.is_completed()) return;
+  const int self = this_thread_id();
+  int none = 0;
+  if (!queued_thread_.compare_exchange_strong(none, self, std::memory_order_acq_rel)) {
+    // Another thread's blocking call queued between this call's check and
+    // now: the calls met. The check refuses this one now, naming that one
+    // (this op, queued already, is refused when its turn comes).
+    if (none != self) check_one_caller(kind, {});
+    return;
+  }
+  queued_kind_.store(kind, std::memory_order_relaxed);
+  queued_seq_.store(seq, std::memory_order_relaxed);
+  // Cleared when the op completes (at once if it already has), whoever
+  // completes it; the executor completes every Work before it goes.
+  work.on_completed([this, self](std::exception_ptr) {
+    int mine = self;
+    queued_thread_.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+  });
+}
+
 std::shared_ptr<CompletionWork> SerialExecutor::submit_impl(const char* kind, Details details,
                                                             Timeout timeout, OpFn op,
-                                                            bool check_caller) {
+                                                            bool check_caller, uint64_t* seq_out) {
   if (running_here()) {
     auto work = run_nested(kind, std::move(details), timeout, std::move(op));
     return std::static_pointer_cast<CompletionWork>(std::move(work));
@@ -220,6 +250,7 @@ std::shared_ptr<CompletionWork> SerialExecutor::submit_impl(const char* kind, De
                                          std::memory_order_acq_rel, std::memory_order_relaxed)) {
     }
     const uint64_t seq = (state >> kSeqShift) + 1;
+    if (seq_out) *seq_out = seq;
     if (take) {
       try {
         work = make_work(kind, seq, std::move(details));

@@ -116,8 +116,12 @@ class SerialExecutor {
     if (!begin_inline(&seq, !kLocal && policy_ == CallerPolicy::kOneAtATime)) {
       if (running_here())
         return run_nested(kind, std::forward<DetailsFn>(details), timeout, std::forward<Fn>(op));
-      return submit_impl(kind, Details(std::forward<DetailsFn>(details)), timeout,
-                         to_op_fn(std::forward<Fn>(op)), !kLocal);
+      uint64_t queued_seq = 0;
+      auto work = submit_impl(kind, Details(std::forward<DetailsFn>(details)), timeout,
+                              to_op_fn(std::forward<Fn>(op)), !kLocal, &queued_seq);
+      // Rule 5 holds while this blocking call waits behind queued ops too.
+      if constexpr (!kLocal) mark_queued_caller(kind, queued_seq, *work);
+      return work;
     }
     if constexpr (!kLocal) mark_inline_caller(kind, seq);
     inline_runs_.store(inline_runs_.load(std::memory_order_relaxed) + 1,
@@ -223,8 +227,14 @@ class SerialExecutor {
 
   class Helper;
 
+  // *seq_out, when given, gets the op's number (0 when it ran nested).
   std::shared_ptr<CompletionWork> submit_impl(const char* kind, Details details, Timeout timeout,
-                                              OpFn op, bool check_caller);
+                                              OpFn op, bool check_caller,
+                                              uint64_t* seq_out = nullptr);
+  // kOneAtATime: records that this thread waits for its blocking call
+  // `kind #seq`, queued as `work`, until `work` completes: check_one_caller
+  // refuses another thread's call meanwhile, as while an op runs inline.
+  void mark_queued_caller(const char* kind, uint64_t seq, CompletionWork& work);
   // Rule 4: runs `op` here and now, under its own number.
   template <typename DetailsFn, typename Fn>
   std::shared_ptr<Work> run_nested(const char* kind, DetailsFn&& details, Timeout timeout,
@@ -346,6 +356,10 @@ class SerialExecutor {
   std::atomic<int> inline_thread_{0};
   std::atomic<const char*> inline_kind_{nullptr};
   std::atomic<uint64_t> inline_seq_{0};
+  // The same for a blocking call that had to queue, until its op completes.
+  std::atomic<int> queued_thread_{0};
+  std::atomic<const char*> queued_kind_{nullptr};
+  std::atomic<uint64_t> queued_seq_{0};
   // Written only by whoever holds kBusy (inline_runs_) or mu_ (worker_runs_).
   std::atomic<uint64_t> inline_runs_{0};
   std::atomic<uint64_t> worker_runs_{0};

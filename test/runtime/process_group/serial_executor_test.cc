@@ -298,6 +298,61 @@ TEST_CASE(
   CHECK_THAT(error_of(ex.submit_local("later", {}, 30s, nothing())), Contains("refused"));
 }
 
+TEST_CASE(
+    "serial executor: a blocking call queued behind async ops still refuses another thread's call",
+    "[executor]") {
+  Gate gate;
+  std::atomic<bool> aborted{false};
+  SerialExecutor ex("group \"t\"", SerialExecutor::CallerPolicy::kOneAtATime, [&] {
+    aborted = true;
+    gate.open();
+  });
+  // An async op holds the executor (on the worker); thread a's blocking
+  // call queues behind it and a waits for it.
+  auto async =
+      ex.submit("all_gather", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+  REQUIRE(gate.wait_entered());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool queued = false;
+  std::shared_ptr<Work> blocking;
+  std::thread a([&] {
+    auto w = ex.run_or_submit(
+        "all_reduce", [] { return std::string("float32 x 1"); }, 30s, [](const Deadline&) {});
+    {
+      std::lock_guard lock(mu);
+      blocking = w;
+      queued = true;
+      cv.notify_all();
+    }
+    try {
+      w->wait();
+    } catch (const Error&) {
+    }
+  });
+  {
+    std::unique_lock lock(mu);
+    REQUIRE(cv.wait_for(lock, 30s, [&] { return queued; }));
+  }
+  CHECK_FALSE(blocking->is_completed());
+  // Another thread's call while a's blocking call waits: refused, both named.
+  std::string message;
+  try {
+    ex.run_or_submit(
+        "broadcast", [] { return std::string("int8 x 3"); }, 30s, [](const Deadline&) {});
+  } catch (const BackendError& e) {
+    message = e.what();
+  }
+  a.join();
+  CHECK_THAT(message, Contains("group \"t\": broadcast (int8 x 3) was called on thread") &&
+                          Contains("while all_reduce #2 ran on thread") &&
+                          Contains("a blocking call"));
+  CHECK(aborted);
+  CHECK(ex.broken());
+  CHECK_FALSE(error_of(blocking).empty());
+  CHECK_FALSE(error_of(async).empty());
+}
+
 TEST_CASE("serial executor: the first failure breaks it but a refused argument does not",
           "[executor]") {
   SerialExecutor ex("test executor");

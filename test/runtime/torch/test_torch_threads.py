@@ -34,7 +34,9 @@ def test_two_threads_calling_at_once_are_refused():
              if "was called on thread" in (t["error"] or "") and "a blocking call" in t["error"]
              and all(f"thread {tid}" in t["error"] for tid in tids)
              and t["error"].count("allreduce") >= 2 and "new_group" in t["error"]]
-    assert len(named) == 1, report(results)
+    # (The earlier call may fail with its own error, or with the same one
+    # once the calls met.)
+    assert named, report(results)
     assert all(t["type"] == "DistBackendError" for t in threads), report(results)
 
 
