@@ -94,17 +94,6 @@ bool is_utf8(std::string_view s) {
   }
 }
 
-std::string hex(std::span<const uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (uint8_t b : bytes) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
-}
-
 // Why `key` cannot name a tensor or a string ("" when it can).
 std::string bad_key(std::string_view key) {
   if (key.empty() || key.size() > kMaxStateDictKeyBytes)
@@ -303,7 +292,7 @@ StateDict parse_safetensors(std::span<const uint8_t> bytes, const std::string& s
     corrupt(source, str_cat(data.size() - at, " bytes after the end of the last tensor's data (at ",
                             at, ") belong to no tensor (trailing garbage)"));
   if (!checksum.empty()) {
-    const std::string actual = hex(Sha256::digest(data));
+    const std::string actual = to_hex(Sha256::digest(data));
     if (actual != checksum)
       corrupt(source,
               str_cat("checksum mismatch: the data's SHA-256 is ", actual, " but ", kDataSha256Key,
@@ -470,7 +459,7 @@ std::vector<uint8_t> serialize_state_dict(const StateDict& dict) {
     sha.update(e.bytes);
     data_bytes += e.bytes.size();
   }
-  metadata[kDataSha256Key] = hex(sha.finish());
+  metadata[kDataSha256Key] = to_hex(sha.finish());
 
   Json header = Json::object();
   header[std::string(kMetadataKey)] = std::move(metadata);
