@@ -34,31 +34,61 @@ bool is_invalid_argument(const std::exception_ptr& error) {
 }  // namespace
 
 // What a Work holds (weakly) to reach its executor from a waiting thread.
-// The executor detaches it when it is destroyed; a call in progress holds
-// mu_, so the executor waits for it.
+// The executor detaches it when it is destroyed and waits until no call is
+// inside it. No lock is held across a call: help() runs an op and its
+// Work's completion callbacks, and a callback may wait for another Work of
+// this executor on the same thread (torch futures do), which enters again.
 class SerialExecutor::Helper final : public WorkHelper {
  public:
   explicit Helper(SerialExecutor* queue) : queue_(queue) {}
   void begin_help() override {
-    std::lock_guard lock(mu_);
-    if (queue_) queue_->begin_help();
+    Enter enter(this);
+    if (enter.queue) enter.queue->begin_help();
   }
   void end_help(bool done) override {
-    std::lock_guard lock(mu_);
-    if (queue_) queue_->end_help(done);
+    Enter enter(this);
+    if (enter.queue) enter.queue->end_help(done);
   }
   bool help() override {
-    std::lock_guard lock(mu_);
-    return queue_ && queue_->help();
+    Enter enter(this);
+    return enter.queue && enter.queue->help();
   }
+  // No call enters after this; returns once the calls inside (but this
+  // thread's own, when a callback destroys the executor) have left.
   void detach() {
-    std::lock_guard lock(mu_);
-    queue_ = nullptr;
+    queue_.store(nullptr, std::memory_order_seq_cst);
+    int own = 0;
+    for (const Frame* f = t_frames_; f != nullptr; f = f->prev) own += f->helper == this;
+    while (active_.load(std::memory_order_seq_cst) > own) std::this_thread::yield();
   }
 
  private:
-  std::mutex mu_;
-  SerialExecutor* queue_;
+  // This thread's calls into helpers, innermost first.
+  struct Frame {
+    const Helper* helper;
+    const Frame* prev;
+  };
+  // A call inside the helper: counted before the executor is looked up, so
+  // that detach() either sees the count or the call sees no executor.
+  struct Enter {
+    explicit Enter(Helper* h) : helper(h), frame{h, t_frames_} {
+      t_frames_ = &frame;
+      h->active_.fetch_add(1, std::memory_order_seq_cst);
+      queue = h->queue_.load(std::memory_order_seq_cst);
+    }
+    ~Enter() {
+      helper->active_.fetch_sub(1, std::memory_order_seq_cst);
+      t_frames_ = frame.prev;
+    }
+    Enter(const Enter&) = delete;
+    Enter& operator=(const Enter&) = delete;
+    Helper* const helper;
+    const Frame frame;
+    SerialExecutor* queue = nullptr;
+  };
+  static inline thread_local const Frame* t_frames_ = nullptr;
+  std::atomic<SerialExecutor*> queue_;
+  std::atomic<int> active_{0};
 };
 
 SerialExecutor::SerialExecutor(std::string what, CallerPolicy policy, std::function<void()> abort)
@@ -357,16 +387,19 @@ std::exception_ptr SerialExecutor::end_inline(std::exception_ptr error,
                                               const std::string& description) {
   inline_thread_.store(0, std::memory_order_relaxed);
   const bool breaks = error && !is_invalid_argument(error);
-  // Once a shutdown is under way the queue is released under mu_, so that
+  // Nobody to wake and nothing to record: kBusy goes in one
+  // compare-exchange, without mu_. Otherwise it goes under mu_, so that
   // shutdown(), which waits under mu_ for kBusy to clear, cannot return
-  // (and the queue go) while this thread still has mu_ to take.
-  const bool closing = (state_.load(std::memory_order_relaxed) & kClosed) != 0;
-  if (!breaks && !closing) {
-    const uint64_t before = state_.fetch_and(~(kBusy | kCaller), std::memory_order_release);
-    if ((before & (kQueued | kClosed)) == 0) return error;  // nobody to wake
-    std::lock_guard lock(mu_);
-    wake_locked();
-    return error;
+  // (and the executor go) while this thread still has mu_ to take; a
+  // kClosed or kQueued set between a look at the word and the change of it
+  // fails the exchange.
+  if (!breaks) {
+    uint64_t state = state_.load(std::memory_order_relaxed);
+    while ((state & (kQueued | kClosed)) == 0) {
+      if (state_.compare_exchange_weak(state, state & ~(kBusy | kCaller), std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return error;
+    }
   }
   std::lock_guard lock(mu_);
   // Another thread's call met this one: what it returned may be a peer's

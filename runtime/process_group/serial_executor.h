@@ -332,10 +332,11 @@ class SerialExecutor {
   // kClosed (broken or stopping), and above
   // kSeqShift the number of submissions so far. The inline path's begin
   // goes from no flag set to kBusy in one compare-exchange, and its end
-  // clears kBusy; every other change is made under mu_ (but a nested op's
-  // number, taken while kBusy is held). An end that finds kQueued or
-  // kClosed set takes mu_ to wake whoever waits (wake_locked). A mutex here
-  // cost two lock/unlock pairs on every blocking call.
+  // clears kBusy in another while neither kQueued nor kClosed is set; every
+  // other change is made under mu_ (but a nested op's number, taken while
+  // kBusy is held). An end that finds kQueued or kClosed set clears kBusy
+  // under mu_ and wakes whoever waits (wake_locked). A mutex here cost two
+  // lock/unlock pairs on every blocking call.
   static constexpr uint64_t kBusy = 1, kQueued = 2, kClosed = 4, kCaller = 8, kFlags = 0xff;
   static constexpr int kSeqShift = 8;
   static constexpr uint64_t kSeqOne = uint64_t{1} << kSeqShift;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "collie/base/error.h"
+#include "collie/base/logging.h"
 #include "collie/base/str_cat.h"
 
 namespace collie {
@@ -53,7 +54,18 @@ void CompletionWork::wait(Timeout timeout) {
   if (!completed_.load(std::memory_order_acquire)) {
     const std::shared_ptr<WorkHelper> helper =
         timeout == kUnsetTimeout ? helper_.lock() : std::shared_ptr<WorkHelper>();
+    // Ends the help however the loop is left: an op's completion callback
+    // may throw, and a helper left counted would keep the worker standing
+    // by for good.
+    struct Helping {
+      WorkHelper* helper;
+      const std::atomic<bool>& completed;
+      ~Helping() {
+        if (helper) helper->end_help(completed.load(std::memory_order_acquire));
+      }
+    };
     if (helper) helper->begin_help();
+    Helping helping{helper.get(), completed_};
     auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
     while (!completed_.load(std::memory_order_acquire)) {
       if (helper && helper->help()) {
@@ -63,7 +75,6 @@ void CompletionWork::wait(Timeout timeout) {
       if (std::chrono::steady_clock::now() >= spin_until) break;
       sched_yield();
     }
-    if (helper) helper->end_help(completed_.load(std::memory_order_acquire));
   }
   std::unique_lock lock(mu_);
   if (timeout == kUnsetTimeout) {
@@ -99,7 +110,17 @@ void CompletionWork::mark_completed(std::exception_ptr error) {
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
-  for (auto& callback : callbacks) callback(error_);
+  // A callback that throws cannot undo the completion, nor may it skip the
+  // callbacks after it or unwind the executor's worker: it is logged.
+  for (auto& callback : callbacks) {
+    try {
+      callback(error_);
+    } catch (const std::exception& e) {
+      COLLIE_LOG(kError) << description() << ": a completion callback threw: " << e.what();
+    } catch (...) {
+      COLLIE_LOG(kError) << description() << ": a completion callback threw a non-exception";
+    }
+  }
 }
 
 void CompletionWork::on_completed(std::function<void(std::exception_ptr)> callback) {

@@ -101,7 +101,9 @@ class CompletionWork : public Work {
   // then runs the callbacks of on_completed(). Only the first call counts.
   void mark_completed(std::exception_ptr error = nullptr);
   // Runs `callback(error)` once the work completes: here and now if it has,
-  // else on the thread that completes it (which must not wait for long).
+  // else on the thread that completes it (which must not wait for long; it
+  // may wait for another Work of the same executor). An exception from it is
+  // logged, not thrown (the other callbacks still run).
   void on_completed(std::function<void(std::exception_ptr)> callback);
   // For a receive: who sent the message; set before mark_completed().
   void set_source_rank(int rank);

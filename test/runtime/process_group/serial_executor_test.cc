@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collie/base/error.h"
@@ -434,4 +436,82 @@ TEST_CASE("serial executor: deadlines and shutdown - every Work completes and no
   CHECK_THAT(error_of(stuck.submit("later", {}, 30s, nothing())), Contains("refused"));
   stuck.drain();               // returns at once on a shut-down executor
   stuck.shutdown(0ms, [] {});  // idempotent
+}
+
+TEST_CASE("serial executor: a completion callback may wait for another Work of the executor",
+          "[executor]") {
+  // torch's futures run their callbacks on the thread that completes the
+  // Work, and a callback may wait for another collective of the same group.
+  // When that thread is a waiter running the queue (rule 3), the wait
+  // enters the executor again from inside a completion: it runs the other
+  // op there, it must not lock itself out. As in the rule-3 test, the
+  // waiter takes the queue over only when the gate opens within its spin,
+  // so rounds are tried until one does (the others take the worker's path,
+  // which must work too).
+  SerialExecutor ex("test executor");
+  const auto me = std::this_thread::get_id();
+  int rounds_on_waiter = 0;
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  for (int round = 0;
+       rounds_on_waiter == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up);
+       ++round) {
+    Gate gate;
+    auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+    REQUIRE(gate.wait_entered());
+    Log log;
+    auto first = ex.submit("first", {}, 30s, logged(log, 1));
+    auto second = ex.submit("second", {}, 30s, logged(log, 2));
+    // Set at the callback's end (first->wait() may return before it runs
+    // on another thread: completion wakes waiters first).
+    std::promise<std::pair<std::thread::id, bool>> callback;
+    auto callback_done = callback.get_future();
+    first->on_completed([&](std::exception_ptr) {
+      second->wait();  // enters the executor again on this thread
+      callback.set_value({std::this_thread::get_id(), second->is_success()});
+    });
+    std::atomic<bool> waiting{false};
+    std::thread opener([&] {
+      while (!waiting.load()) std::this_thread::yield();
+      gate.open();
+    });
+    waiting.store(true);
+    first->wait();
+    opener.join();
+    held->wait(30s);
+    REQUIRE(callback_done.wait_for(30s) == std::future_status::ready);
+    const auto [callback_thread, second_succeeded] = callback_done.get();
+    CHECK(second_succeeded);
+    std::lock_guard lock(log.mu);
+    REQUIRE(log.order == std::vector<int>{1, 2});
+    rounds_on_waiter += callback_thread == me;
+  }
+  CHECK(rounds_on_waiter == 1);
+}
+
+TEST_CASE("serial executor: a completion callback that throws is logged and the rest go on",
+          "[executor]") {
+  // One Work: the throw does not skip the callback after it.
+  CompletionWork work("work under test");
+  bool later_ran = false;
+  work.on_completed([](std::exception_ptr) { throw BackendError("callback failed"); });
+  work.on_completed([&](std::exception_ptr) { later_ran = true; });
+  work.mark_completed();
+  CHECK(later_ran);
+  CHECK_NOTHROW(work.wait(1s));
+
+  // On the executor's worker, which a throw would unwind (and so end the
+  // process): the worker goes on with the next op.
+  SerialExecutor ex("test executor");
+  Gate gate;
+  auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+  REQUIRE(gate.wait_entered());
+  auto throwing = ex.submit("throwing", {}, 30s, nothing());
+  throwing->on_completed([](std::exception_ptr) { throw BackendError("callback failed"); });
+  auto after = ex.submit("after", {}, 30s, nothing());
+  gate.open();
+  // Waits with a timeout of their own do not run the queue: the worker does.
+  CHECK_NOTHROW(throwing->wait(30s));
+  CHECK_NOTHROW(after->wait(30s));
+  CHECK_FALSE(ex.broken());
+  held->wait(30s);
 }
