@@ -1,9 +1,11 @@
 // Transport's posting and progress (transport.h): construction and lazy
-// connections, begin() and the sub-group numbering, the posted and express
-// sends and receives, and the progress loop with its spin (the policy is
-// SpinPolicy's, waiting.h). This is the hot path: everything here calls
-// concrete types (Connection, SpinPolicy, FailureState's flags), and
-// progress() sits next to progress_all() so that the compiler can inline it.
+// connections, begin() and the sub-group scopes (the numbering is
+// PeerNumbering's, peer_numbering.h), the posted and express sends and
+// receives, and the progress loop with its spin (the policy is SpinPolicy's,
+// waiting.h). This is the hot path: everything here calls concrete types
+// (Connection, SpinPolicy, FailureState's flags, the inline accessors of
+// P2PState and PeerNumbering), and progress() sits next to progress_all()
+// so that the compiler can inline it.
 // Invariants: the completion counters count from begin() (or the open
 // sub-group scope), and point-to-point sends queued ahead of a call's are
 // not the call's (rebase()); the sleep once the spin is over is
@@ -27,8 +29,7 @@ namespace collie {
 Transport::Transport(int rank, int size, uint32_t group,
                      std::vector<std::unique_ptr<Connection>> connections,
                      std::unique_ptr<PeerLinker> linker, const TransportOptions& options)
-    : rank_(rank),
-      size_(size),
+    : numbering_(rank, size),
       group_(group),
       connections_(std::move(connections)),
       linker_(std::move(linker)),
@@ -39,13 +40,10 @@ Transport::Transport(int rank, int size, uint32_t group,
       recv_base_(size, 0),
       peeked_seq_(size, 0),
       failure_(rank, size, group, options.group_name),
-      inbox_(size),
-      p2p_sent_(size, 0),
-      p2p_until_(size, 0),
-      p2p_blocked_(size, UINT64_MAX) {
+      p2p_(size) {
   for (auto& c : connections_) {
     if (!c) continue;
-    c->set_p2p_sink(&inbox_);
+    c->set_p2p_sink(&p2p_.inbox());
     c->set_futex_wait(futex_wait_);
   }
 }
@@ -60,24 +58,24 @@ Transport::~Transport() {
 }
 
 Connection& Transport::conn(int peer) const {
-  COLLIE_CHECK(peer >= 0 && peer < size_ && peer != rank_ && connections_[peer], "peer ", peer,
-               " of rank ", rank_, " in a group of ", size_);
+  COLLIE_CHECK(peer >= 0 && peer < world_size() && peer != world_rank() && connections_[peer],
+               "peer ", peer, " of rank ", world_rank(), " in a group of ", world_size());
   return *connections_[peer];
 }
 
 Connection& Transport::link_slow(int peer) {
-  COLLIE_CHECK(peer >= 0 && peer < size_ && peer != rank_, "peer ", peer, " of rank ", rank_,
-               " in a group of ", size_);
+  COLLIE_CHECK(peer >= 0 && peer < world_size() && peer != world_rank(), "peer ", peer, " of rank ",
+               world_rank(), " in a group of ", world_size());
   auto& c = connections_[peer];
   if (c && c->connected()) return *c;
   COLLIE_CHECK(linker_ != nullptr, "no connection to peer ", peer);
   if (!c) {
     c = std::make_unique<Connection>(nullptr, peer, linker_->address_of(peer));
-    c->set_p2p_sink(&inbox_);
+    c->set_p2p_sink(&p2p_.inbox());
     c->set_futex_wait(futex_wait_);
-    if (peer > rank_) ++awaiting_;
+    if (peer > world_rank()) ++awaiting_;
   }
-  if (peer < rank_) {
+  if (peer < world_rank()) {
     // The connecting side. A failure here breaks the group like any other.
     std::string address;
     try {
@@ -109,7 +107,7 @@ void Transport::accept_arrivals() {
     auto& c = connections_[a.peer];
     if (!c) {
       c = std::make_unique<Connection>(std::move(a.channel), a.peer, a.address);
-      c->set_p2p_sink(&inbox_);
+      c->set_p2p_sink(&p2p_.inbox());
       c->set_futex_wait(futex_wait_);
     } else {
       c->attach(std::move(a.channel), a.address);
@@ -139,7 +137,7 @@ int Transport::connected_peers(ChannelKind kind) const {
 void Transport::check_usable(std::string_view what) const {
   if (!failure_.broken()) return;
   const std::string& reason = failure_.reason();
-  throw BackendError(str_cat(what, " on rank ", rank_,
+  throw BackendError(str_cat(what, " on rank ", world_rank(),
                              ": the communicator is broken by an earlier error: ",
                              reason.empty() ? std::string("abort() was called") : reason));
 }
@@ -148,38 +146,34 @@ void Transport::begin(const CallInfo& call, const Deadline& deadline, bool linki
   if (failure_.broken()) check_usable(call.describe_with_seq());  // formatted only to throw
   call_ = call;
   linking_ = linking;
-  in_p2p_ = false;
-  p2p_ops_ = {};
+  p2p_.leave();
   deadline_ = &deadline;
   next_report_ = {};  // set by the first timed wait (arm_report)
-  COLLIE_CHECK(members_.empty(), "a call begun inside a sub-group");
+  COLLIE_CHECK(!numbering_.in_subgroup(), "a call begun inside a sub-group");
   rebase();
 }
 
 void Transport::rebase(bool check) {
-  for (int p = 0; p < size_; ++p) {
+  for (int p = 0; p < world_size(); ++p) {
     if (!connections_[p]) continue;
     const Connection& c = *connections_[p];
-    COLLIE_CHECK(!check || (!call_sends_pending(c) && !c.recv_pending()),
+    COLLIE_CHECK(!check || (!p2p_.call_sends_pending(c) && !c.recv_pending()),
                  "operations left over from the previous call or step");
     // Point-to-point sends still queued go out first: not this call's.
-    send_base_[p] = c.sends_completed() + p2p_sends_queued(c);
+    send_base_[p] = c.sends_completed() + p2p_.sends_queued(c);
     recv_base_[p] = connections_[p]->recvs_completed();
   }
 }
 
 Transport::SubgroupScope::SubgroupScope(Transport& t, std::span<const int> members)
-    : t_(t), outer_members_(t.members_), outer_rank_(t.sub_rank_) {
-  const auto me = std::find(members.begin(), members.end(), t.rank_);
-  COLLIE_CHECK(me != members.end(), "rank ", t.rank_, " is not in its sub-group");
+    : t_(t), outer_(t.numbering_.save()) {
+  const int self = t.numbering_.find_self(members);
   t.rebase();
-  t.members_.assign(members.begin(), members.end());
-  t.sub_rank_ = static_cast<int>(me - members.begin());
+  t.numbering_.enter(members, self);
 }
 
 Transport::SubgroupScope::~SubgroupScope() {
-  t_.members_ = std::move(outer_members_);
-  t_.sub_rank_ = outer_rank_;
+  t_.numbering_.restore(std::move(outer_));
   // No check here (a step that threw may leave operations posted): the next
   // step or call checks.
   t_.rebase(false);
@@ -275,14 +269,14 @@ uint64_t Transport::recvs_done(int peer) const {
 }
 
 std::string Transport::context() const {
-  if (in_p2p_) return str_cat(describe_p2p(), " on rank ", rank_);
-  return str_cat(call_.describe_with_seq(), " on rank ", rank_);
+  if (p2p_.running()) return str_cat(p2p_.describe(), " on rank ", world_rank());
+  return str_cat(call_.describe_with_seq(), " on rank ", world_rank());
 }
 
 bool Transport::pending() const {
-  if (waiting_ != nullptr) return !p2p_done(*waiting_);
+  if (const P2PRequest* waiting = p2p_.waiting()) return !p2p_done(*waiting);
   for (auto& c : connections_)
-    if (c && (c->recv_pending() || (c->send_pending() && call_sends_pending(*c)))) return true;
+    if (c && (c->recv_pending() || (c->send_pending() && p2p_.call_sends_pending(*c)))) return true;
   return false;
 }
 
@@ -292,7 +286,7 @@ bool Transport::progress_all() {
   for (auto& c : connections_) {
     if (!c || !c->connected()) continue;
     if (c->send_pending()) moved |= push_sends(*c);
-    const uint64_t p2p_before = inbox_.completed();
+    const uint64_t p2p_before = p2p_.inbox().completed();
     if (c->recv_pending()) {
       const uint64_t before = c->recvs_completed();
       int err = 0;
@@ -301,10 +295,10 @@ bool Transport::progress_all() {
       if (r < 0) on_recv_problem(*c, problem, err);
       moved |= r > 0;
       completed_ += c->recvs_completed() - before;
-    } else if (wants_p2p(*c)) {
+    } else if (p2p_.wants(*c, call_.seq)) {
       moved |= progress_p2p_reads(*c);
     }
-    completed_ += inbox_.completed() - p2p_before;
+    completed_ += p2p_.inbox().completed() - p2p_before;
   }
   return moved;
 }

@@ -24,8 +24,10 @@
 // Structure. Transport is the facade the algorithms use; each concern is a
 // concrete class it holds by value, or its own file of Transport's members,
 // so that the hot path makes no virtual call per message:
-//   - posting and progress (send, recv, exchange, progress, the sub-group
-//     numbering): transport.cc;
+//   - posting and progress (send, recv, exchange, progress, the completion
+//     counters' restarts): transport.cc;
+//   - peer numbering: PeerNumbering (peer_numbering.h), rank(), size() and
+//     the world rank of a peer, in the world or an open SubgroupScope;
 //   - waiting: SpinPolicy, poll_connections() (waiting.h), and the sleeping
 //     wait and slow-wait reports (transport_wait.cc);
 //   - frames: Connection (connection.h), its data path in connection.cc and
@@ -34,7 +36,9 @@
 //     broken flag, the failed peers as data, the error record, the abort
 //     frames and the timeout probe); which error a situation is stays here,
 //     in transport_failure.cc;
-//   - point-to-point: P2PInbox (p2p_inbox.h) and transport_p2p.cc;
+//   - point-to-point: P2PState (p2p_state.h), the book-keeping (the inbox
+//     of p2p_inbox.h, the queued sends, the connections a receive reads,
+//     what runs), and transport_p2p.cc, which drives the connections;
 //   - set-up: the PeerLinker (peer_linker.h; linker.cc implements it) over
 //     the channel factories (channel_factory.h), join.cc, host.cc,
 //     peer_auth.cc and sockets.cc.
@@ -56,8 +60,9 @@
 #include "collie/base/unique_fd.h"
 #include "collie/collectives/transport/connection.h"
 #include "collie/collectives/transport/failure.h"
-#include "collie/collectives/transport/p2p_inbox.h"
+#include "collie/collectives/transport/p2p_state.h"
 #include "collie/collectives/transport/peer_linker.h"
+#include "collie/collectives/transport/peer_numbering.h"
 #include "collie/collectives/transport/waiting.h"
 #include "collie/collectives/transport/wire.h"
 
@@ -90,10 +95,10 @@ class Transport {
 
   // This rank and the world size; inside a SubgroupScope, this rank's
   // index in the sub-group and the sub-group's size.
-  int rank() const { return members_.empty() ? rank_ : sub_rank_; }
-  int size() const { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
+  int rank() const { return numbering_.rank(); }
+  int size() const { return numbering_.size(); }
   // This rank in the world, in a sub-group too (for messages).
-  int world_rank() const { return rank_; }
+  int world_rank() const { return numbering_.world_rank(); }
 
   // A sub-group for the hierarchical algorithms (hierarchical.cc): while the
   // scope lives, rank(), size() and the peer numbers that send(), recv(),
@@ -116,8 +121,7 @@ class Transport {
 
    private:
     Transport& t_;
-    std::vector<int> outer_members_;
-    int outer_rank_;
+    PeerNumbering::Saved outer_;  // the numbering to restore
   };
 
   // Starts a call: throws BackendError at once if broken. The deadline must
@@ -197,17 +201,9 @@ class Transport {
   // over one frame's 4 GiB goes as several (a multiple of every element
   // size, 16 bytes at most).
   static constexpr size_t kP2PPiece = (size_t{UINT32_MAX} / 16) * 16;
-  struct P2PRequest {
-    std::vector<P2POp> ops;  // start_p2p's copy (empty: the caller's)
-    size_t op_count = 0;
-    std::vector<P2PInbox::Recv> recvs;  // sized once: the inbox points into it
-    std::vector<size_t> recv_op;        // recvs[k] is ops[recv_op[k]]
-    struct Send {
-      int peer;
-      uint64_t completed;  // the connection's sends_completed() once it is out
-    };
-    std::vector<Send> sends;
-  };
+  // A posted batch: its ops, receives and sends (p2p_state.h, where
+  // P2PState keeps the one wait_p2p() waits for).
+  using P2PRequest = collie::P2PRequest;
   // Checks and posts every op of `ops` (a receive's peer may be kAnySource)
   // and returns at once. Checks come first: a refused batch posts nothing.
   // `deadline` bounds the connects to new peers.
@@ -265,7 +261,8 @@ class Transport {
  private:
   Connection& conn(int peer) const;
   // The world rank of `peer` in the current numbering (SubgroupScope).
-  int world(int peer) const { return members_.empty() ? peer : members_[peer]; }
+  int world(int peer) const { return numbering_.world(peer); }
+  int world_size() const { return numbering_.world_size(); }
   // Restarts the completion counters (begin(), SubgroupScope); `check`:
   // nothing may be posted.
   void rebase(bool check = true);
@@ -273,7 +270,7 @@ class Transport {
   // connected on first use (link_slow()). The connected case, every send's
   // and receive's, is inline.
   Connection& link(int peer) {
-    if (static_cast<unsigned>(peer) < static_cast<unsigned>(size_) && peer != rank_) {
+    if (static_cast<unsigned>(peer) < static_cast<unsigned>(world_size()) && peer != world_rank()) {
       Connection* c = connections_[peer].get();
       if (c != nullptr && c->connected()) [[likely]]
         return *c;
@@ -286,24 +283,11 @@ class Transport {
   // Any operation of the running call not done: the collective's sends and
   // receives, or wait_p2p()'s batch.
   bool pending() const;
-  // Point-to-point sends still queued on `c` (ahead of any collective's,
-  // which queue behind them), of p2p_until_.
-  uint64_t p2p_sends_queued(const Connection& c) const {
-    const uint64_t done = c.sends_completed();
-    const uint64_t until = p2p_until_[c.peer()];
-    return until > done ? until - done : 0;
-  }
-  bool call_sends_pending(const Connection& c) const {
-    return c.sends_queued() > p2p_sends_queued(c);
-  }
   // Point-to-point reads on a connection with no receive posted (p2p frames
   // at its head go to the inbox); true if bytes moved.
   bool progress_p2p_reads(Connection& c);
   // The next frame on `c` is not a p2p message while a receive waits.
   void on_p2p_blocked(Connection& c);
-  bool wants_p2p(const Connection& c) const {
-    return c.p2p_frame_open() || (inbox_.wants(c.peer()) && p2p_blocked_[c.peer()] != call_.seq);
-  }
   // poll() (or futex) until something happens or the deadline
   // (transport_wait.cc).
   void wait_for_io();
@@ -339,8 +323,8 @@ class Transport {
   // The probe's grace: half the call's limit, 20 ms to 1 s.
   std::chrono::milliseconds probe_grace() const;
 
-  const int rank_;
-  const int size_;
+  // rank(), size() and world(): the world's, or an open SubgroupScope's.
+  PeerNumbering numbering_;
   const uint32_t group_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::unique_ptr<PeerLinker> linker_;
@@ -359,10 +343,6 @@ class Transport {
   bool linking_ = false;  // see begin()
   CallInfo call_;
   const Deadline* deadline_ = nullptr;
-  // The open SubgroupScope's members (world ranks; empty: none) and this
-  // rank's index among them.
-  std::vector<int> members_;
-  int sub_rank_ = -1;
   uint64_t completed_ = 0;  // operations completed, all connections
   // exchange()'s counts. One writer, the call's thread: a relaxed load and
   // store each, no locked instruction on the path.
@@ -371,24 +351,10 @@ class Transport {
     n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   FailureState failure_;
-  // Point-to-point: the messages that arrived or wait (p2p_inbox.h), each
-  // peer's count of messages sent to it, and the ops run_p2p() is running
-  // (for error messages, formatted only then; in_p2p_ false inside a
-  // collective).
-  P2PInbox inbox_;
-  std::vector<uint64_t> p2p_sent_;
-  // p2p_until_[p]: the connection's sends_completed() once every p2p send
-  // queued on it is out (those sends are a prefix of its queue: a call's
-  // own sends are out before the call ends).
-  std::vector<uint64_t> p2p_until_;
-  bool in_p2p_ = false;
-  std::span<const P2POp> p2p_ops_;
-  const P2PRequest* waiting_ = nullptr;  // wait_p2p()'s batch
-  std::string describe_p2p() const;
-  // p2p_blocked_[p] == call_.seq: rank p's next frame is no p2p message
-  // (a later collective's data): nothing behind it can be read before that
-  // collective, so receives from any source stop reading p's connection.
-  std::vector<uint64_t> p2p_blocked_;
+  // Point-to-point (p2p_state.h): the inbox, the sends queued, the
+  // connections receives read, and the ops running (for error messages,
+  // formatted only then; not running inside a collective).
+  P2PState p2p_;
 };
 
 }  // namespace collie

@@ -100,7 +100,7 @@ void Transport::fail_mismatch(const Connection& c, const WireHeader& h) {
   }
   fail(ErrorKind::kBackend,
        str_cat("collective mismatch: rank ", c.peer(), " called ", h.call().describe_with_seq(),
-               ", rank ", rank_, " called ", call_.describe_with_seq(),
+               ", rank ", world_rank(), " called ", call_.describe_with_seq(),
                " (every rank must call the same collectives in the same order)"),
        Blame{FailureCause::kMismatch, {culprit_of(c)}});
 }
@@ -109,7 +109,8 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
   const WireHeader& h = c.received_header();
   switch (problem) {
     case RecvProblem::kMismatch:
-      if (h.is_p2p(group_)) fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+      if (h.is_p2p(group_))
+        fail(ErrorKind::kBackend, str_cat(context(), ": ", p2p_.inbox().error()));
       if (h.is_probe(group_)) fail_probed(c, h);
       if (h.magic == kWireMagic && h.group == group_ && h.call() == call_) {
         fail(ErrorKind::kBackend,
@@ -157,7 +158,7 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
     const std::vector<std::string> waiting = waiting_for(&c);
     std::string merged = text;
     if (!waiting.empty()) {
-      merged += str_cat("; rank ", rank_, ", relaying this, was itself still waiting to ",
+      merged += str_cat("; rank ", world_rank(), ", relaying this, was itself still waiting to ",
                         join(waiting, ", "));
     }
     // The abort reached us without its probe being seen first (it was
@@ -165,7 +166,7 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
     // probe now, so that this rank too names the silent ones from its own
     // view rather than only the sender's.
     if (!failure_.probed()) {
-      merged += str_cat("; rank ", rank_, " probed: ", probe_peers(&c, &blame.culprits));
+      merged += str_cat("; rank ", world_rank(), " probed: ", probe_peers(&c, &blame.culprits));
       if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
     }
     fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged, blame);
@@ -181,7 +182,7 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
       // A peer still to connect to us (a higher rank; lower ranks are
       // connected to, synchronously), with or without messages posted.
       const bool posted = c->recv_pending() || c->send_pending();
-      if (!posted && c->peer() < rank_) continue;
+      if (!posted && c->peer() < world_rank()) continue;
       std::string refused;
       if (linker_ && !linker_->last_refusal().empty()) {
         refused = str_cat("; last refused: ", linker_->last_refusal());
@@ -207,10 +208,10 @@ std::vector<std::string> Transport::waiting_for(const Connection* except) const 
 
 void Transport::fail_timeout() {
   std::vector<std::string> waiting = waiting_for(nullptr);
-  if (in_p2p_) {
+  if (p2p_.running()) {
     // Only this rank and its peers are in a send/recv: no probe (the other
     // ranks are not reading); the peers owing a message are the culprits.
-    for (auto& r : inbox_.describe_posted()) waiting.push_back(std::move(r));
+    for (auto& r : p2p_.inbox().describe_posted()) waiting.push_back(std::move(r));
     fail(ErrorKind::kTimeout,
          str_cat(context(), " timed out ", deadline_->describe(), "; still waiting to ",
                  join(waiting, ", "),
@@ -269,8 +270,8 @@ void Transport::fail_impl(ErrorKind kind, const std::string& message, const std:
                           const Blame& blame) {
   if (failure_.take_first(message)) {
     COLLIE_LOG(kInfo) << "communicator broken: " << message;
-    failure_.record(kind, message, blame, in_p2p_ ? describe_p2p() : call_.describe(),
-                    in_p2p_ ? -1 : static_cast<int64_t>(call_.seq));
+    failure_.record(kind, message, blame, p2p_.running() ? p2p_.describe() : call_.describe(),
+                    p2p_.running() ? -1 : static_cast<int64_t>(call_.seq));
     failure_.notify_peers(connections_, kind, forward);
   }
   throw_error(kind, message);

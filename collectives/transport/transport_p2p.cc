@@ -4,7 +4,9 @@
 // come from are read during every call until it is done. Neither touches
 // the collectives' sequence numbers: only the two ranks of a message take
 // part in it, and a batch posted before a collective is still moving
-// during it and after it.
+// during it and after it. The book-keeping (the inbox, the queued sends,
+// which connections a receive reads, what runs) is P2PState's (p2p_state.h);
+// this file drives the connections.
 #include <algorithm>
 
 #include "collie/base/error.h"
@@ -12,21 +14,6 @@
 #include "collie/collectives/transport/transport.h"
 
 namespace collie {
-
-std::string Transport::describe_p2p() const {
-  const std::span<const P2POp> ops = p2p_ops_;
-  if (ops.empty()) return "send/recv";
-  auto one = [](const P2POp& op) {
-    const bool send = op.type == P2POpType::kIsend;
-    return str_cat(send ? "send to " : "recv from ",
-                   op.peer == kAnySource ? std::string("any rank") : str_cat("rank ", op.peer),
-                   " (", op.tensor.dtype, " x ", op.tensor.count, ", tag ", op.tag, ")");
-  };
-  if (ops.size() == 1) return one(ops[0]);
-  std::vector<std::string> parts;
-  for (const auto& op : ops) parts.push_back(one(op));
-  return str_cat("batch_isend_irecv [", join(parts, ", "), "]");
-}
 
 std::shared_ptr<Transport::P2PRequest> Transport::start_p2p(std::span<const P2POp> ops,
                                                             const Deadline& deadline) {
@@ -43,7 +30,7 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
   // leave no receive behind pointing at its buffers.
   for (const P2POp& op : ops) {
     if (op.type == P2POpType::kIrecv && op.peer == kAnySource && op.tensor.nbytes() > kP2PPiece)
-      throw InvalidArgument(str_cat("send/recv on rank ", rank_, ": a receive of ",
+      throw InvalidArgument(str_cat("send/recv on rank ", world_rank(), ": a receive of ",
                                     op.tensor.nbytes(),
                                     " bytes from any source (over 4 GiB, which travels in pieces "
                                     "that must all come from one sender): name the sender"));
@@ -59,8 +46,8 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
       link(op.peer);
       continue;
     }
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_) link(p);
+    for (int p = 0; p < world_size(); ++p)
+      if (p != world_rank()) link(p);
   }
   // Receives first, so that a message already buffered is taken before the
   // sends go out; the vector is sized once, so the inbox may keep pointers.
@@ -80,10 +67,9 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
       r->recvs.push_back(P2PInbox::Recv{op.peer, op.tag, static_cast<uint8_t*>(op.tensor.data) + at,
                                         std::min(kP2PPiece, bytes - at)});
       r->recv_op.push_back(i);
-      if (!inbox_.post(&r->recvs.back())) {
-        in_p2p_ = true;
-        p2p_ops_ = ops;
-        fail(ErrorKind::kBackend, str_cat(context(), ": ", inbox_.error()));
+      if (!p2p_.inbox().post(&r->recvs.back())) {
+        p2p_.enter(ops);
+        fail(ErrorKind::kBackend, str_cat(context(), ": ", p2p_.inbox().error()));
       }
     }
   }
@@ -94,12 +80,12 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
     const size_t element = element_size(op.tensor.dtype);
     for (size_t at = 0, n = pieces(bytes); n > 0; --n, at += kP2PPiece) {
       const size_t piece = std::min(kP2PPiece, bytes - at);
-      c.post_send(WireHeader::p2p(group_, ++p2p_sent_[op.peer], op.tag, op.tensor.dtype,
+      c.post_send(WireHeader::p2p(group_, p2p_.next_seq(op.peer), op.tag, op.tensor.dtype,
                                   piece / element, static_cast<uint32_t>(piece)),
                   static_cast<const uint8_t*>(op.tensor.data) + at);
     }
     const uint64_t out = c.sends_completed() + c.sends_queued();
-    p2p_until_[op.peer] = out;
+    p2p_.queued_until(op.peer, out);
     r->sends.push_back(P2PRequest::Send{op.peer, out});
   }
 }
@@ -123,30 +109,23 @@ void Transport::wait_p2p(const P2PRequest& r, const Deadline& deadline,
   check_usable("send/recv");
   deadline_ = &deadline;
   next_report_ = {};
-  in_p2p_ = true;
-  p2p_ops_ = ops.empty() ? std::span<const P2POp>(r.ops) : ops;
-  waiting_ = &r;
+  p2p_.begin_wait(r, ops.empty() ? std::span<const P2POp>(r.ops) : ops);
   struct Reset {
-    Transport& t;
-    ~Reset() {
-      t.waiting_ = nullptr;
-      t.in_p2p_ = false;
-      t.p2p_ops_ = {};
-    }
-  } reset{*this};
+    P2PState& p2p;
+    ~Reset() { p2p.end_wait(); }
+  } reset{p2p_};
   while (!p2p_done(r)) progress();
 }
 
-void Transport::cancel_p2p() { inbox_.clear(); }
+void Transport::cancel_p2p() { p2p_.inbox().clear(); }
 
 void Transport::poll_p2p(const Deadline& deadline) {
   if (failure_.broken()) return;
   if (failure_.aborted()) fail_aborted();
   deadline_ = &deadline;
-  in_p2p_ = true;
-  p2p_ops_ = {};
+  p2p_.enter({});
   progress_all();
-  in_p2p_ = false;
+  p2p_.leave();
 }
 
 void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
@@ -164,7 +143,7 @@ bool Transport::progress_p2p_reads(Connection& c) {
   bool other_next = false;
   const long r = c.progress_p2p(&problem, &err, &other_next);
   if (r < 0) on_recv_problem(c, problem, err);
-  if (other_next && inbox_.wants(c.peer())) on_p2p_blocked(c);
+  if (other_next && p2p_.inbox().wants(c.peer())) on_p2p_blocked(c);
   return r > 0;
 }
 
@@ -178,7 +157,7 @@ void Transport::on_p2p_blocked(Connection& c) {
       if (h.is_probe(group_)) fail_probed(c, h);
       fail_mismatch(c, h);
     case FrameType::kGoodbye:
-      if (waiting_ != nullptr && inbox_.wants_exactly(c.peer()))
+      if (p2p_.waiting() != nullptr && p2p_.inbox().wants_exactly(c.peer()))
         fail(ErrorKind::kNetwork, str_cat(context(), ": ", c.name(),
                                           " closed its communicator while this rank still "
                                           "waited for its message"));
@@ -190,7 +169,7 @@ void Transport::on_p2p_blocked(Connection& c) {
       // receive completes. The two ranks issued them in different orders.
       // Only while this rank waits for point-to-point ops: in a collective
       // the data may be this very call's, read by its own receives.
-      if (waiting_ != nullptr && inbox_.wants_exactly(c.peer()))
+      if (p2p_.waiting() != nullptr && p2p_.inbox().wants_exactly(c.peer()))
         fail(ErrorKind::kBackend,
              str_cat(context(), ": ", c.name(), " sent data of ", h.call().describe_with_seq(),
                      " ahead of the message this rank waits for: the two ranks issued that "
@@ -198,7 +177,7 @@ void Transport::on_p2p_blocked(Connection& c) {
       break;
     case FrameType::kP2P: return;  // read on the next pass
   }
-  p2p_blocked_[c.peer()] = call_.seq;
+  p2p_.block(c.peer(), call_.seq);
 }
 
 }  // namespace collie

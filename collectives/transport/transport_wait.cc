@@ -49,7 +49,7 @@ void Transport::wait_for_io() {
     // for it): that is how a failure anywhere in the group reaches a rank
     // waiting on someone else. Connections a p2p receive may come from are
     // read too.
-    const bool read = c->recv_pending() || wants_p2p(*c) ||
+    const bool read = c->recv_pending() || p2p_.wants(*c, call_.seq) ||
                       (!c->finished() && peeked_seq_[c->peer()] != call_.seq);
     if (!read && !c->send_pending() && c->finished()) continue;
     entries.push_back(PollEntry{c.get(), read, c->send_pending()});
@@ -72,7 +72,8 @@ void Transport::wait_for_io() {
   const auto looked_at = [&](const PollEntry& e) {
     const Connection& c = *e.c;
     // progress_all() reads these next: mid-frame, or wanted for p2p.
-    if (c.recv_pending() || c.finished() || !c.connected() || wants_p2p(c)) return false;
+    if (c.recv_pending() || c.finished() || !c.connected() || p2p_.wants(c, call_.seq))
+      return false;
     return (e.ready & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
   };
   if (std::none_of(entries.begin(), entries.end(), looked_at)) return;

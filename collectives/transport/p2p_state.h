@@ -1,0 +1,123 @@
+// P2PState: a Transport's point-to-point book-keeping, apart from the
+// connections it drives (transport_p2p.cc). It holds:
+//
+//   - the inbox (p2p_inbox.h), where messages meet their receives;
+//   - the send side: each peer's count of messages sent to it (the p2p
+//     frames' sequence numbers) and where its connection's queued p2p sends
+//     end (sends_queued()), so that a collective's completion counters
+//     leave them out;
+//   - the read side: which connections a posted receive may take a frame
+//     from (wants()), less those whose next frame is a later collective's
+//     (block());
+//   - what is running, for error messages: the batch wait_p2p() waits for
+//     and its ops, formatted only when a message needs them (describe()).
+//
+// The hot path (Transport::progress_all(), pending(), rebase()) calls the
+// inline methods here on a member held by value: no virtual call, no
+// indirection. Touched by the transport's thread only.
+// Invariants: a connection's p2p sends are a prefix of its send queue (a
+// call's own sends are out before the call ends), so the sends queued on it
+// up to queued_until()'s mark are point-to-point ones; running() is false
+// inside a collective, and waiting() is set only inside wait_p2p().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collie/base/types.h"
+#include "collie/collectives/transport/connection.h"
+#include "collie/collectives/transport/p2p_inbox.h"
+
+namespace collie {
+
+// A batch of sends and receives that Transport::start_p2p() posted
+// (Transport::P2PRequest).
+struct P2PRequest {
+  std::vector<P2POp> ops;  // start_p2p's copy (empty: the caller's)
+  size_t op_count = 0;
+  std::vector<P2PInbox::Recv> recvs;  // sized once: the inbox points into it
+  std::vector<size_t> recv_op;        // recvs[k] is ops[recv_op[k]]
+  struct Send {
+    int peer;
+    uint64_t completed;  // the connection's sends_completed() once it is out
+  };
+  std::vector<Send> sends;
+};
+
+class P2PState {
+ public:
+  explicit P2PState(int size)
+      : inbox_(size), sent_(size, 0), sends_until_(size, 0), blocked_(size, UINT64_MAX) {}
+
+  P2PInbox& inbox() { return inbox_; }
+  const P2PInbox& inbox() const { return inbox_; }
+
+  // Sends. The sequence number of the next message to `peer`.
+  uint64_t next_seq(int peer) { return ++sent_[peer]; }
+  // Every p2p send queued on the connection to `peer` is out once its
+  // sends_completed() reaches `completed`.
+  void queued_until(int peer, uint64_t completed) { sends_until_[peer] = completed; }
+  // Point-to-point sends still queued on `c` (ahead of any collective's,
+  // which queue behind them).
+  uint64_t sends_queued(const Connection& c) const {
+    const uint64_t done = c.sends_completed();
+    const uint64_t until = sends_until_[c.peer()];
+    return until > done ? until - done : 0;
+  }
+  // Whether `c` has sends queued that are a collective's.
+  bool call_sends_pending(const Connection& c) const { return c.sends_queued() > sends_queued(c); }
+
+  // Reads. Whether `c` must be read for point-to-point during the call of
+  // sequence number `seq`: a p2p frame is half read, or a posted receive may
+  // take its next frame and that frame was not found to be a collective's.
+  bool wants(const Connection& c, uint64_t seq) const {
+    return c.p2p_frame_open() || (inbox_.wants(c.peer()) && blocked_[c.peer()] != seq);
+  }
+  // The next frame from `peer` is no p2p message (a later collective's
+  // data): nothing behind it can be read before that collective, so
+  // receives from any source stop reading the connection for the call of
+  // sequence number `seq`.
+  void block(int peer, uint64_t seq) { blocked_[peer] = seq; }
+
+  // What runs. enter(): a point-to-point operation runs, on `ops` (empty:
+  // unnamed, "send/recv"); leave(): none does (a collective, or between
+  // calls). begin_wait(): wait_p2p() waits for `r`, named by `ops`;
+  // end_wait() undoes it.
+  void enter(std::span<const P2POp> ops) {
+    running_ = true;
+    ops_ = ops;
+  }
+  void leave() {
+    running_ = false;
+    ops_ = {};
+  }
+  void begin_wait(const P2PRequest& r, std::span<const P2POp> ops) {
+    enter(ops);
+    waiting_ = &r;
+  }
+  void end_wait() {
+    waiting_ = nullptr;
+    leave();
+  }
+  bool running() const { return running_; }
+  const P2PRequest* waiting() const { return waiting_; }
+  // The running ops for messages: "send to rank 1 (float32 x 4, tag 0)",
+  // "batch_isend_irecv [...]", or "send/recv" when unnamed.
+  std::string describe() const;
+
+ private:
+  P2PInbox inbox_;
+  std::vector<uint64_t> sent_;         // by peer: messages sent to it
+  std::vector<uint64_t> sends_until_;  // by peer: see queued_until()
+  // blocked_[p] == a call's seq: rank p's next frame during that call is a
+  // collective's (block()).
+  std::vector<uint64_t> blocked_;
+  bool running_ = false;
+  std::span<const P2POp> ops_;
+  const P2PRequest* waiting_ = nullptr;  // wait_p2p()'s batch
+};
+
+}  // namespace collie
