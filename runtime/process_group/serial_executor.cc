@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
@@ -96,7 +97,7 @@ SerialExecutor::SerialExecutor(std::string what, CallerPolicy policy, std::funct
       policy_(policy),
       abort_(std::move(abort)),
       helper_(std::make_shared<Helper>(this)) {
-  worker_ = std::thread([this] { run_worker(); });
+  workers_.emplace_back([this] { run_worker(); });
 }
 
 SerialExecutor::~SerialExecutor() {
@@ -138,7 +139,12 @@ void SerialExecutor::run_front(std::unique_lock<std::mutex>& lock, bool on_worke
   queue_.pop_front();
   if (broken_error_) {  // kClosed is set: no inline op starts meanwhile
     if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
-    op.work->mark_completed(refusal_locked(op.work->description()));
+    auto callbacks = op.work->complete(refusal_locked(op.work->description()));
+    if (!callbacks.empty()) {  // outside mu_: a callback may call the executor
+      lock.unlock();
+      op.work->run_callbacks(std::move(callbacks));
+      lock.lock();
+    }
     return;
   }
   // Busy before not queued: an inline op starts only when neither is set.
@@ -152,8 +158,49 @@ void SerialExecutor::run_front(std::unique_lock<std::mutex>& lock, bool on_worke
   lock.unlock();
   std::exception_ptr error = run_op(op);
   // Complete outside the lock: a waiter woken here may submit at once.
-  op.work->mark_completed(error);
+  std::vector<CompletionWork::Callback> callbacks = op.work->complete(error);
+  if (callbacks.empty()) {
+    lock.lock();
+    return;
+  }
+  // Rule 8: the callbacks may issue an op and wait for it; if they do,
+  // submit_impl has this thread step aside from running the queue.
+  CallbackScope scope{this, on_worker, false, t_callbacks_};
+  t_callbacks_ = &scope;
+  op.work->run_callbacks(std::move(callbacks));
+  t_callbacks_ = scope.prev;
   lock.lock();
+  if (!scope.aside) return;
+  if (on_worker) {
+    --workers_in_callbacks_;
+  } else {
+    ++helpers_;
+  }
+}
+
+void SerialExecutor::step_aside_locked() {
+  for (CallbackScope* scope = t_callbacks_; scope != nullptr; scope = scope->prev) {
+    if (scope->executor != this || scope->aside) continue;
+    scope->aside = true;
+    if (scope->on_worker) {
+      ++workers_in_callbacks_;
+    } else {
+      --helpers_;        // the worker stops standing by
+      help_ended_ = {};  // and need not wait kHandBack
+    }
+  }
+}
+
+void SerialExecutor::wake_a_worker_locked() {
+  if (!stopping_ && workers_in_callbacks_ >= static_cast<int>(workers_.size()) &&
+      static_cast<int>(workers_.size()) < kMaxWorkers) {
+    try {
+      workers_.emplace_back([this] { run_worker(); });
+    } catch (const std::system_error& e) {  // the callbacks' op waits for its deadline
+      COLLIE_LOG(kError) << what_ << ": could not start another worker thread: " << e.what();
+    }
+  }
+  cv_.notify_one();
 }
 
 std::exception_ptr SerialExecutor::refusal_locked(const std::string& description) const {
@@ -289,7 +336,10 @@ std::shared_ptr<CompletionWork> SerialExecutor::submit_impl(const char* kind, De
         if (queue_.empty()) state_.fetch_and(~kQueued, std::memory_order_relaxed);
         throw;
       }
-      cv_.notify_one();
+      // Issued from a completion callback of this executor's op, which may
+      // now wait for it: this thread stops running the queue (rule 8).
+      if (t_callbacks_ != nullptr) step_aside_locked();
+      wake_a_worker_locked();
       return work;
     }
     work = make_work(kind, seq, std::move(details));
@@ -423,7 +473,12 @@ void SerialExecutor::wake_locked() {
   // and a context switch of the idle worker on every blocking call, about
   // half of a small all_reduce's latency on 2 cores (docs/performance.md).
   // Nor while a waiter helps: it takes the next one itself.
-  if ((!queue_.empty() && helpers_ == 0) || stopping_) cv_.notify_all();
+  // One worker is enough (they are alike), but all of them for a shutdown.
+  if (stopping_) {
+    cv_.notify_all();
+  } else if (!queue_.empty() && helpers_ == 0) {
+    wake_a_worker_locked();
+  }
   if (queue_.empty() && stopping_) idle_cv_.notify_all();
 }
 
@@ -487,7 +542,9 @@ void SerialExecutor::shutdown(Timeout grace, const std::function<void()>& abort)
   }
   joined_ = true;
   lock.unlock();
-  if (worker_.joinable()) worker_.join();
+  // No worker starts once stopping_ is set: the list is final.
+  for (auto& worker : workers_)
+    if (worker.joinable()) worker.join();
 }
 
 void SerialExecutor::abort(std::exception_ptr reason, const std::function<void()>& abort) {

@@ -100,18 +100,23 @@ void CompletionWork::set_source_rank(int rank) {
   source_rank_ = rank;
 }
 
-void CompletionWork::mark_completed(std::exception_ptr error) {
-  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+std::vector<CompletionWork::Callback> CompletionWork::complete(std::exception_ptr error) {
+  std::vector<Callback> callbacks;
   {
     std::lock_guard lock(mu_);
-    if (completed_) return;
+    if (completed_) return callbacks;
     error_ = std::move(error);
     completed_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  return callbacks;
+}
+
+void CompletionWork::run_callbacks(std::vector<Callback> callbacks) const {
   // A callback that throws cannot undo the completion, nor may it skip the
   // callbacks after it or unwind the executor's worker: it is logged.
+  // error_ is set once, before completed_, and never changes after.
   for (auto& callback : callbacks) {
     try {
       callback(error_);
@@ -123,7 +128,7 @@ void CompletionWork::mark_completed(std::exception_ptr error) {
   }
 }
 
-void CompletionWork::on_completed(std::function<void(std::exception_ptr)> callback) {
+void CompletionWork::on_completed(Callback callback) {
   {
     std::lock_guard lock(mu_);
     if (!completed_) {

@@ -97,14 +97,23 @@ class CompletionWork : public Work {
 
   int source_rank() const override;
 
+  using Callback = std::function<void(std::exception_ptr)>;
   // Completes the work (error == nullptr for success) and wakes waiters,
   // then runs the callbacks of on_completed(). Only the first call counts.
-  void mark_completed(std::exception_ptr error = nullptr);
+  void mark_completed(std::exception_ptr error = nullptr) {
+    run_callbacks(complete(std::move(error)));
+  }
+  // mark_completed in two steps, for a caller that does something between
+  // (the executor steps aside from running its queue while callbacks run):
+  // complete() completes the work and wakes waiters, and returns the
+  // callbacks to pass to run_callbacks() (none when it was completed before).
+  std::vector<Callback> complete(std::exception_ptr error);
+  void run_callbacks(std::vector<Callback> callbacks) const;
   // Runs `callback(error)` once the work completes: here and now if it has,
   // else on the thread that completes it (which must not wait for long; it
   // may wait for another Work of the same executor). An exception from it is
   // logged, not thrown (the other callbacks still run).
-  void on_completed(std::function<void(std::exception_ptr)> callback);
+  void on_completed(Callback callback);
   // For a receive: who sent the message; set before mark_completed().
   void set_source_rank(int rank);
   // Who may run this Work's operation on a thread that waits for it (set
@@ -122,7 +131,7 @@ class CompletionWork : public Work {
   std::atomic<bool> completed_{false};
   std::exception_ptr error_;
   int source_rank_ = -1;
-  std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // guarded by mu_
+  std::vector<Callback> callbacks_;  // guarded by mu_
   std::weak_ptr<WorkHelper> helper_;
 };
 

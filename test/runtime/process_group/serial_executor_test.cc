@@ -515,3 +515,81 @@ TEST_CASE("serial executor: a completion callback that throws is logged and the 
   CHECK_FALSE(ex.broken());
   held->wait(30s);
 }
+
+TEST_CASE("serial executor: callbacks that wait for a later op without running the queue",
+          "[executor]") {
+  // Rule 8. A torch future's wait() does not run collie's queue: a callback
+  // that issues an op and waits for it that way needs another thread to run
+  // it. Here such waits are Work::wait with a timeout, which runs nothing.
+  SerialExecutor ex("test executor");
+  auto issue_and_wait = [&](const char* kind) {
+    auto later = ex.submit(kind, {}, 30s, nothing());
+    later->wait(20s);  // throws TimeoutError if nobody runs it
+  };
+  {
+    // On the worker: nobody else waits for `first`, so the worker runs it
+    // and its callback.
+    Gate gate;
+    auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+    REQUIRE(gate.wait_entered());
+    auto first = ex.submit("first", {}, 30s, nothing());
+    std::promise<std::pair<std::thread::id, std::string>> result;
+    first->on_completed([&](std::exception_ptr) {
+      std::string error;
+      try {
+        issue_and_wait("from the worker's callback");
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      result.set_value({std::this_thread::get_id(), error});
+    });
+    gate.open();
+    auto done = result.get_future();
+    REQUIRE(done.wait_for(30s) == std::future_status::ready);
+    const auto [thread, error] = done.get();
+    CHECK(thread != std::this_thread::get_id());
+    CHECK(error.empty());
+    CHECK(held->is_success());
+  }
+  {
+    // On a waiter running the queue (rule 3): it stops standing in for the
+    // worker while the callback waits. Rounds as in the rule-3 test.
+    const auto me = std::this_thread::get_id();
+    int rounds_on_waiter = 0;
+    const auto give_up = std::chrono::steady_clock::now() + 20s;
+    for (int round = 0;
+         rounds_on_waiter == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up);
+         ++round) {
+      Gate gate;
+      auto held =
+          ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+      REQUIRE(gate.wait_entered());
+      auto first = ex.submit("first", {}, 30s, nothing());
+      std::promise<std::pair<std::thread::id, std::string>> result;
+      first->on_completed([&](std::exception_ptr) {
+        std::string error;
+        try {
+          issue_and_wait("from a waiter's callback");
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        result.set_value({std::this_thread::get_id(), error});
+      });
+      std::atomic<bool> waiting{false};
+      std::thread opener([&] {
+        while (!waiting.load()) std::this_thread::yield();
+        gate.open();
+      });
+      waiting.store(true);
+      first->wait();
+      opener.join();
+      auto done = result.get_future();
+      REQUIRE(done.wait_for(30s) == std::future_status::ready);
+      const auto [thread, error] = done.get();
+      CHECK(error.empty());
+      rounds_on_waiter += thread == me;
+    }
+    CHECK(rounds_on_waiter == 1);
+  }
+  CHECK_FALSE(ex.broken());
+}

@@ -42,3 +42,7 @@ def test_two_threads_calling_at_once_are_refused():
 
 def test_a_thread_waiting_for_anothers_works_and_threads_taking_turns():
     assert_ok(run(2, "waiter_thread", 200))
+
+
+def test_collectives_inside_future_callbacks_and_the_powersgd_hook():
+    assert_ok(run(2, "callback_collectives", 40))

@@ -140,5 +140,51 @@ def scenario_waiter_thread(ops="200"):
     dist.destroy_process_group()
 
 
+def scenario_callback_collectives(rounds="40"):
+    """Collectives issued and waited for inside future callbacks, as DDP's
+    PowerSGD hook does: a callback runs on the thread that completed the
+    Work (collie's worker, or a thread that waits and runs the queue), and
+    the all_reduce it waits for enters the same group again from there.
+    Then DDP itself with torch's PowerSGD hook for a few steps: the ranks'
+    parameters stay equal."""
+    init("collie", timeout_s=60)
+    c = Checks()
+    for i in range(int(rounds)):
+        first = torch.full((16,), float(i))
+        second = torch.full((16,), float(-i))
+
+        def then(fut, second=second):
+            dist.all_reduce(second, async_op=True).wait()
+            return fut.value()[0] + second
+
+        fut = dist.all_reduce(first, async_op=True).get_future().then(then)
+        got = fut.wait()
+        c.same(f"round {i}: the callback's all_reduce and its result", got,
+               torch.zeros(16))
+        c.same(f"round {i}: the first all_reduce", first, torch.full((16,), float(i * WORLD)))
+
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=2,
+                                   start_powerSGD_iter=2, min_compression_rate=0.5)
+    ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + RANK)
+    for step in range(6):
+        x, y = torch.randn(16, 32, generator=g), torch.randn(16, 8, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(WORLD)]
+    dist.all_gather(gathered, flat)
+    c.true("PowerSGD: every rank's parameters equal rank 0's",
+           all(torch.equal(gathered[0], t) for t in gathered), "")
+    c.finish(f"collectives inside future callbacks ({WORLD} ranks)")
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     run_scenario(globals())
