@@ -179,6 +179,10 @@ TensorView reduce_view(const Site& site, const at::Tensor& t, const Reduction& r
                                   " tensors (it reduces float32, float64, float16, bfloat16, "
                                   "int32, int64, uint8, int8, bool and complex)"));
   }
+  // The same check as the cpu and nccl groups' (collective_checks.h), here
+  // so that torch's call raises on the caller's thread before anything is
+  // queued, async_op or not; the group's own, at the top of its C++ call,
+  // is the C++ API's. The communicator below checks nothing again.
   check_reduce_op(call_site(site), r.op, v.dtype);
   return v;
 }
