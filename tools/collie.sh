@@ -5,7 +5,8 @@
 #   bash tools/collie.sh test   install everything, make the torch environments,
 #                               build every target, run every test
 #   bash tools/collie.sh torch  make the torch environments (collie_torch
-#                               pip-installed into each) and nothing else
+#                               pip-installed into each, and the frameworks'
+#                               environment on the 2.11.0 one) and nothing else
 # Idempotent: packages already installed are not touched, an existing build
 # directory is reused, and so are the Python virtual environments, which live
 # outside the clone. Run as root on Debian 12 (apt-get is used only when a
@@ -160,6 +161,24 @@ setup_torch() {
   done
 }
 
+# The frameworks the tests of test/frameworks train under (Lightning,
+# Accelerate, DeepSpeed, Ray Train), in an environment of their own on top of
+# the torch 2.11.0 one (test/frameworks/make_venv.sh: torch is not
+# downloaded again, and the torch environment is left as it was). Made once;
+# a later run only checks it.
+setup_frameworks() {
+  local torch_venv=$VENV_ROOT/venv-torch-2.11.0 venv=$VENV_ROOT/venv-frameworks-2.11.0
+  if [[ ! -x $torch_venv/bin/python ]]; then
+    echo "collie: no torch 2.11.0 environment ($torch_venv): the frameworks' tests will say so"
+    return 0
+  fi
+  if "$venv/bin/python" -c "import lightning, accelerate, deepspeed, ray.train" 2>/dev/null; then
+    return 0
+  fi
+  echo "collie: creating $venv (Lightning, Accelerate, DeepSpeed, Ray Train from PyPI)"
+  bash test/frameworks/make_venv.sh "$torch_venv" "$venv"
+}
+
 # configure [cmake args...]: the build folder, made once with Ninja, then
 # reconfigured with the arguments given. CMAKE_ARGS come last, so that they
 # win over the defaults the callers pass.
@@ -183,7 +202,8 @@ build() {
   local venvs
   venvs=$(IFS=';'; echo "${TORCH_VENVS[*]}")
   configure -DCOLLIE_BUILD_TESTS=ON -DCOLLIE_BUILD_BENCH=ON -DCOLLIE_WITH_CUDA=AUTO \
-    -DCOLLIE_WITH_NCCL=AUTO -DCOLLIE_TORCH_VENVS="$venvs"
+    -DCOLLIE_WITH_NCCL=AUTO -DCOLLIE_TORCH_VENVS="$venvs" \
+    -DCOLLIE_FRAMEWORKS_VENV="$VENV_ROOT/venv-frameworks-2.11.0"
   cmake --build "$BUILD_DIR" -j "$(nproc)"
 }
 
@@ -263,9 +283,9 @@ case "${1:-}" in
   # and the build run without fd 9: a daemon that apt-get starts (munge,
   # slurmd) must not keep the lock after the job.
   main) lock_main; install_packages "${MAIN_PACKAGES[@]}" 9>&-; build_main 9>&-; run_main ;;
-  test) install_packages; setup_torch; build; run_tests ;;
-  torch) install_packages; setup_torch ;;
-  install) install_packages; setup_torch ;;
-  build) install_packages; setup_torch; build ;;
+  test) install_packages; setup_torch; setup_frameworks; build; run_tests ;;
+  torch) install_packages; setup_torch; setup_frameworks ;;
+  install) install_packages; setup_torch; setup_frameworks ;;
+  build) install_packages; setup_torch; setup_frameworks; build ;;
   *) echo "usage: bash tools/collie.sh main|test|torch|install|build" >&2; exit 2 ;;
 esac

@@ -1,0 +1,72 @@
+"""PyTorch Lightning, 2 CPU ranks, one setting:
+
+    Trainer(accelerator="cpu", devices=2,
+            strategy=DDPStrategy(process_group_backend="collie"))
+
+    python lightning_train.py --backend collie|gloo
+
+Lightning launches the second rank itself (it re-runs this script with its
+environment variables); rank 0 writes the final weights to $COLLIE_FW_OUT.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import torch  # noqa: E402
+import lightning as L  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
+
+
+class Module(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = common.make_model()
+        self.t0 = None
+
+    def training_step(self, batch, _):
+        if self.t0 is None:
+            self.t0 = time.perf_counter()
+        x, y = batch
+        return common.loss_fn(self.net(x), y)
+
+    def train_dataloader(self):
+        # Lightning's own sampler shuffles training data; this one is
+        # DistributedSampler's order without shuffling, the batches every
+        # script here trains on (common.rank_batches).
+        data = common.make_data()
+        sampler = torch.utils.data.DistributedSampler(data, shuffle=False)
+        return torch.utils.data.DataLoader(data, batch_size=common.BATCH, sampler=sampler)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=common.LR)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="collie")
+    p.add_argument("--steps", type=int, default=common.STEPS)
+    args = p.parse_args()
+    common.seed_everything()
+    model = Module()
+    trainer = L.Trainer(accelerator="cpu", devices=2,
+                        strategy=DDPStrategy(process_group_backend=args.backend),
+                        max_steps=args.steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        use_distributed_sampler=False, deterministic=True)
+    trainer.fit(model)
+    elapsed = time.perf_counter() - model.t0
+    pg = torch.distributed.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu")).name()
+    if trainer.global_rank == 0:
+        print(f"lightning: backend {args.backend} ({backend}), {trainer.global_step} steps, "
+              f"{trainer.global_step / elapsed:.1f} steps/s", flush=True)
+        common.save_weights(model.net.state_dict(), extra={
+            "steps": trainer.global_step, "seconds": elapsed, "pg_backend": backend})
+
+
+if __name__ == "__main__":
+    main()

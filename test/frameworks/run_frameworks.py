@@ -1,0 +1,208 @@
+"""Trains the same tiny MLP under a framework twice, on gloo and on collie, 2
+CPU ranks, and checks that collie was picked by the framework's setting and
+gives the same weights:
+
+    python3 run_frameworks.py [--venv DIR] [--steps N] CASE
+
+CASE: lightning, accelerate, accelerate-kwargs, deepspeed-zero0 to
+deepspeed-zero3, ray (see CASES). DIR is the environment with the
+frameworks (make_venv.sh makes it; default
+~/.cache/collie/venv-frameworks-2.11.0); this script re-runs itself with its
+Python. Checks, for each backend: the default group's CPU backend is the one
+asked for, the weights moved, and they match a single-process reference of
+2-rank data parallel SGD (so the data was sharded and the gradients
+averaged); then collie's weights equal gloo's bit for bit (2 ranks: a sum of
+two floats does not depend on its order).
+
+Exit codes for ctest: 0 passed, 1 failed, 77 skipped (no environment, or a
+framework missing from it; under CI=true a failure).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_VENV = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                            "collie", "venv-frameworks-2.11.0")
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+# name: (module the case needs, the command after the Python, seconds per run,
+#        a refusal of collie that is known and accepted, or None)
+CASES = {
+    # Trainer(accelerator="cpu", devices=2, strategy=DDPStrategy(process_group_backend=B));
+    # Lightning starts the second rank itself.
+    "lightning": ("lightning", ["lightning_train.py"], 270, None),
+    # init_process_group(B) before Accelerator(cpu=True): accelerate takes the
+    # group as it finds it.
+    "accelerate": ("accelerate", TORCHRUN + ["accelerate_train.py", "--cpu", "--preinit"], 270,
+                   None),
+    # Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(backend=B)]):
+    # accelerate 1.16 refuses every backend but gloo and mpi on CPU
+    # (accelerate/state.py, PartialState._prepare_backend).
+    "accelerate-kwargs": ("accelerate", TORCHRUN + ["accelerate_train.py", "--cpu"], 270,
+                          "Your assigned backend collie is not available, please use gloo"),
+    # deepspeed.init_distributed(dist_backend=B), ZeRO stage N, DS_ACCELERATOR=cpu.
+    "deepspeed-zero0": ("deepspeed", TORCHRUN + ["deepspeed_train.py", "--zero", "0"], 270, None),
+    "deepspeed-zero1": ("deepspeed", TORCHRUN + ["deepspeed_train.py", "--zero", "1"], 270, None),
+    "deepspeed-zero2": ("deepspeed", TORCHRUN + ["deepspeed_train.py", "--zero", "2"], 270, None),
+    "deepspeed-zero3": ("deepspeed", TORCHRUN + ["deepspeed_train.py", "--zero", "3"], 270, None),
+    # TorchTrainer(torch_config=TorchConfig(backend=B)) on a local Ray cluster.
+    "ray": ("ray.train", ["ray_train.py"], 280, None),
+}
+
+
+def finish(code, line):
+    print(line, flush=True)
+    if code:
+        print(line, file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def skip(reason):
+    if os.environ.get("CI") == "true":
+        finish(1, f"FAIL: {reason} (CI=true: the environment must exist, so this may not skip)")
+    finish(77, f"SKIP: {reason}")
+
+
+def child_env(out):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                        "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID")}
+    env.update(COLLIE_FW_OUT=out, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu",
+               PYTHONDONTWRITEBYTECODE="1", RAY_USAGE_STATS_ENABLED="0")
+    return env
+
+
+def run_one(case, backend, steps, tmp):
+    _, cmd, timeout, _ = CASES[case]
+    out = os.path.join(tmp, f"{case}-{backend}.pt")
+    script = next(i for i, a in enumerate(cmd) if a.endswith(".py"))
+    argv = ([sys.executable] + cmd[:script] + [os.path.join(HERE, cmd[script])] + cmd[script + 1:]
+            + ["--backend", backend, "--steps", str(steps)])
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(argv, cwd=tmp, env=child_env(out), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        log, rc = p.stdout, p.returncode
+    except subprocess.TimeoutExpired as e:
+        log = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        log, rc = log + f"\n[timed out after {timeout} s]", None
+    wall = time.monotonic() - t0
+    return argv, rc, log, out, wall
+
+
+def reference(steps):
+    """Data parallel SGD over 2 ranks in one process: each rank's gradient on
+    its own batch, averaged."""
+    import torch
+    import common
+    world = 2
+    model = common.make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=common.LR)
+    per_rank = [common.rank_batches(r, world, steps) for r in range(world)]
+    for s in range(steps):
+        grads = []
+        for r in range(world):
+            model.zero_grad()
+            x, y = per_rank[r][s]
+            common.loss_fn(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = sum(g[i] / world for g in grads)
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_diff(a, b):
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def main(argv):
+    p = argparse.ArgumentParser()
+    p.add_argument("--venv", default=DEFAULT_VENV)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("case", choices=sorted(CASES))
+    args = p.parse_args(argv)
+
+    python = os.path.join(args.venv, "bin", "python")
+    if os.path.realpath(os.path.dirname(sys.executable)) != os.path.realpath(
+            os.path.join(args.venv, "bin")):
+        if not os.path.exists(python):
+            skip(f"no frameworks environment at {args.venv}: test/frameworks/make_venv.sh "
+                 "makes it")
+        os.execv(python, [python, os.path.abspath(__file__)] + argv)
+
+    module, _, _, known_refusal = CASES[args.case]
+    try:
+        import importlib
+        import torch
+        importlib.import_module(module)
+    except ImportError as e:
+        skip(f"{sys.executable} lacks {module} ({e}): test/frameworks/make_venv.sh installs it")
+    if "collie" not in torch.distributed.Backend.backend_list:
+        skip(f"collie is not registered in {sys.executable} (torch {torch.__version__}, "
+             f"{torch.__file__}): is collie_torch installed in the torch environment?")
+    sys.path.insert(0, HERE)
+    import common
+
+    failures = []
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="collie-fw-") as tmp:
+        for backend in ("gloo", "collie"):
+            cmd, rc, log, out, wall = run_one(args.case, backend, args.steps, tmp)
+            if rc != 0:
+                if backend == "collie" and known_refusal and known_refusal in log:
+                    print(f"{args.case}: collie refused, as known for this framework version: "
+                          f"{known_refusal!r}", flush=True)
+                    results[backend] = None
+                    continue
+                print(log[-6000:])
+                failures.append(f"{backend}: {' '.join(cmd)} exited with {rc}")
+                continue
+            if not os.path.exists(out):
+                print(log[-6000:])
+                failures.append(f"{backend}: rank 0 wrote no weights to {out}")
+                continue
+            saved = torch.load(out)
+            info = saved["info"]
+            results[backend] = saved["weights"]
+            rate = info["steps"] / info["seconds"] if info.get("seconds") else float("nan")
+            print(f"{args.case}: {backend}: {info['steps']} steps, {rate:.1f} steps/s in the loop, "
+                  f"{wall:.1f} s wall; {info}", flush=True)
+            if info.get("pg_backend") != backend:
+                failures.append(f"{backend}: the default group's CPU backend is "
+                                f"{info.get('pg_backend')!r}, not {backend!r}")
+            if info["steps"] != args.steps:
+                failures.append(f"{backend}: ran {info['steps']} steps, not {args.steps}")
+        init = common.make_model().state_dict()
+        ref = reference(args.steps)
+        for backend, w in results.items():
+            if w is None:
+                continue
+            if max_diff(w, init) == 0:
+                failures.append(f"{backend}: the weights did not move")
+            d = max_diff(w, ref)
+            print(f"{args.case}: {backend}: max |w - reference| = {d:.3g}", flush=True)
+            if d > 1e-5:
+                failures.append(f"{backend}: weights differ from 2-rank data parallel SGD by "
+                                f"{d:.3g} (data not sharded, or gradients not averaged?)")
+        if results.get("gloo") is not None and results.get("collie") is not None:
+            g, c = results["gloo"], results["collie"]
+            equal = all(torch.equal(g[k], c[k]) for k in g)
+            verdict = "equal bit for bit" if equal else f"max diff {max_diff(g, c):.3g}"
+            print(f"{args.case}: collie vs gloo: {verdict}", flush=True)
+            if not equal:
+                failures.append(f"collie's weights differ from gloo's by {max_diff(g, c):.3g}")
+            elif known_refusal:
+                print(f"{args.case}: collie is no longer refused: the known refusal "
+                      f"{known_refusal!r} is gone (update docs/frameworks notes)", flush=True)
+    if failures:
+        finish(1, f"FAIL: {args.case}: " + "; ".join(failures))
+    print(f"PASS: {args.case}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
