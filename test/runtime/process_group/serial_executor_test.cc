@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -87,6 +88,39 @@ std::string error_of(const std::shared_ptr<Work>& work) {
   return "";
 }
 
+// Rule 3's rounds. An op holds the worker at a gate; `queue()` submits ops
+// behind it and returns the Work to wait for; this thread waits for that
+// Work while another thread opens the gate. The worker then stands by and
+// the waiter runs the queued ops, but only when the opening lands inside
+// the waiter's spin, which depends on the scheduler: rounds are tried (at
+// least 50, for up to 20 s: a loaded machine may miss the spin dozens of
+// times in a row) until `waiter_ran()` says this thread ran them. `check()`
+// runs after every round. Returns how many rounds the waiter ran (1, or 0
+// if none did).
+template <typename Queue, typename WaiterRan>
+int waiter_rounds(SerialExecutor& ex, Queue queue, WaiterRan waiter_ran) {
+  int rounds = 0;
+  const auto give_up = std::chrono::steady_clock::now() + 20s;
+  for (int round = 0; rounds == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up);
+       ++round) {
+    Gate gate;
+    auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
+    REQUIRE(gate.wait_entered());
+    const std::shared_ptr<Work> last = queue();
+    std::atomic<bool> waiting{false};
+    std::thread opener([&] {
+      while (!waiting.load()) std::this_thread::yield();
+      gate.open();
+    });
+    waiting.store(true);
+    last->wait();
+    opener.join();
+    REQUIRE_NOTHROW(held->wait(30s));
+    rounds += waiter_ran() ? 1 : 0;
+  }
+  return rounds;
+}
+
 }  // namespace
 
 TEST_CASE("serial executor: ops run one at a time in submission order", "[executor]") {
@@ -153,52 +187,33 @@ TEST_CASE("serial executor: a blocking call on an idle executor runs inline", "[
 
 TEST_CASE("serial executor: a thread that waits for a queued op runs the queue itself",
           "[executor]") {
-  // One op holds the worker; 20 more queue behind it; this thread waits for
-  // the last while another thread opens the gate. The worker then stands by
-  // and the waiter runs the queued ops. Whether the opening lands inside the
-  // waiter's spin depends on the scheduler, so this tries rounds (at least
-  // 50, for up to 20 s) and needs one where the waiter ran ops; the order is
-  // checked in all.
+  // 20 ops queue behind the held one; this thread waits for the last. Once
+  // the waiter took over it ran every later one (the worker stood by); the
+  // order is checked in every round.
   SerialExecutor ex("test executor");
   const auto me = std::this_thread::get_id();
-  int rounds_helped = 0;
-  // Rounds take milliseconds; a loaded machine (other jobs on 2 cores) may
-  // miss the spin in dozens of rounds in a row, so the bound is time.
-  const auto give_up = std::chrono::steady_clock::now() + 20s;
-  for (int round = 0;
-       rounds_helped == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up); ++round) {
-    Log log;
-    Gate gate;
-    auto first = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) {
-      gate.pass();
-      log.add(-1);
-    });
-    REQUIRE(gate.wait_entered());
-    std::vector<std::shared_ptr<CompletionWork>> works;
-    for (int i = 0; i < 20; ++i) works.push_back(ex.submit("op", {}, 30s, logged(log, i)));
-    std::atomic<bool> waiting{false};
-    std::thread opener([&] {
-      while (!waiting.load()) std::this_thread::yield();
-      gate.open();
-    });
-    waiting.store(true);
-    works.back()->wait();
-    opener.join();
-    first->wait(30s);
-    std::lock_guard lock(log.mu);
-    REQUIRE(log.order.size() == 21);
-    CHECK(log.threads[0] != me);  // the worker's
-    bool helped = false;
-    for (int i = 0; i < 20; ++i) {
-      CHECK(log.order[i + 1] == i);
-      // Once the waiter took over it ran every later one: the worker stood by.
-      const bool mine = log.threads[i + 1] == me;
-      if (helped) CHECK(mine);
-      helped |= mine;
-    }
-    rounds_helped += helped;
-  }
-  CHECK(rounds_helped == 1);
+  std::unique_ptr<Log> log;
+  const int rounds = waiter_rounds(
+      ex,
+      [&] {
+        log = std::make_unique<Log>();
+        std::shared_ptr<CompletionWork> last;
+        for (int i = 0; i < 20; ++i) last = ex.submit("op", {}, 30s, logged(*log, i));
+        return last;
+      },
+      [&] {
+        std::lock_guard lock(log->mu);
+        REQUIRE(log->order.size() == 20);
+        bool helped = false;
+        for (int i = 0; i < 20; ++i) {
+          CHECK(log->order[i] == i);
+          const bool mine = log->threads[i] == me;
+          if (helped) CHECK(mine);
+          helped |= mine;
+        }
+        return helped;
+      });
+  CHECK(rounds == 1);
 }
 
 TEST_CASE("serial executor: a call made from inside a running op runs at once nested in it",
@@ -444,48 +459,37 @@ TEST_CASE("serial executor: a completion callback may wait for another Work of t
   // Work, and a callback may wait for another collective of the same group.
   // When that thread is a waiter running the queue (rule 3), the wait
   // enters the executor again from inside a completion: it runs the other
-  // op there, it must not lock itself out. As in the rule-3 test, the
-  // waiter takes the queue over only when the gate opens within its spin,
-  // so rounds are tried until one does (the others take the worker's path,
-  // which must work too).
+  // op there, it must not lock itself out. The rounds that take the
+  // worker's path must work too.
   SerialExecutor ex("test executor");
   const auto me = std::this_thread::get_id();
-  int rounds_on_waiter = 0;
-  const auto give_up = std::chrono::steady_clock::now() + 20s;
-  for (int round = 0;
-       rounds_on_waiter == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up);
-       ++round) {
-    Gate gate;
-    auto held = ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
-    REQUIRE(gate.wait_entered());
-    Log log;
-    auto first = ex.submit("first", {}, 30s, logged(log, 1));
-    auto second = ex.submit("second", {}, 30s, logged(log, 2));
-    // Set at the callback's end (first->wait() may return before it runs
-    // on another thread: completion wakes waiters first).
-    std::promise<std::pair<std::thread::id, bool>> callback;
-    auto callback_done = callback.get_future();
-    first->on_completed([&](std::exception_ptr) {
-      second->wait();  // enters the executor again on this thread
-      callback.set_value({std::this_thread::get_id(), second->is_success()});
-    });
-    std::atomic<bool> waiting{false};
-    std::thread opener([&] {
-      while (!waiting.load()) std::this_thread::yield();
-      gate.open();
-    });
-    waiting.store(true);
-    first->wait();
-    opener.join();
-    held->wait(30s);
-    REQUIRE(callback_done.wait_for(30s) == std::future_status::ready);
-    const auto [callback_thread, second_succeeded] = callback_done.get();
-    CHECK(second_succeeded);
-    std::lock_guard lock(log.mu);
-    REQUIRE(log.order == std::vector<int>{1, 2});
-    rounds_on_waiter += callback_thread == me;
-  }
-  CHECK(rounds_on_waiter == 1);
+  std::unique_ptr<Log> log;
+  // Set at the callback's end (first->wait() may return before it runs on
+  // another thread: completion wakes waiters first).
+  std::unique_ptr<std::promise<std::pair<std::thread::id, bool>>> callback;
+  const int rounds = waiter_rounds(
+      ex,
+      [&] {
+        log = std::make_unique<Log>();
+        callback = std::make_unique<std::promise<std::pair<std::thread::id, bool>>>();
+        auto first = ex.submit("first", {}, 30s, logged(*log, 1));
+        auto second = ex.submit("second", {}, 30s, logged(*log, 2));
+        first->on_completed([&callback, second](std::exception_ptr) {
+          second->wait();  // enters the executor again on this thread
+          callback->set_value({std::this_thread::get_id(), second->is_success()});
+        });
+        return first;
+      },
+      [&] {
+        auto done = callback->get_future();
+        REQUIRE(done.wait_for(30s) == std::future_status::ready);
+        const auto [thread, second_succeeded] = done.get();
+        CHECK(second_succeeded);
+        std::lock_guard lock(log->mu);
+        CHECK(log->order == std::vector<int>{1, 2});
+        return thread == me;
+      });
+  CHECK(rounds == 1);
 }
 
 TEST_CASE("serial executor: a completion callback that throws is logged and the rest go on",
@@ -553,43 +557,33 @@ TEST_CASE("serial executor: callbacks that wait for a later op without running t
   }
   {
     // On a waiter running the queue (rule 3): it stops standing in for the
-    // worker while the callback waits. Rounds as in the rule-3 test.
+    // worker while the callback waits.
     const auto me = std::this_thread::get_id();
-    int rounds_on_waiter = 0;
-    const auto give_up = std::chrono::steady_clock::now() + 20s;
-    for (int round = 0;
-         rounds_on_waiter == 0 && (round < 50 || std::chrono::steady_clock::now() < give_up);
-         ++round) {
-      Gate gate;
-      auto held =
-          ex.submit("held", {}, 30s, [&](const Deadline&, CompletionWork&) { gate.pass(); });
-      REQUIRE(gate.wait_entered());
-      auto first = ex.submit("first", {}, 30s, nothing());
-      std::promise<std::pair<std::thread::id, std::string>> result;
-      first->on_completed([&](std::exception_ptr) {
-        std::string error;
-        try {
-          issue_and_wait("from a waiter's callback");
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
-        result.set_value({std::this_thread::get_id(), error});
-      });
-      std::atomic<bool> waiting{false};
-      std::thread opener([&] {
-        while (!waiting.load()) std::this_thread::yield();
-        gate.open();
-      });
-      waiting.store(true);
-      first->wait();
-      opener.join();
-      auto done = result.get_future();
-      REQUIRE(done.wait_for(30s) == std::future_status::ready);
-      const auto [thread, error] = done.get();
-      CHECK(error.empty());
-      rounds_on_waiter += thread == me;
-    }
-    CHECK(rounds_on_waiter == 1);
+    std::unique_ptr<std::promise<std::pair<std::thread::id, std::string>>> result;
+    const int rounds = waiter_rounds(
+        ex,
+        [&] {
+          result = std::make_unique<std::promise<std::pair<std::thread::id, std::string>>>();
+          auto first = ex.submit("first", {}, 30s, nothing());
+          first->on_completed([&](std::exception_ptr) {
+            std::string error;
+            try {
+              issue_and_wait("from a waiter's callback");
+            } catch (const std::exception& e) {
+              error = e.what();
+            }
+            result->set_value({std::this_thread::get_id(), error});
+          });
+          return first;
+        },
+        [&] {
+          auto done = result->get_future();
+          REQUIRE(done.wait_for(30s) == std::future_status::ready);
+          const auto [thread, error] = done.get();
+          CHECK(error.empty());
+          return thread == me;
+        });
+    CHECK(rounds == 1);
   }
   CHECK_FALSE(ex.broken());
 }
