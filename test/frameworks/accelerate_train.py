@@ -1,4 +1,5 @@
-"""Hugging Face Accelerate, 2 CPU ranks. The setting that picks the backend:
+"""Hugging Face Accelerate, N CPU ranks (torchrun --nproc_per_node N). The
+setting that picks the backend:
 
     Accelerator(cpu=..., kwargs_handlers=[InitProcessGroupKwargs(backend="collie")])
 

@@ -1,9 +1,9 @@
-"""DeepSpeed, 2 CPU ranks (DS_ACCELERATOR=cpu), ZeRO stage 0, 1, 2 or 3. The
-setting that picks the backend:
+"""DeepSpeed, N CPU ranks (torchrun --nproc_per_node N, DS_ACCELERATOR=cpu),
+ZeRO stage 0, 1, 2 or 3. The setting that picks the backend:
 
     deepspeed.init_distributed(dist_backend="collie")
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 \
+    python -m torch.distributed.run --standalone --nproc_per_node N \
         deepspeed_train.py --backend collie --zero 1
 
 The optimizer is torch's SGD handed to deepspeed.initialize (a client

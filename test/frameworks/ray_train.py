@@ -1,10 +1,10 @@
-"""Ray Train, 2 CPU workers on a local Ray cluster (ray.init() in this
-process). The setting that picks the backend:
+"""Ray Train, N CPU workers (2 by default) on a local Ray cluster (ray.init()
+in this process). The setting that picks the backend:
 
     TorchTrainer(..., torch_config=TorchConfig(backend="collie"),
-                 scaling_config=ScalingConfig(num_workers=2, use_gpu=False))
+                 scaling_config=ScalingConfig(num_workers=N, use_gpu=False))
 
-    python ray_train.py --backend collie|gloo
+    python ray_train.py --backend collie|gloo [--nproc N]
 
 Ray starts the workers; world rank 0 writes the final weights to
 $COLLIE_FW_OUT.
@@ -58,12 +58,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="collie")
     p.add_argument("--steps", type=int, default=common.STEPS)
+    p.add_argument("--nproc", type=int, default=2, help="Ray Train workers (ranks)")
     args = p.parse_args()
     common.seed_everything()
     with tempfile.TemporaryDirectory(prefix="collie-ray-") as tmp:
         # The cluster's sessions and logs go in tmp too (not /tmp/ray), so
         # that a run leaves nothing behind.
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=True,
+        # A CPU for each worker (ScalingConfig asks for one each), however
+        # many the machine has: the workers wait on collectives, not compute.
+        ray.init(num_cpus=max(4, args.nproc), include_dashboard=False, log_to_driver=True,
                  _temp_dir=os.path.join(tmp, "ray"),
                  runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
         try:
@@ -72,7 +75,7 @@ def main():
                 train_loop_config={"here": HERE, "backend": args.backend, "steps": args.steps,
                                    "out": os.environ.get("COLLIE_FW_OUT", "")},
                 torch_config=TorchConfig(backend=args.backend),
-                scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+                scaling_config=ScalingConfig(num_workers=args.nproc, use_gpu=False),
                 run_config=RunConfig(storage_path=os.path.join(tmp, "results"), name="collie"))
             result = trainer.fit()
             print(f"ray: result {result.metrics}", flush=True)
