@@ -115,10 +115,12 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("-C,--collective", o.collective,
                  "collective to time (sendrecv: a ping-pong between ranks 0 and 1, one-way time, "
-                 "like osu_latency/osu_bw)")
+                 "like osu_latency/osu_bw; all_to_all_uneven: all_to_all_single with a router's "
+                 "fixed skewed split sizes, bench/compare/peer_sweep.h's router_splits)")
       ->capture_default_str()
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier",
-                             "reduce", "gather", "scatter", "all_to_all", "sendrecv"}));
+                             "reduce", "gather", "scatter", "all_to_all", "all_to_all_uneven",
+                             "sendrecv"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (cpu backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "shm", "hierarchical", "auto"}));

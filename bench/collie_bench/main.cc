@@ -23,6 +23,7 @@
 #include "collie/bench/collie_bench/bench_options.h"
 #include "collie/bench/collie_bench/bench_report.h"
 #include "collie/bench/collie_bench/local_launch.h"
+#include "collie/bench/compare/peer_sweep.h"
 #include "collie/runtime/api/distributed.h"
 #include "collie/runtime/api/per_device_process_group.h"
 #include "collie/runtime/cpu/cpu_process_group.h"
@@ -62,13 +63,25 @@ class Runner {
     // rank's part, as for all_gather.
     const bool gathers = o_.collective == "all_gather" || o_.collective == "reduce_scatter" ||
                          o_.collective == "gather" || o_.collective == "scatter";
-    const bool exchanges = o_.collective == "all_to_all";
+    const bool uneven = o_.collective == "all_to_all_uneven";
+    const bool exchanges = o_.collective == "all_to_all" || uneven;
     if (gathers || exchanges) per_rank /= static_cast<size_t>(world_);
     const size_t total = gathers || exchanges ? per_rank * world_ : per_rank;
     if (total == 0 && o_.collective != "barrier")
       return std::nullopt;  // nccl-tests skips these too
+    // all_to_all_uneven: the router's split of this rank's `total` elements
+    // (the same in every peer's program) and what it receives.
+    send_splits_.clear();
+    recv_splits_.clear();
+    size_t received = total;
+    if (uneven) {
+      send_splits_ = peer_sweep::router_splits(total, world_, rank_);
+      recv_splits_ = peer_sweep::router_receives(total, world_, rank_);
+      received = 0;
+      for (size_t c : recv_splits_) received += c;
+    }
     // all_to_all: big is the input, small the output (both P parts).
-    HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : exchanges ? total : 0);
+    HostBuffer big(dtype_, total), small(dtype_, gathers ? per_rank : exchanges ? received : 0);
 
     Row row;
     row.count = o_.collective == "barrier" ? 0 : total;
@@ -140,8 +153,8 @@ class Runner {
     if (c == "reduce")
       return pg_->reduce(big.view(),
                          {.op = op_, .root = o_.root, .timeout = timeout_, .async_op = async_op});
-    if (c == "all_to_all")
-      return pg_->all_to_all_single(small.view(), big.view(), {}, {},
+    if (c == "all_to_all" || c == "all_to_all_uneven")
+      return pg_->all_to_all_single(small.view(), big.view(), recv_splits_, send_splits_,
                                     {.timeout = timeout_, .async_op = async_op});
     if (c == "gather" || c == "scatter") {
       // The root's P parts of big; the other ranks pass none.
@@ -233,6 +246,24 @@ class Runner {
         return input_value(ReduceOp::kSum, static_cast<int>(i / per_rank),
                            rank_ * per_rank + i % per_rank);
       });
+    } else if (c == "all_to_all_uneven") {
+      // Output part p here is rank p's input elements from where its split
+      // for this rank starts.
+      big.fill_input(ReduceOp::kSum, rank_, 0, big.count());
+      issue(big, small)->wait();
+      std::vector<int> from(small.count());
+      std::vector<size_t> at(small.count());
+      for (int p = 0, i = 0; p < world_; ++p) {
+        const auto theirs = peer_sweep::router_splits(big.count(), world_, p);
+        size_t start = 0;
+        for (int r = 0; r < rank_; ++r) start += theirs[r];
+        for (size_t j = 0; j < recv_splits_[p]; ++j, ++i) {
+          from[i] = p;
+          at[i] = start + j;
+        }
+      }
+      wrong = count_wrong(small, 0, small.count(), dtype_,
+                          [&](size_t i) { return input_value(ReduceOp::kSum, from[i], at[i]); });
     } else if (c == "sendrecv") {
       // Rank 0's data goes to rank 1 and comes back: both end with it.
       big.fill_input(ReduceOp::kSum, 0, 0, big.count());
@@ -257,6 +288,8 @@ class Runner {
   Timeout timeout_;
   uint64_t iter_bytes_;
   std::vector<TensorView> parts_;  // gather/scatter: the root's parts of big
+  // all_to_all_uneven: elements to and from each rank (empty: equal parts).
+  std::vector<size_t> send_splits_, recv_splits_;
 };
 
 // "# channels at init (shm/tcp peers per rank): 0:3/0 ...; init max 12.3 ms":

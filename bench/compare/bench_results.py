@@ -13,25 +13,35 @@ exchange_compare.py; torch_backends.py) writes, and every reader
 
 A RECORD is one configuration measured in one sitting, `reps` times:
 
-    impl        who ran it: "collie", "gloo", "openmpi", "torch-gloo",
-                "torch-collie" (collie under torch.distributed)
+    impl        who ran it: "collie", "gloo", "openmpi", "torch-gloo" (the
+                torch of --torch-python), "torch-gloo-2.11", "torch-gloo-2.15",
+                "deepspeed" (its CPU shm all_reduce), "torch-collie" (collie
+                under torch.distributed)
     transport   "auto" (collie's default: shared memory on one host), "shm"
-                (Open MPI: btl vader) or "tcp"
-    collective  "all_reduce" (float32 sum), "all_to_all" or "pingpong"
-                (send/recv between ranks 0 and 1, one way); bench/multihost
-                adds "broadcast", "all_gather" and "reduce_scatter"
+                (Open MPI: btl vader, its default coll components; DeepSpeed's
+                shm op), "shm-tuned", "shm-han", "shm-collsm" (Open MPI: btl
+                vader with only that coll component in front), or "tcp"
+    collective  "all_reduce" (float32 sum), "broadcast" (root 0), "reduce"
+                (sum to root 0), "all_gather", "reduce_scatter", "gather",
+                "scatter" (root 0), "all_to_all" (equal parts),
+                "all_to_all_uneven" (a router's skewed split sizes,
+                peer_sweep.h's router_splits), "pingpong" (send/recv between
+                ranks 0 and 1, one way) or "stream" (rank 0 sends back to back
+                to rank 1: time per message)
     nranks      the world size; every rank on this host (bench/multihost:
                 machine.hosts namespaces of machine.ranks_per_host)
-    bytes       all_reduce, broadcast: each rank's buffer; all_to_all: each
-                rank's whole buffer; all_gather, reduce_scatter: the whole
-                gathered / scattered buffer; pingpong: one message
+    bytes       all_reduce, broadcast, reduce: each rank's buffer; the
+                all_to_alls: each rank's whole input buffer; all_gather,
+                reduce_scatter, gather, scatter: the whole gathered /
+                scattered buffer; pingpong, stream: one message
     reps        how many times it was run: len(time_us)
     time_us     one per rep: the mean time per call of `iters` timed calls
                 after `warmup` (averaged over the ranks where the runner does)
     busbw_gbps  one per rep: nccl-tests' bus bandwidth in GB/s, from the time
-                (all_reduce: bytes / time * 2 (N-1) / N; all_to_all,
-                all_gather, reduce_scatter: bytes / time * (N-1) / N;
-                broadcast: bytes / time); [] for the ping-pong
+                (all_reduce: bytes / time * 2 (N-1) / N; the all_to_alls,
+                all_gather, reduce_scatter, gather, scatter: bytes / time *
+                (N-1) / N; broadcast, reduce: bytes / time); [] for pingpong
+                and stream
     iters, warmup
     machine     the sitting: host, cpu, cores, kernel, start and end (UTC),
                 load_before, load_after, and where measured tcp_stream_gbps
@@ -68,18 +78,29 @@ LABELS = {
     ("collie", "tcp"): "collie TCP",
     ("torch-collie", "auto"): "torch collie",
     ("openmpi", "shm"): "Open MPI shm",
+    ("openmpi", "shm-tuned"): "Open MPI shm tuned",
+    ("openmpi", "shm-han"): "Open MPI shm han",
+    ("openmpi", "shm-collsm"): "Open MPI shm coll/sm",
     ("openmpi", "tcp"): "Open MPI TCP",
     ("gloo", "tcp"): "Gloo ring",
     ("torch-gloo", "tcp"): "torch gloo",
+    ("torch-gloo-2.11", "tcp"): "torch 2.11 gloo",
+    ("torch-gloo-2.15", "tcp"): "torch 2.15 gloo",
+    ("deepspeed", "shm"): "DeepSpeed shm",
 }
 
-TITLES = {
+TITLES = {  # and the order of the tables and plots
     "all_reduce": "all_reduce, float32 sum",
-    "all_to_all": "all_to_all (each rank's whole buffer, equal parts)",
-    "pingpong": "send/recv ping-pong, one way",
     "broadcast": "broadcast from rank 0",
+    "reduce": "reduce to rank 0, float32 sum",
     "all_gather": "all_gather (the whole gathered buffer)",
     "reduce_scatter": "reduce_scatter, float32 sum (the whole scattered buffer)",
+    "gather": "gather to rank 0 (the whole gathered buffer)",
+    "scatter": "scatter from rank 0 (the whole scattered buffer)",
+    "all_to_all": "all_to_all (each rank's whole buffer, equal parts)",
+    "all_to_all_uneven": "all_to_all, uneven router splits (each rank's whole buffer)",
+    "pingpong": "send/recv ping-pong, one way",
+    "stream": "send/recv one-way stream, per message",
 }
 
 
@@ -145,9 +166,10 @@ def busbw_gbps(collective: str, nranks: int, nbytes: int, time_us: float) -> Opt
     algbw = nbytes / (time_us * 1e3)
     if collective == "all_reduce":
         return algbw * 2 * (nranks - 1) / nranks
-    if collective in ("all_to_all", "all_gather", "reduce_scatter"):
+    if collective in ("all_to_all", "all_to_all_uneven", "all_gather", "reduce_scatter", "gather",
+                      "scatter"):
         return algbw * (nranks - 1) / nranks
-    if collective == "broadcast":
+    if collective in ("broadcast", "reduce"):
         return algbw
     return None
 
@@ -292,6 +314,17 @@ def parse_rows(text: str) -> dict:
         cells = line.split()
         if len(cells) >= 2 and cells[0].isdigit():
             rows[int(cells[0])] = float(cells[1])
+    return rows
+
+
+def parse_collective_rows(text: str) -> dict:
+    """{collective: {bytes: time_us}} from the peers' lines "BYTES TIME_US
+    ALGBW BUSBW COLLECTIVE" (the programs that take a list of collectives)."""
+    rows: dict = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if len(cells) == 5 and cells[0].isdigit():
+            rows.setdefault(cells[4], {})[int(cells[0])] = float(cells[1])
     return rows
 
 

@@ -1,9 +1,9 @@
-// gloo_collectives: Gloo's collectives over its TCP transport, timed like
-// collie-bench: one process per rank, float32, sizes from MIN to MAX bytes
-// multiplied by FACTOR. Ranks meet through a gloo FileStore directory; each
-// listens on HOST (127.0.0.1 on one machine, the namespace's address in
-// bench/multihost). Rank 0 prints one line per collective and size, the time
-// averaged over the ranks:
+// gloo_collectives: Gloo's collectives (and its send/recv) over its TCP
+// transport, timed like collie-bench: one process per rank, float32, sizes
+// from MIN to MAX bytes multiplied by FACTOR. Ranks meet through a gloo
+// FileStore directory; each listens on HOST (127.0.0.1 on one machine, the
+// namespace's address in bench/multihost). Rank 0 prints one line per
+// collective and size:
 //
 //   bytes time_us algbw_gbps busbw_gbps collective
 //
@@ -13,22 +13,35 @@
 //   ALGO         ring: all_reduce is Gloo's ring (what torch's ProcessGroupGloo
 //                runs for CPU tensors); hd: halving-doubling
 //                (AllreduceHalvingDoubling, ReduceScatterHalvingDoubling)
-//   COLLECTIVES  comma-separated: all_reduce, broadcast (root 0), all_gather,
-//                reduce_scatter (hd only: Gloo has no ring reduce_scatter)
-//   bytes        as nccl-tests count them: the buffer for all_reduce and
-//                broadcast, the whole gathered / scattered buffer (WORLD
-//                parts) for all_gather and reduce_scatter
+//   COLLECTIVES  comma-separated: all_reduce, broadcast (root 0), reduce (root
+//                0), all_gather, reduce_scatter (hd only: Gloo has no ring
+//                reduce_scatter), gather and scatter (root 0), all_to_all
+//                (gloo::alltoall), all_to_all_uneven (gloo::alltoallv with
+//                peer_sweep::router_splits' counts), pingpong (ranks 0 and 1,
+//                one-way time: half a round trip) and stream (rank 0 sends
+//                ITERS messages back to back, rank 1 acknowledges the last:
+//                time per message), both over Gloo's unbound buffers
+//   bytes        as nccl-tests count them: the buffer for all_reduce,
+//                broadcast and reduce, the whole gathered / scattered /
+//                exchanged buffer (WORLD parts) for the others; the message
+//                for pingpong and stream
+//   time         averaged over the ranks; pingpong and stream: rank 0's
 //   ITER_BYTES   0, or at most ITER_BYTES / bytes timed calls per size (at
 //                least 1, at most ITERS; the warm-up at most as many), so
 //                that a sweep to 256 MiB over a 1 Gbit/s link ends in minutes
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
 #include <gloo/broadcast.h>
+#include <gloo/gather.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
 #include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -61,7 +74,10 @@ class Runner {
       : ctx_(std::move(context)),
         algo_(std::move(algo)),
         data_(max_bytes / sizeof(float) + 1, 1.0f),
-        out_(max_bytes / sizeof(float) + 1, 0.0f) {}
+        out_(data_.size() + static_cast<size_t>(ctx_->size), 0.0f) {}
+
+  // After the timed calls: the stream's acknowledgement, else nothing.
+  std::function<void()> finish;
 
   // One closure per call of `collective` on `bytes`; empty where the size has
   // no float per rank (nccl-tests skips those too) or Gloo lacks the pairing.
@@ -111,8 +127,119 @@ class Runner {
           std::vector<int>(world, static_cast<int>(part)));
       return [rs] { rs->run(); };
     }
+    if (collective == "reduce") {
+      if (count == 0) return {};
+      return [this, count] {
+        gloo::ReduceOptions opts(ctx_);
+        opts.setInput(data_.data(), count);
+        opts.setOutput(out_.data(), count);
+        opts.setRoot(0);
+        opts.setReduceFunction(static_cast<SumFn>(&gloo::sum<float>));
+        opts.setTag(tag_++);
+        gloo::reduce(opts);
+      };
+    }
+    if (collective == "gather") {
+      if (part == 0) return {};
+      return [this, part, world] {
+        gloo::GatherOptions opts(ctx_);
+        opts.setInput(data_.data(), part);
+        if (ctx_->rank == 0) opts.setOutput(out_.data(), part * world);
+        opts.setRoot(0);
+        opts.setTag(tag_++);
+        gloo::gather(opts);
+      };
+    }
+    if (collective == "scatter") {
+      if (part == 0) return {};
+      return [this, part, world] {
+        gloo::ScatterOptions opts(ctx_);
+        if (ctx_->rank == 0) {
+          std::vector<float*> parts;
+          for (int p = 0; p < world; ++p) parts.push_back(data_.data() + p * part);
+          opts.setInputs(parts, part);
+        }
+        opts.setOutput(out_.data(), part);
+        opts.setRoot(0);
+        opts.setTag(tag_++);
+        gloo::scatter(opts);
+      };
+    }
+    if (collective == "all_to_all") {
+      if (part == 0) return {};
+      return [this, part, world] {
+        gloo::AlltoallOptions opts(ctx_);
+        opts.setInput(data_.data(), part * world);
+        opts.setOutput(out_.data(), part * world);
+        opts.setTag(tag_++);
+        gloo::alltoall(opts);
+      };
+    }
+    if (collective == "all_to_all_uneven") {
+      if (part == 0) return {};
+      const auto sends = peer_sweep::router_splits(count, world, ctx_->rank);
+      const auto recvs = peer_sweep::router_receives(count, world, ctx_->rank);
+      return [this, in = std::vector<int64_t>(sends.begin(), sends.end()),
+              out = std::vector<int64_t>(recvs.begin(), recvs.end())] {
+        gloo::AlltoallvOptions opts(ctx_);
+        opts.setInput(data_.data(), in);
+        opts.setOutput(out_.data(), out);
+        opts.setTag(tag_++);
+        gloo::alltoallv(opts);
+      };
+    }
+    if (collective == "pingpong" || collective == "stream")
+      return point_to_point(collective, bytes);
     std::fprintf(stderr, "gloo_collectives: unknown collective %s\n", collective.c_str());
     std::exit(2);
+  }
+
+  // Ranks 0 and 1 over Gloo's unbound buffers (the others idle): a round
+  // trip per call for pingpong; for stream one message per call and, in
+  // finish, rank 1's one-byte word that the last has arrived.
+  std::function<void()> point_to_point(const std::string& collective, size_t bytes) {
+    const int rank = ctx_->rank;
+    if (bytes == 0 || rank > 1) return [] {};
+    std::shared_ptr<gloo::transport::UnboundBuffer> send =
+        ctx_->createUnboundBuffer(data_.data(), bytes);
+    std::shared_ptr<gloo::transport::UnboundBuffer> recv =
+        ctx_->createUnboundBuffer(out_.data(), bytes);
+    const int peer = 1 - rank;
+    constexpr uint64_t kSlot = 7, kAckSlot = 8;
+    if (collective == "stream") {
+      std::shared_ptr<gloo::transport::UnboundBuffer> ack = ctx_->createUnboundBuffer(&ack_, 1);
+      finish = [ack, rank, peer] {
+        if (rank == 1) {
+          ack->send(peer, kAckSlot);
+          ack->waitSend();
+        } else {
+          ack->recv(peer, kAckSlot);
+          ack->waitRecv();
+        }
+      };
+      if (rank == 0)
+        return [send, peer] {
+          send->send(peer, kSlot);
+          send->waitSend();
+        };
+      return [recv, peer] {
+        recv->recv(peer, kSlot);
+        recv->waitRecv();
+      };
+    }
+    if (rank == 0)
+      return [send, recv, peer] {
+        send->send(peer, kSlot);
+        send->waitSend();
+        recv->recv(peer, kSlot);
+        recv->waitRecv();
+      };
+    return [recv, peer] {
+      recv->recv(peer, kSlot);
+      recv->waitRecv();
+      recv->send(peer, kSlot);
+      recv->waitSend();
+    };
   }
 
   // The mean of every rank's time per call.
@@ -130,6 +257,7 @@ class Runner {
   std::shared_ptr<gloo::Context> ctx_;
   std::string algo_;
   std::vector<float> data_, out_;
+  char ack_ = 0;
   uint32_t tag_ = 0;
 };
 
@@ -170,15 +298,21 @@ int main(int argc, char** argv) {
 
   for (const auto& collective : collectives) {
     for (size_t bytes = sweep.min_bytes; bytes <= sweep.max_bytes;) {
+      runner.finish = {};
       if (auto call = runner.prepare(collective, bytes)) {
         const int iters = peer_sweep::timed_calls(sweep.iters, sweep.iter_bytes, bytes);
         const int warmup = std::min(sweep.warmup, iters);
         for (int i = 0; i < warmup; ++i) call();
+        if (runner.finish) runner.finish();
+        runner.average(0);  // every rank starts the timed calls together
         const auto start = Clock::now();
         for (int i = 0; i < iters; ++i) call();
-        const double us =
-            std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
-        const double avg = runner.average(us), algbw = bytes / (avg * 1e3);
+        if (runner.finish) runner.finish();
+        double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+        const bool p2p = collective == "pingpong" || collective == "stream";
+        if (collective == "pingpong") us /= 2;
+        const double mean = runner.average(us), avg = p2p ? us : mean;
+        const double algbw = bytes / (avg * 1e3);
         if (rank == 0)
           std::printf("%zu %.2f %.4f %.4f %s\n", bytes, avg, algbw,
                       algbw * peer_sweep::bus_factor(collective, world), collective.c_str());

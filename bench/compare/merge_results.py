@@ -14,7 +14,9 @@ for all_reduce collie's default run (shared memory on one host, what a user on
 one host gets), for all_to_all and the ping-pong collie on the peer's
 transport (shm against Open MPI's shm, TCP against TCP) where that was
 measured. Files measured apart (another size range, another world size) join;
-the same configuration in several files has its samples joined.
+the same configuration in several files has its samples joined. --fastest
+puts one column, collie's speed-up over the fastest peer at that size, in
+place of the per-peer ones (allreduce_compare.py's tables of many peers).
 """
 from __future__ import annotations
 
@@ -51,6 +53,21 @@ def pairs(table: dict, collective: str) -> list:
     return out
 
 
+def fastest_peer(records: list) -> Column:
+    """A column of collie's (default transport) speed-up over the fastest
+    peer at each size (that peer's median time / collie's), naming the peer."""
+    def cell(collective: str, n: int, nbytes: int) -> str:
+        here = [r for r in records if (r.collective, r.nranks, r.bytes) == (collective, n, nbytes)
+                and r.time_us]
+        collie = next((r for r in here if r.impl == "collie" and r.transport == "auto"), None)
+        peers = [r for r in here if not r.is_collie]
+        if collie is None or not peers:
+            return ""
+        best = min(peers, key=lambda r: median(r.time_us))
+        return f"{fmt_speedup(speedup(best.time_us, collie.time_us))} ({best.label})"
+    return ("collie over the fastest peer", cell)
+
+
 def caption(records: list) -> list:
     """The lines above the tables: the machines, T and memcpy, the rules."""
     sittings = bench_results.machines(records)
@@ -67,24 +84,27 @@ def caption(records: list) -> list:
     return lines + [""]
 
 
-def render(records: list, extra: Optional[list[Column]] = None) -> str:
+def render(records: list, extra: Optional[list[Column]] = None, each_peer: bool = True) -> str:
     """Markdown: the caption, then one table per (collective, world size).
     extra: more columns for every table; one left empty in a whole table is
-    left out of it."""
+    left out of it. each_peer: a speed-up column per peer (else only the
+    extra ones, for tables of many peers)."""
     out = caption(records)
     t = bench_results.t_stream(records)
     for (collective, n), table in bench_results.by_table(records).items():
         title = bench_results.TITLES.get(collective, collective)
         tn = f" (T/N = {t / n:.2f} GB/s)" if t and collective == "all_reduce" else ""
-        out += [f"### {title}, N = {n}{tn}", ""] + render_table(collective, n, table, extra or [])
+        out += [f"### {title}, N = {n}{tn}", ""] + render_table(collective, n, table, extra or [],
+                                                                 each_peer)
     return "\n".join(out)
 
 
-def render_table(collective: str, n: int, table: dict, extra: list) -> list:
+def render_table(collective: str, n: int, table: dict, extra: list,
+                 each_peer: bool = True) -> list:
     """The lines of one table ({label: {bytes: Record}})."""
     labels = bench_results.label_order(table)
     with_bw = collective == "all_reduce"
-    ratios = pairs(table, collective)
+    ratios = pairs(table, collective) if each_peer else []
     head = ["size"] + [f"{lab} us / busbw" if with_bw else f"{lab} us" for lab in labels]
     head += [speedup_header(peer, ref) for ref, peer in ratios]
     rows = []
@@ -116,11 +136,13 @@ def main() -> None:
     ap.add_argument("--md", metavar="FILE", help="write the Markdown here (it is printed anyway)")
     ap.add_argument("--plot", metavar="DIR", help="draw the SVG plots here (plot_results.py)")
     ap.add_argument("--prefix", default="", help="file-name prefix of the plots")
+    ap.add_argument("--fastest", action="store_true",
+                    help="one speed-up column, over the fastest peer, instead of one per peer")
     args = ap.parse_args()
     records = bench_results.merge(bench_results.load(p)[0] for p in args.inputs)
     if args.json:
         bench_results.save(args.json, records)
-    text = render(records)
+    text = render(records, [fastest_peer(records)], False) if args.fastest else render(records)
     print(text)
     if args.md:
         with open(args.md, "w") as f:

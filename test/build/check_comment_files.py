@@ -31,6 +31,8 @@ EXTERNAL = {
     "distributed_c10d.py": "torch.distributed",
     "run.py": "torch.distributed.run (torchrun)",
     "Lib/pickletools.py": "CPython",
+    "lightning/pytorch/trainer/connectors/accelerator_connector.py": "Lightning",
+    "accelerate/state.py": "Hugging Face Accelerate",
 }
 
 NAME_RE = re.compile(r"(?<![\w./$<>{*-])((?:[\w.-]+/)*[\w-]+\.(?:h|cc|cu|cuh|py|sh|cmake|md))(?![\w/])")
