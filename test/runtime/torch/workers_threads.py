@@ -52,8 +52,12 @@ def scenario_two_threads():
         for t in threads:
             t.join()
         store.set("two_threads_done", "1")
+        # Rank 0 hosts the store: it stays until rank 1 has seen the key
+        # (its wait fails with "connection closed" if the host goes first).
+        store.wait(["two_threads_seen"], timedelta(seconds=60))
     else:
         store.wait(["two_threads_done"], timedelta(seconds=60))
+        store.set("two_threads_seen", "1")
     print("RESULT " + json.dumps({"rank": RANK, "threads": results}), flush=True)
     try:
         dist.destroy_process_group()
