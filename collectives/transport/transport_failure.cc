@@ -147,7 +147,9 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
 void Transport::fail_from_peer(Connection& c, const std::string& text) {
   const auto kind = static_cast<ErrorKind>(c.received_header().error_kind);
   // The peer only relays: it is alive (it sent the notice), so it is no
-  // culprit. Whom this rank's own probe finds silent is.
+  // culprit, and the message says it reported, not that it failed (the
+  // text may be a third rank's, passed along). Whom this rank's own probe
+  // finds silent is a culprit.
   Blame blame{FailureCause::kPeerFailed, {}};
   // A peer's timeout blames whom it waited for, which may itself be waiting
   // on the rank that really hangs (in a ring, rank 1 waits on rank 0, which
@@ -169,9 +171,9 @@ void Transport::fail_from_peer(Connection& c, const std::string& text) {
       merged += str_cat("; rank ", world_rank(), " probed: ", probe_peers(&c, &blame.culprits));
       if (!blame.culprits.empty()) blame.cause = FailureCause::kTimeoutUnresponsive;
     }
-    fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", merged), merged, blame);
+    fail_impl(kind, str_cat(context(), ": ", c.name(), " reported: ", merged), merged, blame);
   }
-  fail_impl(kind, str_cat(context(), ": ", c.name(), " failed: ", text), text, blame);
+  fail_impl(kind, str_cat(context(), ": ", c.name(), " reported: ", text), text, blame);
 }
 
 std::vector<std::string> Transport::waiting_for(const Connection* except) const {
