@@ -69,3 +69,26 @@ def save_weights(state_dict, path=None, extra=None):
     tmp = path + ".tmp"
     torch.save({"weights": weights, "info": extra or {}}, tmp)
     os.replace(tmp, path)
+
+
+def reference(steps, world):
+    """Data parallel SGD over `world` ranks in one process: each rank's
+    gradient on its own batch, averaged."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    per_rank = [rank_batches(r, world, steps) for r in range(world)]
+    for s in range(steps):
+        grads = []
+        for r in range(world):
+            model.zero_grad()
+            x, y = per_rank[r][s]
+            loss_fn(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = sum(g[i] / world for g in grads)
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_diff(a, b):
+    return max((a[k] - b[k]).abs().max().item() for k in a)

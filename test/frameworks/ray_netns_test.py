@@ -281,31 +281,6 @@ def wait_driver(p, out, logpath, timeout):
         return rc, f.read()
 
 
-def reference(steps, world):
-    """Data parallel SGD over `world` ranks in one process: each rank's
-    gradient on its own batches, averaged."""
-    import torch
-    import common
-    model = common.make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=common.LR)
-    per_rank = [common.rank_batches(r, world, steps) for r in range(world)]
-    for s in range(steps):
-        grads = []
-        for r in range(world):
-            model.zero_grad()
-            x, y = per_rank[r][s]
-            common.loss_fn(model(x), y).backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-        for i, p in enumerate(model.parameters()):
-            p.grad = sum(g[i] for g in grads) / world
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def max_diff(a, b):
-    return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
 def check_training(lan, venv, tmp, head, failures):
     import torch
     import common
@@ -344,23 +319,23 @@ def check_training(lan, venv, tmp, head, failures):
                             f"{i['pg_backend']!r}, not collie")
         if i["steps"] != STEPS:
             failures.append(f"train: rank {i['rank']} ran {i['steps']} steps, not {STEPS}")
-    ref = reference(STEPS, WORKERS)
+    ref = common.reference(STEPS, WORKERS)
     init = common.make_model().state_dict()
     for key, name in (("weights", "collie"), ("gloo_weights", "gloo")):
         w0 = ranks[0][key]
         for s in ranks[1:]:
             if not all(torch.equal(w0[k], s[key][k]) for k in w0):
                 failures.append(f"train: {name}: rank {s['info']['rank']}'s weights differ from "
-                                f"rank 0's by {max_diff(w0, s[key]):.3g}")
-        if max_diff(w0, init) == 0:
+                                f"rank 0's by {common.max_diff(w0, s[key]):.3g}")
+        if common.max_diff(w0, init) == 0:
             failures.append(f"train: {name}: the weights did not move")
-        d = max_diff(w0, ref)
+        d = common.max_diff(w0, ref)
         log(f"train: {name}: every rank's weights equal; max |w - 6-rank data parallel SGD| = "
             f"{d:.3g}")
         if d > 1e-5:
             failures.append(f"train: {name}: weights differ from 6-rank data parallel SGD by "
                             f"{d:.3g}")
-    d = max_diff(ranks[0]["weights"], ranks[0]["gloo_weights"])
+    d = common.max_diff(ranks[0]["weights"], ranks[0]["gloo_weights"])
     log(f"train: collie vs gloo: max diff {d:.3g}")
     if d > 1e-5:
         failures.append(f"train: collie's weights differ from gloo's by {d:.3g}")

@@ -121,31 +121,6 @@ def run_one(case, backend, steps, tmp, nproc=2):
     return argv, rc, log, out, wall
 
 
-def reference(steps, world):
-    """Data parallel SGD over `world` ranks in one process: each rank's
-    gradient on its own batch, averaged."""
-    import torch
-    import common
-    model = common.make_model()
-    opt = torch.optim.SGD(model.parameters(), lr=common.LR)
-    per_rank = [common.rank_batches(r, world, steps) for r in range(world)]
-    for s in range(steps):
-        grads = []
-        for r in range(world):
-            model.zero_grad()
-            x, y = per_rank[r][s]
-            common.loss_fn(model(x), y).backward()
-            grads.append([p.grad.clone() for p in model.parameters()])
-        for i, p in enumerate(model.parameters()):
-            p.grad = sum(g[i] / world for g in grads)
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def max_diff(a, b):
-    return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
 def main(argv):
     p = argparse.ArgumentParser()
     p.add_argument("--venv", default=DEFAULT_VENV)
@@ -205,13 +180,13 @@ def main(argv):
             if info["steps"] != args.steps:
                 failures.append(f"{backend}: ran {info['steps']} steps, not {args.steps}")
         init = common.make_model().state_dict()
-        ref = reference(args.steps, args.nproc)
+        ref = common.reference(args.steps, args.nproc)
         for backend, w in results.items():
             if w is None:
                 continue
-            if max_diff(w, init) == 0:
+            if common.max_diff(w, init) == 0:
                 failures.append(f"{backend}: the weights did not move")
-            d = max_diff(w, ref)
+            d = common.max_diff(w, ref)
             print(f"{args.case}: {backend}: max |w - reference| = {d:.3g}", flush=True)
             if d > REFERENCE_TOL:
                 failures.append(f"{backend}: weights differ from {args.nproc}-rank data "
@@ -220,7 +195,7 @@ def main(argv):
         if results.get("gloo") is not None and results.get("collie") is not None:
             g, c = results["gloo"], results["collie"]
             equal = all(torch.equal(g[k], c[k]) for k in g)
-            d = max_diff(g, c)
+            d = common.max_diff(g, c)
             if equal:
                 verdict = "equal bit for bit"
             elif args.nproc > 2 and d <= GLOO_TOL:
