@@ -63,6 +63,8 @@ import sys
 import tempfile
 import time
 
+from outcome import finish, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_VENV = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                             "collie", "venv-frameworks-2.11.0")
@@ -74,19 +76,6 @@ STEPS = 8
 DETECT_LIMIT_S = 20.0   # a killed rank must fail the job within this
 JOB_TIMEOUT_S = 240     # one driver run, start to end (a loaded 2-core machine: ~100 s)
 LONG_JOB_S = 90         # the failure case's job, were nothing killed
-
-
-def finish(code, line):
-    print(line, flush=True)
-    if code:
-        print(line, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def skip(reason):
-    if os.environ.get("CI") == "true":
-        finish(1, f"FAIL: {reason} (CI=true: only a missing GPU may skip)")
-    finish(77, f"SKIP: {reason}")
 
 
 def log(msg):

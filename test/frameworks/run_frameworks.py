@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from outcome import finish, skip
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_VENV = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                             "collie", "venv-frameworks-2.11.0")
@@ -69,19 +71,6 @@ CASES = {
     # TorchTrainer(torch_config=TorchConfig(backend=B)) on a local Ray cluster.
     "ray": ("ray.train", ["ray_train.py"], 280, None),
 }
-
-
-def finish(code, line):
-    print(line, flush=True)
-    if code:
-        print(line, file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def skip(reason):
-    if os.environ.get("CI") == "true":
-        finish(1, f"FAIL: {reason} (CI=true: the environment must exist, so this may not skip)")
-    finish(77, f"SKIP: {reason}")
 
 
 def child_env(out):
