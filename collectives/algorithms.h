@@ -115,6 +115,11 @@ void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, 
 void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void shm_all_gather(Transport& t, TensorView in, TensorView out);
 void shm_broadcast(Transport& t, TensorView tensor, int root);
+// all_to_all's contract (sizes may differ per peer; a size mismatch fails
+// on the receiver, naming the sender and both sizes, before any read). A
+// pair whose two parts are both up to `direct_bytes` sends them instead.
+void shm_all_to_all(Transport& t, size_t direct_bytes, std::span<const Span> in,
+                    std::span<const MutableSpan> out);
 // The host steps of the hierarchical algorithms (every rank on one host):
 // - shm_reduce_chunks: out's k-th piece of `count` elements = the host's
 //   inputs' elements [begins[k], begins[k] + count) reduced in rank order.

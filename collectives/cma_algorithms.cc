@@ -23,6 +23,14 @@
 // descriptor, one read of the root's buffer by every other rank, a "done"
 // to the root and the root's "release" back.
 //
+// all_to_all: a pair of ranks whose parts for each other are both small
+// (up to `direct_bytes`) sends them over its channel, as the transport
+// all_to_all does; every other pair reads: (1) each rank sends the other the
+// address and size of its part for it (24 bytes); (2) each reads its part
+// from the other's buffer into its output, once, after checking the size;
+// (3) a "done" message each way. Everything is posted at once: one round of
+// messages, the reads, one round of "done".
+//
 // A read is only good if its owner was still in the call when it ended: a
 // rank that fails (another rank died) throws, and its buffers may be freed
 // while a peer still reads them. So every read is followed by a receive
@@ -244,6 +252,68 @@ void shm_all_gather(Transport& t, TensorView in, TensorView out) {
     }
   }
   round_trip(t);
+}
+
+void shm_all_to_all(Transport& t, size_t direct_bytes, std::span<const Span> in,
+                    std::span<const MutableSpan> out) {
+  const int P = t.size();
+  const int r = t.rank();
+  // What a pair that reads sends instead of its part. The magic tells a
+  // descriptor from a 24-byte part should the two ranks disagree about the
+  // pair (their sizes differ: the receiver then fails naming both).
+  struct Part {
+    uint64_t magic;
+    uint64_t address;
+    uint64_t bytes;
+  };
+  constexpr uint64_t kPartMagic = 0xc011e2a2a11d35c1ull;
+  // Both ranks of a pair see the same two sizes (r's part for p, p's for r),
+  // so they agree on whether the pair reads: no extra message decides it.
+  auto reads = [&](int p) { return std::max(in[p].bytes, out[p].bytes) > direct_bytes; };
+  std::vector<Part> mine(P), theirs(P);
+  bool any_read = false;
+  for (int k = 1; k < P; ++k) {
+    const int to = (r + k) % P, from = (r - k + P) % P;
+    if (reads(from)) {
+      t.recv(from, &theirs[from], sizeof(Part));
+    } else {
+      t.recv(from, out[from].data, out[from].bytes);
+    }
+    if (reads(to)) {
+      mine[to] = {kPartMagic, reinterpret_cast<uint64_t>(in[to].data), in[to].bytes};
+      t.send(to, &mine[to], sizeof(Part));
+      any_read = true;
+    } else {
+      t.send(to, in[to].data, in[to].bytes);
+    }
+  }
+  if (out[r].bytes > 0 && out[r].data != in[r].data)
+    std::memcpy(out[r].data, in[r].data, out[r].bytes);
+  t.wait_all();
+  if (!any_read) return;
+  for (int p = 0; p < P; ++p) {
+    if (p == r || !reads(p)) continue;
+    if (theirs[p].magic != kPartMagic || theirs[p].bytes != out[p].bytes) {
+      t.fail(ErrorKind::kBackend,
+             str_cat(t.call().describe_with_seq(), " on rank ", t.world_rank(), ": ",
+                     t.peer_name(p), " sends this rank ",
+                     theirs[p].magic == kPartMagic ? str_cat(theirs[p].bytes, " bytes")
+                                                   : std::string("a part of another size"),
+                     " but this rank's output for it holds ", out[p].bytes,
+                     " bytes (a rank's split for a peer must equal that peer's split for it)"));
+    }
+  }
+  for (int k = 1; k < P; ++k) {
+    const int p = (r - k + P) % P;  // staggered: the ranks read different owners at once
+    if (reads(p) && out[p].bytes > 0) read_peer(t, p, theirs[p].address, out[p].data, out[p].bytes);
+  }
+  // No peer reads our parts any more (only the pairs that read).
+  for (int p = 0; p < P; ++p) {
+    if (p == r || !reads(p)) continue;
+    t.recv(p, nullptr, 0);
+    t.send(p, nullptr, 0);
+  }
+  t.wait_all();
 }
 
 void shm_broadcast(Transport& t, TensorView tensor, int root) {

@@ -474,7 +474,11 @@ void CpuCommunicator::all_to_all(std::span<const TensorView> in, std::span<const
       std::memcpy(recvs[0].data, sends[0].data, recvs[0].bytes);
     return;
   }
-  collie::all_to_all(*transport_, config_, sends, recvs);
+  if (shm_algorithms_) {
+    shm_all_to_all(*transport_, config_.small_message_bytes, sends, recvs);
+  } else {
+    collie::all_to_all(*transport_, config_, sends, recvs);
+  }
 }
 
 namespace {

@@ -229,6 +229,22 @@ COLLIE_TEST_CHILD(surface_rank) {
         comm->send_recv({{P2POp{P2POpType::kIrecv, view(buf.data(), buf.size()), 0, 4}}},
                         Deadline(20s));
       }
+    } else if (scenario == "all_to_all_size_mismatch") {
+      // Parts past the small-message size (read from the owner's memory on
+      // one host); rank 1 expects one element more from rank 0 than rank 0
+      // sends it.
+      constexpr size_t n = 20000;
+      std::vector<std::vector<int32_t>> sends, recvs;
+      std::vector<TensorView> sv, rv;
+      for (int p = 0; p < size; ++p) {
+        sends.push_back(message(rank, p, 3, n));
+        recvs.push_back(std::vector<int32_t>(rank == 1 && p == 0 ? n + 1 : n, -1));
+      }
+      for (int p = 0; p < size; ++p) {
+        sv.push_back(view(sends[p].data(), sends[p].size()));
+        rv.push_back(view(recvs[p].data(), recvs[p].size()));
+      }
+      comm->all_to_all(sv, rv, Deadline(30s));
     } else if (scenario == "p2p_peer_dies") {
       // Rank 1 dies (no goodbye) while rank 0 waits for its message.
       if (rank == 1) {
@@ -310,6 +326,16 @@ TEST_CASE("send/recv of different sizes fails on the receiver naming both sizes"
   auto results = run_scenario(2, "p2p_size_mismatch");
   CHECK_THAT(results[1], Contains("BackendError") && Contains("rank 0 sent") &&
                              Contains("40 bytes") && Contains("expects 48 bytes"));
+}
+
+TEST_CASE("all_to_all parts of different sizes fail on the receiver naming both sizes",
+          "[surface][collectives][failure]") {
+  auto results = run_scenario(3, "all_to_all_size_mismatch");
+  INFO(results[0] << "\n" << results[1] << "\n" << results[2]);
+  CHECK_THAT(results[1], Contains("Error") && Contains("rank 0") && Contains("80000 bytes") &&
+                             Contains("80004 bytes"));
+  // The other ranks fail too, from rank 1's verdict, instead of waiting.
+  for (int r : {0, 2}) CHECK_THAT(results[r], Contains("Error") && Contains("rank 1"));
 }
 
 TEST_CASE("a recv whose sender never sends times out naming the peer and the tag",
