@@ -115,12 +115,14 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("-C,--collective", o.collective,
                  "collective to time (sendrecv: a ping-pong between ranks 0 and 1, one-way time, "
-                 "like osu_latency/osu_bw; all_to_all_uneven: all_to_all_single with a router's "
+                 "like osu_latency; stream: rank 0 sends to rank 1 back to back, time per "
+                 "message, rank 1 acknowledging the last; all_to_all_uneven: all_to_all_single "
+                 "with a router's "
                  "fixed skewed split sizes, bench/compare/peer_sweep.h's router_splits)")
       ->capture_default_str()
       ->check(CLI::IsMember({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier",
                              "reduce", "gather", "scatter", "all_to_all", "all_to_all_uneven",
-                             "sendrecv"}));
+                             "sendrecv", "stream"}));
   app.add_option("--algo", o.algo, "all_reduce algorithm (cpu backend)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "small", "shm", "hierarchical", "auto"}));

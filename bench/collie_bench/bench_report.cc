@@ -19,7 +19,9 @@ double bus_factor(const std::string& collective, int world) {
   // The root moves (n - 1)/n of the whole buffer, as nccl-tests counts them.
   if (collective == "gather" || collective == "scatter") return (n - 1) / n;
   if (collective == "all_to_all" || collective == "all_to_all_uneven") return (n - 1) / n;
-  if (collective == "broadcast" || collective == "reduce" || collective == "sendrecv") return 1;
+  if (collective == "broadcast" || collective == "reduce" || collective == "sendrecv" ||
+      collective == "stream")
+    return 1;
   return 0;  // barrier moves no payload
 }
 

@@ -42,8 +42,9 @@ class Runner {
         world_(get_world_size()),
         timeout_(s.timeout),
         iter_bytes_(s.iter_bytes) {
-    if (o.collective == "sendrecv" && world_ < 2)
-      throw InvalidArgument("collie-bench -C sendrecv: a ping-pong needs at least 2 ranks");
+    if ((o.collective == "sendrecv" || o.collective == "stream") && world_ < 2)
+      throw InvalidArgument(str_cat("collie-bench -C ", o.collective,
+                                    ": it runs between ranks 0 and 1, and needs at least 2 ranks"));
     std::shared_ptr<ProcessGroup> host = pg_;
     if (auto per_device = std::dynamic_pointer_cast<PerDeviceProcessGroup>(pg_))
       host = per_device->backend(DeviceType::kCPU);
@@ -107,6 +108,7 @@ class Runner {
     const int warmup = iter_bytes_ > 0 ? std::min(o_.warmup, iters) : o_.warmup;
     row.iters = iters;
     for (int i = 0; i < warmup; ++i) issue(big, small)->wait();
+    acknowledge();
     pg_->barrier({.timeout = timeout_})->wait();
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Work>> works;
@@ -117,13 +119,15 @@ class Runner {
       for (int i = 0; i < iters; ++i) works.push_back(issue(big, small));
       for (auto& w : works) w->wait();
     }
+    acknowledge();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                     .count() /
                 std::max(1, iters);
-    // Average over the ranks, like nccl-tests' default.
+    // Average over the ranks, like nccl-tests' default; sendrecv and stream
+    // the pair's slower clock (the other ranks idle).
     double avg = us;
     pg_->all_reduce(TensorView{&avg, 1, DataType::kFloat64},
-                    {.op = ReduceOp::kAvg, .timeout = timeout_})
+                    {.op = p2p_ ? ReduceOp::kMax : ReduceOp::kAvg, .timeout = timeout_})
         ->wait();
     // sendrecv: one iteration is a round trip; the row shows the one-way
     // latency, as osu_latency does.
@@ -169,6 +173,7 @@ class Runner {
                           {.root = o_.root, .timeout = timeout_, .async_op = async_op});
     }
     if (c == "sendrecv") return ping_pong(big);
+    if (c == "stream") return stream(big);
     return pg_->barrier({.timeout = timeout_, .async_op = async_op});
   }
 
@@ -187,6 +192,28 @@ class Runner {
     auto idle = std::make_shared<CompletionWork>("sendrecv (not in the pair)");
     idle->mark_completed();
     return idle;
+  }
+
+  // osu_bw's direction without its window: rank 0 sends back to back, rank
+  // 1 receives (-b 1: each call waited for before the next, as MPI_Send and
+  // MPI_Recv in the peers' stream; -b 0: all posted, then waited for).
+  std::shared_ptr<Work> stream(HostBuffer& buf) {
+    const P2POptions p2p{.timeout = timeout_, .async_op = !o_.blocking};
+    if (rank_ == 0) return pg_->send(buf.view(), 1, p2p);
+    if (rank_ == 1) return pg_->recv(buf.view(), 0, p2p);
+    auto idle = std::make_shared<CompletionWork>("stream (not in the pair)");
+    idle->mark_completed();
+    return idle;
+  }
+
+  // stream: rank 1's word that the last message is in, so that rank 0's
+  // clock covers every delivery (a send may complete once it is buffered).
+  void acknowledge() {
+    if (o_.collective != "stream" || rank_ > 1) return;
+    int32_t done = 0;
+    const P2POptions p2p{.tag = 1, .timeout = timeout_};
+    if (rank_ == 1) pg_->send(TensorView{&done, 1, DataType::kInt32}, 0, p2p)->wait();
+    if (rank_ == 0) pg_->recv(TensorView{&done, 1, DataType::kInt32}, 1, p2p)->wait();
   }
 
   // Runs the collective once on known inputs and counts wrong elements over
@@ -264,6 +291,15 @@ class Runner {
       }
       wrong = count_wrong(small, 0, small.count(), dtype_,
                           [&](size_t i) { return input_value(ReduceOp::kSum, from[i], at[i]); });
+    } else if (c == "stream") {
+      // Rank 0's data lands on rank 1.
+      big.fill_input(ReduceOp::kSum, 0, 0, big.count());
+      if (rank_ == 1) big.zero();
+      issue(big, small)->wait();
+      acknowledge();
+      if (rank_ == 1)
+        wrong = count_wrong(big, 0, big.count(), dtype_,
+                            [&](size_t i) { return input_value(ReduceOp::kSum, 0, i); });
     } else if (c == "sendrecv") {
       // Rank 0's data goes to rank 1 and comes back: both end with it.
       big.fill_input(ReduceOp::kSum, 0, 0, big.count());
@@ -285,6 +321,7 @@ class Runner {
   std::shared_ptr<ProcessGroup> pg_;
   int rank_, world_;
   const bool all_reduce_ = o_.collective == "all_reduce";
+  const bool p2p_ = o_.collective == "sendrecv" || o_.collective == "stream";
   Timeout timeout_;
   uint64_t iter_bytes_;
   std::vector<TensorView> parts_;  // gather/scatter: the root's parts of big

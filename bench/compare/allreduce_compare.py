@@ -8,7 +8,7 @@ gather scatter all_to_all all_to_all_uneven pingpong stream), each peer of
 --peers that has it:
 
     collie, collie_tcp   collie-bench over shared memory (its default on one
-                         host) and over TCP loopback (no one-way stream)
+                         host) and over TCP loopback
     mpi, mpi_sm          Open MPI (mpi_collectives) over TCP (--mca btl
                          tcp,self) and shared memory (vader,self), its default
                          coll components
@@ -89,9 +89,8 @@ COLLECTIVES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatte
                "scatter", "all_to_all", "all_to_all_uneven", "pingpong", "stream"]
 P2P = ("pingpong", "stream")
 
-# What a peer lacks: collie-bench has no one-way stream; DeepSpeed's shm op
-# is an all_reduce only.
-UNSUPPORTED = {"collie": {"stream"}, "deepspeed": set(COLLECTIVES) - {"all_reduce"}}
+# What a peer lacks: DeepSpeed's shm op is an all_reduce only.
+UNSUPPORTED = {"deepspeed": set(COLLECTIVES) - {"all_reduce"}}
 
 # Open MPI over shared memory (btl vader) with one coll component in front:
 # "--mca coll" lists the components allowed (the others for what the named

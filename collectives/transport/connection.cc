@@ -346,7 +346,7 @@ bool Connection::stash_header(WireHeader* h, RecvProblem* problem, int* err) {
   return true;
 }
 
-long Connection::progress_p2p(RecvProblem* problem, int* err, bool* other_next) {
+long Connection::progress_p2p(RecvProblem* problem, int* err, bool* other_next, bool wanted_only) {
   long moved = 0;
   *other_next = false;
   for (;;) {
@@ -356,6 +356,7 @@ long Connection::progress_p2p(RecvProblem* problem, int* err, bool* other_next) 
       moved += r;
       if (p2p_.open) return moved;
     }
+    if (wanted_only && !sink_->wants(peer_)) return moved;
     WireHeader h;
     const bool stashed = stash_pos_ < stash_.size();
     if (stashed) {

@@ -54,6 +54,8 @@ class P2PSink {
   virtual bool begin_frame(int peer, const WireHeader& header, void** payload) = 0;
   // Its payload has arrived entirely.
   virtual void end_frame(int peer) = 0;
+  // Whether a posted receive may take a frame from `peer` now.
+  virtual bool wants(int peer) const = 0;
 };
 
 class Connection {
@@ -131,10 +133,14 @@ class Connection {
   void set_p2p_sink(P2PSink* sink) { sink_ = sink; }
   // With no receive posted: reads the p2p frames at the head of the stream
   // (and the rest of one begun) into the sink, until a frame of another kind
-  // is next (*other_next) or the socket has nothing more. Returns bytes
-  // moved, or -1 with *problem: kEof, kError (*err), or kMismatch when the
-  // sink refused a frame (received_header() is its header).
-  long progress_p2p(RecvProblem* problem, int* err, bool* other_next);
+  // is next (*other_next) or the socket has nothing more; `wanted_only`:
+  // also stops before a frame once the sink no longer wants this peer's
+  // (a receive waits for them; a frame read with none posted would be
+  // buffered and copied twice, while one left in the stream is read
+  // straight into the receive posted later). Returns bytes moved, or -1
+  // with *problem: kEof, kError (*err), or kMismatch when the sink refused a
+  // frame (received_header() is its header).
+  long progress_p2p(RecvProblem* problem, int* err, bool* other_next, bool wanted_only);
   // A p2p frame's payload is still being read.
   bool p2p_frame_open() const { return p2p_.open; }
 

@@ -13,7 +13,7 @@ bool P2PInbox::post(Recv* recv) {
   for (auto it = buffered_.begin(); it != buffered_.end(); ++it) {
     if (it->claimed || it->header.root != recv->tag) continue;
     if (recv->peer != kAnySource && recv->peer != it->peer) continue;
-    if (it->payload.size() != recv->bytes) {
+    if (it->header.payload_bytes != recv->bytes) {
       error_ = size_mismatch(it->peer, it->header, *recv);
       --pending_;
       return false;
@@ -22,7 +22,7 @@ bool P2PInbox::post(Recv* recv) {
       it->claimed = recv;  // end_frame() finishes it
       return true;
     }
-    if (recv->bytes > 0) std::memcpy(recv->data, it->payload.data(), recv->bytes);
+    if (recv->bytes > 0) std::memcpy(recv->data, it->payload.get(), recv->bytes);
     finish(recv, it->peer);
     buffered_.erase(it);
     return true;
@@ -81,9 +81,11 @@ bool P2PInbox::begin_frame(int peer, const WireHeader& header, void** payload) {
     *payload = r->data;
     return true;
   }
-  buffered_.push_back(Message{peer, header, std::vector<uint8_t>(header.payload_bytes)});
+  buffered_.push_back(
+      Message{peer, header,
+              std::unique_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(1, header.payload_bytes)])});
   in_flight_[peer] = InFlight{nullptr, &buffered_.back()};
-  *payload = buffered_.back().payload.data();
+  *payload = buffered_.back().payload.get();
   return true;
 }
 
@@ -97,7 +99,7 @@ void P2PInbox::end_frame(int peer) {
   if (f.message == nullptr) return;  // its receive was dropped by clear()
   f.message->complete = true;
   if (Recv* r = f.message->claimed) {
-    if (r->bytes > 0) std::memcpy(r->data, f.message->payload.data(), r->bytes);
+    if (r->bytes > 0) std::memcpy(r->data, f.message->payload.get(), r->bytes);
     finish(r, peer);
     buffered_.remove_if([&](const Message& m) { return &m == f.message; });
   }

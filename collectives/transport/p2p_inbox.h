@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ class P2PInbox final : public P2PSink {
   bool has_pending() const { return pending_ > 0; }
   // Whether a posted receive may take a frame from `peer`: the connections
   // the Transport must read while point-to-point operations wait.
-  bool wants(int peer) const;
+  bool wants(int peer) const override;
   // Whether a posted receive names `peer` itself (not any source).
   bool wants_exactly(int peer) const;
   // "receive from rank 1 (tag 0, 40 bytes)" for each posted receive.
@@ -59,7 +60,8 @@ class P2PInbox final : public P2PSink {
   struct Message {
     int peer;
     WireHeader header;
-    std::vector<uint8_t> payload;
+    // Not zero-filled: the frame's payload overwrites every byte.
+    std::unique_ptr<uint8_t[]> payload;
     bool complete = false;
     Recv* claimed = nullptr;  // a receive matched while the payload was arriving
   };

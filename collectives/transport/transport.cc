@@ -296,7 +296,7 @@ bool Transport::progress_all() {
       moved |= r > 0;
       completed_ += c->recvs_completed() - before;
     } else if (p2p_.wants(*c, call_.seq)) {
-      moved |= progress_p2p_reads(*c);
+      moved |= progress_p2p_reads(*c, /*wanted_only=*/true);
     }
     completed_ += p2p_.inbox().completed() - p2p_before;
   }

@@ -285,7 +285,9 @@ class Transport {
   bool pending() const;
   // Point-to-point reads on a connection with no receive posted (p2p frames
   // at its head go to the inbox); true if bytes moved.
-  bool progress_p2p_reads(Connection& c);
+  // `wanted_only`: Connection::progress_p2p's (a receive's read, not a
+  // drain ahead of a collective's frame).
+  bool progress_p2p_reads(Connection& c, bool wanted_only);
   // The next frame on `c` is not a p2p message while a receive waits.
   void on_p2p_blocked(Connection& c);
   // poll() (or futex) until something happens or the deadline

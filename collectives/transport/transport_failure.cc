@@ -58,7 +58,7 @@ void Transport::on_unexpected_input(Connection& c) {
     case FrameType::kP2P:
       // A point-to-point message: into the inbox now, whatever this rank is
       // doing, so that a peer sending before it receives never waits on us.
-      progress_p2p_reads(c);
+      progress_p2p_reads(c, /*wanted_only=*/false);
       return;
   }
   peeked_seq_[c.peer()] = call_.seq;

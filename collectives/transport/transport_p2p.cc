@@ -137,11 +137,11 @@ void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
   *sources = p2p_sources(r);
 }
 
-bool Transport::progress_p2p_reads(Connection& c) {
+bool Transport::progress_p2p_reads(Connection& c, bool wanted_only) {
   RecvProblem problem = RecvProblem::kNone;
   int err = 0;
   bool other_next = false;
-  const long r = c.progress_p2p(&problem, &err, &other_next);
+  const long r = c.progress_p2p(&problem, &err, &other_next, wanted_only);
   if (r < 0) on_recv_problem(c, problem, err);
   if (other_next && p2p_.inbox().wants(c.peer())) on_p2p_blocked(c);
   return r > 0;

@@ -40,7 +40,7 @@ TEST_CASE("collie-bench --nproc runs every collective and checks the results", "
   require_built();
   for (std::string collective :
        {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "reduce", "gather",
-        "scatter", "all_to_all", "all_to_all_uneven", "sendrecv"}) {
+        "scatter", "all_to_all", "all_to_all_uneven", "sendrecv", "stream"}) {
     TempDir dir;
     auto p = Subprocess::spawn({kBench,
                                 "--nproc",
