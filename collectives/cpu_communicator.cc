@@ -42,31 +42,6 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
-// Start-up placement. Ranks started by one launcher, and woken by one store
-// thread during the rendezvous, often start on the same CPU; two ranks that
-// then spin on each other look to the load balancer like one busy core, and
-// it takes it tens of milliseconds to move one: a 2-rank job's first
-// thousands of 4-byte all_reduces took ~17 us each instead of 0.3-0.5 us
-// (both ranks on one CPU in every slow run, on two in every fast one). A
-// rank with a core of its own therefore moves itself once, at init, to a
-// CPU of its slot among the host's ranks, and gives its CPU mask back at
-// once: a placement, not a binding (threads, and the scheduler, stay free).
-void place_once(int local_index, int local_ranks) {
-  cpu_set_t original;
-  if (sched_getaffinity(0, sizeof original, &original) != 0) return;
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &original)) cpus.push_back(c);
-  if (local_ranks < 2 || static_cast<int>(cpus.size()) < local_ranks) return;
-  const int target =
-      cpus[static_cast<size_t>(local_index) * cpus.size() / static_cast<size_t>(local_ranks)];
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(target, &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) return;  // migrates before it returns
-  sched_setaffinity(0, sizeof original, &original);
-}
-
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int size,
@@ -83,18 +58,18 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   // back-off stops spins that keep failing either way.
   const int cores = available_cores();
   // This rank's index among its host's ranks (all of them on one host),
-  // for place_once() at the end, after the set-up's sleeps and wake-ups.
+  // for its home CPU (TransportOptions::home_cpu).
   int local_index = -1;
   if (boot.local_ranks <= cores && boot.local_ranks == size) local_index = rank;
   if (boot.local_ranks <= cores && !boot.host_of.empty()) {
     local_index = 0;
     for (int r = 0; r < rank; ++r) local_index += boot.host_of[r] == boot.host_of[rank];
   }
-  const int local_ranks = boot.local_ranks;
   TransportOptions topts;
   topts.group_name = options.store_prefix;
   topts.spin = boot.local_ranks > cores ? options.oversubscribed_spin : options.spin;
   topts.busy_poll = boot.local_ranks > cores ? std::chrono::microseconds(0) : options.busy_poll;
+  topts.home_cpu = home_cpu(local_index, boot.local_ranks);
   topts.report_after = std::chrono::duration_cast<std::chrono::milliseconds>(options.report_after);
   topts.futex_wait = options.futex_wait;
   COLLIE_LOG(kDebug) << boot.local_ranks << " ranks of " << size << " on this host with " << cores
@@ -119,7 +94,16 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   }
   if (one_host) comm->choose_shm_algorithms();
   if (!boot.host_of.empty()) comm->choose_hierarchical(std::move(boot.host_of), deadline);
-  if (local_index >= 0) place_once(local_index, local_ranks);
+  // Start-up placement. Ranks started by one launcher, and woken by one
+  // store thread during the rendezvous, often start on the same CPU; two
+  // ranks that then spin on each other look to the load balancer like one
+  // busy core, and it takes it tens of milliseconds to move one (a 2-rank
+  // job's first 4-byte all_reduces took ~17 us each instead of 0.3-0.5 us,
+  // both ranks on one CPU in every slow run). So a rank with a core of its
+  // own moves once, now, after the set-up's sleeps and wake-ups, to its home
+  // CPU; the transport moves it again if a later wake-up pulls the pair
+  // back together (SpinPolicy::note_wait).
+  if (topts.home_cpu >= 0) move_to_cpu(topts.home_cpu);
   return comm;
 }
 

@@ -135,6 +135,10 @@ void add_options(CLI::App& app, Options& o) {
       "--blocking", o.blocking,
       "wait for each collective before issuing the next (latency as a blocking caller sees "
       "it); default: issue all -n, then wait");
+  app.add_flag("--per-call", o.per_call,
+               "with --blocking: also time each call and report the median call (the slowest "
+               "rank's) after each row and in --json (costs two clock reads a call)")
+      ->needs("--blocking");
   app.add_option("--backend", o.backend, "cpu (alias socket), nccl or auto")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "socket", "nccl", "auto"}));

@@ -29,6 +29,7 @@ struct Options {
   int check = 1, root = 0, nproc = 0;
   std::string timeout = "300";
   bool blocking = false;
+  bool per_call = false;
 };
 
 // The flags parsed and checked.

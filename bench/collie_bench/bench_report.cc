@@ -56,6 +56,9 @@ void print_row(const Row& r) {
               static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count),
               r.dtype.c_str(), r.op.c_str(), r.root, r.time_us, r.algbw_gbps, r.busbw_gbps,
               wrong.c_str());
+  if (r.median_us >= 0)
+    std::printf("# %llu B: median call %.2f us (the slowest rank's)\n",
+                static_cast<unsigned long long>(r.bytes), r.median_us);
   std::fflush(stdout);
 }
 
@@ -87,6 +90,7 @@ std::string results_json(const RunInfo& info, const std::vector<Row>& rows) {
                        {"busbw_gbps", r.busbw_gbps},
                        {"wrong", r.wrong},
                        {"iters", r.iters}});
+    if (r.median_us >= 0) results.back()["median_us"] = r.median_us;
   }
   const json doc = {{"collective", info.collective}, {"backend", info.backend},
                     {"algorithm", info.algorithm},   {"world_size", info.world},

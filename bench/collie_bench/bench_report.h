@@ -17,8 +17,9 @@ struct Row {
   double time_us = 0;  // per iteration, averaged over the ranks
   double algbw_gbps = 0;
   double busbw_gbps = 0;
-  int64_t wrong = -1;  // -1: not checked
-  int iters = 0;       // timed calls (fewer than -n above --iter-bytes)
+  int64_t wrong = -1;     // -1: not checked
+  int iters = 0;          // timed calls (fewer than -n above --iter-bytes)
+  double median_us = -1;  // --per-call: the median call, the slowest rank's; -1: not timed
 };
 
 // nccl-tests' bus bandwidth factor: what each rank must move over its

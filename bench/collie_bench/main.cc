@@ -113,7 +113,17 @@ class Runner {
     auto start = std::chrono::steady_clock::now();
     std::vector<std::shared_ptr<Work>> works;
     works.reserve(iters);
-    if (o_.blocking) {
+    std::vector<double> calls_us;
+    if (o_.blocking && o_.per_call) {
+      calls_us.reserve(static_cast<size_t>(iters));
+      for (int i = 0; i < iters; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        issue(big, small)->wait();
+        calls_us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
+    } else if (o_.blocking) {
       for (int i = 0; i < iters; ++i) issue(big, small)->wait();
     } else {
       for (int i = 0; i < iters; ++i) works.push_back(issue(big, small));
@@ -132,6 +142,14 @@ class Runner {
     // sendrecv: one iteration is a round trip; the row shows the one-way
     // latency, as osu_latency does.
     row.time_us = o_.collective == "sendrecv" ? avg / 2 : avg;
+    if (!calls_us.empty()) {
+      std::nth_element(calls_us.begin(), calls_us.begin() + calls_us.size() / 2, calls_us.end());
+      double median = calls_us[calls_us.size() / 2];
+      pg_->all_reduce(TensorView{&median, 1, DataType::kFloat64},
+                      {.op = ReduceOp::kMax, .timeout = timeout_})
+          ->wait();
+      row.median_us = o_.collective == "sendrecv" ? median / 2 : median;
+    }
     row.algbw_gbps = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) : 0;
     row.busbw_gbps = row.algbw_gbps * bus_factor(o_.collective, world_);
     return row;

@@ -35,7 +35,7 @@ Transport::Transport(int rank, int size, uint32_t group,
       linker_(std::move(linker)),
       report_after_(options.report_after),
       futex_wait_(options.futex_wait),
-      spin_(options.spin, options.busy_poll),
+      spin_(options.spin, options.busy_poll, options.home_cpu),
       send_base_(size, 0),
       recv_base_(size, 0),
       peeked_seq_(size, 0),
@@ -315,12 +315,16 @@ void Transport::progress() {
     for (int i = 0; i < SpinPolicy::kClocklessPolls; ++i) {
       if (failure_.aborted()) fail_aborted();
       const bool moved = progress_all();
-      if (!pending()) return;
+      if (!pending()) {
+        spin_.note_wait(false);
+        return;
+      }
       if (completed_ != start) {
         // A step of a call that goes on: its deadline starts now at the
         // latest, and is checked as after every step below (a call that
         // is slow, not stuck, still ends at its deadline).
         spin_.succeeded();
+        spin_.note_wait(false);
         arm_report();
         if (Clock::now() >= deadline_->when()) fail_timeout();
         return;
@@ -335,10 +339,16 @@ void Transport::progress() {
   auto spin_until = entered + spin;
   const auto busy_poll = spin_.busy_poll_for(spin);
   auto poll_until = entered + busy_poll;
+  // A yield during which another task ran on this CPU (the peer, when the
+  // data is there right after it).
+  bool yielded_here = false;
   for (;;) {
     if (failure_.aborted()) fail_aborted();
     const bool moved = progress_all();
-    if (!pending()) return;
+    if (!pending()) {
+      spin_.note_wait(yielded_here);
+      return;
+    }
     // Checked even while data moves: a call that is slow, not stuck, still
     // ends at its deadline.
     const auto now = Clock::now();
@@ -346,6 +356,7 @@ void Transport::progress() {
     if (now >= next_report_) report_slow_wait();
     if (completed_ != start) {
       if (spin.count() > 0) spin_.succeeded();
+      spin_.note_wait(yielded_here);
       return;
     }
     if (moved) {
@@ -359,15 +370,19 @@ void Transport::progress() {
       // that comes back late gave the core to something that runs whole
       // time slices (another program): spinning is hurting, stop it.
       sched_yield();
-      if (Clock::now() - now > SpinPolicy::kLongYield) {
+      const auto yielded = Clock::now() - now;
+      if (yielded > SpinPolicy::kLongYield) {
         spin_.failed();
         spin_until = now;
+      } else {
+        yielded_here = yielded > SpinPolicy::kSharedYield;
       }
     } else {
       // A spin that simply ran out (the peer is late: it computes, or waits
       // for someone else) is not held against spinning; only a yield that
       // came back late is (above).
       wait_for_io();
+      yielded_here = false;
       spin_until = Clock::now() + spin;
       poll_until = Clock::now() + busy_poll;
     }

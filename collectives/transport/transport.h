@@ -79,6 +79,10 @@ struct TransportOptions {
   std::chrono::milliseconds report_after = std::chrono::seconds(30);
   // Shared-memory waits sleep on futex words (Connection::set_futex_wait).
   bool futex_wait = true;
+  // The CPU of this rank's slot among its host's ranks when each has a core
+  // of its own (-1: none). A rank that finds itself sharing a CPU with the
+  // peer it waits for moves there (SpinPolicy::note_wait, move_to_cpu).
+  int home_cpu = -1;
   // The group's name in the error record of a failure ("socket/0").
   std::string group_name;
 };

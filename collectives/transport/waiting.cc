@@ -4,6 +4,7 @@
 #include "collie/collectives/transport/waiting.h"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <vector>
@@ -11,6 +12,30 @@
 #include "collie/collectives/transport/shm/futex.h"
 
 namespace collie {
+
+bool move_to_cpu(int cpu) {
+  cpu_set_t original;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof original, &original) != 0 ||
+      !CPU_ISSET(cpu, &original))
+    return false;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return false;  // migrates before it returns
+  sched_setaffinity(0, sizeof original, &original);
+  return true;
+}
+
+int home_cpu(int local_index, int local_ranks) {
+  cpu_set_t allowed;
+  if (local_index < 0 || local_ranks < 2 || sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (static_cast<int>(cpus.size()) < local_ranks) return -1;
+  return cpus[static_cast<size_t>(local_index) * cpus.size() / static_cast<size_t>(local_ranks)];
+}
 
 void SpinPolicy::failed() {
   quiet_ = true;

@@ -39,6 +39,16 @@ inline void cpu_relax() {
 #endif
 }
 
+// Moves the calling thread to `cpu` now and gives it its CPU mask back at
+// once: a placement, not a binding (the scheduler stays free to move it,
+// and threads it starts later inherit the full mask). False when `cpu` is
+// not in the thread's mask or the kernel refused.
+bool move_to_cpu(int cpu);
+// The CPU of slot `local_index` of `local_ranks` among the calling thread's
+// allowed CPUs, spread evenly; -1 when there are fewer CPUs than ranks or a
+// single rank.
+int home_cpu(int local_index, int local_ranks);
+
 // Adaptive spinning. A spin pays when the peer is running and answers
 // within microseconds. When the core is shared with another program, the
 // spinner's sched_yield() hands that program a whole time slice while the
@@ -65,11 +75,19 @@ class SpinPolicy {
   // progress()'s polls without reading the clock, while busy-polling.
   static constexpr int kClocklessPolls = 32;
 
+  // A yield that came back later than this (and sooner than kLongYield)
+  // let another task run on this CPU: a rank's own peer when the data it
+  // waits for is there right after.
+  static constexpr std::chrono::microseconds kSharedYield{2};
+  // Waits in a row that ended right after such a yield before a rank moves
+  // to its home CPU.
+  static constexpr uint32_t kSharedStreak = 2;
+
   // `spin`: how long a wait spins before it sleeps (0: never). `busy_poll`:
   // the first part of it that polls memory without sched_yield(); only for
-  // ranks that have a core each.
-  SpinPolicy(std::chrono::microseconds spin, std::chrono::microseconds busy_poll)
-      : spin_(spin), busy_poll_(busy_poll) {}
+  // ranks that have a core each. `home_cpu`: TransportOptions::home_cpu.
+  SpinPolicy(std::chrono::microseconds spin, std::chrono::microseconds busy_poll, int home_cpu = -1)
+      : spin_(spin), busy_poll_(busy_poll), home_cpu_(home_cpu) {}
 
   std::chrono::microseconds spin() const { return spin_; }
   // Whether a wait may spin on memory without yielding the core now.
@@ -93,6 +111,26 @@ class SpinPolicy {
   }
   // A yield came back late: stop spinning for the current penalty.
   void failed();
+  // A wait ended; `after_shared_yield`: right after a yield in which
+  // another task ran on this CPU. Two ranks that spin on each other from
+  // one CPU look to the scheduler like one busy task, and it may take it
+  // tens of milliseconds to part them (wake-ups pull a woken task to its
+  // waker's CPU): meanwhile every exchange costs two busy-poll periods and
+  // two switches, ~20 us for a 0.5 us all_reduce. So a streak of such waits
+  // moves this thread once to its home CPU (move_to_cpu), which parts the
+  // pair at once. Returns whether it moved.
+  bool note_wait(bool after_shared_yield) {
+    if (!after_shared_yield) {
+      shared_streak_ = 0;
+      return false;
+    }
+    if (++shared_streak_ < kSharedStreak || home_cpu_ < 0) return false;
+    shared_streak_ = 0;
+    ++moves_;
+    return move_to_cpu(home_cpu_);
+  }
+  // How many times note_wait() moved this rank (tests, debug logs).
+  uint64_t moves() const { return moves_; }
 
  private:
   static constexpr uint32_t kSpinStreak = 64;
@@ -105,7 +143,11 @@ class SpinPolicy {
   bool quiet_ = false;
   std::chrono::milliseconds penalty_ = kMinPenalty;  // the next pause
   uint32_t streak_ = 0;                              // successful spins since the last failure
+  const int home_cpu_;
+  uint32_t shared_streak_ = 0;  // waits in a row that ended after a shared yield
+  uint64_t moves_ = 0;
 };
+
 
 // When every entry is a shared-memory channel the wait sleeps on the
 // channels' futex words instead of poll(), in slices of at most this many
