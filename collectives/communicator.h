@@ -201,6 +201,11 @@ class Communicator {
   // from (-1 for sends). Messages are matched by (peer, tag) in FIFO order,
   // and must have the receive's size (else BackendError naming both).
   virtual std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) = 0;
+  // One op: send_recv's, returning the receive's sender (-1 for a send).
+  // The cpu communicator's allocates nothing (a blocking send or recv).
+  virtual int send_recv_one(const P2POp& op, const Deadline& deadline) {
+    return send_recv(std::span<const P2POp>(&op, 1), deadline)[0];
+  }
   // The same, posted without waiting: the batch moves during every later
   // call of this communicator (collectives included, whose order it does
   // not enter) and while wait_p2p() drives it. Its buffers must stay valid

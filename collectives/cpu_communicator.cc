@@ -491,7 +491,7 @@ bool CpuCommunicator::p2p_done(P2PBatch& batch) {
   if (batch.done) return true;
   auto& b = static_cast<TransportBatch&>(batch);
   if (!transport_->p2p_done(*b.request)) return false;
-  b.sources = Transport::p2p_sources(*b.request);
+  Transport::p2p_sources(*b.request, &b.sources);
   b.done = true;
   b.request.reset();
   return true;
@@ -530,8 +530,17 @@ std::vector<int> CpuCommunicator::send_recv(std::span<const P2POp> ops, const De
   check_p2p(ops);
   if (ops.empty()) return {};
   std::vector<int> sources;
-  transport_->run_p2p(ops, deadline, &sources);
+  transport_->run_p2p(ops, deadline);
+  Transport::p2p_sources(transport_->blocking_p2p(), &sources);
   return sources;
+}
+
+int CpuCommunicator::send_recv_one(const P2POp& op, const Deadline& deadline) {
+  const std::span<const P2POp> ops(&op, 1);
+  check_p2p(ops);
+  transport_->run_p2p(ops, deadline);
+  const auto& recvs = transport_->blocking_p2p().recvs;
+  return recvs.empty() ? -1 : recvs.front().source;
 }
 
 }  // namespace collie

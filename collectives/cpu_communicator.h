@@ -72,6 +72,7 @@ class CpuCommunicator final : public Communicator {
   void all_to_all(std::span<const TensorView> in, std::span<const TensorView> out,
                   const Deadline& deadline) override;
   std::vector<int> send_recv(std::span<const P2POp> ops, const Deadline& deadline) override;
+  int send_recv_one(const P2POp& op, const Deadline& deadline) override;
   std::shared_ptr<P2PBatch> post_p2p(std::span<const P2POp> ops, const Deadline& deadline) override;
   bool p2p_done(P2PBatch& batch) override;
   void wait_p2p(P2PBatch& batch, const Deadline& deadline) override;

@@ -214,8 +214,9 @@ class Transport {
   std::shared_ptr<P2PRequest> start_p2p(std::span<const P2POp> ops, const Deadline& deadline);
   // Whether every op of `r` is done (the transport's thread only).
   bool p2p_done(const P2PRequest& r) const;
-  // Who sent each op's message (receives; -1 for sends), once done.
-  static std::vector<int> p2p_sources(const P2PRequest& r);
+  // Who sent each op's message (receives; -1 for sends), once done, into
+  // *sources (resized to r's ops).
+  static void p2p_sources(const P2PRequest& r, std::vector<int>* sources);
   // start_p2p's posting, of `ops` into `r` (r.ops is left alone: `ops`
   // must outlive r's receives).
   void post_p2p(P2PRequest& r, std::span<const P2POp> ops, const Deadline& deadline);
@@ -230,8 +231,11 @@ class Transport {
   // Drops every posted receive: their batches are given up (the group
   // failed or is going away) and their buffers may go.
   void cancel_p2p();
-  // start_p2p + wait_p2p; sources[i] as p2p_sources().
-  void run_p2p(std::span<const P2POp> ops, const Deadline& deadline, std::vector<int>* sources);
+  // start_p2p + wait_p2p into blocking_p2p(), a request kept for these
+  // blocking runs so that they allocate nothing once its vectors have grown.
+  void run_p2p(std::span<const P2POp> ops, const Deadline& deadline);
+  // The last run_p2p()'s request (p2p_sources() reads who sent what).
+  const P2PRequest& blocking_p2p() const { return blocking_p2p_; }
 
   // Blocks until at least one posted operation completes (returns at once
   // when none is posted). Throws on error, timeout or abort(). The progress
@@ -360,6 +364,7 @@ class Transport {
   // Point-to-point (p2p_state.h): the inbox, the sends queued, the
   // connections receives read, and the ops running (for error messages,
   // formatted only then; not running inside a collective).
+  P2PRequest blocking_p2p_;  // run_p2p()'s, reused
   P2PState p2p_;
 };
 

@@ -98,10 +98,9 @@ bool Transport::p2p_done(const P2PRequest& r) const {
   return true;
 }
 
-std::vector<int> Transport::p2p_sources(const P2PRequest& r) {
-  std::vector<int> sources(r.op_count, -1);
-  for (size_t k = 0; k < r.recvs.size(); ++k) sources[r.recv_op[k]] = r.recvs[k].source;
-  return sources;
+void Transport::p2p_sources(const P2PRequest& r, std::vector<int>* sources) {
+  sources->assign(r.op_count, -1);
+  for (size_t k = 0; k < r.recvs.size(); ++k) (*sources)[r.recv_op[k]] = r.recvs[k].source;
 }
 
 void Transport::wait_p2p(const P2PRequest& r, const Deadline& deadline,
@@ -128,13 +127,18 @@ void Transport::poll_p2p(const Deadline& deadline) {
   p2p_.leave();
 }
 
-void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline,
-                        std::vector<int>* sources) {
+void Transport::run_p2p(std::span<const P2POp> ops, const Deadline& deadline) {
   check_usable("send/recv");
-  P2PRequest r;  // on the stack: a blocking call's ops outlive it
+  // A blocking call's ops outlive the run: the request keeps no copy. Its
+  // vectors keep their capacity from run to run. One run at a time (the
+  // transport's calls are), and after a failure the transport is broken, so
+  // the inbox's pointers into the old receives are never used.
+  P2PRequest& r = blocking_p2p_;
+  r.recvs.clear();
+  r.recv_op.clear();
+  r.sends.clear();
   post_p2p(r, ops, deadline);
   wait_p2p(r, deadline, ops);
-  *sources = p2p_sources(r);
 }
 
 bool Transport::progress_p2p_reads(Connection& c, bool wanted_only) {

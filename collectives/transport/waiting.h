@@ -148,7 +148,6 @@ class SpinPolicy {
   uint64_t moves_ = 0;
 };
 
-
 // When every entry is a shared-memory channel the wait sleeps on the
 // channels' futex words instead of poll(), in slices of at most this many
 // milliseconds, each followed by a poll() that does not sleep: a peer that

@@ -420,11 +420,12 @@ std::shared_ptr<Work> CpuProcessGroup::send(TensorView tensor, int dst, const P2
   check_tensor(where, "tensor", tensor, DeviceType::kCPU);
   check_peer(where, dst, size_, false);
   check_timeout(where, options.timeout);
-  return run_p2p(options.async_op,
-                 [tensor, dst, tag = options.tag] {
-                   return str_cat(shape(tensor), " to rank ", dst, ", tag ", tag);
-                 },
-                 options.timeout, {P2POp{P2POpType::kIsend, tensor, dst, options.tag}});
+  auto details = [tensor, dst, tag = options.tag] {
+    return str_cat(shape(tensor), " to rank ", dst, ", tag ", tag);
+  };
+  const P2POp op{P2POpType::kIsend, tensor, dst, options.tag};
+  if (!options.async_op) return run_p2p_blocking(std::move(details), options.timeout, op);
+  return run_p2p(true, std::move(details), options.timeout, {op});
 }
 
 std::shared_ptr<Work> CpuProcessGroup::recv(TensorView tensor, int src, const P2POptions& options) {
@@ -432,14 +433,37 @@ std::shared_ptr<Work> CpuProcessGroup::recv(TensorView tensor, int src, const P2
   check_tensor(where, "tensor", tensor, DeviceType::kCPU);
   check_peer(where, src, size_, true);
   check_timeout(where, options.timeout);
-  return run_p2p(options.async_op,
-                 [tensor, src, tag = options.tag] {
-                   return str_cat(
-                       shape(tensor), " from ",
-                       src == kAnySource ? std::string("any rank") : str_cat("rank ", src),
-                       ", tag ", tag);
-                 },
-                 options.timeout, {P2POp{P2POpType::kIrecv, tensor, src, options.tag}});
+  auto details = [tensor, src, tag = options.tag] {
+    return str_cat(shape(tensor), " from ",
+                   src == kAnySource ? std::string("any rank") : str_cat("rank ", src), ", tag ",
+                   tag);
+  };
+  const P2POp op{P2POpType::kIrecv, tensor, src, options.tag};
+  // A receive from any source learns its sender as it runs: run_p2p's Work
+  // carries it.
+  if (!options.async_op && src != kAnySource)
+    return run_p2p_blocking(std::move(details), options.timeout, op);
+  return run_p2p(options.async_op, std::move(details), options.timeout, {op});
+}
+
+template <typename DetailsFn>
+std::shared_ptr<Work> CpuProcessGroup::run_p2p_blocking(DetailsFn&& details, Timeout timeout,
+                                                        const P2POp& op) {
+  const bool send = op.type == P2POpType::kIsend;
+  FrCall call = fr_call(send ? "send" : "recv", op.tensor, 1, op.tensor, 1);
+  call.p2p = true;
+  call.peer = op.peer;
+  auto* comm = communicator_.get();
+  // An op that takes only the Deadline: run inline on an idle group, it
+  // allocates nothing and its success is completed_work(), or a receive's
+  // completed_work(source) (the sender is the named peer).
+  auto work = enqueue(false, call, std::forward<DetailsFn>(details), op_timeout(timeout),
+                      [comm, op](const Deadline& deadline) { comm->send_recv_one(op, deadline); });
+  if (send) return work;
+  if (work == completed_work()) return completed_work(op.peer);
+  // Queued behind other ops: the executor's own Work, told its sender now.
+  if (auto* w = dynamic_cast<CompletionWork*>(work.get())) w->set_source_rank(op.peer);
+  return work;
 }
 
 std::shared_ptr<Work> CpuProcessGroup::batch_isend_irecv(std::span<const P2POp> ops,

@@ -171,6 +171,10 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
                  uint32_t out_tensors) const;
   std::shared_ptr<Work> run_p2p(bool async_op, SerialExecutor::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
+  // A blocking send, or a blocking recv from a named peer: no allocation
+  // when it runs inline (run_p2p's path makes a Work, a batch and vectors).
+  template <typename DetailsFn>
+  std::shared_ptr<Work> run_p2p_blocking(DetailsFn&& details, Timeout timeout, const P2POp& op);
 
   // Point-to-point batches posted and not done yet (p2p_work.h). Touched
   // only where the group's ops run (one at a time), and after shutdown.

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "collie/base/error.h"
@@ -13,11 +14,18 @@ namespace collie {
 namespace {
 class CompletedWork final : public Work {
  public:
+  explicit CompletedWork(int source = -1) : source_(source) {}
   bool is_completed() const override { return true; }
   bool is_success() const override { return true; }
   void wait(Timeout) override {}
   std::exception_ptr exception() const override { return nullptr; }
+  int source_rank() const override { return source_; }
+
+ private:
+  const int source_;
 };
+
+constexpr int kSharedSources = 1 << 16;
 }  // namespace
 
 std::shared_ptr<Work> completed_work() {
@@ -28,6 +36,23 @@ std::shared_ptr<Work> completed_work() {
   // global, or by a thread still running at exit).
   static CompletedWork& work = *new CompletedWork;
   return std::shared_ptr<Work>(std::shared_ptr<Work>(), &work);
+}
+
+std::shared_ptr<Work> completed_work(int source) {
+  if (source < 0 || source >= kSharedSources) return std::make_shared<CompletedWork>(source);
+  // Made on first use, lock-free; a thread that loses the race frees its
+  // copy. Never destroyed, like completed_work()'s.
+  static auto* table = new std::atomic<CompletedWork*>[kSharedSources]();
+  CompletedWork* w = table[source].load(std::memory_order_acquire);
+  if (w == nullptr) {
+    auto* made = new CompletedWork(source);
+    if (table[source].compare_exchange_strong(w, made, std::memory_order_acq_rel)) {
+      w = made;
+    } else {
+      delete made;
+    }
+  }
+  return std::shared_ptr<Work>(std::shared_ptr<Work>(), w);
 }
 
 bool CompletionWork::is_completed() const { return completed_.load(std::memory_order_acquire); }

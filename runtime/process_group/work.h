@@ -59,6 +59,11 @@ class Work {
 // of its own to keep (is_success, wait returns, source_rank -1), so it
 // allocates nothing.
 std::shared_ptr<Work> completed_work();
+// The same for a receive whose message came from group rank `source`
+// (source_rank() says so): one shared instance per source rank, made on
+// first use and never freed; a fresh completed Work past the first 65,536
+// ranks.
+std::shared_ptr<Work> completed_work(int source);
 
 // Runs queued operations on a thread that waits for one of them, instead of
 // leaving them to the backend's worker thread (SerialExecutor, rule 3).
