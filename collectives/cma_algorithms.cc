@@ -270,15 +270,20 @@ void shm_all_to_all(Transport& t, size_t direct_bytes, std::span<const Span> in,
   // Both ranks of a pair see the same two sizes (r's part for p, p's for r),
   // so they agree on whether the pair reads: no extra message decides it.
   auto reads = [&](int p) { return std::max(in[p].bytes, out[p].bytes) > direct_bytes; };
+  if (out[r].bytes > 0 && out[r].data != in[r].data)
+    std::memcpy(out[r].data, in[r].data, out[r].bytes);
+  if (P == 2 && !reads(1 - r) && in[1 - r].bytes == out[1 - r].bytes) {
+    // Two small parts of one size: the express exchange (the pair sees the
+    // same two sizes, so both take it).
+    t.exchange(1 - r, in[1 - r].data, out[1 - r].data, in[1 - r].bytes);
+    return;
+  }
   std::vector<Part> mine(P), theirs(P);
   bool any_read = false;
+  // Sends first: each starts as it is posted, the receives are posted while
+  // the data travels.
   for (int k = 1; k < P; ++k) {
-    const int to = (r + k) % P, from = (r - k + P) % P;
-    if (reads(from)) {
-      t.recv(from, &theirs[from], sizeof(Part));
-    } else {
-      t.recv(from, out[from].data, out[from].bytes);
-    }
+    const int to = (r + k) % P;
     if (reads(to)) {
       mine[to] = {kPartMagic, reinterpret_cast<uint64_t>(in[to].data), in[to].bytes};
       t.send(to, &mine[to], sizeof(Part));
@@ -287,8 +292,14 @@ void shm_all_to_all(Transport& t, size_t direct_bytes, std::span<const Span> in,
       t.send(to, in[to].data, in[to].bytes);
     }
   }
-  if (out[r].bytes > 0 && out[r].data != in[r].data)
-    std::memcpy(out[r].data, in[r].data, out[r].bytes);
+  for (int k = 1; k < P; ++k) {
+    const int from = (r - k + P) % P;
+    if (reads(from)) {
+      t.recv(from, &theirs[from], sizeof(Part));
+    } else {
+      t.recv(from, out[from].data, out[from].bytes);
+    }
+  }
   t.wait_all();
   if (!any_read) return;
   for (int p = 0; p < P; ++p) {
