@@ -2,19 +2,24 @@
 """torch.distributed over collie against torch's gloo: same script, same processes.
 
     <venv>/bin/python bench/compare/torch_backends.py \\
-        [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ddp-runs 5] [--fsdp-runs 5] \\
-        [--pipeline-runs 5] [--save results.json] [--plot docs/torch_backends.svg]
+        [--worlds 2 4] [--runs 5] [--max-bytes 67108864] [--ops all_reduce ...] \\
+        [--ddp-runs 5] [--fsdp-runs 5] [--pipeline-runs 5] [--save results.json] \\
+        [--plot docs/torch_backends.svg]
 
 <venv> is an environment with torch 2.x and collie_torch (tools/collie.sh
 makes them under ~/.cache/collie/venv-torch-<version>).
 
 For each world size, --runs separate jobs (fresh processes each). In a job
 every rank has both groups, collie (the default group) and gloo
-(new_group), and times each size on both, one after the other, so the two
-see the same machine load. A time is the mean of one size's timed calls
-(float32 sum, after warm-up), averaged over the ranks; the table shows, per
-size, the median over the runs (and the min-max), and the speed-up of
-collie over gloo (gloo's time / collie's: above 1, collie is faster).
+(new_group), and times each of --ops (default all_reduce; also
+all_to_all_single with a mixture-of-experts router's uneven split sizes,
+all_gather_into_tensor, reduce_scatter_tensor) at each size on both, one
+after the other, so the two see the same machine load. A size is the whole
+buffer (the gathered output, the scattered input, either side of the
+all_to_all). A time is the mean of one size's timed calls (float32, sum,
+after warm-up), averaged over the ranks; the table shows, per size, the
+median over the runs (and the min-max), and the speed-up of collie over
+gloo (gloo's time / collie's: above 1, collie is faster).
 
 Each job also measures what the adapter adds to collie's own C++ call for a
 4-byte blocking all_reduce: --overhead-blocks alternating blocks (ABBA) of
@@ -37,6 +42,11 @@ fully_shard on a CPU mesh) the same way: one epoch of --fsdp-steps steps per
 rank, collie and gloo alternately, N times each; it reports the median
 training steps/s.
 
+--moe-runs N (default 0: skipped) adds a mixture-of-experts layer, expert
+parallel over all_to_all_single (samples/torch_moe/train.py: a router and
+4 experts spread over the ranks) the same way: one epoch of --moe-steps
+steps, collie and gloo alternately, N times each; median training steps/s.
+
 --pipeline-runs N (default 0: skipped) adds pipeline parallelism
 (samples/torch_pipeline/train.py: a small ViT cut into stages, torch's
 --pipeline-args schedule, 1F1B unless they say otherwise) the same way: one
@@ -44,7 +54,7 @@ epoch of --pipeline-steps steps, collie and gloo alternately, N times each
 per world size; it reports the median training steps/s (the first step,
 which infers the stages' shapes, excluded) and the speed-up.
 
---save writes the measurements as JSON: the all_reduce times as records of
+--save writes the measurements as JSON: the collectives' times as records of
 bench_results.py's schema (impl "torch-collie" and "torch-gloo"), the
 overhead, DDP, FSDP and pipeline figures as sections of their own. --load prints the
 tables of such a file (or of one written before that schema) without
@@ -68,6 +78,7 @@ from bench_stats import (fixed, fmt_span, fmt_speedup, human_bytes, median,  # n
 SAMPLES = os.path.join(os.path.dirname(HERE), "..", "..", "samples")
 TRAIN = os.path.join(SAMPLES, "torch_ddp", "train.py")
 TRAIN_FSDP = os.path.join(SAMPLES, "torch_fsdp", "train.py")
+TRAIN_MOE = os.path.join(SAMPLES, "torch_moe", "train.py")
 TRAIN_PIPELINE = os.path.join(SAMPLES, "torch_pipeline", "train.py")
 # The pipeline sample evaluates the whole model on the main process after
 # the epoch: on a slice of the test set, the bench times the training only.
@@ -89,7 +100,46 @@ OVERHEAD_CALLS = 2000
 OVERHEAD_METRICS = ("wall", "process CPU", "thread CPU")
 
 
-def worker(max_bytes, overhead_blocks):
+# The ops --ops may time; a size is the whole buffer, as nccl-tests counts
+# it (all_gather_into_tensor: the output, reduce_scatter_tensor: the input,
+# all_to_all_single: either side).
+OPS = ("all_reduce", "all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+def router_splits(total, world, sender):
+    """all_to_all_single's uneven split sizes of a mixture-of-experts
+    router: what `sender` sends each rank (bench/compare/peer_sweep.h's
+    router_splits, the same in every program)."""
+    weight = [1 << ((p + sender) % world % 8) for p in range(world)]
+    counts = [total * w // sum(weight) for w in weight]
+    counts[sender] += total - sum(counts)
+    return counts
+
+
+def op_call(op, dist, data, nbytes, rank, world):
+    """A callable running `op` at `nbytes` on a group, or None when the size
+    holds no element per rank."""
+    import torch
+    n = nbytes // 4
+    if op == "all_reduce":
+        t = data[:n]
+        return lambda group: dist.all_reduce(t, group=group)
+    if n < world:
+        return None
+    part = n // world
+    if op == "all_gather_into_tensor":
+        out, inp = data[:part * world], torch.ones(part)
+        return lambda group: dist.all_gather_into_tensor(out, inp, group=group)
+    if op == "reduce_scatter_tensor":
+        inp, out = data[:part * world], torch.empty(part)
+        return lambda group: dist.reduce_scatter_tensor(out, inp, group=group)
+    sends = router_splits(part * world, world, rank)
+    recvs = [router_splits(part * world, world, p)[rank] for p in range(world)]
+    inp, out = data[:part * world], torch.empty(sum(recvs))
+    return lambda group: dist.all_to_all_single(out, inp, recvs, sends, group=group)
+
+
+def worker(max_bytes, overhead_blocks, ops):
     import torch
     import torch.distributed as dist
 
@@ -101,20 +151,24 @@ def worker(max_bytes, overhead_blocks):
     gloo = dist.new_group(backend="gloo")
     groups = {"collie": None, "gloo": gloo}
     data = torch.ones(max_bytes // 4)
-    for nbytes in sizes(max_bytes):  # (--max-bytes 0: the overhead only)
-        t = data[:nbytes // 4]
-        iters = iterations(nbytes)
-        for name, group in groups.items():
-            for _ in range(2):
-                dist.all_reduce(t, group=group)
-            dist.barrier(group=group)
-            start = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(t, group=group)
-            us = torch.tensor([(time.perf_counter() - start) * 1e6 / iters], dtype=torch.float64)
-            dist.all_reduce(us, group=gloo)
-            if rank == 0:
-                print(f"allreduce {name} {nbytes} {us.item() / world:.2f}", flush=True)
+    for op in ops:
+        for nbytes in sizes(max_bytes):  # (--max-bytes 0: the overhead only)
+            call = op_call(op, dist, data, nbytes, rank, world)
+            if call is None:
+                continue
+            iters = iterations(nbytes)
+            for name, group in groups.items():
+                for _ in range(2):
+                    call(group)
+                dist.barrier(group=group)
+                start = time.perf_counter()
+                for _ in range(iters):
+                    call(group)
+                us = torch.tensor([(time.perf_counter() - start) * 1e6 / iters],
+                                  dtype=torch.float64)
+                dist.all_reduce(us, group=gloo)
+                if rank == 0:
+                    print(f"op {op} {name} {nbytes} {us.item() / world:.2f}", flush=True)
     pg = collie_torch.backend()
     small = torch.ones(1)
     collie_torch._C._time_allreduce(pg, small, OVERHEAD_CALLS, "adapter")  # warm-up
@@ -150,9 +204,9 @@ def run_ranks(world, argv):
     return outs[0].splitlines()
 
 
-def run_job(world, max_bytes, overhead_blocks):
+def run_job(world, max_bytes, overhead_blocks, ops):
     return run_ranks(world, [sys.executable, HERE, "--worker", "--max-bytes", str(max_bytes),
-                             "--overhead-blocks", str(overhead_blocks)])
+                             "--overhead-blocks", str(overhead_blocks), "--ops", *ops])
 
 
 def train_stats(script, world, backend, steps, extra=()):
@@ -177,15 +231,23 @@ def span(values, digits=1):
 BACKENDS = {"collie": ("torch-collie", "auto"), "gloo": ("torch-gloo", "tcp")}
 
 
+# torch's names of the ops, as bench_results names the collectives.
+COLLECTIVE = {"all_reduce": "all_reduce", "all_to_all_single": "all_to_all_uneven",
+              "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter"}
+
+
 def to_records(all_reduce, machine, command=""):
-    """The all_reduce times ({world: {"backend bytes": [us per run]}}) as
-    bench_results records."""
+    """The times ({world: {"op backend bytes": [us per run]}}; "backend
+    bytes" in files written before --ops: all_reduce) as bench_results
+    records."""
     records = []
     for world, times in all_reduce.items():
         for key, runs in times.items():
-            backend, nbytes = key.split()
+            fields = key.split()
+            op = fields[0] if len(fields) == 3 else "all_reduce"
+            backend, nbytes = fields[-2:]
             impl, transport = BACKENDS[backend]
-            r = bench_results.Record(impl, transport, "all_reduce", int(world), int(nbytes),
+            r = bench_results.Record(impl, transport, COLLECTIVE[op], int(world), int(nbytes),
                                      iters=iterations(int(nbytes)), warmup=2, machine=machine,
                                      command=command)
             for us in runs:
@@ -231,7 +293,13 @@ def main():
     p.add_argument("--pipeline-args", default="",
                    help="more arguments for samples/torch_pipeline/train.py, the same for both "
                    "backends (e.g. '--schedule InterleavedZeroBubble --microbatches 8')")
-    p.add_argument("--skip-all-reduce", action="store_true")
+    p.add_argument("--moe-runs", type=int, default=0)
+    p.add_argument("--moe-steps", type=int, default=150,
+                   help="mixture-of-experts training steps per rank and run")
+    p.add_argument("--skip-all-reduce", action="store_true",
+                   help="time none of --ops (only the training figures)")
+    p.add_argument("--ops", nargs="+", default=["all_reduce"], choices=OPS,
+                   help="the collectives timed at each size, collie against gloo")
     p.add_argument("--overhead-blocks", type=int, default=10,
                    help="alternating blocks of 2000 calls per path and job for the adapter's "
                    "overhead")
@@ -244,13 +312,14 @@ def main():
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        return worker(args.max_bytes, args.overhead_blocks)
+        return worker(args.max_bytes, args.overhead_blocks, args.ops)
     results = load(args.load) if args.load else measure(args)
     if args.save:
         save(args.save, results)
     print_tables(results)
     fsdp_table(results)
     pipeline_table(results)
+    moe_table(results)
     if args.plot:
         plot(results, args.plot)
 
@@ -264,7 +333,9 @@ def measure(args):
     results = {"runs": args.runs, "ddp_steps": args.ddp_steps, "ddp_args": args.ddp_args,
                "fsdp_steps": args.fsdp_steps, "fsdp_args": args.fsdp_args,
                "pipeline_steps": args.pipeline_steps, "pipeline_args": args.pipeline_args,
-               "overhead": {}, "ddp": {}, "ddp_cpu_ms": {}, "fsdp": {}, "pipeline": {}}
+               "moe_steps": args.moe_steps,
+               "overhead": {}, "ddp": {}, "ddp_cpu_ms": {}, "fsdp": {}, "pipeline": {},
+               "moe": {}}
     if args.overhead_only:
         args.max_bytes = 0
     if not args.skip_all_reduce:
@@ -272,10 +343,10 @@ def measure(args):
             times, jobs = {}, []
             for _ in range(args.runs):
                 job = {}
-                for line in run_job(world, args.max_bytes, args.overhead_blocks):
+                for line in run_job(world, args.max_bytes, args.overhead_blocks, args.ops):
                     kind, *rest = line.split()
-                    if kind == "allreduce":
-                        times.setdefault(f"{rest[0]} {rest[1]}", []).append(float(rest[2]))
+                    if kind == "op":
+                        times.setdefault(" ".join(rest[:3]), []).append(float(rest[3]))
                     elif kind == "overhead":
                         job.setdefault(rest[0], {})[rest[1]] = [float(x) for x in rest[2:]]
                 jobs.append(job)
@@ -299,6 +370,13 @@ def measure(args):
                                     args.fsdp_args.split())
                 rates[backend].append(stats["train_steps_per_s"])
         results["fsdp"][str(world)] = rates
+    for world in args.worlds if args.moe_runs > 0 else []:
+        rates = {"collie": [], "gloo": []}
+        for _ in range(args.moe_runs):
+            for backend in rates:  # alternately, so that both see the same load
+                stats = train_stats(TRAIN_MOE, world, backend, args.moe_steps)
+                rates[backend].append(stats["train_steps_per_s"])
+        results["moe"][str(world)] = rates
     for world in args.worlds if args.pipeline_runs > 0 else []:
         rates = {"collie": [], "gloo": []}
         for _ in range(args.pipeline_runs):
@@ -309,15 +387,17 @@ def measure(args):
         results["pipeline"][str(world)] = rates
     bench_results.finish_machine(machine)
     command = (f"RANK=r WORLD_SIZE=n {sys.executable} {HERE} --worker --max-bytes "
-               f"{args.max_bytes} --overhead-blocks {args.overhead_blocks}")
+               f"{args.max_bytes} --overhead-blocks {args.overhead_blocks} --ops "
+               f"{' '.join(args.ops)}")
     results["records"] = to_records(all_reduce, machine, command)
     return results
 
 
 def print_tables(results):
     if results["records"]:
-        print("torch.distributed.all_reduce (float32 sum), collie against gloo in the same "
-              "processes\n")
+        print("torch.distributed's collectives (float32; reductions sum; all_to_all_single "
+              "with a router's uneven splits, listed as all_to_all_uneven), collie against "
+              "gloo in the same processes\n")
         print(merge_results.render(results["records"]))
     for world, jobs in results.get("overhead", {}).items():
         if jobs:
@@ -354,6 +434,20 @@ def fsdp_table(results):
     for world, rates in results["fsdp"].items():
         c, g = rates["collie"], rates["gloo"]
         print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
+              f"{paired(c, g)} |", flush=True)
+
+
+def moe_table(results):
+    if not results.get("moe"):
+        return
+    print(f"\nA mixture-of-experts layer, expert parallel over all_to_all_single "
+          f"(samples/torch_moe/train.py, {results['moe_steps']} steps per rank): training "
+          "steps/s, median (min-max) of the runs\n")
+    print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
+          "| --- | --- | --- | --- | --- |")
+    for world, rates in results["moe"].items():
+        c, g = rates["collie"], rates["gloo"]
+        print(f"| {world} | {span(c, 1)} | {span(g, 1)} | {fmt_speedup(rate_speedup(c, g))} | "
               f"{paired(c, g)} |", flush=True)
 
 

@@ -177,13 +177,16 @@ def test_killed_rank_under_torchrun():
 
 # --- the samples: collie and gloo train the same model ----------------------
 
-@pytest.mark.parametrize("sample,steps", [("torch_ddp", 40), ("torch_fsdp", 15)])
+@pytest.mark.parametrize("sample,steps", [("torch_ddp", 40), ("torch_fsdp", 15),
+                                          ("torch_moe", 15)])
 def test_sample_trains_the_same_weights_as_gloo(tmp_path, sample, steps):
     """samples/<sample>/train.py, 2 ranks, 2 epochs of a few steps, over each
     backend. Two ranks sum two numbers in every algorithm (a + b == b + a in
     IEEE arithmetic), DDP divides before it sums and FSDP2 averages in the
-    reduce-scatter the same way, and everything else is the same
-    single-threaded code: the weights must be the same bits."""
+    reduce-scatter the same way, the mixture of experts' all_to_alls move
+    bytes as they are, and everything else is the same single-threaded code:
+    the weights (the MoE sample's: every rank's experts, gathered) must be the
+    same bits."""
     import torch
 
     data = os.path.join("/usr/share/datasets/fashion-mnist")
