@@ -1,5 +1,5 @@
 """The helpers BLIP's utils.py gives its train_*.py, for collie's PyTorch
-samples (samples/torch_ddp, samples/torch_fsdp): the distributed setup the
+samples (samples/torch_ddp, samples/torch_fsdp, samples/torch_moe): the distributed setup the
 tutorial explains, the learning-rate schedule, the evaluation, and
 Fashion-MNIST (Debian's dataset-fashion-mnist) read from its idx files."""
 import argparse
