@@ -423,46 +423,36 @@ def paired(collie_rates, gloo_rates):
     return span([a / b for a, b in zip(collie_rates, gloo_rates)], 2)
 
 
-def fsdp_table(results):
-    if not results.get("fsdp"):
+def rates_table(results, key, caption, digits=2):
+    """The training rates of results[key] ({world: {"collie": [...], "gloo":
+    [...]}}) under `caption`, one line per world size."""
+    if not results.get(key):
         return
-    extra = f" {results['fsdp_args']}" if results.get("fsdp_args") else ""
-    print(f"\nFSDP2 on Fashion-MNIST (samples/torch_fsdp/train.py{extra}, {results['fsdp_steps']} "
-          "steps per rank): training steps/s, median (min-max) of the runs\n")
+    print(f"\n{caption}: training steps/s, median (min-max) of the runs\n")
     print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
           "| --- | --- | --- | --- | --- |")
-    for world, rates in results["fsdp"].items():
+    for world, rates in results[key].items():
         c, g = rates["collie"], rates["gloo"]
-        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
-              f"{paired(c, g)} |", flush=True)
+        print(f"| {world} | {span(c, digits)} | {span(g, digits)} | "
+              f"{fmt_speedup(rate_speedup(c, g))} | {paired(c, g)} |", flush=True)
+
+
+def fsdp_table(results):
+    extra = f" {results['fsdp_args']}" if results.get("fsdp_args") else ""
+    rates_table(results, "fsdp", f"FSDP2 on Fashion-MNIST (samples/torch_fsdp/train.py{extra}, "
+                f"{results.get('fsdp_steps')} steps per rank)")
 
 
 def moe_table(results):
-    if not results.get("moe"):
-        return
-    print(f"\nA mixture-of-experts layer, expert parallel over all_to_all_single "
-          f"(samples/torch_moe/train.py, {results['moe_steps']} steps per rank): training "
-          "steps/s, median (min-max) of the runs\n")
-    print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
-          "| --- | --- | --- | --- | --- |")
-    for world, rates in results["moe"].items():
-        c, g = rates["collie"], rates["gloo"]
-        print(f"| {world} | {span(c, 1)} | {span(g, 1)} | {fmt_speedup(rate_speedup(c, g))} | "
-              f"{paired(c, g)} |", flush=True)
+    rates_table(results, "moe", "A mixture-of-experts layer, expert parallel over "
+                f"all_to_all_single (samples/torch_moe/train.py, {results.get('moe_steps')} steps "
+                "per rank)", digits=1)
 
 
 def pipeline_table(results):
-    if not results.get("pipeline"):
-        return
     extra = f" {results['pipeline_args']}" if results.get("pipeline_args") else ""
-    print(f"\nPipeline parallelism on Fashion-MNIST (samples/torch_pipeline/train.py{extra}, "
-          f"{results['pipeline_steps']} steps): training steps/s, median (min-max) of the runs\n")
-    print(f"| ranks | collie | gloo | {speedup_header('gloo')} | paired |\n"
-          "| --- | --- | --- | --- | --- |")
-    for world, rates in results["pipeline"].items():
-        c, g = rates["collie"], rates["gloo"]
-        print(f"| {world} | {span(c, 2)} | {span(g, 2)} | {fmt_speedup(rate_speedup(c, g))} | "
-              f"{paired(c, g)} |", flush=True)
+    rates_table(results, "pipeline", "Pipeline parallelism on Fashion-MNIST "
+                f"(samples/torch_pipeline/train.py{extra}, {results.get('pipeline_steps')} steps)")
 
 
 def overhead_table(world, jobs):

@@ -111,6 +111,51 @@ def evaluate(model, loader):
     return {"acc": 100.0 * correct / n, "loss": loss_sum / n}
 
 
+def train_steps(model, loader, optimizer, epoch, args, after_backward=None):
+    """One epoch of cross-entropy training (the FSDP2 and mixture-of-experts
+    samples'); after_backward() runs between backward and the optimizer's
+    step. Returns the mean loss and the job's rates: steps/s (the ranks step
+    together: the slowest sets it) and samples/s (summed over the ranks)."""
+    import time
+    model.train()
+    header = f"Train Epoch: [{epoch}]"
+    loss_sum, steps, samples = 0.0, 0, 0
+    start = time.perf_counter()
+    for i, (images, labels) in enumerate(loader):
+        if 0 <= args.max_steps <= i:
+            break
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        if after_backward is not None:
+            after_backward()
+        optimizer.step()
+        loss_sum, steps, samples = loss_sum + loss.item(), steps + 1, samples + len(labels)
+        if i % args.print_freq == 0:
+            print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
+                  f"loss: {loss.item():.4f}")
+    seconds = time.perf_counter() - start
+    stats = torch.tensor([steps / seconds, samples / seconds], dtype=torch.float64)
+    if args.distributed:
+        dist.all_reduce(stats)
+    return {"loss": loss_sum / max(steps, 1), "steps_per_s": stats[0].item() / get_world_size(),
+            "samples_per_s": stats[1].item(), "seconds": seconds}
+
+
+def write_epoch(args, epoch, train_stats, test_stats, checkpoint, test_images):
+    """The main process's end of an epoch, as BLIP's train.py: the accuracy
+    printed, `checkpoint` saved as checkpoint_<epoch>.pth and the epoch's
+    line (train_*, test_*) appended to log.txt in args.output_dir."""
+    import json
+    print(f"Accuracy of the network on the {test_images} test images: {test_stats['acc']:.2f}%")
+    log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},
+                 **{f"test_{k}": v for k, v in test_stats.items()},
+                 "epoch": epoch, "backend": args.backend, "world_size": get_world_size()}
+    torch.save(checkpoint, os.path.join(args.output_dir, "checkpoint_%02d.pth" % epoch))
+    with open(os.path.join(args.output_dir, "log.txt"), "a") as f:
+        f.write(json.dumps(log_stats) + "\n")
+
+
 def read_idx(path):
     """An idx file (big-endian magic: 0, 0, type 8 = uint8, ndim; then dims)."""
     with gzip.open(path, "rb") as f:

@@ -24,7 +24,6 @@ Chrome trace / Perfetto file. The model and schedule are blip_train's
 """
 import contextlib
 import datetime
-import json
 import os
 import sys
 import time
@@ -155,17 +154,10 @@ def main(args):
         train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
         if is_main_process():
             test_stats = utils.evaluate(model_without_ddp, test_loader)
-            print(f"Accuracy of the network on the {len(test_set)} test images: "
-                  f"{test_stats['acc']:.2f}%")
-            log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},
-                         **{f"test_{k}": v for k, v in test_stats.items()},
-                         "epoch": epoch, "backend": args.backend, "world_size": get_world_size()}
-            torch.save({"model": model_without_ddp.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "config": vars(args), "epoch": epoch},
-                       os.path.join(args.output_dir, "checkpoint_%02d.pth" % epoch))
-            with open(os.path.join(args.output_dir, "log.txt"), "a") as f:
-                f.write(json.dumps(log_stats) + "\n")
+            utils.write_epoch(args, epoch, train_stats, test_stats,
+                              {"model": model_without_ddp.state_dict(),
+                               "optimizer": optimizer.state_dict(), "config": vars(args),
+                               "epoch": epoch}, len(test_set))
         if args.distributed:
             dist.barrier()
 

@@ -24,7 +24,6 @@ the checkpoint (a full state dict, gathered from the shards) are on the main
 process only; every rank takes part in gathering it.
 """
 import datetime
-import json
 import os
 import sys
 import time
@@ -32,7 +31,6 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch_common"))
@@ -88,33 +86,6 @@ class ViT(nn.Module):
         return self.head(self.norm(x[:, 0]))
 
 
-def train_one_epoch(model, loader, optimizer, epoch, args):
-    model.train()
-    header = f"Train Epoch: [{epoch}]"
-    loss_sum, steps, samples = 0.0, 0, 0
-    start = time.perf_counter()
-    for i, (images, labels) in enumerate(loader):
-        if 0 <= args.max_steps <= i:
-            break
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()  # FSDP reduce-scatters each block's gradients here
-        optimizer.step()
-        loss_sum, steps, samples = loss_sum + loss.item(), steps + 1, samples + len(labels)
-        if i % args.print_freq == 0:
-            print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
-                  f"loss: {loss.item():.4f}")
-    seconds = time.perf_counter() - start
-    # Every rank's steps and samples per second: the job's rate is the
-    # slowest rank's steps (they step together) and the sum of the samples.
-    stats = torch.tensor([steps / seconds, samples / seconds], dtype=torch.float64)
-    if args.distributed:
-        dist.all_reduce(stats)
-    world = get_world_size()
-    return {"loss": loss_sum / max(steps, 1), "steps_per_s": stats[0].item() / world,
-            "samples_per_s": stats[1].item(), "seconds": seconds}
-
-
 def main(args):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.device_mesh import init_device_mesh
@@ -163,7 +134,8 @@ def main(args):
         if args.distributed:
             train_loader.sampler.set_epoch(epoch)
         utils.cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
-        train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
+        # FSDP reduce-scatters each block's gradients during backward.
+        train_stats = utils.train_steps(model, train_loader, optimizer, epoch, args)
         # Every rank takes part in gathering the full state dict; only the
         # main process keeps it (cpu_offload), evaluates and saves.
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
@@ -171,15 +143,8 @@ def main(args):
         if is_main_process():
             plain.load_state_dict(state)
             test_stats = utils.evaluate(plain, test_loader)
-            print(f"Accuracy of the network on the {len(test_set)} test images: "
-                  f"{test_stats['acc']:.2f}%")
-            log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},
-                         **{f"test_{k}": v for k, v in test_stats.items()},
-                         "epoch": epoch, "backend": args.backend, "world_size": get_world_size()}
-            torch.save({"model": state, "config": vars(args), "epoch": epoch},
-                       os.path.join(args.output_dir, "checkpoint_%02d.pth" % epoch))
-            with open(os.path.join(args.output_dir, "log.txt"), "a") as f:
-                f.write(json.dumps(log_stats) + "\n")
+            utils.write_epoch(args, epoch, train_stats, test_stats,
+                              {"model": state, "config": vars(args), "epoch": epoch}, len(test_set))
         if args.distributed:
             dist.barrier()
 

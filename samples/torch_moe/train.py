@@ -24,7 +24,6 @@ be a multiple of the world size. The main process gathers the experts after
 each epoch, evaluates the whole model and saves it.
 """
 import datetime
-import json
 import os
 import sys
 import time
@@ -165,34 +164,6 @@ def full_state(model, args):
     return state
 
 
-def train_one_epoch(model, loader, optimizer, epoch, args):
-    model.train()
-    header = f"Train Epoch: [{epoch}]"
-    loss_sum, steps, samples = 0.0, 0, 0
-    start = time.perf_counter()
-    for i, (images, labels) in enumerate(loader):
-        if 0 <= args.max_steps <= i:
-            break
-        loss = F.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()  # the experts' gradients come back through the all_to_all
-        if args.distributed:
-            average_dense_gradients(model, get_world_size())
-        optimizer.step()
-        loss_sum, steps, samples = loss_sum + loss.item(), steps + 1, samples + len(labels)
-        if i % args.print_freq == 0:
-            print(f"{header} [{i}/{len(loader)}] lr: {optimizer.param_groups[0]['lr']:.6f} "
-                  f"loss: {loss.item():.4f}")
-    seconds = time.perf_counter() - start
-    # The job's rate: the ranks step together (the slowest sets it).
-    stats = torch.tensor([steps / seconds, samples / seconds], dtype=torch.float64)
-    if args.distributed:
-        dist.all_reduce(stats)
-    world = get_world_size()
-    return {"loss": loss_sum / max(steps, 1), "steps_per_s": stats[0].item() / world,
-            "samples_per_s": stats[1].item(), "seconds": seconds}
-
-
 def main(args):
     utils.init_distributed_mode(args, datetime.timedelta(seconds=args.timeout))
     torch.set_num_threads(args.threads)
@@ -224,20 +195,16 @@ def main(args):
         if args.distributed:
             train_loader.sampler.set_epoch(epoch)
         utils.cosine_lr_schedule(optimizer, epoch, args.epochs, args.lr, args.min_lr)
-        train_stats = train_one_epoch(model, train_loader, optimizer, epoch, args)
+        # Backward brings the experts' gradients back through the all_to_alls.
+        train_stats = utils.train_steps(
+            model, train_loader, optimizer, epoch, args,
+            (lambda: average_dense_gradients(model, world)) if args.distributed else None)
         state = full_state(model, args)
         if is_main_process():
             plain.load_state_dict(state)
             test_stats = utils.evaluate(plain, test_loader)
-            print(f"Accuracy of the network on the {len(test_set)} test images: "
-                  f"{test_stats['acc']:.2f}%")
-            log_stats = {**{f"train_{k}": v for k, v in train_stats.items()},
-                         **{f"test_{k}": v for k, v in test_stats.items()},
-                         "epoch": epoch, "backend": args.backend, "world_size": world}
-            torch.save({"model": state, "config": vars(args), "epoch": epoch},
-                       os.path.join(args.output_dir, "checkpoint_%02d.pth" % epoch))
-            with open(os.path.join(args.output_dir, "log.txt"), "a") as f:
-                f.write(json.dumps(log_stats) + "\n")
+            utils.write_epoch(args, epoch, train_stats, test_stats,
+                              {"model": state, "config": vars(args), "epoch": epoch}, len(test_set))
         if args.distributed:
             dist.barrier()
 
