@@ -159,8 +159,8 @@ void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const Host
 void hierarchical_barrier(Transport& t, const HostMap& map);
 // The tensor forms (one buffer of world x in / world x out), uniform maps:
 // the bytes between hosts cross once, by the ranks of equal local index.
-void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
-                             TensorView in, TensorView out);
+void hierarchical_all_gather(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                             const HostMap& map, TensorView in, TensorView out);
 void hierarchical_reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
                                  const HostMap& map, TensorView in, TensorView out, ReduceOp op);
 void hierarchical_reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,

@@ -278,7 +278,7 @@ void CpuCommunicator::all_gather(TensorView in, TensorView out, const Deadline& 
   }
   if (hierarchical) {
     ++hierarchical_calls_;
-    hierarchical_all_gather(*transport_, config_, *hosts_, in, out);
+    hierarchical_all_gather(*transport_, workspace_, config_, *hosts_, in, out);
     return;
   }
   if (call.algorithm) {

@@ -45,14 +45,21 @@
 // output's slots of those ranks; (2) on each host, every rank copies from
 // each host peer p the H slots that p gathered (CMA reads). Each rank sends
 // and receives (H-1) c across hosts: each host (H-1) L c, the least it can
-// receive.
+// receive. Up to small_message_bytes of output, one rank per host on the
+// network instead: the host's inputs go to its leader, the leaders
+// all_gather the host blocks (L c each) over TCP, and each leader sends the
+// whole result to its host peers: (H-1) TCP messages per host, not L (H-1),
+// and no peer memory read for a few bytes.
 //
 // reduce_scatter (tensor form, c elements out per rank): (1) on each host,
 // local rank l reduces the H chunks of the host's inputs that belong to
 // the ranks of local index l (one per host), in host rank order, into a
 // staging buffer of H c elements; (2) those ranks reduce_scatter the
 // staging buffers over TCP, chunk h going to host h's rank. (H-1) c
-// elements cross per rank.
+// elements cross per rank. Up to small_message_bytes of input: the host's
+// inputs are reduced at its leader (the flat reduce), the leaders
+// reduce_scatter the sums over TCP in blocks of L c (host h's ranks'
+// chunks), and each leader sends its host peers their chunk.
 //
 // reduce (n elements to root): (1) local rank l reduces slice l (n/L) of
 // the host's inputs; (2) the ranks of local index l reduce their slice over
@@ -178,13 +185,69 @@ void hierarchical_broadcast(Transport& t, const AlgorithmConfig& cfg, const Host
   }
 }
 
-void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const HostMap& map,
-                             TensorView in, TensorView out) {
+// The small all_gather and reduce_scatter: one rank per host (its leader,
+// local index 0) on the network. Staging is host-major: host h's ranks in
+// local order, c bytes each.
+namespace {
+
+// The block of `host` (its ranks' c bytes each, local order) lands in its
+// leader's `block`: the others send theirs (shared memory).
+void gather_to_leader(Transport& t, const std::vector<int>& host, const void* mine, void* block,
+                      size_t c) {
+  Transport::SubgroupScope scope(t, host);
+  if (t.rank() != 0) {
+    t.send(0, mine, c);
+    t.wait_all();
+    return;
+  }
+  auto* b = static_cast<uint8_t*>(block);
+  if (c > 0 && b != mine) std::memcpy(b, mine, c);
+  for (int p = 1; p < t.size(); ++p) t.recv(p, b + static_cast<size_t>(p) * c, c);
+  t.wait_all();
+}
+
+}  // namespace
+
+void hierarchical_all_gather(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
+                             const HostMap& map, TensorView in, TensorView out) {
   COLLIE_CHECK(map.uniform, "hierarchical all_gather over hosts of different sizes");
   const int me = t.rank();
   const int l = map.local_index[me];
   const size_t bytes = in.nbytes();
   auto* o = static_cast<uint8_t*>(out.data);
+  const auto& host = map.hosts[map.host_of[me]];
+  if (out.nbytes() <= cfg.small_message_bytes) {
+    // (1) the host's inputs to its leader; (2) the leaders all_gather the
+    // host blocks (L c bytes each) over TCP; (3) each leader sends the
+    // whole gathered buffer to its host peers; (4) every rank puts each
+    // block's slots where their ranks go. (H-1) messages per host cross the
+    // network, not L (H-1), and no peer memory is read.
+    const size_t L = host.size(), H = map.hosts.size(), block = L * bytes;
+    auto* staging = static_cast<uint8_t*>(ws.get(6, std::max<size_t>(1, H * block)));
+    const size_t h_me = static_cast<size_t>(map.host_of[me]);
+    gather_to_leader(t, host, in.data, staging + h_me * block, bytes);
+    if (l == 0) {
+      std::vector<uint8_t*> slots;
+      for (size_t h = 0; h < H; ++h) slots.push_back(staging + h * block);
+      Transport::SubgroupScope scope(t, column(map, 0));
+      all_gather(t, cfg, TensorView{staging + h_me * block, block, DataType::kUInt8, in.device},
+                 slots);
+    }
+    if (L > 1) {
+      Transport::SubgroupScope scope(t, host);
+      if (t.rank() == 0) {
+        for (int p = 1; p < t.size(); ++p) t.send(p, staging, H * block);
+      } else {
+        t.recv(0, staging, H * block);
+      }
+      t.wait_all();
+    }
+    for (size_t h = 0; h < H && bytes > 0; ++h)
+      for (size_t k = 0; k < L; ++k)
+        std::memcpy(o + static_cast<size_t>(map.hosts[h][k]) * bytes, staging + (h * L + k) * bytes,
+                    bytes);
+    return;
+  }
   {
     const std::vector<int> peers = column(map, l);
     std::vector<uint8_t*> slots;
@@ -192,7 +255,6 @@ void hierarchical_all_gather(Transport& t, const AlgorithmConfig& cfg, const Hos
     Transport::SubgroupScope scope(t, peers);
     all_gather(t, cfg, in, slots);
   }
-  const auto& host = map.hosts[map.host_of[me]];
   if (host.size() < 2) return;
   Transport::SubgroupScope scope(t, host);
   shm_copy_peer_chunks(t, out.data, bytes, [&](int peer_local) {
@@ -209,6 +271,47 @@ void hierarchical_reduce_scatter(Transport& t, Workspace& ws, const AlgorithmCon
   const int l = map.local_index[me];
   const ReduceOp level_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
   const size_t n = out.count, es = element_size(out.dtype), H = map.hosts.size();
+  if (in.nbytes() <= cfg.small_message_bytes) {
+    // (1) the host's inputs reduced to its leader (the flat reduce: every
+    // host rank sends the leader its input, which it reduces in local
+    // order); (2) the leaders reorder the sum host-major and reduce_scatter
+    // it over TCP, host h's leader getting host h's L chunks; (3) each
+    // leader sends its host peers their chunk. (H-1) messages per host
+    // cross the network, not L (H-1).
+    const auto& host = map.hosts[map.host_of[me]];
+    const size_t L = host.size(), total = in.count;
+    auto* sum = static_cast<uint8_t*>(ws.get(6, std::max<size_t>(1, total * es)));
+    auto* ordered = static_cast<uint8_t*>(ws.get(7, std::max<size_t>(1, total * es)));
+    const TensorView sum_view{sum, total, in.dtype, in.device};
+    if (L > 1) {
+      Transport::SubgroupScope scope(t, host);
+      reduce(t, ws, cfg, in, sum_view, level_op, 0);
+    } else if (total > 0) {
+      std::memcpy(sum, in.data, total * es);
+    }
+    if (l == 0) {
+      for (size_t h = 0; h < H && n > 0; ++h)
+        for (size_t k = 0; k < L; ++k)
+          std::memcpy(ordered + (h * L + k) * n * es,
+                      sum + static_cast<size_t>(map.hosts[h][k]) * n * es, n * es);
+      std::vector<const uint8_t*> slots;
+      for (size_t h = 0; h < H; ++h) slots.push_back(ordered + h * L * n * es);
+      Transport::SubgroupScope scope(t, column(map, 0));
+      reduce_scatter(t, ws, cfg, slots, TensorView{sum, L * n, out.dtype, out.device}, level_op);
+    }
+    {
+      Transport::SubgroupScope scope(t, host);
+      if (t.rank() == 0) {
+        for (int p = 1; p < t.size(); ++p) t.send(p, sum + static_cast<size_t>(p) * n * es, n * es);
+        if (n > 0) std::memcpy(out.data, sum, n * es);
+      } else {
+        t.recv(0, out.data, n * es);
+      }
+      t.wait_all();
+    }
+    if (op == ReduceOp::kAvg) divide_by(ws, out.data, n, out.dtype, world);
+    return;
+  }
   auto* staging = static_cast<uint8_t*>(ws.get(5, std::max<size_t>(1, H * n * es)));
   const std::vector<int> peers = column(map, l);
   {

@@ -400,7 +400,7 @@ def print_tables(results):
               "gloo in the same processes\n")
         print(merge_results.render(results["records"]))
     for world, jobs in results.get("overhead", {}).items():
-        if jobs:
+        if any(jobs):  # --overhead-blocks 0 leaves each job's empty
             overhead_table(world, jobs)
     if results["ddp"]:
         extra = f", train.py {results['ddp_args']}" if results["ddp_args"] else ""

@@ -265,6 +265,7 @@ long Connection::progress_recv(RecvProblem* problem, int* err) {
         continue;
       }
       problem_header_ = op.header;
+      problem_expected_ = op.expected;
       const auto frame = static_cast<FrameType>(op.header.frame);
       if (op.header.magic == kWireMagic && frame == FrameType::kAbort) {
         // Nothing past the header was read: the text is still in the channel

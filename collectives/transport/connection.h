@@ -115,6 +115,8 @@ class Connection {
   // kGoodbye, received_header() is what arrived.
   long progress_recv(RecvProblem* problem, int* err);
   const WireHeader& received_header() const { return problem_header_; }
+  // After kMismatch in progress_recv(): the header the receive expected.
+  const WireHeader& expected_header() const { return problem_expected_; }
 
   // The text of the abort frame progress_recv() reported, read to its end
   // with a short deadline; empty if it cannot be read.
@@ -264,6 +266,7 @@ class Connection {
   size_t stash_pos_ = 0;
   bool eof_ = false;
   WireHeader problem_header_;
+  WireHeader problem_expected_;
   std::string problem_text_;  // abort text bytes already read
   // skim()'s place in the stream once it walks frames itself.
   bool skimming_ = false;

@@ -115,9 +115,9 @@ void Transport::on_recv_problem(Connection& c, RecvProblem problem, int err) {
       if (h.magic == kWireMagic && h.group == group_ && h.call() == call_) {
         fail(ErrorKind::kBackend,
              str_cat(context(), ": ", c.name(), " sent a ", h.payload_bytes,
-                     "-byte message where a different size was expected: are the "
-                     "CommunicatorOptions (segment_bytes, small_message_bytes) the same on "
-                     "every rank?"),
+                     "-byte message where this rank expected ", c.expected_header().payload_bytes,
+                     " bytes: do the ranks' sizes or splits for each other differ, or their "
+                     "CommunicatorOptions (segment_bytes, small_message_bytes)?"),
              Blame{FailureCause::kMismatch, {culprit_of(c)}});
       }
       fail_mismatch(c, h);
