@@ -126,8 +126,9 @@ class SpinPolicy {
     }
     if (++shared_streak_ < kSharedStreak || home_cpu_ < 0) return false;
     shared_streak_ = 0;
-    ++moves_;
-    return move_to_cpu(home_cpu_);
+    const bool moved = move_to_cpu(home_cpu_);
+    moves_ += moved;
+    return moved;
   }
   // How many times note_wait() moved this rank (tests, debug logs).
   uint64_t moves() const { return moves_; }

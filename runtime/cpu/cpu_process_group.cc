@@ -450,9 +450,7 @@ template <typename DetailsFn>
 std::shared_ptr<Work> CpuProcessGroup::run_p2p_blocking(DetailsFn&& details, Timeout timeout,
                                                         const P2POp& op) {
   const bool send = op.type == P2POpType::kIsend;
-  FrCall call = fr_call(send ? "send" : "recv", op.tensor, 1, op.tensor, 1);
-  call.p2p = true;
-  call.peer = op.peer;
+  const FrCall call = fr_p2p_call(std::span<const P2POp>(&op, 1));
   auto* comm = communicator_.get();
   // An op that takes only the Deadline: run inline on an idle group, it
   // allocates nothing and its success is completed_work(), or a receive's
@@ -479,19 +477,26 @@ std::shared_ptr<Work> CpuProcessGroup::batch_isend_irecv(std::span<const P2POp> 
       std::vector<P2POp>(ops.begin(), ops.end()));
 }
 
+FrCall CpuProcessGroup::fr_p2p_call(std::span<const P2POp> ops) const {
+  // torch's recorder names a batch of several "coalesced".
+  const char* kind = ops.size() != 1                    ? "coalesced"
+                     : ops[0].type == P2POpType::kIsend ? "send"
+                                                        : "recv";
+  const TensorView first = ops.empty() ? TensorView{} : ops[0].tensor;
+  FrCall call = fr_call(kind, first, 1, first, 1);
+  if (ops.size() == 1) {
+    call.p2p = true;
+    call.peer = ops[0].peer;
+  }
+  return call;
+}
+
 std::shared_ptr<Work> CpuProcessGroup::run_p2p(bool async_op, SerialExecutor::Details details,
                                                Timeout timeout, std::vector<P2POp> ops) {
   const char* kind = ops.size() != 1                    ? "batch_isend_irecv"
                      : ops[0].type == P2POpType::kIsend ? "send"
                                                         : "recv";
-  // torch's recorder names a batch of several "coalesced".
-  FrCall call =
-      fr_call(ops.size() == 1 ? kind : "coalesced", ops.empty() ? TensorView{} : ops[0].tensor, 1,
-              ops.empty() ? TensorView{} : ops[0].tensor, 1);
-  if (ops.size() == 1) {
-    call.p2p = true;
-    call.peer = ops[0].peer;
-  }
+  const FrCall call = fr_p2p_call(ops);
   auto* comm = communicator_.get();
   if (!async_op) {
     // Posted and waited for in one op: what is posted before it moves too.

@@ -171,6 +171,8 @@ class CpuProcessGroup : public ProcessGroup, public Shrinkable, public Growable,
                  uint32_t out_tensors) const;
   std::shared_ptr<Work> run_p2p(bool async_op, SerialExecutor::Details details, Timeout timeout,
                                 std::vector<P2POp> ops);
+  // The recorder's description of a send, recv or batch of them.
+  FrCall fr_p2p_call(std::span<const P2POp> ops) const;
   // A blocking send, or a blocking recv from a named peer: no allocation
   // when it runs inline (run_p2p's path makes a Work, a batch and vectors).
   template <typename DetailsFn>
