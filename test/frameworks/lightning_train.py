@@ -87,6 +87,11 @@ def main():
               f"{trainer.global_step / elapsed:.1f} steps/s", flush=True)
         common.save_weights(state, extra={
             "steps": trainer.global_step, "seconds": elapsed, "pg_backend": backend})
+    # Lightning's Trainer leaves the group alive at exit. A gloo group that
+    # is not destroyed can abort the process at exit ("terminate called
+    # without an active exception", pytorch/pytorch#190489): destroy it, as a
+    # train.py does after its last epoch.
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
