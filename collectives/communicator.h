@@ -99,6 +99,16 @@ struct CommunicatorOptions {
   // 2 (H-1)/H of it per rank. The right value depends on the link (1 and
   // 10 Gbit/s in docs/performance.md); COLLIE_HIERARCHICAL_SMALL_BYTES.
   size_t hierarchical_small_bytes = size_t{4} << 10;
+  // On one host, a send of at least this many bytes goes as a descriptor,
+  // and the receiver reads the message from the sender's buffer with
+  // process_vm_readv: one copy, not two through the ring (0: never; needs
+  // cross-memory attach, which the channel probes at connect). Such a send
+  // completes once the receiver has read it, as gloo's and MPI's large
+  // sends do: a blocking send waits for the matching recv. Smaller
+  // messages are buffered by the receiver if need be (a blocking send never
+  // waits for the recv). Measured in docs/performance.md;
+  // COLLIE_P2P_SINGLE_COPY_BYTES.
+  size_t p2p_single_copy_bytes = size_t{512} << 10;
   // How long a waiting call busy-polls its sockets before sleeping in poll()
   // (adaptive: spins that fail are backed off, see transport.h).
   std::chrono::microseconds spin = std::chrono::microseconds(50);
@@ -113,9 +123,9 @@ struct CommunicatorOptions {
 
   // `base` with the COLLIE_* variables read into the fields it leaves unset
   // (transport, host_id, interface, route_host, shm_buffer_bytes) and into
-  // hierarchical, hierarchical_small_bytes and report_after (those two
-  // override the defaults). InvalidArgument naming the variable for
-  // a bad value.
+  // hierarchical, hierarchical_small_bytes, p2p_single_copy_bytes and
+  // report_after (those override the defaults). InvalidArgument naming the
+  // variable for a bad value.
   static CommunicatorOptions from_env(CommunicatorOptions base);
   static CommunicatorOptions from_env();
 };

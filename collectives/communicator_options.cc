@@ -43,6 +43,10 @@ CommunicatorOptions CommunicatorOptions::from_env(CommunicatorOptions o) {
     o.hierarchical_small_bytes =
         parse_bytes("COLLIE_HIERARCHICAL_SMALL_BYTES", bytes, 0, 1ull << 30,
                     "the size up to which all_reduce across hosts exchanges in one hop");
+  if (const std::string bytes = env("COLLIE_P2P_SINGLE_COPY_BYTES"); !bytes.empty())
+    o.p2p_single_copy_bytes =
+        parse_bytes("COLLIE_P2P_SINGLE_COPY_BYTES", bytes, 0, 1ull << 40,
+                    "the size from which a send on one host is read from the sender's memory");
   if (env("COLLIE_HIERARCHICAL") == "0") o.hierarchical = false;
   if (const std::string after = env("COLLIE_REPORT_AFTER"); !after.empty())
     o.report_after = parse_duration(after, "COLLIE_REPORT_AFTER");

@@ -72,6 +72,7 @@ std::unique_ptr<Communicator> Communicator::connect(Store& store, int rank, int 
   topts.home_cpu = home_cpu(local_index, boot.local_ranks);
   topts.report_after = std::chrono::duration_cast<std::chrono::milliseconds>(options.report_after);
   topts.futex_wait = options.futex_wait;
+  topts.p2p_single_copy_bytes = options.p2p_single_copy_bytes;
   COLLIE_LOG(kDebug) << boot.local_ranks << " ranks of " << size << " on this host with " << cores
                      << " cores: spinning " << topts.spin.count() << "us before sleeping";
   auto transport = std::make_unique<Transport>(rank, size, group_hash(options.store_prefix),

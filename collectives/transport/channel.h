@@ -64,6 +64,11 @@ class SharedMemoryAbilities {
   // (the pair's probe at connect showed that cross-memory attach is
   // allowed); 0 otherwise.
   virtual pid_t peer_pid() const = 0;
+  // Wakes the peer if it sleeps armed for reads on this channel (as a write
+  // would, by its futex word or its fd's doorbell) without writing to the
+  // stream: after changing memory of its that it waits on (a single-copy
+  // send's done word, process_vm_writev).
+  virtual void wake_peer() = 0;
 
  protected:
   ~SharedMemoryAbilities() = default;

@@ -317,7 +317,10 @@ long Connection::read_p2p_payload(RecvProblem* problem, int* err) {
   }
   if (p2p_.got == want) {
     p2p_.open = false;
-    sink_->end_frame(peer_);
+    if (!sink_->end_frame(peer_)) {
+      *problem = RecvProblem::kMismatch;  // received_header() is the p2p frame's
+      return -1;
+    }
   }
   return moved;
 }

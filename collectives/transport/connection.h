@@ -52,8 +52,10 @@ class P2PSink {
   // payload goes (may be null when it has none), or returns false to refuse
   // it (a size mismatch with the matching receive; the sink says why).
   virtual bool begin_frame(int peer, const WireHeader& header, void** payload) = 0;
-  // Its payload has arrived entirely.
-  virtual void end_frame(int peer) = 0;
+  // Its payload has arrived entirely. False when the message cannot be
+  // taken (a single-copy message of the wrong size, or whose read failed;
+  // the sink says why).
+  virtual bool end_frame(int peer) = 0;
   // Whether a posted receive may take a frame from `peer` now.
   virtual bool wants(int peer) const = 0;
 };
@@ -70,6 +72,10 @@ class Connection {
   bool connected() const { return channel_ != nullptr; }
   ChannelKind kind() const { return channel_ ? channel_->kind() : ChannelKind::kTcp; }
   pid_t peer_pid() const { return shm_ ? shm_->peer_pid() : 0; }
+  // SharedMemoryAbilities::wake_peer(); nothing on a socket.
+  void wake_peer() {
+    if (shm_) shm_->wake_peer();
+  }
   int peer() const { return peer_; }
   const std::string& address() const { return address_; }
   // "rank 3 (10.0.0.7:41234)"

@@ -1,6 +1,9 @@
 #include "collie/collectives/transport/p2p_inbox.h"
 
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "collie/base/str_cat.h"
@@ -13,10 +16,19 @@ bool P2PInbox::post(Recv* recv) {
   for (auto it = buffered_.begin(); it != buffered_.end(); ++it) {
     if (it->claimed || it->header.root != recv->tag) continue;
     if (recv->peer != kAnySource && recv->peer != it->peer) continue;
-    if (it->header.payload_bytes != recv->bytes) {
-      error_ = size_mismatch(it->peer, it->header, *recv);
+    if (it->bytes() != recv->bytes) {
+      error_ = size_mismatch(it->peer, it->header, it->bytes(), *recv);
       --pending_;
       return false;
+    }
+    if (it->single_copy) {
+      const Message m = std::move(*it);
+      buffered_.erase(it);
+      if (!copy_in(m.peer, m.header, m.copy, recv)) {
+        --pending_;
+        return false;
+      }
+      return true;
     }
     if (!it->complete) {
       it->claimed = recv;  // end_frame() finishes it
@@ -61,19 +73,33 @@ void P2PInbox::clear() {
   pending_ = 0;
 }
 
-std::string P2PInbox::size_mismatch(int peer, const WireHeader& h, const Recv& r) const {
+std::string P2PInbox::size_mismatch(int peer, const WireHeader& h, size_t bytes,
+                                    const Recv& r) const {
   return str_cat("rank ", peer, " sent ", static_cast<DataType>(h.dtype), " x ", h.count, " (",
-                 h.payload_bytes, " bytes) with tag ", h.root, " but the matching recv expects ",
-                 r.bytes, " bytes (send and recv must have the same size)");
+                 bytes, " bytes) with tag ", h.root, " but the matching recv expects ", r.bytes,
+                 " bytes (send and recv must have the same size)");
 }
 
 bool P2PInbox::begin_frame(int peer, const WireHeader& header, void** payload) {
+  if (header.algorithm == kP2PSingleCopy) {
+    // Matched once the descriptor is in (end_frame()).
+    if (header.payload_bytes != sizeof(P2PCopyDescriptor)) {
+      error_ = str_cat("rank ", peer, " sent a single-copy message whose descriptor has ",
+                       header.payload_bytes, " bytes, not ", sizeof(P2PCopyDescriptor),
+                       " (a different collie build?)");
+      return false;
+    }
+    in_flight_[peer] = InFlight{nullptr, nullptr, true};
+    staged_[peer].header = header;
+    *payload = &staged_[peer].copy;
+    return true;
+  }
   const int tag = header.root;
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     Recv* r = *it;
     if (r->tag != tag || (r->peer != kAnySource && r->peer != peer)) continue;
     if (r->bytes != header.payload_bytes) {
-      error_ = size_mismatch(peer, header, *r);
+      error_ = size_mismatch(peer, header, header.payload_bytes, *r);
       return false;
     }
     posted_.erase(it);
@@ -89,20 +115,72 @@ bool P2PInbox::begin_frame(int peer, const WireHeader& header, void** payload) {
   return true;
 }
 
-void P2PInbox::end_frame(int peer) {
+bool P2PInbox::end_frame(int peer) {
   const InFlight f = in_flight_[peer];
   in_flight_[peer] = InFlight{};
+  if (f.single_copy) return end_single_copy(peer);
   if (f.recv != nullptr) {
     finish(f.recv, peer);
-    return;
+    return true;
   }
-  if (f.message == nullptr) return;  // its receive was dropped by clear()
+  if (f.message == nullptr) return true;  // its receive was dropped by clear()
   f.message->complete = true;
   if (Recv* r = f.message->claimed) {
     if (r->bytes > 0) std::memcpy(r->data, f.message->payload.get(), r->bytes);
     finish(r, peer);
     buffered_.remove_if([&](const Message& m) { return &m == f.message; });
   }
+  return true;
+}
+
+bool P2PInbox::end_single_copy(int peer) {
+  const P2PCopyDescriptor d = staged_[peer].copy;
+  const WireHeader h = staged_[peer].header;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    Recv* r = *it;
+    if (r->tag != h.root || (r->peer != kAnySource && r->peer != peer)) continue;
+    if (r->bytes != d.bytes) {
+      error_ = size_mismatch(peer, h, d.bytes, *r);
+      return false;
+    }
+    posted_.erase(it);
+    return copy_in(peer, h, d, r);
+  }
+  Message m{peer, h, nullptr, true};
+  m.single_copy = true;
+  m.copy = d;
+  buffered_.push_back(std::move(m));
+  return true;
+}
+
+bool P2PInbox::copy_in(int peer, const WireHeader& h, const P2PCopyDescriptor& d, Recv* recv) {
+  const pid_t pid = peers_ != nullptr ? peers_->copy_pid(peer) : 0;
+  const auto failed = [&](const char* what, int err) {
+    error_ = str_cat("reading the ", d.bytes, "-byte message with tag ", h.root, " from rank ",
+                     peer, "'s memory (", what, ") failed: ", std::strerror(err),
+                     err == ESRCH ? " (the sender exited)" : "");
+    return false;
+  };
+  if (pid <= 0) return failed("no process to read from", EPERM);
+  auto* to = static_cast<uint8_t*>(recv->data);
+  for (size_t got = 0; got < d.bytes;) {
+    iovec local{to + got, d.bytes - got};
+    iovec remote{reinterpret_cast<void*>(d.address + got), d.bytes - got};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return failed("process_vm_readv", errno);
+    if (n == 0) return failed("process_vm_readv read nothing", EFAULT);
+    got += static_cast<size_t>(n);
+  }
+  // The sender's send is done: its buffer is its own again. A sender that
+  // exited meanwhile needs no answer (the message is here).
+  uint64_t value = d.done_value;
+  iovec local{&value, sizeof value};
+  iovec remote{reinterpret_cast<void*>(d.done_address), sizeof value};
+  (void)::process_vm_writev(pid, &local, 1, &remote, 1, 0);
+  peers_->wake(peer);
+  finish(recv, peer);
+  return true;
 }
 
 void P2PInbox::finish(Recv* recv, int peer) {

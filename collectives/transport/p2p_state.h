@@ -10,7 +10,12 @@
 //     from (wants()), less those whose next frame is a later collective's
 //     (block());
 //   - what is running, for error messages: the batch wait_p2p() waits for
-//     and its ops, formatted only when a message needs them (describe()).
+//     and its ops, formatted only when a message needs them (describe());
+//   - the single-copy sends' slots (copy_slot()): a descriptor the frame
+//     carries and the done word the receiver sets, kCopySlots per peer,
+//     owned here so that a receiver that answers late never writes into
+//     memory that is gone (~P2PState keeps the slots a receiver may still
+//     set).
 //
 // The hot path (Transport::progress_all(), pending(), rebase()) calls the
 // inline methods here on a member held by value: no virtual call, no
@@ -21,8 +26,10 @@
 // inside a collective, and waiting() is set only inside wait_p2p().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +50,14 @@ struct P2PRequest {
   struct Send {
     int peer;
     uint64_t completed;  // the connection's sends_completed() once it is out
+    // A single-copy send is done once the receiver has set *done to
+    // done_value (P2PState::CopySlot); null for one that travels inline.
+    const std::atomic<uint64_t>* done = nullptr;
+    uint64_t done_value = 0;
+    uint64_t bytes = 0;  // the message's (for a timeout's message)
+    bool out() const {
+      return done == nullptr || done->load(std::memory_order_acquire) == done_value;
+    }
   };
   std::vector<Send> sends;
 };
@@ -50,8 +65,29 @@ struct P2PRequest {
 class P2PState {
  public:
   explicit P2PState(int size)
-      : inbox_(size), sent_(size, 0), sends_until_(size, 0), blocked_(size, UINT64_MAX) {}
+      : inbox_(size),
+        sent_(size, 0),
+        sends_until_(size, 0),
+        blocked_(size, UINT64_MAX),
+        copy_slots_(size),
+        copies_(size, 0) {}
+  ~P2PState();
+  P2PState(const P2PState&) = delete;
+  P2PState& operator=(const P2PState&) = delete;
 
+  // A single-copy send's slot: the frame's payload is `descriptor`, and the
+  // receiver sets `done` to descriptor.done_value once it has read the
+  // message. Slots are reused round robin, each only once its last
+  // message was read.
+  struct CopySlot {
+    std::atomic<uint64_t> done{0};
+    P2PCopyDescriptor descriptor;
+  };
+  static constexpr size_t kCopySlots = 64;
+  // A free slot for a send of `bytes` at `address` to `peer`, its
+  // descriptor filled in; null when the next one is still in use (the send
+  // then travels inline).
+  CopySlot* copy_slot(int peer, const void* address, size_t bytes);
   P2PInbox& inbox() { return inbox_; }
   const P2PInbox& inbox() const { return inbox_; }
 
@@ -115,6 +151,8 @@ class P2PState {
   // blocked_[p] == a call's seq: rank p's next frame during that call is a
   // collective's (block()).
   std::vector<uint64_t> blocked_;
+  std::vector<std::unique_ptr<CopySlot[]>> copy_slots_;  // by peer, made on first use
+  std::vector<uint64_t> copies_;                         // by peer: single-copy sends so far
   bool running_ = false;
   std::span<const P2POp> ops_;
   const P2PRequest* waiting_ = nullptr;  // wait_p2p()'s batch

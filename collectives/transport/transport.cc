@@ -40,7 +40,9 @@ Transport::Transport(int rank, int size, uint32_t group,
       recv_base_(size, 0),
       peeked_seq_(size, 0),
       failure_(rank, size, group, options.group_name),
+      single_copy_bytes_(options.p2p_single_copy_bytes),
       p2p_(size) {
+  p2p_.inbox().set_copy_peers(&copy_peers_);
   for (auto& c : connections_) {
     if (!c) continue;
     c->set_p2p_sink(&p2p_.inbox());
@@ -121,6 +123,15 @@ bool Transport::all_peers_readable() const {
     if (p != rank() && peer_pid(p) <= 0) return false;
   }
   return true;
+}
+
+pid_t Transport::CopyPeers::copy_pid(int peer) const {
+  const auto& c = t_->connections_[peer];
+  return c && c->connected() ? c->peer_pid() : 0;
+}
+
+void Transport::CopyPeers::wake(int peer) {
+  if (const auto& c = t_->connections_[peer]) c->wake_peer();
 }
 
 pid_t Transport::peer_pid(int peer) const {

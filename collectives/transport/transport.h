@@ -85,6 +85,11 @@ struct TransportOptions {
   int home_cpu = -1;
   // The group's name in the error record of a failure ("socket/0").
   std::string group_name;
+  // A point-to-point message of at least this many bytes to a peer whose
+  // memory this rank's pair may read (shared memory, cross-memory attach
+  // allowed) is read by the receiver straight from the sender's buffer:
+  // one copy instead of two through the ring (0: never).
+  size_t p2p_single_copy_bytes = size_t{512} << 10;
 };
 
 class Transport {
@@ -365,6 +370,18 @@ class Transport {
   // connections receives read, and the ops running (for error messages,
   // formatted only then; not running inside a collective).
   P2PRequest blocking_p2p_;  // run_p2p()'s, reused
+  // The inbox's way to the peers of single-copy messages.
+  class CopyPeers final : public P2PCopyPeers {
+   public:
+    explicit CopyPeers(Transport* t) : t_(t) {}
+    pid_t copy_pid(int peer) const override;
+    void wake(int peer) override;
+
+   private:
+    Transport* t_;
+  };
+  CopyPeers copy_peers_{this};
+  const size_t single_copy_bytes_;
   P2PState p2p_;
 };
 

@@ -214,6 +214,14 @@ void Transport::fail_timeout() {
     // Only this rank and its peers are in a send/recv: no probe (the other
     // ranks are not reading); the peers owing a message are the culprits.
     for (auto& r : p2p_.inbox().describe_posted()) waiting.push_back(std::move(r));
+    if (const P2PRequest* w = p2p_.waiting()) {
+      for (const auto& s : w->sends) {
+        if (s.out()) continue;
+        waiting.push_back(str_cat("send to ", conn(s.peer).name(), " (a ", s.bytes,
+                                  "-byte message it has not received: on one host a send of "
+                                  "p2p_single_copy_bytes or more waits for the matching recv)"));
+      }
+    }
     fail(ErrorKind::kTimeout,
          str_cat(context(), " timed out ", deadline_->describe(), "; still waiting to ",
                  join(waiting, ", "),

@@ -78,15 +78,30 @@ void Transport::post_p2p(P2PRequest& request, std::span<const P2POp> ops,
     Connection& c = link(op.peer);
     const size_t bytes = op.tensor.nbytes();
     const size_t element = element_size(op.tensor.dtype);
-    for (size_t at = 0, n = pieces(bytes); n > 0; --n, at += kP2PPiece) {
-      const size_t piece = std::min(kP2PPiece, bytes - at);
-      c.post_send(WireHeader::p2p(group_, p2p_.next_seq(op.peer), op.tag, op.tensor.dtype,
-                                  piece / element, static_cast<uint32_t>(piece)),
-                  static_cast<const uint8_t*>(op.tensor.data) + at);
+    // A large message to a peer that may read this process's memory goes
+    // as a descriptor, and the receiver copies it once (wire.h,
+    // kP2PSingleCopy); the send is done when it says so.
+    P2PState::CopySlot* slot = nullptr;
+    if (single_copy_bytes_ > 0 && bytes >= single_copy_bytes_ && bytes <= kP2PPiece &&
+        c.peer_pid() > 0)
+      slot = p2p_.copy_slot(op.peer, op.tensor.data, bytes);
+    if (slot != nullptr) {
+      WireHeader h = WireHeader::p2p(group_, p2p_.next_seq(op.peer), op.tag, op.tensor.dtype,
+                                     bytes / element, sizeof(P2PCopyDescriptor));
+      h.algorithm = kP2PSingleCopy;
+      c.post_send(h, &slot->descriptor);
+    } else {
+      for (size_t at = 0, n = pieces(bytes); n > 0; --n, at += kP2PPiece) {
+        const size_t piece = std::min(kP2PPiece, bytes - at);
+        c.post_send(WireHeader::p2p(group_, p2p_.next_seq(op.peer), op.tag, op.tensor.dtype,
+                                    piece / element, static_cast<uint32_t>(piece)),
+                    static_cast<const uint8_t*>(op.tensor.data) + at);
+      }
     }
     const uint64_t out = c.sends_completed() + c.sends_queued();
     p2p_.queued_until(op.peer, out);
-    r->sends.push_back(P2PRequest::Send{op.peer, out});
+    r->sends.push_back(P2PRequest::Send{op.peer, out, slot ? &slot->done : nullptr,
+                                        slot ? slot->descriptor.done_value : 0, bytes});
   }
 }
 
@@ -94,7 +109,7 @@ bool Transport::p2p_done(const P2PRequest& r) const {
   for (const auto& recv : r.recvs)
     if (!recv.done) return false;
   for (const auto& s : r.sends)
-    if (conn(s.peer).sends_completed() < s.completed) return false;
+    if (conn(s.peer).sends_completed() < s.completed || !s.out()) return false;
   return true;
 }
 

@@ -58,12 +58,30 @@ void Transport::wait_for_io() {
   // connection) waits for our half of the handshake.
   std::vector<int> listen_fds;
   if (linker_) linker_->poll_fds(&listen_fds);
+  // The single-copy sends of the batch being waited for complete when
+  // their receivers set these words (their connections are in `entries`:
+  // only a finished one is left out, and its peer is gone).
+  // Their receivers wake this rank only if it armed reads on the
+  // connection; one whose next frame was looked at this call is not armed
+  // (it would never sleep), so the wait is cut to 1 ms slices instead.
+  std::vector<DoneWord> done;
+  bool unarmed = false;
+  if (const P2PRequest* w = p2p_.waiting()) {
+    for (const auto& s : w->sends) {
+      if (s.out()) continue;
+      done.push_back(DoneWord{s.done, s.done_value});
+      const Connection& c = conn(s.peer);
+      unarmed |=
+          !c.recv_pending() && !p2p_.wants(c, call_.seq) && peeked_seq_[c.peer()] == call_.seq;
+    }
+  }
   const auto wake = std::min(deadline_->when(), next_report_);
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
-  const int timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
+  const int timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, unarmed ? 1 : 60'000));
   std::vector<pollfd> lf;
   for (int fd : listen_fds) lf.push_back(pollfd{fd, POLLIN, 0});
-  const int r = poll_connections(entries, timeout_ms, lf);
+  const int r = poll_connections(entries, timeout_ms, lf, done);
   bool arrived = false;
   for (auto& p : lf) arrived |= p.revents != 0;
   if (arrived) accept_arrivals();

@@ -68,7 +68,8 @@ short Connection::disarm(short revents) {
   return r;
 }
 
-int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra) {
+int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra,
+                     std::span<const DoneWord> done) {
   const size_t total = entries.size() + extra.size();
   pollfd small[64];
   std::vector<pollfd> big;
@@ -105,6 +106,9 @@ int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pol
     ready |= r;
   }
   for (size_t i = 0; i < extra.size(); ++i) fds[entries.size() + i] = extra[i];
+  // After arming: a word set before the futex values were read is seen
+  // here; one set after changes a futex word (or rings the fd) in time.
+  for (const DoneWord& d : done) ready |= d.word->load(std::memory_order_seq_cst) == d.value;
   if (futex && !ready) {
     const int slice = timeout_ms < 0 ? kFutexSliceMs : std::min(timeout_ms, kFutexSliceMs);
     (void)futex_wait_any({waiters, entries.size()}, slice);

@@ -21,6 +21,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -159,13 +160,22 @@ inline constexpr int kFutexSliceMs = 10;
 // waits for; on return `ready` holds the stream readiness (disarm()). Does
 // not sleep when one is ready already. `extra` fds (listeners) are polled
 // alongside, their revents filled in. Returns poll()'s result
-// (of the poll() after the futex wait, in that case).
+// (of the poll() after the futex wait, in that case). Nor does it sleep
+// when one of the `done` words, read after every entry is armed, already
+// holds its value: a word that a peer sets in this process's memory
+// (process_vm_writev) and then wakes the connection's futex word and fd
+// for (Connection::wake_peer).
 struct PollEntry {
   Connection* c;
   bool want_read;
   bool want_write;
   short ready = 0;
 };
-int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra = {});
+struct DoneWord {
+  const std::atomic<uint64_t>* word;
+  uint64_t value;
+};
+int poll_connections(std::span<PollEntry> entries, int timeout_ms, std::span<pollfd> extra = {},
+                     std::span<const DoneWord> done = {});
 
 }  // namespace collie

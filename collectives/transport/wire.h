@@ -39,6 +39,24 @@ std::string_view to_string(CollectiveKind kind);
 // the receiver's inbox (p2p_inbox.h), not by the collective sequence.
 enum class FrameType : uint8_t { kData = 0, kAbort = 1, kGoodbye = 2, kProbe = 3, kP2P = 4 };
 
+// A kP2P frame's `algorithm`: kP2PInline carries the message as its payload;
+// kP2PSingleCopy carries a P2PCopyDescriptor instead (payload_bytes is its
+// size, count and dtype are the message's), and the receiver reads the
+// message from the sender's memory with process_vm_readv (shared-memory
+// channels whose pair may; Transport::post_p2p).
+inline constexpr uint8_t kP2PInline = 0;
+inline constexpr uint8_t kP2PSingleCopy = 1;
+// Where a single-copy message lives in the sender, and the word the
+// receiver sets to done_value (process_vm_writev) once it has read it; the
+// sender's send completes then, and its buffer is its own again.
+struct P2PCopyDescriptor {
+  uint64_t address = 0;
+  uint64_t bytes = 0;
+  uint64_t done_address = 0;
+  uint64_t done_value = 0;
+};
+static_assert(sizeof(P2PCopyDescriptor) == 32);
+
 // Why a probe frame was sent: the sender's own deadline passed, or it answers
 // (and spreads) a probe it received.
 enum class ProbeReason : uint8_t { kTimedOut = 1, kAnswer = 2 };

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -54,8 +55,30 @@ std::vector<int> send_recv(Communicator& c, std::vector<P2POp> ops) {
   return c.send_recv(ops, Deadline(60s));
 }
 
+// The sends of run_p2p() that come before their receives are posted: blocking
+// where every message is buffered by its receiver (below
+// p2p_single_copy_bytes), else posted and waited for after the receives
+// (a single-copy send waits for its receive).
+struct EarlySends {
+  Communicator& c;
+  bool blocking = std::getenv("COLLIE_P2P_SINGLE_COPY_BYTES") == nullptr;
+  std::vector<std::shared_ptr<P2PBatch>> pending;
+  void send(std::vector<P2POp> ops) {
+    if (blocking) {
+      send_recv(c, std::move(ops));
+    } else {
+      pending.push_back(c.post_p2p(ops, Deadline(60s)));
+    }
+  }
+  void wait() {
+    for (auto& b : pending) c.wait_p2p(*b, Deadline(60s));
+    pending.clear();
+  }
+};
+
 void run_p2p(Communicator& c) {
   const int P = c.size(), r = c.rank();
+  EarlySends early{c};
   const int right = (r + 1) % P, left = (r + P - 1) % P;
   // A ring where every rank sends before it receives, small and large
   // (2 MiB: more than any socket or ring buffer holds), in one batch.
@@ -71,10 +94,11 @@ void run_p2p(Communicator& c) {
   // messages on tag 1 and two on tag 2, interleaved; rank 1 receives tag 2
   // first, then tag 1, each in order.
   if (r == 0) {
-    for (int k = 0; k < 5; ++k) {
-      auto m = message(0, 1, k, 10);
-      send_recv(c, {P2POp{P2POpType::kIsend, view(m.data(), 10), 1, k % 2 == 0 ? 1 : 2}});
-    }
+    std::vector<std::vector<int32_t>> m;
+    for (int k = 0; k < 5; ++k) m.push_back(message(0, 1, k, 10));
+    for (int k = 0; k < 5; ++k)
+      early.send({P2POp{P2POpType::kIsend, view(m[k].data(), 10), 1, k % 2 == 0 ? 1 : 2}});
+    early.wait();
   } else if (r == 1) {
     for (int k : {1, 3, 0, 2, 4}) {
       std::vector<int32_t> m(10);
@@ -86,15 +110,28 @@ void run_p2p(Communicator& c) {
   }
   // Messages cross collectives: each rank sends to its right, then runs a
   // collective, then receives (the message waits in the inbox meanwhile).
+  // Small, the blocking send is done before the receive is posted; at any
+  // size, an isend waited for after the receive (a single-copy send is
+  // done only once the receiver has read it).
   {
     auto out = message(r, right, 9, 1000);
-    send_recv(c, {P2POp{P2POpType::kIsend, view(out.data(), out.size()), right, 0}});
+    early.send({P2POp{P2POpType::kIsend, view(out.data(), out.size()), right, 0}});
+    const size_t big = size_t{1} << 18;  // 1 MiB of int32
+    auto big_out = message(r, right, 10, big);
+    auto pending = c.post_p2p(
+        std::vector<P2POp>{P2POp{P2POpType::kIsend, view(big_out.data(), big), right, 1}},
+        Deadline(60s));
     std::vector<float> x(4096, 1.0f);
     c.all_reduce(view(x.data(), x.size()), view(x.data(), x.size()), ReduceOp::kSum, Deadline(60s));
     expect(x[17] == static_cast<float>(P), "all_reduce between send and recv");
     std::vector<int32_t> in(1000);
     send_recv(c, {P2POp{P2POpType::kIrecv, view(in.data(), in.size()), left, 0}});
     expect(in == message(left, r, 9, 1000), "message sent before a collective");
+    std::vector<int32_t> big_in(big, -1);
+    send_recv(c, {P2POp{P2POpType::kIrecv, view(big_in.data(), big), left, 1}});
+    c.wait_p2p(*pending, Deadline(60s));
+    early.wait();
+    expect(big_in == message(left, r, 10, big), "1 MiB isend posted before a collective");
   }
   // Any source: rank 0 receives one message from every other rank, in
   // whatever order they come, and learns each sender.
@@ -113,7 +150,8 @@ void run_p2p(Communicator& c) {
     expect(seen == all, "every sender once");
   } else {
     auto m = message(r, 0, 5, 64);
-    send_recv(c, {P2POp{P2POpType::kIsend, view(m.data(), 64), 0, 5}});
+    early.send({P2POp{P2POpType::kIsend, view(m.data(), 64), 0, 5}});
+    early.wait();
   }
   c.barrier(Deadline(60s));
 }
@@ -229,6 +267,33 @@ COLLIE_TEST_CHILD(surface_rank) {
         comm->send_recv({{P2POp{P2POpType::kIrecv, view(buf.data(), buf.size()), 0, 4}}},
                         Deadline(20s));
       }
+    } else if (scenario == "p2p_single_copy_size_mismatch") {
+      // Past p2p_single_copy_bytes: the receiver compares the descriptor's
+      // size, and the sender, waiting for its read, hears of the failure.
+      std::vector<int32_t> buf(rank == 0 ? 200000 : 200001);
+      const P2POpType type = rank == 0 ? P2POpType::kIsend : P2POpType::kIrecv;
+      comm->send_recv({{P2POp{type, view(buf.data(), buf.size()), 1 - rank, 4}}}, Deadline(20s));
+    } else if (scenario == "p2p_single_copy_receiver_dies") {
+      // Rank 1 dies (no goodbye) while rank 0's 1 MiB send waits for it to
+      // read the message.
+      if (rank == 1) {
+        store.wait({"p2p_sending"}, 30s);
+        std::fflush(stdout);
+        _exit(0);
+      }
+      std::vector<int32_t> buf(1 << 18, 7);
+      store.set("p2p_sending", "1");
+      comm->send_recv({{P2POp{P2POpType::kIsend, view(buf.data(), buf.size()), 1, 0}}},
+                      Deadline(30s));
+    } else if (scenario == "p2p_single_copy_crossed") {
+      // Both ranks send 1 MiB before they receive: over shared memory each
+      // send waits for a receive that never comes (as with gloo and MPI),
+      // until the deadline names it; over TCP the messages are buffered.
+      std::vector<int32_t> out(1 << 18, rank), in(1 << 18);
+      comm->send_recv({{P2POp{P2POpType::kIsend, view(out.data(), out.size()), 1 - rank, 2}}},
+                      Deadline(1500ms));
+      comm->send_recv({{P2POp{P2POpType::kIrecv, view(in.data(), in.size()), 1 - rank, 2}}},
+                      Deadline(1500ms));
     } else if (scenario == "all_to_all_size_mismatch") {
       // Parts past the small-message size (read from the owner's memory on
       // one host); rank 1 expects one element more from rank 0 than rank 0
@@ -312,6 +377,64 @@ TEST_CASE("send/recv: tags, FIFO per (peer, tag), any source, batches, across co
   const int size = GENERATE(2, 3, 4);
   INFO("world size " << size);
   for (const auto& r : run_scenario(size, "p2p")) CHECK(r == "OK | ");
+}
+
+TEST_CASE("send/recv with every message single-copy (COLLIE_P2P_SINGLE_COPY_BYTES=1)",
+          "[surface][p2p]") {
+  // Over shared memory every non-empty message goes as a descriptor that
+  // the receiver reads from the sender's memory: the same scenario, bit for
+  // bit, on that path (and on TCP's, where there is no such path).
+  ScopedEnv every("COLLIE_P2P_SINGLE_COPY_BYTES", "1");
+  const int size = GENERATE(2, 3, 4);
+  INFO("world size " << size);
+  for (const auto& r : run_scenario(size, "p2p")) CHECK(r == "OK | ");
+}
+
+// Under the "[tcp]" entry there is no single-copy path: a large send is
+// buffered by the receiver like any other, and done once written.
+bool over_tcp() {
+  const char* transport = std::getenv("COLLIE_TRANSPORT");
+  return transport != nullptr && std::string(transport) == "tcp";
+}
+
+TEST_CASE("a single-copy send/recv of different sizes fails on both ranks naming both sizes",
+          "[surface][p2p][failure]") {
+  auto results = run_scenario(2, "p2p_single_copy_size_mismatch");
+  INFO(results[0] << "\n" << results[1]);
+  CHECK_THAT(results[1], Contains("BackendError") && Contains("rank 0 sent") &&
+                             Contains("800000 bytes") && Contains("expects 800004 bytes"));
+  // The sender waits for the read, so it hears of the failure.
+  if (!over_tcp()) CHECK_THAT(results[0], Contains("Error") && Contains("rank 1"));
+}
+
+TEST_CASE("a receiver that dies while a single-copy send waits for it is named at once",
+          "[surface][p2p][failure]") {
+  TempDir dir;
+  std::vector<Subprocess> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(Subprocess::spawn(child_argv(
+        "surface_rank", {dir.path(), std::to_string(r), "2", "p2p_single_copy_receiver_dies"})));
+  auto status = ranks[0].wait(60s);
+  ranks[1].wait(60s);
+  INFO("rank 0 stdout:\n" << ranks[0].out() << "stderr:\n" << ranks[0].err());
+  REQUIRE(status.ok());
+  if (over_tcp() && ranks[0].out().find("RESULT OK") != std::string::npos) return;
+  CHECK_THAT(ranks[0].out(),
+             Contains("RESULT NetworkError") && Contains("rank 1 (") && Contains("send to rank 1"));
+}
+
+TEST_CASE("two single-copy sends that wait for each other's receive time out naming the send",
+          "[surface][p2p][failure]") {
+  auto results = run_scenario(2, "p2p_single_copy_crossed");
+  if (over_tcp()) {
+    for (const auto& r : results) CHECK(r == "OK | ");
+    return;
+  }
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << results[r]);
+    CHECK_THAT(results[r], Contains("TimeoutError") && Contains(str_cat("send to rank ", 1 - r)) &&
+                               Contains("1048576-byte message it has not received"));
+  }
 }
 
 TEST_CASE("reduce, gather, scatter, all_to_all and the list forms, small and large",

@@ -238,6 +238,11 @@ class ShmChannel final : public Channel, public SharedMemoryAbilities {
   ChannelKind kind() const override { return ChannelKind::kShm; }
   SharedMemoryAbilities* shared_memory() override { return this; }
   pid_t peer_pid() const override { return cma_pid_; }
+  void wake_peer() override {
+    // As if bytes had arrived for its reads: a peer that armed them is
+    // woken the way it asked; one that spins needs no syscall.
+    if (const uint32_t how = tx_.take_consumer_waiting()) ring(how);
+  }
 
   ssize_t write(const iovec* iov, int count) override {
     // Only a peer that is gone refuses bytes (a socket's EPIPE); one that

@@ -180,6 +180,15 @@ class ShmRing {
     return writable();
   }
   void disarm_read() { ctl_->consumer_waiting.store(0, std::memory_order_relaxed); }
+  // Producer: how the consumer asked to be woken (0: it did not), taking
+  // the request, after a change the consumer waits for outside the ring
+  // (Dekker order with arm_read(): the change, a fence, then the flag).
+  uint32_t take_consumer_waiting() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return ctl_->consumer_waiting.load(std::memory_order_relaxed) != 0
+               ? ctl_->consumer_waiting.exchange(0)
+               : 0;
+  }
   void disarm_write() { ctl_->producer_waiting.store(0, std::memory_order_relaxed); }
   // Consumer: a read would return bytes (or fail with EPROTO).
   bool readable() const {
