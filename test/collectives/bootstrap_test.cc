@@ -57,6 +57,7 @@ TEST_CASE("CommunicatorOptions::from_env reads each COLLIE_* variable into its o
   ScopedEnv flat("COLLIE_HIERARCHICAL", "0");
   ScopedEnv report("COLLIE_REPORT_AFTER", "2s");
   ScopedEnv across("COLLIE_HIERARCHICAL_SMALL_BYTES", "0");
+  ScopedEnv single("COLLIE_P2P_SINGLE_COPY_BYTES", "1048576");
   const CommunicatorOptions o = CommunicatorOptions::from_env();
   CHECK(o.transport == "tcp");
   CHECK(o.host_id == "host-x");
@@ -64,6 +65,7 @@ TEST_CASE("CommunicatorOptions::from_env reads each COLLIE_* variable into its o
   CHECK_FALSE(o.hierarchical);
   CHECK(o.report_after == std::chrono::seconds(2));
   CHECK(o.hierarchical_small_bytes == 0);
+  CHECK(o.p2p_single_copy_bytes == (size_t{1} << 20));
   // What the caller set wins over the environment.
   CHECK(CommunicatorOptions::from_env({.transport = "shm"}).transport == "shm");
   ScopedEnv bad("COLLIE_SHM_BYTES", "12x");
