@@ -172,6 +172,21 @@ bool P2PInbox::copy_in(int peer, const WireHeader& h, const P2PCopyDescriptor& d
     if (n == 0) return failed("process_vm_readv read nothing", EFAULT);
     got += static_cast<size_t>(n);
   }
+  // A sender that gave the send up (kP2PCopyAbandoned) may have freed the
+  // buffer during the read: what was read is dropped. One that gives it up
+  // from now on had it intact throughout.
+  uint64_t state = 0;
+  {
+    iovec local{&state, sizeof state};
+    iovec remote{reinterpret_cast<void*>(d.done_address), sizeof state};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n != static_cast<ssize_t>(sizeof state)) return failed("reading its done word", errno);
+  }
+  if (state == kP2PCopyAbandoned) {
+    error_ = str_cat("rank ", peer, " gave up its ", d.bytes, "-byte message with tag ", h.root,
+                     " (its send failed or its group was destroyed) while this rank read it");
+    return false;
+  }
   // The sender's send is done: its buffer is its own again. A sender that
   // exited meanwhile needs no answer (the message is here).
   uint64_t value = d.done_value;

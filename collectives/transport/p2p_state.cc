@@ -19,22 +19,31 @@ P2PState::CopySlot* P2PState::copy_slot(int peer, const void* address, size_t by
   return &slot;
 }
 
-P2PState::~P2PState() {
-  // A receiver that has not read a message yet will still set its done
-  // word: that peer's slots outlive this object (a deliberate leak, only
-  // after sends that nobody waited for).
-  for (size_t p = 0; p < copy_slots_.size(); ++p) {
-    if (!copy_slots_[p]) continue;
-    const uint64_t last = copies_[p];
-    for (uint64_t i = 0; i < kCopySlots; ++i) {
-      // The last message slot i carried (0: none).
-      const uint64_t expected = last < i ? 0 : last - (last - i) % kCopySlots;
-      if (copy_slots_[p][i].done.load(std::memory_order_acquire) != expected) {
-        (void)copy_slots_[p].release();
-        break;
-      }
-    }
+bool P2PState::abandon_copies_of(size_t peer) {
+  if (!copy_slots_[peer]) return false;
+  bool any = false;
+  const uint64_t last = copies_[peer];
+  for (uint64_t i = 0; i < kCopySlots; ++i) {
+    // The last message slot i carried (0: none).
+    const uint64_t expected = last < i ? 0 : last - (last - i) % kCopySlots;
+    std::atomic<uint64_t>& done = copy_slots_[peer][i].done;
+    if (done.load(std::memory_order_acquire) == expected) continue;
+    done.store(kP2PCopyAbandoned, std::memory_order_seq_cst);
+    any = true;
   }
+  return any;
+}
+
+void P2PState::abandon_copies() {
+  for (size_t p = 0; p < copy_slots_.size(); ++p) abandon_copies_of(p);
+}
+
+P2PState::~P2PState() {
+  // A receiver that has not read a message yet may still read its done
+  // word and write it: that peer's slots outlive this object (a deliberate
+  // leak, only after sends that nobody waited for).
+  for (size_t p = 0; p < copy_slots_.size(); ++p)
+    if (abandon_copies_of(p)) (void)copy_slots_[p].release();
 }
 
 std::string P2PState::describe() const {

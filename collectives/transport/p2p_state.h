@@ -88,6 +88,11 @@ class P2PState {
   // descriptor filled in; null when the next one is still in use (the send
   // then travels inline).
   CopySlot* copy_slot(int peer, const void* address, size_t bytes);
+  // Marks every single-copy send not read yet as given up
+  // (kP2PCopyAbandoned in its done word, which no receiver's answer turns
+  // back into "done" for a later message: the slot is never reused). Before
+  // a failure reaches the caller, who may then free the buffers.
+  void abandon_copies();
   P2PInbox& inbox() { return inbox_; }
   const P2PInbox& inbox() const { return inbox_; }
 
@@ -151,6 +156,8 @@ class P2PState {
   // blocked_[p] == a call's seq: rank p's next frame during that call is a
   // collective's (block()).
   std::vector<uint64_t> blocked_;
+  // Whether `peer` had sends not read yet (now given up).
+  bool abandon_copies_of(size_t peer);
   std::vector<std::unique_ptr<CopySlot[]>> copy_slots_;  // by peer, made on first use
   std::vector<uint64_t> copies_;                         // by peer: single-copy sends so far
   bool running_ = false;

@@ -233,8 +233,9 @@ class Transport {
   // One pass over the connections that moves posted point-to-point ops,
   // without waiting (a poll between calls).
   void poll_p2p(const Deadline& deadline);
-  // Drops every posted receive: their batches are given up (the group
-  // failed or is going away) and their buffers may go.
+  // Drops every posted receive and gives up the single-copy sends not read
+  // yet: their batches are given up (the group failed or is going away) and
+  // their buffers may go.
   void cancel_p2p();
   // start_p2p + wait_p2p into blocking_p2p(), a request kept for these
   // blocking runs so that they allocate nothing once its vectors have grown.

@@ -284,6 +284,8 @@ void Transport::fail_impl(ErrorKind kind, const std::string& message, const std:
                     p2p_.running() ? -1 : static_cast<int64_t>(call_.seq));
     failure_.notify_peers(connections_, kind, forward);
   }
+  // The caller may free the buffers of sends not read yet once this throws.
+  p2p_.abandon_copies();
   throw_error(kind, message);
 }
 

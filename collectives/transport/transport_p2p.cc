@@ -131,7 +131,10 @@ void Transport::wait_p2p(const P2PRequest& r, const Deadline& deadline,
   while (!p2p_done(r)) progress();
 }
 
-void Transport::cancel_p2p() { p2p_.inbox().clear(); }
+void Transport::cancel_p2p() {
+  p2p_.inbox().clear();
+  p2p_.abandon_copies();
+}
 
 void Transport::poll_p2p(const Deadline& deadline) {
   if (failure_.broken()) return;

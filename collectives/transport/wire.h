@@ -56,6 +56,11 @@ struct P2PCopyDescriptor {
   uint64_t done_value = 0;
 };
 static_assert(sizeof(P2PCopyDescriptor) == 32);
+// What a sender writes into the done word of a single-copy send it gives up
+// (its transport failed, or was destroyed with the send unread) before its
+// caller may free the buffer: a receiver that finds it there after its read
+// drops what it read.
+inline constexpr uint64_t kP2PCopyAbandoned = UINT64_MAX;
 
 // Why a probe frame was sent: the sender's own deadline passed, or it answers
 // (and spreads) a probe it received.

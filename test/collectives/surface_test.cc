@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -285,6 +286,32 @@ COLLIE_TEST_CHILD(surface_rank) {
       store.set("p2p_sending", "1");
       comm->send_recv({{P2POp{P2POpType::kIsend, view(buf.data(), buf.size()), 1, 0}}},
                       Deadline(30s));
+    } else if (scenario == "p2p_single_copy_abandoned") {
+      // Rank 0 posts a 1 MiB send, gives it up (cancel_p2p, as a failed or
+      // destroyed group does) and reuses the buffer; rank 1's receive reads
+      // it afterwards and must not take the new contents for the message.
+      std::vector<int32_t> buf(1 << 18, 1);
+      if (rank == 0) {
+        auto b = comm->post_p2p(
+            std::vector<P2POp>{P2POp{P2POpType::kIsend, view(buf.data(), buf.size()), 1, 6}},
+            Deadline(20s));
+        comm->poll_p2p(Deadline(20s));  // the descriptor goes out (it fits the ring)
+        comm->cancel_p2p();
+        std::fill(buf.begin(), buf.end(), 2);
+        store.set("p2p_abandoned", "1");
+        store.wait({"p2p_received"}, 30s);
+      } else {
+        store.wait({"p2p_abandoned"}, 30s);
+        std::vector<int32_t> in(buf.size(), 0);
+        try {
+          comm->send_recv({{P2POp{P2POpType::kIrecv, view(in.data(), in.size()), 0, 6}}},
+                          Deadline(20s));
+        } catch (...) {
+          store.set("p2p_received", "1");
+          throw;
+        }
+        store.set("p2p_received", "1");
+      }
     } else if (scenario == "p2p_single_copy_crossed") {
       // Both ranks send 1 MiB before they receive: over shared memory each
       // send waits for a receive that never comes (as with gloo and MPI),
@@ -421,6 +448,17 @@ TEST_CASE("a receiver that dies while a single-copy send waits for it is named a
   if (over_tcp() && ranks[0].out().find("RESULT OK") != std::string::npos) return;
   CHECK_THAT(ranks[0].out(),
              Contains("RESULT NetworkError") && Contains("rank 1 (") && Contains("send to rank 1"));
+}
+
+TEST_CASE("a single-copy send given up before it is read is refused by its receiver",
+          "[surface][p2p][failure]") {
+  auto results = run_scenario(2, "p2p_single_copy_abandoned");
+  INFO(results[0] << "\n" << results[1]);
+  CHECK(results[0] == "OK | ");
+  // Over TCP the message was written whole before it was given up.
+  if (!over_tcp())
+    CHECK_THAT(results[1], Contains("BackendError") &&
+                               Contains("rank 0 gave up its 1048576-byte message with tag 6"));
 }
 
 TEST_CASE("two single-copy sends that wait for each other's receive time out naming the send",
