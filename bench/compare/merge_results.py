@@ -28,7 +28,7 @@ from typing import Callable, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_results  # noqa: E402
 from bench_stats import (SPEEDUP_RULE, fixed, fmt_span, fmt_speedup, human_bytes,  # noqa: E402
-                         median, reps_text, speedup, speedup_header)
+                         median, parse_bytes, reps_text, speedup, speedup_header)
 
 # An extra column of render(): (header, cell(collective, nranks, bytes) -> text).
 Column = tuple[str, Callable[[str, int, int], str]]
@@ -66,6 +66,40 @@ def fastest_peer(records: list) -> Column:
         best = min(peers, key=lambda r: median(r.time_us))
         return f"{fmt_speedup(speedup(best.time_us, collie.time_us))} ({best.label})"
     return ("collie over the fastest peer", cell)
+
+
+def summary(records: list, sizes: list) -> str:
+    """Markdown: per world size, one row per collective and one column per
+    size of `sizes`: collie's (default transport) median time in us / its
+    speed-up over the fastest peer there (that peer's median / collie's)."""
+    out = []
+    for n in sorted({r.nranks for r in records}):
+        here = [r for r in records if r.nranks == n and r.time_us]
+        collectives = [c for c in bench_results.TITLES if any(r.collective == c for r in here)]
+        if not collectives:
+            continue
+        out += [f"N={n}: collie us / speed-up over the fastest peer", "",
+                "| call | " + " | ".join(human_bytes(b) for b in sizes) + " |",
+                "|---" * (len(sizes) + 1) + "|"]
+        for c in collectives:
+            cells = []
+            for b in sizes:
+                at = [r for r in here if (r.collective, r.bytes) == (c, b)]
+                collie = next((r for r in at if r.impl == "collie" and r.transport == "auto"),
+                              None)
+                peers = [r for r in at if not r.is_collie]
+                if collie is None:
+                    cells.append("-")
+                    continue
+                t = median(collie.time_us)
+                text = f"{t:.3g}" if t < 1000 else f"{t:.0f}"
+                if peers:
+                    best = min(peers, key=lambda r: median(r.time_us))
+                    text += f" / {median(best.time_us) / t:.2f}"
+                cells.append(text)
+            out.append(f"| {c} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def caption(records: list) -> list:
@@ -138,10 +172,17 @@ def main() -> None:
     ap.add_argument("--prefix", default="", help="file-name prefix of the plots")
     ap.add_argument("--fastest", action="store_true",
                     help="one speed-up column, over the fastest peer, instead of one per peer")
+    ap.add_argument("--summary", metavar="SIZES",
+                    help="print only a summary: per world size, a row per collective and a "
+                    "column per size of the comma-separated SIZES (4,64,1K,...): collie's time "
+                    "/ its speed-up over the fastest peer")
     args = ap.parse_args()
     records = bench_results.merge(bench_results.load(p)[0] for p in args.inputs)
     if args.json:
         bench_results.save(args.json, records)
+    if args.summary:
+        print(summary(records, [parse_bytes(s) for s in args.summary.split(",")]))
+        return
     text = render(records, [fastest_peer(records)], False) if args.fastest else render(records)
     print(text)
     if args.md:
