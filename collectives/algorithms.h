@@ -115,6 +115,8 @@ void shm_all_reduce(Transport& t, Workspace& ws, TensorView in, TensorView out, 
 void shm_reduce_scatter(Transport& t, Workspace& ws, TensorView in, TensorView out, ReduceOp op);
 void shm_all_gather(Transport& t, TensorView in, TensorView out);
 void shm_broadcast(Transport& t, TensorView tensor, int root);
+// scatter's contract: every rank reads its slot of the root's.
+void shm_scatter(Transport& t, std::span<const uint8_t* const> slots, TensorView out, int root);
 // all_to_all's contract (sizes may differ per peer; a size mismatch fails
 // on the receiver, naming the sender and both sizes, before any read). A
 // pair whose two parts are both up to `direct_bytes` sends them instead.

@@ -425,11 +425,17 @@ void CpuCommunicator::scatter(std::span<const TensorView> in, TensorView out, in
     COLLIE_ARG_CHECK(!check_args_ || in.empty(), kWhat, ": rank ", rank_, " is not the root (",
                      root, ") but passed ", in.size(), " input buffer(s)");
   }
-  begin(CallInfo{CollectiveKind::kScatter, out.dtype, ReduceOp::kSum, root, out.count}, deadline);
+  CallInfo call{CollectiveKind::kScatter, out.dtype, ReduceOp::kSum, root, out.count};
+  call.algorithm = use_shm(out.nbytes() * static_cast<size_t>(size_)) ? 1 : 0;
+  begin(call, deadline);
   std::vector<const uint8_t*> slots;
   for (const auto& i : in) slots.push_back(static_cast<const uint8_t*>(i.data));
   if (size_ == 1) {
     if (slots[0] != out.data && out.count > 0) std::memcpy(out.data, slots[0], out.nbytes());
+    return;
+  }
+  if (call.algorithm) {
+    shm_scatter(*transport_, slots, out, root);
     return;
   }
   collie::scatter(*transport_, workspace_, config_, slots, out, root);
