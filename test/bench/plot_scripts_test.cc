@@ -61,9 +61,10 @@ TEST_CASE("the bench plots are drawn by matplotlib under the docs' names", "[ben
   require_matplotlib();
   test::TempDir dir;
   run({kPython, kSource + "/bench/compare/plot_results.py",
-       kSource + "/docs/compare_all_reduce.json", "--out", dir.path(), "--prefix", "compare_"});
-  check_svg(dir.file("compare_all_reduce_N2.svg"), {"collie", "Open MPI shm", "bus bandwidth"});
-  check_svg(dir.file("compare_all_reduce_N4.svg"), {"collie", "time per call"});
+       kSource + "/docs/compare_collectives.json", "--out", dir.path(), "--prefix", "compare_"});
+  check_svg(dir.file("compare_all_to_all_N2.svg"), {"collie", "Open MPI shm", "time per call"});
+  check_svg(dir.file("compare_all_to_all_N4.svg"), {"collie", "torch 2.15 gloo"});
+  check_svg(dir.file("compare_pingpong_N2.svg"), {"collie", "Open MPI shm han"});
 
   run({kPython, kSource + "/bench/multihost/multihost_report.py",
        kSource + "/docs/multihost_10gbit.json", kSource + "/docs/multihost_1gbit.json", "--summary",
