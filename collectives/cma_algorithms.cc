@@ -333,20 +333,26 @@ void shm_all_to_all(Transport& t, size_t direct_bytes, std::span<const Span> in,
   t.wait_all();
 }
 
-void shm_scatter(Transport& t, std::span<const uint8_t* const> slots, TensorView out, int root) {
+namespace {
+
+// The root hands each other rank the address of what it reads
+// (address_of(p)) and runs `meanwhile`; each reads `bytes` from there into
+// `out` and says "done"; the root's "release" back ends the call (a root
+// that failed before it never sends it, so no reader returns data read
+// after the buffer was freed).
+void read_from_root(Transport& t, int root, const std::function<const void*(int)>& address_of,
+                    void* out, size_t bytes, const std::function<void()>& meanwhile = nullptr) {
   const int P = t.size();
-  const size_t bytes = out.nbytes();
   if (t.rank() == root) {
     std::vector<Descriptor> d(P);
     for (int p = 0; p < P; ++p) {
       if (p == root) continue;
-      d[p] = {reinterpret_cast<uint64_t>(slots[p]), 0};
-      t.send(p, &d[p], sizeof(Descriptor));
+      d[p] = {reinterpret_cast<uint64_t>(address_of(p)), 0};
+      t.send(p, &d[p], sizeof(Descriptor));  // goes out now (Transport::send)
       t.recv(p, nullptr, 0);
     }
-    if (slots[root] != out.data && bytes > 0) std::memcpy(out.data, slots[root], bytes);
+    if (meanwhile) meanwhile();
     t.wait_all();
-    // Every reader is done: release them (as shm_broadcast's root).
     for (int p = 0; p < P; ++p) {
       if (p != root) t.send(p, nullptr, 0);
     }
@@ -356,37 +362,28 @@ void shm_scatter(Transport& t, std::span<const uint8_t* const> slots, TensorView
   Descriptor theirs{};
   t.recv(root, &theirs, sizeof theirs);
   t.wait_all();
-  if (bytes > 0) read_peer(t, root, theirs.in, out.data, bytes);
+  if (bytes > 0) read_peer(t, root, theirs.in, out, bytes);
   t.send(root, nullptr, 0);
   t.recv(root, nullptr, 0);
   t.wait_all();
 }
 
+}  // namespace
+
+void shm_scatter(Transport& t, std::span<const uint8_t* const> slots, TensorView out, int root) {
+  const size_t bytes = out.nbytes();
+  // The root copies its own slot while the others read theirs.
+  read_from_root(
+      t, root, [&](int p) { return static_cast<const void*>(slots[p]); }, out.data, bytes,
+      [&] {
+        if (slots[root] != out.data && bytes > 0) std::memcpy(out.data, slots[root], bytes);
+      });
+}
+
 void shm_broadcast(Transport& t, TensorView tensor, int root) {
-  const int P = t.size();
-  Descriptor mine{reinterpret_cast<uint64_t>(tensor.data), 0};
-  if (t.rank() == root) {
-    for (int p = 0; p < P; ++p) {
-      if (p == root) continue;
-      t.send(p, &mine, sizeof mine);
-      t.recv(p, nullptr, 0);
-    }
-    t.wait_all();
-    // Every reader is done: release them (a root that failed above never
-    // does, so no reader returns data read after the buffer was freed).
-    for (int p = 0; p < P; ++p) {
-      if (p != root) t.send(p, nullptr, 0);
-    }
-    t.wait_all();
-    return;
-  }
-  Descriptor theirs{};
-  t.recv(root, &theirs, sizeof theirs);
-  t.wait_all();
-  if (tensor.nbytes() > 0) read_peer(t, root, theirs.in, tensor.data, tensor.nbytes());
-  t.send(root, nullptr, 0);
-  t.recv(root, nullptr, 0);
-  t.wait_all();
+  read_from_root(
+      t, root, [&](int) { return static_cast<const void*>(tensor.data); }, tensor.data,
+      tensor.nbytes());
 }
 
 }  // namespace collie
