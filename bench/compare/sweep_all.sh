@@ -6,9 +6,10 @@
 # alternating repetitions of up to 5000 calls per size; then Gloo's own
 # algorithms and torch 2.11's and 2.15's gloo, whose small calls take
 # 0.1-5 ms, in 3 repetitions of up to 100 calls per size. Writes into
-# OUT_DIR: fast/ and slow/ (each run_compare.sh's output), all.json (the
-# merged records), all.md (every table, with collie's speed-up over the
-# fastest peer), plots/<collective>_N<n>.svg, and prints the summary.
+# OUT_DIR: OUT_DIR/fast and OUT_DIR/slow (each run_compare.sh's output),
+# OUT_DIR/all.json (the merged records), OUT_DIR/all.md (every table, with
+# collie's speed-up over the fastest peer), OUT_DIR/plots/<collective>_N<n>.svg,
+# and prints the summary.
 #
 #   bench/compare/sweep_all.sh build out/sweep      # about 45 minutes on 2 cores
 set -euo pipefail
