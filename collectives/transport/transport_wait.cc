@@ -59,20 +59,19 @@ void Transport::wait_for_io() {
   std::vector<int> listen_fds;
   if (linker_) linker_->poll_fds(&listen_fds);
   // The single-copy sends of the batch being waited for complete when
-  // their receivers set these words (their connections are in `entries`:
-  // only a finished one is left out, and its peer is gone).
-  // Their receivers wake this rank only if it armed reads on the
-  // connection; one whose next frame was looked at this call is not armed
-  // (it would never sleep), so the wait is cut to 1 ms slices instead.
+  // their receivers set these words. A receiver wakes this rank only if it
+  // armed reads on that connection (an entry that wants reads); one that
+  // does not (its next frame was looked at this call, or its peer is gone)
+  // cuts the wait to 1 ms slices instead.
   std::vector<DoneWord> done;
   bool unarmed = false;
   if (const P2PRequest* w = p2p_.waiting()) {
     for (const auto& s : w->sends) {
       if (s.out()) continue;
       done.push_back(DoneWord{s.done, s.done_value});
-      const Connection& c = conn(s.peer);
-      unarmed |=
-          !c.recv_pending() && !p2p_.wants(c, call_.seq) && peeked_seq_[c.peer()] == call_.seq;
+      const Connection* c = &conn(s.peer);
+      unarmed |= std::none_of(entries.begin(), entries.end(),
+                              [&](const PollEntry& e) { return e.c == c && e.want_read; });
     }
   }
   const auto wake = std::min(deadline_->when(), next_report_);
