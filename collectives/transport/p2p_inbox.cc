@@ -80,6 +80,12 @@ std::string P2PInbox::size_mismatch(int peer, const WireHeader& h, size_t bytes,
                  " bytes (send and recv must have the same size)");
 }
 
+std::vector<P2PInbox::Recv*>::iterator P2PInbox::find_posted(int peer, int tag) {
+  return std::find_if(posted_.begin(), posted_.end(), [&](const Recv* r) {
+    return r->tag == tag && (r->peer == kAnySource || r->peer == peer);
+  });
+}
+
 bool P2PInbox::begin_frame(int peer, const WireHeader& header, void** payload) {
   if (header.algorithm == kP2PSingleCopy) {
     // Matched once the descriptor is in (end_frame()).
@@ -94,10 +100,8 @@ bool P2PInbox::begin_frame(int peer, const WireHeader& header, void** payload) {
     *payload = &staged_[peer].copy;
     return true;
   }
-  const int tag = header.root;
-  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+  if (const auto it = find_posted(peer, header.root); it != posted_.end()) {
     Recv* r = *it;
-    if (r->tag != tag || (r->peer != kAnySource && r->peer != peer)) continue;
     if (r->bytes != header.payload_bytes) {
       error_ = size_mismatch(peer, header, header.payload_bytes, *r);
       return false;
@@ -136,9 +140,8 @@ bool P2PInbox::end_frame(int peer) {
 bool P2PInbox::end_single_copy(int peer) {
   const P2PCopyDescriptor d = staged_[peer].copy;
   const WireHeader h = staged_[peer].header;
-  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+  if (const auto it = find_posted(peer, h.root); it != posted_.end()) {
     Recv* r = *it;
-    if (r->tag != h.root || (r->peer != kAnySource && r->peer != peer)) continue;
     if (r->bytes != d.bytes) {
       error_ = size_mismatch(peer, h, d.bytes, *r);
       return false;

@@ -99,6 +99,8 @@ class P2PInbox final : public P2PSink {
     bool single_copy = false;  // its descriptor is in staged_[peer]
   };
   void finish(Recv* recv, int peer);
+  // The earliest posted receive that takes a message of `tag` from `peer`.
+  std::vector<Recv*>::iterator find_posted(int peer, int tag);
   // Reads a single-copy message into `recv` and releases its sender.
   bool copy_in(int peer, const WireHeader& h, const P2PCopyDescriptor& d, Recv* recv);
   // Takes the single-copy message staged from `peer`: into a posted

@@ -4,6 +4,11 @@
 
 namespace collie {
 
+uint64_t P2PState::last_on_slot(size_t peer, uint64_t slot) const {
+  const uint64_t last = copies_[peer];
+  return last < slot ? 0 : last - (last - slot) % kCopySlots;
+}
+
 P2PState::CopySlot* P2PState::copy_slot(int peer, const void* address, size_t bytes) {
   auto& slots = copy_slots_[peer];
   if (!slots) slots = std::make_unique<CopySlot[]>(kCopySlots);
@@ -11,7 +16,7 @@ P2PState::CopySlot* P2PState::copy_slot(int peer, const void* address, size_t by
   // (if any) was read.
   const uint64_t v = copies_[peer] + 1;
   CopySlot& slot = slots[v % kCopySlots];
-  if (slot.done.load(std::memory_order_acquire) != (v > kCopySlots ? v - kCopySlots : 0))
+  if (slot.done.load(std::memory_order_acquire) != last_on_slot(peer, v % kCopySlots))
     return nullptr;
   copies_[peer] = v;
   slot.descriptor = P2PCopyDescriptor{reinterpret_cast<uint64_t>(address), bytes,
@@ -22,12 +27,9 @@ P2PState::CopySlot* P2PState::copy_slot(int peer, const void* address, size_t by
 bool P2PState::abandon_copies_of(size_t peer) {
   if (!copy_slots_[peer]) return false;
   bool any = false;
-  const uint64_t last = copies_[peer];
   for (uint64_t i = 0; i < kCopySlots; ++i) {
-    // The last message slot i carried (0: none).
-    const uint64_t expected = last < i ? 0 : last - (last - i) % kCopySlots;
     std::atomic<uint64_t>& done = copy_slots_[peer][i].done;
-    if (done.load(std::memory_order_acquire) == expected) continue;
+    if (done.load(std::memory_order_acquire) == last_on_slot(peer, i)) continue;
     done.store(kP2PCopyAbandoned, std::memory_order_seq_cst);
     any = true;
   }

@@ -156,6 +156,9 @@ class P2PState {
   // blocked_[p] == a call's seq: rank p's next frame during that call is a
   // collective's (block()).
   std::vector<uint64_t> blocked_;
+  // The last message to `peer` that slot `slot` carried (0: none), whose
+  // value its done word holds once that message was read.
+  uint64_t last_on_slot(size_t peer, uint64_t slot) const;
   // Whether `peer` had sends not read yet (now given up).
   bool abandon_copies_of(size_t peer);
   std::vector<std::unique_ptr<CopySlot[]>> copy_slots_;  // by peer, made on first use
