@@ -8,7 +8,8 @@
 // and receives (P-1)/P of the output: the bandwidth optimum.
 //
 // Small outputs (up to small_message_bytes) use a direct exchange instead:
-// every rank sends its input to every other rank at once, one hop.
+// every rank sends its input to every other rank at once, one hop (at two
+// ranks Transport::exchange, express when the pair shares memory).
 #include <cstring>
 
 #include "collie/collectives/algorithms.h"
@@ -25,6 +26,11 @@ void all_gather(Transport& t, const AlgorithmConfig& cfg, TensorView in,
   if (in.data != mine && slot_bytes > 0) std::memcpy(mine, in.data, slot_bytes);
 
   if (slot_bytes * P <= cfg.small_message_bytes && P <= kDirectPeers) {
+    if (P == 2) {
+      // One peer: a pairwise exchange, express when the pair shares memory.
+      t.exchange(static_cast<int>(1 - r), mine, slots[1 - r], slot_bytes);
+      return;
+    }
     for (size_t p = 0; p < P; ++p) {
       if (p == r) continue;
       t.recv(static_cast<int>(p), slots[p], slot_bytes);

@@ -9,6 +9,7 @@
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
 #include "collie/base/parse_duration.h"
+#include "collie/base/small_vector.h"
 #include "collie/base/str_cat.h"
 #include "collie/collectives/reduce_kernels.h"
 #include "collie/collectives/transport/join.h"
@@ -286,7 +287,7 @@ void CpuCommunicator::all_gather(TensorView in, TensorView out, const Deadline& 
     shm_all_gather(*transport_, in, out);
     return;
   }
-  std::vector<uint8_t*> slots(size_);
+  SmallVector<uint8_t*> slots(size_);
   for (int p = 0; p < size_; ++p) slots[p] = static_cast<uint8_t*>(out.data) + p * in.nbytes();
   collie::all_gather(*transport_, config_, in, slots);
 }
@@ -298,7 +299,7 @@ void CpuCommunicator::all_gather(TensorView in, std::span<const TensorView> out,
   check_tensor(kWhat, "in", in);
   check_list(kWhat, "out", out, in.dtype, in.count);
   begin(CallInfo{CollectiveKind::kAllGather, in.dtype, ReduceOp::kSum, 0, in.count}, deadline);
-  std::vector<uint8_t*> slots(size_);
+  SmallVector<uint8_t*> slots(size_);
   for (int p = 0; p < size_; ++p) slots[p] = static_cast<uint8_t*>(out[p].data);
   if (size_ == 1) {
     if (in.data != slots[0] && in.count > 0) std::memcpy(slots[0], in.data, in.nbytes());
@@ -337,7 +338,7 @@ void CpuCommunicator::reduce_scatter(TensorView in, TensorView out, ReduceOp op,
     shm_reduce_scatter(*transport_, workspace_, in, out, op);
     return;
   }
-  std::vector<const uint8_t*> slots(size_);
+  SmallVector<const uint8_t*> slots(size_);
   for (int p = 0; p < size_; ++p)
     slots[p] = static_cast<const uint8_t*>(in.data) + p * out.nbytes();
   collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
@@ -355,7 +356,7 @@ void CpuCommunicator::reduce_scatter(std::span<const TensorView> in, TensorView 
     if (in[0].data != out.data && out.count > 0) std::memcpy(out.data, in[0].data, out.nbytes());
     return;
   }
-  std::vector<const uint8_t*> slots(size_);
+  SmallVector<const uint8_t*> slots(size_);
   for (int p = 0; p < size_; ++p) slots[p] = static_cast<const uint8_t*>(in[p].data);
   collie::reduce_scatter(*transport_, workspace_, config_, slots, out, op);
 }
@@ -404,7 +405,7 @@ void CpuCommunicator::gather(TensorView in, std::span<const TensorView> out, int
                      root, ") but passed ", out.size(), " output buffer(s)");
   }
   begin(CallInfo{CollectiveKind::kGather, in.dtype, ReduceOp::kSum, root, in.count}, deadline);
-  std::vector<uint8_t*> slots;
+  SmallVector<uint8_t*> slots;
   for (const auto& o : out) slots.push_back(static_cast<uint8_t*>(o.data));
   if (size_ == 1) {
     if (in.data != slots[0] && in.count > 0) std::memcpy(slots[0], in.data, in.nbytes());
@@ -428,7 +429,7 @@ void CpuCommunicator::scatter(std::span<const TensorView> in, TensorView out, in
   CallInfo call{CollectiveKind::kScatter, out.dtype, ReduceOp::kSum, root, out.count};
   call.algorithm = use_shm(out.nbytes() * static_cast<size_t>(size_)) ? 1 : 0;
   begin(call, deadline);
-  std::vector<const uint8_t*> slots;
+  SmallVector<const uint8_t*> slots;
   for (const auto& i : in) slots.push_back(static_cast<const uint8_t*>(i.data));
   if (size_ == 1) {
     if (slots[0] != out.data && out.count > 0) std::memcpy(out.data, slots[0], out.nbytes());
@@ -454,8 +455,8 @@ void CpuCommunicator::all_to_all(std::span<const TensorView> in, std::span<const
                    in[rank_].count, " elements but out[", rank_, "] has ", out[rank_].count,
                    " (this rank's own part is copied across)");
   begin(CallInfo{CollectiveKind::kAllToAll, dtype, ReduceOp::kSum, 0, 0}, deadline);
-  std::vector<Span> sends;
-  std::vector<MutableSpan> recvs;
+  SmallVector<Span> sends;
+  SmallVector<MutableSpan> recvs;
   for (int p = 0; p < size_; ++p) {
     sends.push_back(Span{in[p].data, in[p].nbytes()});
     recvs.push_back(MutableSpan{out[p].data, out[p].nbytes()});

@@ -15,7 +15,8 @@
 // float32 and are rounded once, at the end; AVG divides once, at the end.
 //
 // Small inputs (up to small_message_bytes) use a direct exchange: rank r
-// sends slot p to rank p, and reduces the P copies of its slot in rank order.
+// sends slot p to rank p, and reduces the P copies of its slot in rank order
+// (at two ranks Transport::exchange, express when the pair shares memory).
 #include <cstring>
 
 #include "collie/collectives/algorithms.h"
@@ -35,10 +36,16 @@ void reduce_scatter(Transport& t, Workspace& ws, const AlgorithmConfig& cfg,
 
   if (slot_bytes * P <= cfg.small_message_bytes && P <= kDirectPeers) {
     auto* gathered = static_cast<uint8_t*>(ws.get(0, P * slot_bytes));
-    for (size_t p = 0; p < P; ++p) {
-      if (p == r) continue;
-      t.recv(static_cast<int>(p), gathered + p * slot_bytes, slot_bytes);
-      t.send(static_cast<int>(p), slots[p], slot_bytes);
+    if (P == 2) {
+      // One peer: a pairwise exchange, express when the pair shares memory.
+      t.exchange(static_cast<int>(1 - r), slots[1 - r], gathered + (1 - r) * slot_bytes,
+                 slot_bytes);
+    } else {
+      for (size_t p = 0; p < P; ++p) {
+        if (p == r) continue;
+        t.recv(static_cast<int>(p), gathered + p * slot_bytes, slot_bytes);
+        t.send(static_cast<int>(p), slots[p], slot_bytes);
+      }
     }
     if (slot_bytes > 0) std::memcpy(gathered + r * slot_bytes, slots[r], slot_bytes);
     t.wait_all();

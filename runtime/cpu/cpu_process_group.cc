@@ -3,6 +3,7 @@
 #include "collie/base/check.h"
 #include "collie/base/error.h"
 #include "collie/base/logging.h"
+#include "collie/base/small_vector.h"
 #include "collie/base/str_cat.h"
 #include "collie/runtime/process_group/monitored_barrier.h"
 
@@ -282,7 +283,7 @@ std::shared_ptr<Work> CpuProcessGroup::all_gather(std::span<const TensorView> ou
       options.async_op,
       fr_call("all_gather", input, 1, input, static_cast<uint32_t>(outputs.size())),
       [input] { return str_cat(shape(input), ", list"); }, op_timeout(options.timeout),
-      [comm, input, out = std::vector<TensorView>(outputs.begin(), outputs.end())](
+      [comm, input, out = SmallVector<TensorView>(outputs.begin(), outputs.end())](
           const Deadline& deadline) { comm->all_gather(input, out, deadline); });
 }
 
@@ -301,7 +302,7 @@ std::shared_ptr<Work> CpuProcessGroup::reduce_scatter(TensorView output,
       options.async_op, call,
       [output, op = options.op] { return str_cat(shape(output), " per rank, ", op, ", list"); },
       op_timeout(options.timeout),
-      [comm, output, op = options.op, in = std::vector<TensorView>(inputs.begin(), inputs.end())](
+      [comm, output, op = options.op, in = SmallVector<TensorView>(inputs.begin(), inputs.end())](
           const Deadline& deadline) { comm->reduce_scatter(in, output, op, deadline); });
 }
 
@@ -342,7 +343,7 @@ std::shared_ptr<Work> CpuProcessGroup::gather(std::span<const TensorView> output
       [input, root = options.root] { return str_cat(shape(input), ", root ", root); },
       op_timeout(options.timeout),
       [comm, input, root = options.root,
-       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+       out = SmallVector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
         comm->gather(input, out, root, deadline);
       });
 }
@@ -364,7 +365,7 @@ std::shared_ptr<Work> CpuProcessGroup::scatter(TensorView output,
       [output, root = options.root] { return str_cat(shape(output), ", root ", root); },
       op_timeout(options.timeout),
       [comm, output, root = options.root,
-       in = std::vector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline) {
+       in = SmallVector<TensorView>(inputs.begin(), inputs.end())](const Deadline& deadline) {
         comm->scatter(in, output, root, deadline);
       });
 }
@@ -384,8 +385,8 @@ std::shared_ptr<Work> CpuProcessGroup::all_to_all(std::span<const TensorView> ou
       fr_call("all_to_all", inputs[0], static_cast<uint32_t>(inputs.size()),
               outputs.empty() ? inputs[0] : outputs[0], static_cast<uint32_t>(outputs.size())),
       [dtype = inputs[0].dtype] { return str_cat(dtype); }, op_timeout(options.timeout),
-      [comm, in = std::vector<TensorView>(inputs.begin(), inputs.end()),
-       out = std::vector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
+      [comm, in = SmallVector<TensorView>(inputs.begin(), inputs.end()),
+       out = SmallVector<TensorView>(outputs.begin(), outputs.end())](const Deadline& deadline) {
         comm->all_to_all(in, out, deadline);
       });
 }

@@ -88,10 +88,10 @@ void check_tensor_list(const CallSite& site, std::string_view name,
   }
 }
 
-std::vector<TensorView> split_buffer(const CallSite& site, std::string_view name,
+SmallVector<TensorView> split_buffer(const CallSite& site, std::string_view name,
                                      const TensorView& t, std::span<const size_t> splits,
                                      int size) {
-  std::vector<TensorView> parts;
+  SmallVector<TensorView> parts;
   const size_t es = element_size(t.dtype);
   size_t offset = 0;
   auto part = [&](size_t count) {

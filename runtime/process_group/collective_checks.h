@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collie/base/deadline.h"
+#include "collie/base/small_vector.h"
 #include "collie/base/types.h"
 
 namespace collie {
@@ -45,7 +46,7 @@ void check_tensor_list(const CallSite& site, std::string_view name,
 // all_to_all_single: `t` cut into size() consecutive parts; `splits` empty
 // means equal parts (t.count divisible by size), else size() counts
 // summing to t.count.
-std::vector<TensorView> split_buffer(const CallSite& site, std::string_view name,
+SmallVector<TensorView> split_buffer(const CallSite& site, std::string_view name,
                                      const TensorView& t, std::span<const size_t> splits, int size);
 // A point-to-point peer: a rank of the group other than this one, or
 // kAnySource where `any_source` allows it.
