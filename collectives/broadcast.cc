@@ -18,6 +18,14 @@ void broadcast(Transport& t, const AlgorithmConfig& cfg, TensorView tensor, int 
   auto* data = static_cast<uint8_t*>(tensor.data);
 
   if (bytes <= cfg.small_message_bytes && P <= kDirectPeers) {
+    if (P == 2) {  // one message: express when the pair shares memory
+      if (r == root) {
+        t.send_one(1 - r, data, bytes);
+      } else {
+        t.recv_one(root, data, bytes);
+      }
+      return;
+    }
     if (r == root) {
       for (int p = 0; p < P; ++p) {
         if (p != root) t.send(p, data, bytes);

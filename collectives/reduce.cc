@@ -38,16 +38,19 @@ void reduce(Transport& t, Workspace& ws, const AlgorithmConfig& cfg, TensorView 
 
   if (bytes <= cfg.small_message_bytes) {
     if (r != root) {
-      t.send(root, in.data, bytes);
-      t.wait_all();
+      t.send_one(root, in.data, bytes);  // express at two ranks when it can be
       return;
     }
     auto* slots = static_cast<uint8_t*>(ws.get(0, P * bytes));
-    for (int p = 0; p < P; ++p) {
-      if (p != root) t.recv(p, slots + static_cast<size_t>(p) * bytes, bytes);
-    }
     if (bytes > 0) std::memcpy(slots + static_cast<size_t>(root) * bytes, in.data, bytes);
-    t.wait_all();
+    if (P == 2) {
+      t.recv_one(1 - r, slots + static_cast<size_t>(1 - r) * bytes, bytes);
+    } else {
+      for (int p = 0; p < P; ++p) {
+        if (p != root) t.recv(p, slots + static_cast<size_t>(p) * bytes, bytes);
+      }
+      t.wait_all();
+    }
     reduce_in_rank_order(ws, slots, bytes, P, out, op);
     return;
   }

@@ -223,21 +223,55 @@ bool Transport::push_sends(Connection& c) {
   return r > 0;
 }
 
+bool Transport::express(const Connection& c, size_t bytes) const {
+  return bytes <= kExpressBytes && c.kind() == ChannelKind::kShm && c.idle() && !failure_.broken();
+}
+
 void Transport::exchange(int peer, const void* out, void* in, size_t bytes) {
   Connection& c = link(world(peer));
-  if (bytes > kExpressBytes || c.kind() != ChannelKind::kShm || !c.idle() || failure_.broken()) {
+  if (!express(c, bytes)) {
     send(peer, out, bytes);
     recv(peer, in, bytes);
     wait_all();
     return;
   }
-  count(express_tried_);
   const WireHeader header = WireHeader::data(group_, call_, static_cast<uint32_t>(bytes));
   const bool sent = c.send_now(header, out);
   if (sent) ++completed_;
-  // The peer's frame: looked for while nothing of ours is left to write,
-  // busy-polling is allowed (a core each), and the spin lasts.
-  const int polls = sent && spin_.busy_polling() ? kExpressPolls : (sent ? 1 : 0);
+  // The peer's frame: looked for while nothing of ours is left to write.
+  take_express(c, header, in, sent);
+}
+
+void Transport::send_one(int peer, const void* data, size_t bytes) {
+  Connection& c = link(world(peer));
+  if (!express(c, bytes)) {
+    send(peer, data, bytes);
+    wait_all();
+    return;
+  }
+  if (c.send_now(WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data)) {
+    ++completed_;
+    return;
+  }
+  wait_all();  // posted with what went: progress() finishes it
+}
+
+void Transport::recv_one(int peer, void* data, size_t bytes) {
+  Connection& c = link(world(peer));
+  if (!express(c, bytes)) {
+    recv(peer, data, bytes);
+    wait_all();
+    return;
+  }
+  take_express(c, WireHeader::data(group_, call_, static_cast<uint32_t>(bytes)), data, true);
+}
+
+void Transport::take_express(Connection& c, const WireHeader& header, void* in, bool spin) {
+  count(express_tried_);
+  // Busy-polling is allowed (a core each) and the spin lasts: looked for
+  // in a short spin; otherwise (or when our own send is still queued) the
+  // receive is posted at once.
+  const int polls = spin && spin_.busy_polling() ? kExpressPolls : (spin ? 1 : 0);
   for (int i = 0; i < polls; ++i) {
     if (failure_.aborted()) fail_aborted();
     const int r = c.take_now(header, in);

@@ -159,9 +159,15 @@ class Transport {
   // within the spin, another frame first, TCP) continues on the posted
   // path, which checks and reports as always.
   void exchange(int peer, const void* out, void* in, size_t bytes);
+  // send() then wait_all(), and recv() then wait_all(), for a call whose
+  // only operation is this one message (the small broadcast, scatter,
+  // gather and reduce at two ranks): express like exchange()'s halves
+  // when the peer's channel allows it, else the posted path.
+  void send_one(int peer, const void* data, size_t bytes);
+  void recv_one(int peer, void* data, size_t bytes);
   static constexpr size_t kExpressBytes = 1024;
   struct ExpressCounts {
-    uint64_t tried = 0;   // exchanges that started on the express path
+    uint64_t tried = 0;   // exchanges and recv_one()s that started on the express path
     uint64_t taken = 0;   // finished there: the peer's frame taken in the spin
     uint64_t handed = 0;  // handed over to the posted path (tried = taken + handed)
   };
@@ -280,6 +286,13 @@ class Transport {
   // Restarts the completion counters (begin(), SubgroupScope); `check`:
   // nothing may be posted.
   void rebase(bool check = true);
+  // Whether a message of `bytes` on `c` may take the express path: shared
+  // memory, nothing posted or half-read on it, at most kExpressBytes.
+  bool express(const Connection& c, size_t bytes) const;
+  // The express receive of exchange() and recv_one(): takes the frame
+  // `header` into `in` if it is there within a short spin (`spin` false:
+  // no look), else posts the receive and waits for everything posted.
+  void take_express(Connection& c, const WireHeader& header, void* in, bool spin);
   // The connection to `peer`, created and (as the connecting side)
   // connected on first use (link_slow()). The connected case, every send's
   // and receive's, is inline.

@@ -594,6 +594,90 @@ TEST_CASE("two ranks exchange straight through shared memory, and hand over to t
     REQUIRE(join_errors(errors) == "");
   }
 
+  SECTION("broadcast, scatter, gather and reduce: the receiver takes the one message express") {
+    // Transport::send_one / recv_one: each call is one message, root to
+    // peer or peer to root. Both roots, sizes up to kExpressBytes and one
+    // above; the receiver counts a try per call up to kExpressBytes.
+    auto errors = run_ranks(2, o, [&](Communicator& c) {
+      const int me = c.rank();
+      uint64_t received = 0;  // calls up to kExpressBytes in which this rank received
+      int call = 0;
+      for (size_t n : {size_t{1}, size_t{5}, size_t{64}, Transport::kExpressBytes / sizeof(float),
+                       Transport::kExpressBytes / sizeof(float) + 1}) {
+        const bool express = n * sizeof(float) <= Transport::kExpressBytes;
+        for (int root = 0; root < 2; ++root, ++call) {
+          INFO("n " << n << " root " << root);
+          const auto mine = sum_of_ranks(n, call, me), other = sum_of_ranks(n, call, 1 - me);
+          const auto root_in = sum_of_ranks(n, call, root);
+          auto view = [](std::vector<float>& v) {
+            return TensorView{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
+          };
+          // broadcast: the root's buffer everywhere.
+          auto b = mine;
+          c.broadcast(view(b), root, Deadline(60s));
+          CHECK(b == root_in);
+          // scatter: part p of the root's two goes to rank p.
+          std::vector<std::vector<float>> parts;
+          for (int p = 0; p < 2; ++p) parts.push_back(sum_of_ranks(n, call + 100 * p, root));
+          std::vector<TensorView> part_views;
+          if (me == root)
+            for (auto& part : parts) part_views.push_back(view(part));
+          std::vector<float> got(n, -1.0f);
+          c.scatter(part_views, view(got), root, Deadline(60s));
+          CHECK(got == sum_of_ranks(n, call + 100 * me, root));
+          // gather: rank p's buffer in the root's slot p.
+          std::vector<std::vector<float>> slots(2, std::vector<float>(n, -1.0f));
+          std::vector<TensorView> slot_views;
+          if (me == root)
+            for (auto& slot : slots) slot_views.push_back(view(slot));
+          auto g = mine;
+          c.gather(view(g), slot_views, root, Deadline(60s));
+          if (me == root) {
+            CHECK(slots[me] == mine);
+            CHECK(slots[1 - me] == other);
+          }
+          // reduce: the sum at the root.
+          auto in = mine;
+          std::vector<float> sum(n, -1.0f);
+          c.reduce(view(in), view(sum), ReduceOp::kSum, root, Deadline(60s));
+          if (me == root)
+            for (size_t k = 0; k < n; ++k) REQUIRE(sum[k] == mine[k] + other[k]);
+          // This rank received in broadcast and scatter when not the root,
+          // in gather and reduce when the root.
+          if (express) received += 2;
+        }
+      }
+      const auto e = counts(c);
+      CHECK(e.tried == received);
+      CHECK(e.tried == e.taken + e.handed);
+    });
+    REQUIRE(join_errors(errors) == "");
+  }
+
+  SECTION("a late root: the receiver's spin ends and the posted path finishes the broadcast") {
+    std::atomic<Communicator*> receiver{nullptr};
+    auto errors = run_ranks(2, o, [&](Communicator& c) {
+      auto v = sum_of_ranks(16, 0, c.rank());
+      const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
+      if (c.rank() == 1) {
+        receiver.store(&c);
+        c.broadcast(t, 0, Deadline(60s));
+        const auto e = counts(c);
+        CHECK(e.tried == 1);
+        CHECK(e.handed == 1);
+      } else {
+        const auto until = Clock::now() + 30s;
+        while (receiver.load() == nullptr || counts(*receiver.load()).handed == 0) {
+          REQUIRE(Clock::now() < until);
+          std::this_thread::yield();
+        }
+        c.broadcast(t, 0, Deadline(60s));
+      }
+      CHECK(v == sum_of_ranks(16, 0, 0));
+    });
+    REQUIRE(join_errors(errors) == "");
+  }
+
   SECTION("a peer that comes late: the spin ends and the posted path finishes the call") {
     // Rank 1 starts its call only once rank 0 has handed over, so rank 0's
     // spin cannot have found its frame (no timing involved).
