@@ -557,6 +557,16 @@ TEST_CASE("two ranks exchange straight through shared memory, and hand over to t
     const TensorView t{v.data(), v.size(), DataType::kFloat32, Device::cpu()};
     c.all_reduce(t, t, ReduceOp::kSum, Deadline(60s), AllReduceAlgorithm::kSmall);
   };
+  // Waits (bounded) until the rank published in `peer` has handed its
+  // express receive over to the posted path: its spin is over, so a frame
+  // sent now cannot have been found there.
+  auto wait_until_handed = [&](const std::atomic<Communicator*>& peer) {
+    const auto until = Clock::now() + 30s;
+    while (peer.load() == nullptr || counts(*peer.load()).handed == 0) {
+      REQUIRE(Clock::now() < until);
+      std::this_thread::yield();
+    }
+  };
   auto check_sum = [&](const std::vector<float>& v, int call) {
     const auto a = sum_of_ranks(v.size(), call, 0), b = sum_of_ranks(v.size(), call, 1);
     for (size_t k = 0; k < v.size(); ++k) REQUIRE(v[k] == a[k] + b[k]);
@@ -666,11 +676,7 @@ TEST_CASE("two ranks exchange straight through shared memory, and hand over to t
         CHECK(e.tried == 1);
         CHECK(e.handed == 1);
       } else {
-        const auto until = Clock::now() + 30s;
-        while (receiver.load() == nullptr || counts(*receiver.load()).handed == 0) {
-          REQUIRE(Clock::now() < until);
-          std::this_thread::yield();
-        }
+        wait_until_handed(receiver);
         c.broadcast(t, 0, Deadline(60s));
       }
       CHECK(v == sum_of_ranks(16, 0, 0));
@@ -691,11 +697,7 @@ TEST_CASE("two ranks exchange straight through shared memory, and hand over to t
         CHECK(e.tried == 1);
         CHECK(e.handed == 1);
       } else {
-        const auto until = Clock::now() + 30s;
-        while (rank0.load() == nullptr || counts(*rank0.load()).handed == 0) {
-          REQUIRE(Clock::now() < until);
-          std::this_thread::yield();
-        }
+        wait_until_handed(rank0);
         all_reduce(c, v);
       }
       check_sum(v, 0);
