@@ -34,16 +34,19 @@ def main(args):
     if args and args[0] == "--no-environment":
         skip("no torch 2.x virtual environment: tools/collie.sh makes them and configures "
              "-DCOLLIE_TORCH_VENVS")
-    try:
-        import pytest
-        import torch
-    except ImportError as e:
-        skip(f"{sys.executable} lacks a test prerequisite ({e}); tools/collie.sh installs it")
-    try:
-        import collie_torch  # noqa: F401
-    except ImportError as e:
-        skip(f"collie_torch is not installed for {sys.executable} (torch {torch.__version__}): "
-             f"{e}; pip install . at the repository root")
+    # Found, not imported: importing torch here would cost every test a few
+    # CPU-seconds (the ranks import it themselves), and a torch or
+    # collie_torch that is present but broken fails in the ranks, naming why.
+    import importlib.metadata
+    import importlib.util
+    for module in ("pytest", "torch"):
+        if importlib.util.find_spec(module) is None:
+            skip(f"{sys.executable} lacks a test prerequisite (no module named {module!r}); "
+                 "tools/collie.sh installs it")
+    if importlib.util.find_spec("collie_torch") is None:
+        skip(f"collie_torch is not installed for {sys.executable} "
+             f"(torch {importlib.metadata.version('torch')}); pip install . at the repository root")
+    import pytest
 
     class Outcomes:
         def __init__(self):
