@@ -48,6 +48,8 @@ MAIN_PACKAGES=(
 )
 TEST_PACKAGES=(
   pkg-config git catch2
+  # The torch environments' builds of collie_torch share their objects.
+  ccache
   # python3-venv/-dev: the virtual environments with torch 2.x from PyPI that
   # collie_torch is built against and tested in. Debian's python3-torch
   # (1.13) is the peer of the store tests' older TCPStore dialect.
@@ -131,8 +133,17 @@ new_venv() {
 # outside the clone are reused: only what is missing is installed, and the
 # wheel is rebuilt incrementally in $BUILD_DIR/wheel-torch-<version>.
 setup_torch() {
-  local v venv werror=()
+  local v venv werror=() launcher=()
   [[ "${CI:-}" == "true" ]] && werror=(--config-settings=cmake.define.COLLIE_WERROR=ON)
+  # Each environment's build compiles collie's C++ layers with the same
+  # flags, and only collie_torch's own files against its torch: through
+  # ccache, with paths taken relative to the checkout, the second build
+  # compiles those files alone.
+  if command -v ccache >/dev/null; then
+    launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+      --config-settings=cmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+  fi
   for v in $TORCH_VERSIONS; do
     venv=$VENV_ROOT/venv-torch-$v
     if ! torch_venv_ok "$venv" "$v"; then
@@ -156,7 +167,7 @@ setup_torch() {
     fi
     echo "collie: building collie_torch for torch $v (python -m pip install . into $venv)"
     "$venv/bin/python" -m pip install -q --no-deps --force-reinstall . \
-      --config-settings=build-dir="$BUILD_DIR/wheel-torch-$v" "${werror[@]}"
+      --config-settings=build-dir="$BUILD_DIR/wheel-torch-$v" "${werror[@]}" "${launcher[@]}"
     TORCH_VENVS+=("$venv")
   done
 }
