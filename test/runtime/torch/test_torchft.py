@@ -326,9 +326,27 @@ def test_torchft_manager_integ_tests(errors):
         def __init__(self, *args, port=None, **kwargs):
             super().__init__(*args, port=0, **kwargs)
 
+    class SeededModel(integ.MyModel):
+        """test_ddp_skip_init_sync needs every replica to start from the same
+        weights: torchft seeds torch's global generator under a lock, but the
+        replicas are threads and one that has its model already draws its
+        inputs from that generator outside the lock, so on a loaded machine a
+        replica's weights come out of a shifted stream (whatever the backend:
+        the weights then differ by their initial range, ~1, not by the 4 Adam
+        steps of 1e-3 a backend could change). A generator of the model's own
+        gives every replica the same weights."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            generator = torch.Generator().manual_seed(42)
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.copy_(torch.rand(p.shape, generator=generator) - 0.5)
+
     suite = TestSuite([integ.ManagerIntegTest(name) for name in MANAGER_INTEG_TESTS])
     with patch.object(integ, "ProcessGroupGloo", collie_group), \
-            patch.object(integ, "Manager", PortZeroManager):
+            patch.object(integ, "Manager", PortZeroManager), \
+            patch.object(integ, "MyModel", SeededModel):
         result = TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
     problems = [f"{t.id()}:\n{tb}" for t, tb in result.errors + result.failures]
     assert not problems, "\n".join(problems)
