@@ -21,6 +21,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable  # the virtual environment's, which has torch and collie_torch
 WORKERS = os.path.join(HERE, "workers.py")
+ZYGOTE = os.path.join(HERE, "zygote.py")
 BIN_DIR = os.environ.get("COLLIE_BIN_DIR", "")
 SOURCE_DIR = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 
@@ -64,14 +65,30 @@ def report(results):
 
 
 def spawn_ranks(world, args, env=None, init="file", script=WORKERS):
-    return spawn_ranks_of([PYTHON, script], world, args, env=env, init=init)
+    """The ranks of a Python script, forked from one process that imported
+    torch (zygote.py) unless COLLIE_TEST_FORK=0: the job's environment is
+    the same, and torch's import is paid once, not once per rank."""
+    if os.environ.get("COLLIE_TEST_FORK", "1") == "0":
+        return spawn_ranks_of([PYTHON, script], world, args, env=env, init=init)
+    return _Zygote(script, world, args, job_env(world, env, init)).ranks
 
 
 def spawn_ranks_of(argv, world, args, env=None, init="file"):
-    """Starts `world` ranks of `script args...` and returns the Popen objects.
+    """Starts `world` ranks of `argv args...` and returns the Popen objects.
     init: "file" (a fresh init file, passed as COLLIE_TEST_INIT=file://...),
     "env" (MASTER_ADDR/MASTER_PORT, rank 0 hosts torch's TCPStore) or "tcp"
     (COLLIE_TEST_INIT=tcp://127.0.0.1:PORT)."""
+    common = job_env(world, env, init)
+    procs = []
+    for rank in range(world):
+        e = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
+        procs.append(subprocess.Popen(argv + [str(a) for a in args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    return procs
+
+
+def job_env(world, env, init):
     common = base_env(env)
     common["WORLD_SIZE"] = str(world)
     common["LOCAL_WORLD_SIZE"] = str(world)
@@ -87,13 +104,103 @@ def spawn_ranks_of(argv, world, args, env=None, init="file"):
         common["COLLIE_TEST_INIT"] = f"tcp://127.0.0.1:{free_port()}"
     else:
         raise ValueError(init)
-    procs = []
-    for rank in range(world):
-        e = dict(common, RANK=str(rank), LOCAL_RANK=str(rank))
-        procs.append(subprocess.Popen(argv + [str(a) for a in args], env=e,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
-    return procs
+    return common
+
+
+class _Zygote:
+    """One zygote.py process and the ranks it forks. Each rank's output goes
+    to files of its own (no pipe can fill while another rank is waited on);
+    its pid and exit code come over the zygote's stdout."""
+
+    def __init__(self, script, world, args, env):
+        self.files = [tempfile.TemporaryFile("w+b") for _ in range(2 * world)]
+        fds = [f.fileno() for f in self.files]
+        self.err = tempfile.TemporaryFile("w+b")
+        self.proc = subprocess.Popen(
+            [PYTHON, ZYGOTE, script, str(world), ",".join(map(str, fds))] + [str(a) for a in args],
+            env=env, stdout=subprocess.PIPE, stderr=self.err, pass_fds=fds,
+            start_new_session=True)
+        self.pids, self.codes, self.buffer, self.ended = {}, {}, b"", False
+        self.ranks = [_ForkedRank(self, rank) for rank in range(world)]
+
+    def read(self, deadline):
+        """Reads what the zygote has said, waiting until `deadline` for more;
+        False once it has ended. A rank it never reported ends as the
+        zygote did."""
+        if self.ended:
+            return False
+        fd = self.proc.stdout.fileno()
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            return True
+        data = os.read(fd, 4096)
+        if not data:
+            self.ended = True
+            self.proc.wait()
+            for rank in range(len(self.ranks)):
+                self.codes.setdefault(rank, self.proc.returncode or -signal.SIGKILL)
+            return False
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            what, rank, value = line.decode().split()
+            (self.pids if what == "pid" else self.codes)[int(rank)] = int(value)
+        return True
+
+    def kill(self):
+        # Every fork it has reported, before the zygote can report no more.
+        while not self.ended and select.select([self.proc.stdout.fileno()], [], [], 0)[0]:
+            self.read(time.monotonic())
+        for pid in self.pids.values():
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _ForkedRank:
+    """What collect() needs of a Popen, for a rank the zygote forked."""
+
+    def __init__(self, zygote, rank):
+        self.zygote, self.rank = zygote, rank
+
+    @property
+    def pid(self):
+        return self.zygote.pids.get(self.rank)
+
+    @property
+    def returncode(self):
+        return self.zygote.codes.get(self.rank)
+
+    def poll(self):
+        while self.returncode is None and self.zygote.read(time.monotonic()):
+            pass
+        return self.returncode
+
+    def kill(self):
+        self.zygote.kill()
+
+    def communicate(self, timeout=None):
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.returncode is None and self.zygote.read(deadline):
+            if time.monotonic() >= deadline and self.returncode is None:
+                raise subprocess.TimeoutExpired(f"rank {self.rank}", timeout)
+        if len(self.zygote.codes) == len(self.zygote.ranks):
+            while self.zygote.read(deadline):  # the zygote exits next: reap it
+                pass
+        out, err = (self._text(f) for f in self.zygote.files[2 * self.rank:2 * self.rank + 2])
+        if self.zygote.ended and self.rank not in self.zygote.pids:
+            err += "\n[harness] zygote.py ended before forking this rank:\n" + self._text(self.zygote.err)
+        return out, err
+
+    @staticmethod
+    def _text(f):
+        f.seek(0)
+        return f.read().decode(errors="replace")
 
 
 def collect(procs, timeout=JOB_TIMEOUT):
@@ -107,7 +214,10 @@ def collect(procs, timeout=JOB_TIMEOUT):
         except subprocess.TimeoutExpired:
             for q in procs:
                 if q.poll() is None:
-                    os.killpg(q.pid, signal.SIGKILL)
+                    if isinstance(q, _ForkedRank):
+                        q.kill()
+                    else:
+                        os.killpg(q.pid, signal.SIGKILL)
             out, err = p.communicate()
             err += f"\n[harness] killed: the job ran past its {timeout:.0f} s timeout"
         results.append(Result(rank, p.returncode, out, err))

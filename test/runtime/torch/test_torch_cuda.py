@@ -1,6 +1,7 @@
 """collie_torch on CUDA tensors (collie's NCCL backend under torch), against
 torch's own nccl backend: one rank per visible GPU. They skip ("no GPU")
 where torch sees none; tools/gpu/torch_check.sh runs them on a GPU machine."""
+import glob
 import os
 
 import pytest
@@ -10,6 +11,10 @@ from harness import assert_ok
 
 
 def gpus():
+    # Without NVIDIA's driver torch sees no GPU; asking torch costs every
+    # test an import (seconds), so ask the kernel first.
+    if not os.path.exists("/proc/driver/nvidia") and not glob.glob("/dev/nvidia[0-9]*"):
+        pytest.skip("no GPU: no NVIDIA driver (/proc/driver/nvidia, /dev/nvidia0)")
     import torch
     if not torch.cuda.is_available():
         pytest.skip("no GPU: torch.cuda.is_available() is False")
