@@ -1,10 +1,8 @@
 // The main() of every test executable: either a registered child process
 // (test/support/child.h) or the Catch2 session.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <csignal>
 
+#include "collie/test/support/catch_session.h"
 #include "collie/test/support/child.h"
 
 int main(int argc, char** argv) {
@@ -12,5 +10,5 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   int rc = collie::test::run_child_if_requested(argc, argv);
   if (rc >= 0) return rc;
-  return Catch::Session().run(argc, argv);
+  return collie::test::run_catch_session(argc, argv);
 }

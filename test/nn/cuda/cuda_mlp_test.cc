@@ -1,7 +1,6 @@
 // CudaMlp against the Eigen MLP: the same initial parameters and batches give
 // the same logits, loss, gradients and, after SGD steps, parameters, to
 // float32 tolerance (cuBLAS sums in another order). Exits 77 without a GPU.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "collie/nn/adamw.h"
@@ -12,6 +11,7 @@
 #include "collie/nn/sequential.h"
 #include "collie/nn/state_dict.h"
 #include "collie/runtime/cuda/cuda_device.h"
+#include "collie/test/support/catch_session.h"
 #include "collie/test/support/skip.h"
 
 using namespace collie;
@@ -134,5 +134,5 @@ TEST_CASE("CudaMlp refuses layers it does not implement") {
 int main(int argc, char** argv) {
   if (collie::cuda::device_count() == 0)
     collie::test::skip_gpu_test("no CUDA device: " + collie::cuda::no_device_reason());
-  return Catch::Session().run(argc, argv);
+  return collie::test::run_catch_session(argc, argv);
 }

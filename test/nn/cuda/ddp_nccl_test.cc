@@ -15,7 +15,6 @@
 // order, 1 MiB first bucket, then bucket_cap_mb) and every gradient is a view
 // into its bucket in device memory; the first bucket is launched before
 // backward returns; no_sync over 3 micro-batches equals one 3x batch.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -33,6 +32,7 @@
 #include "collie/rendezvous/hash_store.h"
 #include "collie/runtime/cuda/cuda_device.h"
 #include "collie/runtime/nccl/nccl_process_group.h"
+#include "collie/test/support/catch_session.h"
 #include "collie/test/support/nn_examples.h"
 #include "collie/test/support/skip.h"
 
@@ -297,5 +297,5 @@ int main(int argc, char** argv) {
       break;
     }
   std::printf("DDP over NCCL with %d rank(s), one per GPU (%d visible)\n", g_world, devices);
-  return Catch::Session().run(argc, argv);
+  return collie::test::run_catch_session(argc, argv);
 }

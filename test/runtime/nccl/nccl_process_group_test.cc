@@ -3,7 +3,6 @@
 // current stream) rendezvousing through a HashStore. On a machine without a
 // CUDA device the executable exits 77 with the reason, so ctest reports
 // "skipped", never "passed".
-#define CATCH_CONFIG_RUNNER
 #include <cuda_runtime.h>
 #include <catch2/catch.hpp>
 
@@ -19,6 +18,7 @@
 #include "collie/rendezvous/hash_store.h"
 #include "collie/runtime/cuda/cuda_device.h"
 #include "collie/runtime/nccl/nccl_process_group.h"
+#include "collie/test/support/catch_session.h"
 
 using namespace collie;
 using Catch::Matchers::Contains;
@@ -428,5 +428,5 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("NCCL %s, %d CUDA device(s)\n", NcclProcessGroup::nccl_version().c_str(), g_devices);
-  return Catch::Session().run(argc, argv);
+  return collie::test::run_catch_session(argc, argv);
 }
