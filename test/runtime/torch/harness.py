@@ -147,10 +147,13 @@ class _Zygote:
             (self.pids if what == "pid" else self.codes)[int(rank)] = int(value)
         return True
 
-    def kill(self):
-        # Every fork it has reported, before the zygote can report no more.
+    def drain(self):
+        """Reads what the zygote has said so far, without waiting."""
         while not self.ended and select.select([self.proc.stdout.fileno()], [], [], 0)[0]:
             self.read(time.monotonic())
+
+    def kill(self):
+        self.drain()  # every fork it has reported, before it can report no more
         for pid in self.pids.values():
             try:
                 os.killpg(pid, signal.SIGKILL)
@@ -177,8 +180,7 @@ class _ForkedRank:
         return self.zygote.codes.get(self.rank)
 
     def poll(self):
-        while self.returncode is None and self.zygote.read(time.monotonic()):
-            pass
+        self.zygote.drain()
         return self.returncode
 
     def kill(self):
