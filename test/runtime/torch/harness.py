@@ -192,7 +192,8 @@ class _ForkedRank:
             if time.monotonic() >= deadline and self.returncode is None:
                 raise subprocess.TimeoutExpired(f"rank {self.rank}", timeout)
         if len(self.zygote.codes) == len(self.zygote.ranks):
-            while self.zygote.read(deadline):  # the zygote exits next: reap it
+            reap_by = time.monotonic() + 30  # the zygote exits next: reap it
+            while self.zygote.read(reap_by) and time.monotonic() < reap_by:
                 pass
         out, err = (self._text(f) for f in self.zygote.files[2 * self.rank:2 * self.rank + 2])
         if self.zygote.ended and self.rank not in self.zygote.pids:
