@@ -200,9 +200,10 @@ configure() {
     cmake_werror=ON
     # Nothing in CI reads debug information, and -g is about a third of the
     # compile time: CI's RelWithDebInfo is -O2 -DNDEBUG, the same code.
-    [[ "$BUILD_TYPE" == RelWithDebInfo ]] && ci_flags=(
-      "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG"
-      "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG")
+    if [[ "$BUILD_TYPE" == RelWithDebInfo ]]; then
+      ci_flags=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG"
+        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG")
+    fi
   fi
   if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
     # shellcheck disable=SC2086  # CMAKE_ARGS is a list of words on purpose
